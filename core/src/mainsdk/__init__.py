@@ -1,0 +1,36 @@
+"""mainsdk sandbox: run code nobody reviewed outside your app's process.
+
+``sandbox`` and ``async_sandbox`` are built from ``main.yaml`` on first use;
+``Sandbox`` / ``AsyncSandbox`` take explicit ``SandboxDeps`` for tests and
+custom wiring.
+"""
+
+from mainsdk.config import AppConfig, SandboxConfig, load_config, parse_app_config, parse_sandbox_config
+from mainsdk.default import async_sandbox, sandbox
+from mainsdk.driver import Capabilities
+from mainsdk.engine import AsyncSandbox, RunResult, SandboxDeps
+from mainsdk.errors import ConfigError, SandboxError
+from mainsdk.files import FileRef
+from mainsdk.secrets import SecretRef, secret
+from mainsdk.sync import Sandbox, create_sandbox
+
+__all__ = [
+    "AppConfig",
+    "AsyncSandbox",
+    "Capabilities",
+    "ConfigError",
+    "FileRef",
+    "RunResult",
+    "Sandbox",
+    "SandboxConfig",
+    "SandboxDeps",
+    "SandboxError",
+    "SecretRef",
+    "async_sandbox",
+    "create_sandbox",
+    "load_config",
+    "parse_app_config",
+    "parse_sandbox_config",
+    "sandbox",
+    "secret",
+]

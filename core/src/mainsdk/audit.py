@@ -1,0 +1,61 @@
+"""The audit event: one per run, per session command and per refused call.
+
+It holds the SHA-256 of the code and the names of what the run was given,
+never the code, its output or a secret value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+import attrs
+
+log = logging.getLogger("mainsdk.audit")
+
+EventKind = Literal["run", "command", "refused"]
+
+
+def code_sha256(code: str) -> str:
+    """The hash an audit event carries in place of the code."""
+    return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@attrs.frozen
+class AuditEvent:
+    """What happened in one run, without what the code said or saw."""
+
+    id: str
+    kind: EventKind
+    driver: str
+    feature: str | None
+    tenant: str
+    code_sha256: str | None = None
+    language: str | None = None
+    isolation: str | None = None
+    duration: float | None = None
+    exit_code: int | None = None
+    stop: str | None = None
+    error: str | None = None  # the code a refused or failed call raised
+    hosts: tuple[str, ...] = ()
+    hosts_refused: tuple[str, ...] = ()
+    env_names: tuple[str, ...] = ()
+    cost: Decimal | None = None
+    session_id: str | None = None
+    time: str = attrs.field(factory=_now)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of the event."""
+        data = attrs.asdict(self)
+        data["hosts"] = list(self.hosts)
+        data["hosts_refused"] = list(self.hosts_refused)
+        data["env_names"] = list(self.env_names)
+        data["cost"] = None if self.cost is None else str(self.cost)
+        return data

@@ -1,0 +1,276 @@
+"""Every check a call passes before anything runs. A failed check raises; nothing has started.
+
+``plan_run`` turns a call's options into a ``RunPlan``: the limits lowered by
+the call, the hosts, the environment with secrets resolved, the files, and the
+worst-case cost, each checked against ``main.yaml`` and the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+import attrs
+
+from mainsdk import errors
+from mainsdk.config import AppConfig, Limits
+from mainsdk.driver import LANGUAGES, Capabilities, RunLimits
+from mainsdk.errors import SandboxError
+from mainsdk.hosts import host_covered, validate_host_pattern
+from mainsdk.secrets import SecretRef, SecretResolver
+from mainsdk.units import format_duration, format_size, parse_duration, parse_money, parse_size
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PRODUCTION_ENVS = frozenset({"prod", "production"})
+HostMatcher = Callable[[str], bool]
+
+
+def _invalid(message: str) -> SandboxError:
+    return SandboxError(errors.INVALID_OPTION, message)
+
+
+@attrs.frozen
+class RunPlan:
+    """A call that passed every check: what the run gets, and nothing more."""
+
+    limits: RunLimits
+    hosts: tuple[str, ...]
+    env: Mapping[str, str] = attrs.field(repr=False)  # holds secret values: never printed
+    env_names: tuple[str, ...]
+    secret_values: tuple[bytes, ...] = attrs.field(repr=False)
+    files: Mapping[str, bytes] = attrs.field(repr=False)
+    price: Decimal
+    max_cost: Decimal | None
+
+
+def is_production(environment: str | None = None) -> bool:
+    """Whether the app runs in production (``MAINSDK_ENV=production`` or ``prod``)."""
+    value = environment if environment is not None else os.environ.get("MAINSDK_ENV", "")
+    return value.strip().lower() in PRODUCTION_ENVS
+
+
+def check_driver_allowed(driver_id: str, caps: Capabilities, environment: str | None) -> None:
+    """Refuse a development-only driver in production."""
+    if not caps.production and is_production(environment):
+        raise SandboxError(
+            errors.LOCAL_IN_PRODUCTION,
+            f"the {driver_id!r} sandbox driver is refused in production; set sandbox.driver to vercel-sandbox or e2b",
+        )
+
+
+def check_language(language: str, caps: Capabilities, driver_id: str) -> None:
+    """A language core knows and the driver runs."""
+    if language not in LANGUAGES:
+        raise _invalid(f"language {language!r} is unknown; use one of {', '.join(LANGUAGES)}")
+    if language not in caps.languages:
+        raise _invalid(f"the {driver_id!r} driver does not run {language}; it runs {', '.join(sorted(caps.languages))}")
+
+
+def check_code(code: object) -> str:
+    """Code is a non-empty string."""
+    if not isinstance(code, str):
+        raise _invalid(f"code must be a string, not {type(code).__name__}")
+    if not code.strip():
+        raise _invalid("code is empty; pass the source to run as code=...")
+    return code
+
+
+def lower_limits(requested: Mapping[str, Any] | None, config: AppConfig) -> RunLimits:
+    """The call's limits, each at most the config's. A call may lower a limit, never raise it."""
+    allowed: Limits = config.sandbox.limits
+    values = {"timeout": allowed.timeout, "memory": allowed.memory, "output": allowed.output, "files": allowed.files}
+    parsers: dict[str, Callable[[Any], Any]] = {
+        "timeout": parse_duration,
+        "memory": parse_size,
+        "output": parse_size,
+        "files": parse_size,
+    }
+    formats: dict[str, Callable[[Any], str]] = {
+        "timeout": format_duration,
+        "memory": format_size,
+        "output": format_size,
+        "files": format_size,
+    }
+    for key, raw in (requested or {}).items():
+        if key in ("max-cost", "max_cost"):
+            continue  # checked with the cost
+        if key not in parsers:
+            raise _invalid(f"limits.{key} is not a limit; the limits are timeout, memory, output, files and max-cost")
+        try:
+            value = parsers[key](raw)
+        except ValueError as exc:
+            raise _invalid(f"limits.{key}: {exc}") from None
+        if value > values[key]:
+            raise _invalid(
+                f"limits.{key} {formats[key](value)} is above sandbox.limits.{key} {formats[key](values[key])}; "
+                f"a call may lower a limit, never raise it: lower it, or raise sandbox.limits.{key} in main.yaml"
+            )
+        values[key] = value
+    return RunLimits(
+        timeout=values["timeout"],
+        memory=values["memory"],
+        output=values["output"],
+        files=values["files"],
+        disk=config.permissions.disk.temp_max,
+    )
+
+
+def check_files(files: Mapping[str, str | bytes] | None, limit: int) -> dict[str, bytes]:
+    """Files go into the work folder only, by a plain relative path, and fit ``limits.files``."""
+    checked: dict[str, bytes] = {}
+    for name, content in (files or {}).items():
+        checked[check_relative_path(name, "files")] = content.encode() if isinstance(content, str) else bytes(content)
+    total = sum(len(data) for data in checked.values())
+    if total > limit:
+        raise _invalid(
+            f"files hold {format_size(total)}, above limits.files {format_size(limit)}; pass less, or raise the limit"
+        )
+    return checked
+
+
+def check_relative_path(name: object, what: str) -> str:
+    """A path inside the work folder: relative, no '..', no NUL, no empty segment."""
+    if not isinstance(name, str) or not name:
+        raise _invalid(f"{what}: a file name must be a non-empty string, not {name!r}")
+    if "\0" in name:
+        raise _invalid(f"{what}: {name!r} has a NUL byte")
+    if name.startswith("/") or "\\" in name:
+        raise _invalid(
+            f"{what}: {name!r} is absolute or uses '\\'; use a path relative to the work folder, like data.csv"
+        )
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise _invalid(f"{what}: {name!r} leaves the work folder or has an empty segment; use a plain relative path")
+    return posixpath.normpath(name)
+
+
+def check_hosts(
+    hosts: Sequence[str] | None, config: AppConfig, network_allow: HostMatcher, caps: Capabilities, driver_id: str
+) -> tuple[str, ...]:
+    """Each host must be in ``sandbox.network`` and ``network.allow``, and the driver must be able to give it."""
+    if isinstance(hosts, str):
+        raise _invalid("network must be a list of hosts, like ['pypi.org'], not a string")
+    checked: list[str] = []
+    for raw in hosts or ():
+        try:
+            host = validate_host_pattern(raw)
+        except ValueError as exc:
+            raise _invalid(f"network: {exc}") from None
+        missing = []
+        if not host_covered(host, config.sandbox.network):
+            missing.append("sandbox.network")
+        if not network_allow(host):
+            missing.append("network.allow")
+        if missing:
+            raise SandboxError(
+                errors.HOST_NOT_ALLOWED,
+                f"host {host!r} is not in {' or '.join(missing)}; add it to both sandbox.network and network.allow "
+                "in main.yaml, or drop it from the call",
+            )
+        checked.append(host)
+    if checked and not caps.network:
+        raise SandboxError(
+            errors.HOST_NOT_ALLOWED,
+            f"the {driver_id!r} driver cannot give a run network access; call it without network",
+        )
+    if any(h.startswith("*.") for h in checked) and not caps.wildcard_hosts:
+        raise _invalid(f"the {driver_id!r} driver cannot give wildcard hosts; name each host")
+    return tuple(dict.fromkeys(checked))
+
+
+def resolve_env(
+    env: Mapping[str, str | SecretRef] | None, config: AppConfig, resolver: SecretResolver
+) -> tuple[dict[str, str], tuple[bytes, ...]]:
+    """The run's environment: plain values as given, secrets only when listed under ``sandbox.secrets``.
+
+    Returns the environment and the secret values to redact from the output.
+    """
+    resolved: dict[str, str] = {}
+    secret_values: list[bytes] = []
+    for name, value in (env or {}).items():
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            raise _invalid(f"env: {name!r} is not a variable name; use letters, digits and _")
+        if isinstance(value, SecretRef):
+            if value.name not in config.sandbox.secrets:
+                raise SandboxError(
+                    errors.SECRET_NOT_ALLOWED,
+                    f"env.{name}: secret {value.name!r} is not under sandbox.secrets; list it there in main.yaml",
+                )
+            secret_value = resolver(value.name)
+            if secret_value is None:
+                raise SandboxError(
+                    errors.SECRET_NOT_ALLOWED,
+                    f"env.{name}: secret {value.name!r} is listed but has no value; set it in the app's environment",
+                )
+            resolved[name] = secret_value
+            secret_values.append(secret_value.encode())
+        elif isinstance(value, str):
+            if "\0" in value:
+                raise _invalid(f"env.{name} has a NUL byte")
+            resolved[name] = value
+        else:
+            raise _invalid(f"env.{name} must be a string or secret('NAME'), not {type(value).__name__}")
+    return resolved, tuple(secret_values)
+
+
+def check_cost(
+    max_cost: object, config: AppConfig, caps: Capabilities, timeout: float
+) -> tuple[Decimal, Decimal | None]:
+    """The worst case (price per second x timeout) must fit the call's and the config's ceiling."""
+    price = config.sandbox.price if config.sandbox.price is not None else caps.price_per_second
+    ceiling = config.sandbox.limits.max_cost
+    if max_cost is not None:
+        try:
+            requested = parse_money(max_cost)
+        except ValueError as exc:
+            raise _invalid(f"max_cost: {exc}") from None
+        if ceiling is not None and requested > ceiling:
+            raise _invalid(
+                f"max_cost ${requested} is above sandbox.limits.max-cost ${ceiling}; a call may lower it, never raise it"
+            )
+        ceiling = requested
+    worst = price * Decimal(str(timeout))
+    if ceiling is not None and worst > ceiling:
+        raise SandboxError(
+            errors.COST,
+            f"the worst case ${worst.normalize()} (${price} per second x {format_duration(timeout)}) is above the "
+            f"cost ceiling ${ceiling}; lower the timeout or raise max-cost",
+        )
+    return price, ceiling
+
+
+def plan_run(
+    *,
+    config: AppConfig,
+    caps: Capabilities,
+    driver_id: str,
+    network_allow: HostMatcher,
+    resolver: SecretResolver,
+    files: Mapping[str, str | bytes] | None,
+    network: Sequence[str] | None,
+    env: Mapping[str, str | SecretRef] | None,
+    limits: Mapping[str, Any] | None,
+    max_cost: object,
+) -> RunPlan:
+    """Check a call's options against the config and the driver, in the order a user would fix them."""
+    run_limits = lower_limits(limits, config)
+    if max_cost is None and limits is not None:
+        max_cost = limits.get("max-cost", limits.get("max_cost"))
+    checked_files = check_files(files, run_limits.files)
+    hosts = check_hosts(network, config, network_allow, caps, driver_id)
+    resolved_env, secret_values = resolve_env(env, config, resolver)
+    price, ceiling = check_cost(max_cost, config, caps, run_limits.timeout)
+    return RunPlan(
+        limits=run_limits,
+        hosts=hosts,
+        env=resolved_env,
+        env_names=tuple(sorted(resolved_env)),
+        secret_values=secret_values,
+        files=checked_files,
+        price=price,
+        max_cost=ceiling,
+    )

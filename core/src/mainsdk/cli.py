@@ -1,0 +1,158 @@
+"""The ``mainsdk`` command line: ``mainsdk sandbox run``, ``mainsdk sandbox drivers``, ``mainsdk check``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from mainsdk.config import load_config
+from mainsdk.engine import SandboxDeps
+from mainsdk.errors import SandboxError
+from mainsdk.plugins import installed_drivers
+from mainsdk.secrets import SecretRef, secret
+from mainsdk.sync import Sandbox
+
+# Exit statuses for a stopped run, after the conventions of timeout(1) and the shell.
+STOP_EXIT = {"timeout": 124, "memory": 137, "output": 141, "cost": 142}
+ERROR_EXIT = 2
+EXTENSIONS = {".py": "python", ".js": "node", ".mjs": "node", ".cjs": "node", ".sh": "bash", ".bash": "bash"}
+
+
+class UsageError(Exception):
+    """A command-line mistake, printed without a traceback."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mainsdk", description="mainsdk sandbox: run code nobody reviewed.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    sandbox = commands.add_parser("sandbox", help="run code in a sandbox, list drivers")
+    sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True)
+
+    run = sandbox_commands.add_parser("run", help="run code and print its output")
+    run.add_argument("path", nargs="?", help="a file of code, or - for stdin (default: stdin when --code is not given)")
+    run.add_argument("--code", help="the code to run")
+    run.add_argument(
+        "--language", choices=["python", "node", "bash"], help="default: from the file's extension, else python"
+    )
+    run.add_argument(
+        "--file", action="append", default=[], metavar="NAME=PATH", help="put PATH in the work folder as NAME"
+    )
+    run.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="VALUE, or secret:NAME for a secret"
+    )
+    run.add_argument("--network", action="append", default=[], metavar="HOST", help="a host the run may reach")
+    run.add_argument("--timeout", help="lower the time limit, like 5s")
+    run.add_argument("--memory", help="lower the memory limit, like 64MB")
+    run.add_argument("--output", dest="output_limit", help="lower the output limit, like 100KB")
+    run.add_argument("--feature", default="cli", help="the name of the run in the audit event (default: cli)")
+    run.add_argument("--config", help="the main.yaml to use (default: MAINSDK_CONFIG, else ./main.yaml)")
+    run.add_argument("--json", action="store_true", help="print the whole result as JSON instead of the output")
+
+    sandbox_commands.add_parser("drivers", help="list the installed drivers and their versions")
+
+    check = commands.add_parser("check", help="find unsafe code and config", add_help=False)
+    check.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _read_code(args: argparse.Namespace) -> tuple[str, str | None]:
+    if args.code is not None:
+        if args.path:
+            raise UsageError("give the code with --code or as a file, not both")
+        return args.code, None
+    if args.path and args.path != "-":
+        try:
+            return Path(args.path).read_text(), args.path
+        except OSError as exc:
+            raise UsageError(f"cannot read the code file {args.path}: {exc.strerror}") from None
+    if sys.stdin is None or (sys.stdin.isatty() and not args.path):
+        raise UsageError("no code: pass --code '...', a file, or pipe the code on stdin")
+    return sys.stdin.read(), None
+
+
+def _pairs(values: Sequence[str], option: str) -> dict[str, str]:
+    pairs = {}
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name:
+            raise UsageError(f"{option} {value!r}: use NAME=VALUE")
+        pairs[name] = rest
+    return pairs
+
+
+def _run(args: argparse.Namespace) -> int:
+    code, path = _read_code(args)
+    language = args.language or EXTENSIONS.get(Path(path).suffix if path else "", "python")
+    files: dict[str, str | bytes] = {}
+    for name, file_path in _pairs(args.file, "--file").items():
+        try:
+            files[name] = Path(file_path).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--file {name}={file_path}: {exc.strerror}") from None
+    env: dict[str, str | SecretRef] = {}
+    for name, value in _pairs(args.env, "--env").items():
+        env[name] = secret(value[len("secret:") :]) if value.startswith("secret:") else value
+    limits = {k: v for k, v in (("timeout", args.timeout), ("memory", args.memory), ("output", args.output_limit)) if v}
+    sandbox = Sandbox(SandboxDeps(config=load_config(args.config)))
+
+    def echo(stream: str, data: bytes) -> None:
+        target = sys.stdout if stream == "stdout" else sys.stderr
+        target.buffer.write(data)
+        target.flush()
+
+    result = sandbox.run(
+        code,
+        language,
+        files=files,
+        env=env,
+        network=args.network,
+        feature=args.feature,
+        limits=limits or None,
+        on_output=None if args.json else echo,
+    )
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    elif result.stop:
+        print(f"mainsdk: stopped: {result.stop} ({result.stop_code})", file=sys.stderr)
+    if result.stop:
+        return STOP_EXIT[result.stop]
+    return result.exit_code if result.exit_code is not None else 1
+
+
+def _drivers() -> int:
+    drivers = installed_drivers()
+    if not drivers:
+        print("no drivers installed; install one, like mainsdk-local (pip install mainsdk-local)")
+        return 0
+    for driver in drivers:
+        print(f"{driver.id:<16} {driver.distribution} {driver.version}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check"]:
+        from mainsdk.check import main as check_main
+
+        return check_main(argv[1:])
+    args = _parser().parse_args(argv)
+    try:
+        if args.sandbox_command == "drivers":
+            return _drivers()
+        return _run(args)
+    except SandboxError as exc:
+        print(f"mainsdk: {exc}", file=sys.stderr)
+        return ERROR_EXIT
+    except UsageError as exc:
+        print(f"mainsdk: {exc}", file=sys.stderr)
+        return ERROR_EXIT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""What core and a driver say to each other.
+
+Core does the checks, the limits it can enforce from outside (output, the
+backstop deadline, cost) and the audit; a driver starts boxes, runs commands
+in them and reports what it saw. These are the values that cross that line.
+A driver is a pluggy plugin implementing the hooks in ``mainsdk.hookspecs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from decimal import Decimal
+from typing import Any, Literal, Protocol
+
+import attrs
+
+Language = Literal["python", "node", "bash"]
+LANGUAGES: tuple[Language, ...] = ("python", "node", "bash")
+Isolation = Literal["microvm", "namespace", "weak"]
+StopReason = Literal["timeout", "memory", "output", "cost"]
+
+# The program core asks a driver to run for each language; a driver maps it to
+# its own executable (the local driver through ``sandbox.local``).
+LANGUAGE_PROGRAMS: Mapping[str, str] = {"python": "python3", "node": "node", "bash": "bash"}
+
+WORK_DIR = "/work"
+OUT_DIR = "/out"
+
+
+@attrs.frozen
+class Capabilities:
+    """What a driver can do. Core refuses cleanly what a driver declares it cannot.
+
+    The conformance suite reads the same object to skip what does not apply.
+    """
+
+    isolation: Isolation
+    languages: frozenset[str] = frozenset(LANGUAGES)
+    network: bool = False  # can give a run the hosts it names
+    wildcard_hosts: bool = False  # can give ``*.example.com``
+    memory_limit: bool = True
+    sessions: bool = False
+    production: bool = True  # False: refused when MAINSDK_ENV=production (MAIN-SANDBOX-0011)
+    price_per_second: Decimal = Decimal(0)  # the driver's own estimate; ``sandbox.price`` overrides it
+
+
+@attrs.frozen
+class RunLimits:
+    """The limits of one run, already lowered by the call and checked against the config."""
+
+    timeout: float
+    memory: int
+    output: int
+    files: int
+    disk: int
+
+
+@attrs.frozen
+class BoxSpec:
+    """A box to start: its files, its environment and what it may reach."""
+
+    id: str
+    limits: RunLimits
+    files: Mapping[str, bytes] = attrs.field(factory=dict)  # relative to the work folder
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    hosts: tuple[str, ...] = ()
+    network_policy: Any = None  # what ``mainsdk_network_policy`` returned for ``hosts``
+    idle: float | None = None  # sessions: close after this many idle seconds
+
+
+@attrs.frozen
+class Command:
+    """A program and its arguments, never a shell line. ``program`` is a name like ``python3``."""
+
+    program: str
+    args: tuple[str, ...] = ()
+    stdin: bytes | None = None
+    timeout: float = 30.0
+    env: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ExecOutcome:
+    """What a driver saw of one command. ``stop`` is set when the driver itself stopped it."""
+
+    exit_code: int | None
+    stop: StopReason | None = None
+    duration: float = 0.0
+    hosts_refused: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class OutFile:
+    """A file the code left in the out folder. ``name`` is relative to it, in posix form."""
+
+    name: str
+    data: bytes
+
+
+@attrs.frozen
+class Collected:
+    """The out folder of a box: its regular files up to the files limit, and what was left out."""
+
+    files: tuple[OutFile, ...] = ()
+    truncated: bool = False
+    skipped: tuple[tuple[str, str], ...] = ()  # (name, why)
+
+
+class OutputSink(Protocol):
+    """Where a driver sends the command's output, chunk by chunk, as it arrives."""
+
+    def stdout(self, data: bytes) -> None:
+        """Take a chunk of standard output."""
+
+    def stderr(self, data: bytes) -> None:
+        """Take a chunk of standard error."""
+
+
+class Box(Protocol):
+    """A started box, as a driver returns it. Core only reads ``id``."""
+
+    @property
+    def id(self) -> str:
+        """The box's id, unique in this process."""
+
+
+DriverFactory = Callable[..., object]

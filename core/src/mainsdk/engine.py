@@ -1,0 +1,297 @@
+"""``AsyncSandbox``: where a run goes, from the call through the checks, the driver, the limits and the audit.
+
+This is the one implementation; ``Sandbox`` (in ``mainsdk.sync``) drives it
+from synchronous code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets as token
+import time
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+import attrs
+
+from mainsdk import checks, errors
+from mainsdk.audit import AuditEvent, code_sha256
+from mainsdk.config import AppConfig
+from mainsdk.driver import LANGUAGE_PROGRAMS, Box, BoxSpec, Capabilities, Command, Isolation, StopReason
+from mainsdk.errors import SandboxError
+from mainsdk.files import FileRef, FileStore, LocalDirectoryFileStore
+from mainsdk.hookspecs import hookimpl
+from mainsdk.hosts import host_covered
+from mainsdk.limits import Listener, OutputCollector, exec_within_limits
+from mainsdk.plugins import Hooks, load_driver, make_plugin_manager
+from mainsdk.secrets import SecretRef, SecretResolver, environment_secrets
+
+# Code longer than this goes on the interpreter's stdin rather than its argv (Linux caps one argument at 128 KiB).
+ARGV_CODE_LIMIT = 100_000
+log = logging.getLogger("mainsdk")
+DEFAULT_TENANT = "default"
+
+
+@attrs.frozen
+class SandboxDeps:
+    """What a sandbox is built from; the seed's ``deps``.
+
+    ``driver``: a driver plugin (e.g. ``local_sandbox_driver(...)``); None loads
+    the one ``config.sandbox.driver`` names through its entry point.
+    ``network``: the ``network.allow`` matcher, a callable or a list of host
+    patterns; None uses ``config.network_allow``. ``secret``: resolves a secret
+    name to its value (default: the app's environment). ``files``: the FileRef
+    store (default: a private temporary directory). ``log``: an extra audit
+    sink, called with each ``AuditEvent``. ``tenancy``: returns the current
+    tenant id (default ``"default"``). ``environment``: ``production`` or
+    ``development`` (default: ``MAINSDK_ENV``). ``plugins``: extra pluggy
+    plugins; ``load_entrypoints=False`` loads no installed plugin (for tests).
+    """
+
+    config: AppConfig = attrs.field(factory=AppConfig)
+    driver: object | None = None
+    network: Callable[[str], bool] | Sequence[str] | None = None
+    secret: SecretResolver | None = None
+    files: FileStore | None = None
+    log: Callable[[AuditEvent], None] | None = None
+    tenancy: Callable[[], str] | None = None
+    environment: str | None = None
+    plugins: Sequence[object] = ()
+    load_entrypoints: bool = True
+
+
+@attrs.frozen
+class RunResult:
+    """What a run did. A stopped run has ``stop`` set; it is returned, not raised."""
+
+    id: str
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    stop: StopReason | None
+    files: tuple[FileRef, ...]
+    isolation: Isolation
+    duration: float
+    cost: Decimal
+    driver: str
+    language: str
+
+    @property
+    def stop_code(self) -> str | None:
+        """The seed's code for the stop (``MAIN-SANDBOX-0002`` for a timeout ...), or None."""
+        return errors.STOP_CODES[self.stop] if self.stop else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of the result."""
+        data = attrs.asdict(self)
+        data["cost"] = str(self.cost)
+        data["files"] = [attrs.asdict(f) for f in self.files]
+        data["stop_code"] = self.stop_code
+        return data
+
+
+class _AuditSink:
+    """Wraps ``deps.log`` as a plugin."""
+
+    def __init__(self, log: Callable[[AuditEvent], None]) -> None:
+        self._log = log
+
+    @hookimpl
+    def mainsdk_audit_event(self, event: AuditEvent) -> None:
+        self._log(event)
+
+
+def code_command(language: str, code: str, timeout: float, env: Mapping[str, str]) -> Command:
+    """The command that runs ``code``: the language's interpreter with the code in argv, or on stdin when long."""
+    program = LANGUAGE_PROGRAMS[language]
+    on_stdin = len(code.encode()) > ARGV_CODE_LIMIT
+    prefix: tuple[str, ...] = ("-E", "-s") if language == "python" else ()
+    if on_stdin:
+        stdin_flag = {"python": "-", "node": "-", "bash": "-s"}[language]
+        return Command(program, (*prefix, stdin_flag), stdin=code.encode(), timeout=timeout, env=env)
+    code_flag = {"python": "-c", "node": "-e", "bash": "-c"}[language]
+    return Command(program, (*prefix, code_flag, code), timeout=timeout, env=env)
+
+
+class AsyncSandbox:
+    """The sandbox interface for ``asyncio`` code. ``Sandbox`` is its synchronous twin."""
+
+    def __init__(self, deps: SandboxDeps | Mapping[str, Any] | None = None) -> None:
+        if deps is None:
+            deps = SandboxDeps()
+        elif not isinstance(deps, SandboxDeps):
+            deps = SandboxDeps(**deps)
+        self.deps = deps
+        self.config = deps.config
+        self.driver_id = deps.config.sandbox.driver
+        driver = deps.driver if deps.driver is not None else load_driver(self.driver_id, deps.config)
+        extra = list(deps.plugins) + ([_AuditSink(deps.log)] if deps.log else [])
+        self._pm = make_plugin_manager(driver, plugins=extra, load_entrypoints=deps.load_entrypoints)
+        self.hooks = Hooks(self._pm)
+        network = deps.network
+        if network is None:
+            network = deps.config.network_allow
+        if callable(network):
+            self._network_allow: Callable[[str], bool] = network
+        else:
+            patterns = tuple(network)
+            self._network_allow = lambda host: host_covered(host, patterns)
+        self._resolver = deps.secret or environment_secrets
+        self._store = deps.files or LocalDirectoryFileStore()
+        self._tenancy = deps.tenancy or (lambda: DEFAULT_TENANT)
+        self.files = AsyncFiles(self._store, self._tenancy)
+
+    def capabilities(self) -> Capabilities:
+        """What this sandbox's driver can do."""
+        return self.hooks.capabilities()
+
+    async def run(
+        self,
+        code: str,
+        language: str = "python",
+        *,
+        files: Mapping[str, str | bytes] | None = None,
+        network: Sequence[str] = (),
+        env: Mapping[str, str | SecretRef] | None = None,
+        feature: str | None = None,
+        limits: Mapping[str, Any] | None = None,
+        max_cost: object = None,
+        on_output: Listener | None = None,
+    ) -> RunResult:
+        """Run ``code`` in a new box and return what it did.
+
+        ``files`` go into the work folder; what the code writes to ``../out/``
+        comes back as FileRefs. ``network`` names hosts the run may reach (each
+        in ``sandbox.network`` and ``network.allow``); ``env`` the variables it
+        gets, secrets through ``secret(name)``. ``limits`` lowers the config's
+        limits (``{"timeout": "1s", "memory": "64MB"}``). ``on_output`` sees the
+        redacted output as it arrives (``"stdout"``/``"stderr"``, bytes). A run
+        stopped at a limit returns with ``stop`` set; a refused call raises
+        ``SandboxError`` and nothing runs.
+        """
+        run_id = f"run_{token.token_hex(8)}"
+        tenant = self._tenancy()
+        event = AuditEvent(
+            id=run_id,
+            kind="refused",
+            driver=self.driver_id,
+            feature=feature,
+            tenant=tenant,
+            language=language,
+            code_sha256=code_sha256(code) if isinstance(code, str) else None,
+        )
+        try:
+            caps = self.hooks.capabilities()
+            checks.check_driver_allowed(self.driver_id, caps, self.deps.environment)
+            checks.check_language(language, caps, self.driver_id)
+            code = checks.check_code(code)
+            plan = checks.plan_run(
+                config=self.config,
+                caps=caps,
+                driver_id=self.driver_id,
+                network_allow=self._network_allow,
+                resolver=self._resolver,
+                files=files,
+                network=network,
+                env=env,
+                limits=limits,
+                max_cost=max_cost,
+            )
+        except SandboxError as exc:
+            self._audit(attrs.evolve(event, error=exc.code))
+            raise
+        event = attrs.evolve(event, kind="run", isolation=caps.isolation, hosts=plan.hosts, env_names=plan.env_names)
+        started = time.monotonic()
+        try:
+            result = await self._run_planned(run_id, tenant, language, code, plan, caps, on_output)
+        except BaseException as exc:
+            error = exc.code if isinstance(exc, SandboxError) else type(exc).__name__
+            self._audit(attrs.evolve(event, error=error, duration=time.monotonic() - started))
+            raise
+        self._audit(
+            attrs.evolve(
+                event, duration=result.duration, exit_code=result.exit_code, stop=result.stop, cost=result.cost
+            )
+        )
+        return result
+
+    async def _run_planned(
+        self,
+        run_id: str,
+        tenant: str,
+        language: str,
+        code: str,
+        plan: checks.RunPlan,
+        caps: Capabilities,
+        on_output: Listener | None,
+    ) -> RunResult:
+        policy = self.hooks.network_policy(plan.hosts)
+        spec = BoxSpec(id=run_id, limits=plan.limits, files=plan.files, hosts=plan.hosts, network_policy=policy)
+        command = code_command(language, code, plan.limits.timeout, plan.env)
+        collector = OutputCollector(plan.limits.output, plan.secret_values, on_output)
+        box = await self._driver_call(self.hooks.start(spec))
+        try:
+            outcome = await exec_within_limits(
+                lambda: self._driver_call(self.hooks.exec(box, command, collector)), collector, plan.limits.timeout
+            )
+            collected = await self._driver_call(self.hooks.collect(box, plan.limits.files))
+        finally:
+            await asyncio.shield(self._stop_box(box))
+        stdout, stderr = collector.finish()
+        stop = outcome.stop
+        if stop is None and collected.truncated:
+            stop = "output"
+        refs = tuple(self._store.put(tenant, f.name, f.data) for f in collected.files)
+        cost = (plan.price * Decimal(str(round(outcome.duration, 3)))).normalize()
+        return RunResult(
+            id=run_id,
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=outcome.exit_code,
+            stop=stop,
+            files=refs,
+            isolation=caps.isolation,
+            duration=outcome.duration,
+            cost=cost,
+            driver=self.driver_id,
+            language=language,
+        )
+
+    async def _stop_box(self, box: Box) -> None:
+        try:
+            await self.hooks.stop(box)
+        except Exception:
+            # The run's result stands; a box that failed to stop is the driver's to report.
+            log.exception("driver %s failed to stop box %s", self.driver_id, box.id)
+
+    async def _driver_call(self, awaitable: Any) -> Any:
+        """Await a driver hook; an error other than SandboxError becomes MAIN-SANDBOX-0006 (an outage fails this call)."""
+        try:
+            return await awaitable
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise SandboxError(
+                errors.DRIVER_UNAVAILABLE, f"the {self.driver_id!r} driver failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _audit(self, event: AuditEvent) -> None:
+        self.hooks.audit(event, self.config)
+
+    async def aclose(self) -> None:
+        """Release what the driver holds for this process."""
+        self.hooks.shutdown()
+
+
+class AsyncFiles:
+    """The FileRefs of the current tenant."""
+
+    def __init__(self, store: FileStore, tenancy: Callable[[], str]) -> None:
+        self._store = store
+        self._tenancy = tenancy
+
+    async def read(self, ref: FileRef | str) -> bytes:
+        """The bytes of a FileRef the current tenant owns; ``MAIN-SANDBOX-0008`` otherwise."""
+        return self._store.read(self._tenancy(), ref.id if isinstance(ref, FileRef) else ref)

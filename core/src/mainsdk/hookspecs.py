@@ -1,0 +1,100 @@
+"""The pluggy hooks of mainsdk sandbox.
+
+Drivers implement the ``mainsdk_driver_*`` hooks and ``mainsdk_network_policy``;
+exactly one driver is registered with a sandbox's plugin manager, so each of
+these is ``firstresult``. Audit sinks implement ``mainsdk_audit_event``; every
+sink is called. Driver hooks return awaitables: core awaits them, so one
+implementation serves the sync and the async API.
+
+Hooks are called with keyword arguments only, and an implementation may take
+fewer arguments than its spec: a spec can grow without breaking plugins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from mainsdk.audit import AuditEvent
+    from mainsdk.config import AppConfig
+    from mainsdk.driver import Box, BoxSpec, Capabilities, Collected, Command, ExecOutcome, OutputSink
+
+PROJECT = "mainsdk"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec(firstresult=True)
+def mainsdk_driver_capabilities() -> Capabilities:
+    """Say what the driver can do. Called by core before every run, so it may probe lazily."""
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def mainsdk_driver_start(spec: BoxSpec) -> Awaitable[Box]:
+    """Start a box with ``spec.files`` in its work folder and ``spec.network_policy`` in force.
+
+    Raise ``SandboxError(DRIVER_UNAVAILABLE)`` when the backend cannot be reached.
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def mainsdk_driver_exec(box: Box, command: Command, output: OutputSink) -> Awaitable[ExecOutcome]:
+    """Run ``command`` in ``box``, sending its output to ``output`` as it arrives.
+
+    The driver enforces ``command.timeout`` and reports ``stop="timeout"`` (and
+    ``"memory"`` when it killed the code at its memory limit). When the awaiting
+    task is cancelled, the driver kills the command's whole process tree before
+    re-raising: core cancels to enforce the output limit and its own deadline.
+    A command must never be sent twice.
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def mainsdk_driver_write_file(box: Box, path: str, data: bytes) -> Awaitable[None]:
+    """Write ``data`` to ``path`` (relative to the work folder, already checked by core)."""
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def mainsdk_driver_read_file(box: Box, path: str) -> Awaitable[bytes]:
+    """Read ``path`` (relative to the work folder; ``../out/...`` for the out folder)."""
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def mainsdk_driver_collect(box: Box, max_bytes: int) -> Awaitable[Collected]:
+    """Return the regular files of the out folder, at most ``max_bytes`` in all, never following links."""
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def mainsdk_driver_stop(box: Box) -> Awaitable[None]:
+    """Stop the box and remove everything it held. Called always, also after errors and cancels."""
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def mainsdk_network_policy(hosts: Sequence[str]) -> Any:
+    """Translate the hosts a run may reach into the backend's egress policy (no hosts: nothing out)."""
+    raise NotImplementedError
+
+
+@hookspec
+def mainsdk_audit_event(event: AuditEvent, config: AppConfig) -> None:
+    """Record one audit event. Called once per run, per session command and per refused call.
+
+    ``config`` is the app config, for sinks that read their settings from it.
+    The event never holds code, output or secret values. A sink must not raise;
+    if it does, core logs the failure and goes on.
+    """
+
+
+@hookspec
+def mainsdk_driver_shutdown() -> None:
+    """Release what the driver holds for the whole process (helper processes, clients). May be called twice."""

@@ -1,0 +1,121 @@
+"""The limits core enforces from outside the driver: output, the backstop deadline and cancellation.
+
+A driver kills at the time limit itself; core cuts output at ``limits.output``
+and, should a driver overrun its deadline, cancels the command a grace period
+later so no backend can hold a run past its limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+
+import attrs
+
+from mainsdk.driver import ExecOutcome, StopReason
+from mainsdk.redact import StreamRedactor
+
+# How long past its timeout core waits for a driver before cancelling the command itself.
+DEADLINE_GRACE = 5.0
+
+Listener = Callable[[str, bytes], None]
+
+
+class OutputCollector:
+    """Collects stdout and stderr up to a shared byte limit, redacting as it goes.
+
+    When the limit is passed, the output is cut exactly at it and ``full`` is set,
+    which tells the run to stop the command. ``listener``, if given, sees the
+    redacted chunks as they are released (``"stdout"`` or ``"stderr"``, bytes).
+    """
+
+    def __init__(self, limit: int, secret_values: Iterable[bytes], listener: Listener | None = None) -> None:
+        values = tuple(secret_values)
+        self._limit = limit
+        self._taken = 0
+        self._redactors = {"stdout": StreamRedactor(values), "stderr": StreamRedactor(values)}
+        self._parts: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+        self._listener = listener
+        self.cut = False
+        self.full = asyncio.Event()
+
+    def stdout(self, data: bytes) -> None:
+        """Take a chunk of standard output."""
+        self._take("stdout", data)
+
+    def stderr(self, data: bytes) -> None:
+        """Take a chunk of standard error."""
+        self._take("stderr", data)
+
+    def _take(self, stream: str, data: bytes) -> None:
+        room = self._limit - self._taken
+        if len(data) > room:
+            data = data[: max(room, 0)]
+            if not self.cut:
+                self.cut = True
+                self.full.set()
+        if not data:
+            return
+        self._taken += len(data)
+        self._release(stream, self._redactors[stream].feed(data))
+
+    def _release(self, stream: str, data: bytes) -> None:
+        if data:
+            self._parts[stream].append(data)
+            if self._listener is not None:
+                self._listener(stream, data)
+
+    def finish(self) -> tuple[str, str]:
+        """Flush both streams and return them as text (undecodable bytes replaced)."""
+        for stream, redactor in self._redactors.items():
+            self._release(stream, redactor.finish(cut=self.cut))
+        return tuple(b"".join(self._parts[s]).decode("utf-8", "replace") for s in ("stdout", "stderr"))  # type: ignore[return-value]
+
+
+@attrs.frozen
+class LimitedOutcome:
+    """A command's outcome once core's limits are applied."""
+
+    exit_code: int | None
+    stop: StopReason | None
+    duration: float
+    hosts_refused: tuple[str, ...] = ()
+
+
+async def exec_within_limits(
+    start_exec: Callable[[], Awaitable[ExecOutcome]], collector: OutputCollector, timeout: float
+) -> LimitedOutcome:
+    """Run one command, stopping it when its output passes the limit or the driver overruns its deadline.
+
+    Cancelling the caller cancels the command, and waits for the driver to kill it.
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    task = asyncio.ensure_future(start_exec())
+    full = asyncio.ensure_future(collector.full.wait())
+    try:
+        await asyncio.wait({task, full}, timeout=timeout + DEADLINE_GRACE, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        await _cancel_and_wait(task)
+        raise
+    finally:
+        full.cancel()
+    if task.done() and not collector.cut:
+        outcome = task.result()
+        return LimitedOutcome(outcome.exit_code, outcome.stop, outcome.duration, outcome.hosts_refused)
+    if task.done():
+        outcome = task.result()
+        return LimitedOutcome(outcome.exit_code, outcome.stop or "output", outcome.duration, outcome.hosts_refused)
+    await _cancel_and_wait(task)
+    stop: StopReason = "output" if collector.cut else "timeout"
+    return LimitedOutcome(None, stop, loop.time() - started)
+
+
+async def _cancel_and_wait(task: asyncio.Future[ExecOutcome]) -> None:
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    except Exception:  # noqa: BLE001 - the command is being stopped; its own error no longer matters
+        pass

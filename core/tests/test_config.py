@@ -1,0 +1,405 @@
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from mainsdk.config import (
+    AppConfig,
+    E2BConfig,
+    Limits,
+    LocalPrograms,
+    SandboxConfig,
+    VercelConfig,
+    load_config,
+    load_config_text,
+    parse_app_config,
+    parse_sandbox_config,
+)
+from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem
+
+MB = 1024 * 1024
+
+SEED_EXAMPLE = """\
+sandbox:
+  driver: vercel-sandbox
+  limits: { timeout: 30s, memory: 512MB, output: 1MB, files: 50MB, max-cost: $0.05 }
+  network: [pypi.org]                # the most any run may get; must also be in network.allow
+  secrets: [OPENWEATHER_KEY]         # the only secrets a run may be given
+  vercel: { token: "secret:VERCEL_TOKEN", project: prj_123 }
+network:
+  allow: [pypi.org]
+"""
+
+
+def problems_of(text: str) -> list[tuple[str, str, int | None]]:
+    """(code, key, line) of every problem that loading ``text`` reports."""
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text)
+    return [(p.code, p.key, p.line) for p in caught.value.problems]
+
+
+def only_problem(text: str) -> ConfigProblem:
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text)
+    assert len(caught.value.problems) == 1, caught.value.problems
+    return caught.value.problems[0]
+
+
+# --- Defaults and a full config ---------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", [None, {}])
+def test_empty_sandbox_section_gets_every_default(raw: object) -> None:
+    config = parse_sandbox_config(raw)
+    assert config == SandboxConfig()
+    assert config.driver == "local"
+    assert config.limits == Limits(timeout=30.0, memory=512 * MB, output=1 * MB, files=50 * MB, max_cost=None)
+    assert config.local == LocalPrograms(python="python3", node="node", bash="bash")
+    assert config.network == ()
+    assert config.secrets == ()
+
+
+def test_null_subsections_get_their_defaults() -> None:
+    config = load_config_text("sandbox:\n  limits:\n  local:\n  network:\n")
+    assert config.sandbox == SandboxConfig()
+
+
+def test_partial_limits_keep_the_other_defaults() -> None:
+    config = parse_sandbox_config({"limits": {"timeout": "2m"}})
+    assert config.limits == Limits(timeout=120.0)
+
+
+def test_seed_configuration_example() -> None:
+    config = load_config_text(SEED_EXAMPLE, source="main.yaml")
+    sandbox = config.sandbox
+    assert sandbox.driver == "vercel-sandbox"
+    assert sandbox.limits.timeout == 30.0
+    assert sandbox.limits.memory == 512 * 1024 * 1024
+    assert sandbox.limits.output == 1024 * 1024
+    assert sandbox.limits.files == 50 * 1024 * 1024
+    assert sandbox.limits.max_cost == Decimal("0.05")
+    assert sandbox.network == ("pypi.org",)
+    assert sandbox.secrets == ("OPENWEATHER_KEY",)
+    assert sandbox.vercel == VercelConfig(token="secret:VERCEL_TOKEN", project="prj_123", team=None, runtime=None)
+    assert sandbox.e2b == E2BConfig()
+    assert sandbox.price is None
+    assert config.network_allow == ("pypi.org",)
+    assert config.permissions.processes is None
+    assert config.permissions.disk.temp_max == 1024 * MB
+    assert config.source == Path("main.yaml")
+
+
+def test_quick_start_example_reads_permissions() -> None:
+    config = load_config_text(
+        """\
+sandbox:
+  driver: local
+  local: { python: python3 }
+permissions:
+  processes: [python3]
+  disk: { temp: { max: 1GB } }
+"""
+    )
+    assert config.sandbox.driver == "local"
+    assert config.permissions.processes == ("python3",)
+    assert config.permissions.disk.temp_max == 1024 * MB
+
+
+def test_every_sandbox_key() -> None:
+    config = parse_sandbox_config(
+        {
+            "driver": "e2b",
+            "limits": {"timeout": "500ms", "memory": "1GiB", "output": "64KB", "files": "10B", "max-cost": "$1"},
+            "network": ["*.PyPI.org", "203.0.113.7"],
+            "secrets": ["_A", "b2"],
+            "local": {"python": "/usr/bin/python3.12", "node": "nodejs", "bash": "/bin/bash"},
+            "vercel": {"token": "secret:T", "project": "p", "team": "t", "runtime": "python3.13"},
+            "e2b": {"key": "secret:K", "template": "base"},
+            "price": "$0.0001",
+        }
+    )
+    assert config == SandboxConfig(
+        driver="e2b",
+        limits=Limits(timeout=0.5, memory=1024 * MB, output=64 * 1024, files=10, max_cost=Decimal(1)),
+        network=("*.pypi.org", "203.0.113.7"),
+        secrets=("_A", "b2"),
+        local=LocalPrograms(python="/usr/bin/python3.12", node="nodejs", bash="/bin/bash"),
+        vercel=VercelConfig(token="secret:T", project="p", team="t", runtime="python3.13"),
+        e2b=E2BConfig(key="secret:K", template="base"),
+        price=Decimal("0.0001"),
+    )
+
+
+def test_other_sections_are_kept_as_plain_python() -> None:
+    config = load_config_text(
+        """\
+app: { name: demo, ratio: 1.5, on: true }
+network:
+  allow: [pypi.org]
+  proxy: corp        # another interface's key: not ours to refuse
+permissions:
+  env: [HOME]
+sandbox: {}
+"""
+    )
+    assert config.other == {
+        "app": {"name": "demo", "ratio": 1.5, "on": True},
+        "network": {"allow": ["pypi.org"], "proxy": "corp"},
+        "permissions": {"env": ["HOME"]},
+    }
+    app = config.other["app"]
+    # ruamel's ScalarFloat and CommentedMap are gone.
+    assert type(app) is dict
+    assert type(app["ratio"]) is float
+    assert type(config.other["network"]["allow"]) is list
+
+
+def test_parse_app_config_of_a_plain_dict() -> None:
+    config = parse_app_config(
+        {"sandbox": {"driver": "local"}, "network": {"allow": ["PyPI.org"]}, "permissions": {"processes": []}}
+    )
+    assert config.network_allow == ("pypi.org",)
+    assert config.permissions.processes == ()
+    assert config.source is None
+
+
+# --- Problems -------------------------------------------------------------------
+
+
+def test_unknown_key_names_its_dotted_path_line_and_the_valid_keys() -> None:
+    problem = only_problem("# my app\nsandbox:\n  driver: local\n  limitz: { timeout: 10s }\n")
+    assert problem.code == UNKNOWN_CONFIG_KEY == "MAIN-CONFIG-0003"
+    assert problem.key == "sandbox.limitz"
+    assert (problem.line, problem.column) == (4, 3)
+    assert problem.message == (
+        "unknown key; the keys here are: driver, limits, network, secrets, local, vercel, e2b, price;"
+        ' did you mean "limits"?'
+    )
+
+
+def test_unknown_nested_key_suggests_the_renamed_key() -> None:
+    problem = only_problem("sandbox:\n  limits:\n    timeout: 10s\n    max_cost: $1\n")
+    assert (problem.code, problem.key, problem.line) == (UNKNOWN_CONFIG_KEY, "sandbox.limits.max_cost", 4)
+    assert problem.message.endswith('did you mean "max-cost"?')
+
+
+def test_unknown_key_without_a_close_match_has_no_suggestion() -> None:
+    problem = only_problem("sandbox:\n  zzz: 1\n")
+    assert problem.key == "sandbox.zzz"
+    assert "did you mean" not in problem.message
+
+
+def test_three_problems_in_one_file_are_all_reported_with_their_lines() -> None:
+    text = """\
+sandbox:
+  driver: local
+  limits:
+    timeout: 30x
+    memory: 512MB
+  secretz: [A]
+  network: [pypi.org, "https://files.pythonhosted.org"]
+"""
+    assert problems_of(text) == [
+        (INVALID_OPTION, "sandbox.limits.timeout", 4),
+        (UNKNOWN_CONFIG_KEY, "sandbox.secretz", 6),
+        (INVALID_OPTION, "sandbox.network[1]", 7),
+    ]
+
+
+def test_problems_across_sections_are_all_reported() -> None:
+    text = """\
+sandbox:
+  driver: Vercel
+network:
+  allow: [pypi.org:443]
+permissions:
+  processes: python3
+  disk: { temp: { max: 0MB } }
+"""
+    assert problems_of(text) == [
+        (INVALID_OPTION, "sandbox.driver", 2),
+        (INVALID_OPTION, "network.allow[0]", 4),
+        (INVALID_OPTION, "permissions.processes", 6),
+        (INVALID_OPTION, "permissions.disk.temp.max", 7),
+    ]
+
+
+def test_bad_unit_keeps_the_unit_message() -> None:
+    problem = only_problem("sandbox:\n  limits: { timeout: 30x }\n")
+    assert problem.code == INVALID_OPTION == "MAIN-SANDBOX-0001"
+    assert problem.key == "sandbox.limits.timeout"
+    assert problem.message == '"30x" is not a duration: use a number with s, ms, m or h, like 30s'
+    assert problem.line == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        ("sandbox:\n  limits: { memory: 512XB }\n", "sandbox.limits.memory", '"512XB" is not a size'),
+        ("sandbox:\n  limits: { max-cost: five }\n", "sandbox.limits.max-cost", '"five" is not an amount of money'),
+        ("sandbox:\n  price: -0.1\n", "sandbox.price", "-0.1 is not an amount of money"),
+        ("sandbox:\n  driver: ''\n", "sandbox.driver", "must not be empty"),
+        ("sandbox:\n  driver: Vercel_Sandbox\n", "sandbox.driver", '"Vercel_Sandbox" is not a driver id'),
+        ("sandbox:\n  secrets: [1KEY]\n", "sandbox.secrets[0]", '"1KEY" is not a secret name'),
+        ("sandbox:\n  secrets: [OK, my-key]\n", "sandbox.secrets[1]", '"my-key" is not a secret name'),
+        (
+            "sandbox:\n  local: { ruby: ruby }\n",
+            "sandbox.local.ruby",
+            "unknown key; the keys here are: python, node, bash",
+        ),
+        ("sandbox:\n  local: { python: '' }\n", "sandbox.local.python", "must not be empty"),
+        (
+            "sandbox:\n  vercel: { project: 123 }\n",
+            "sandbox.vercel.project",
+            "expected text, not 123 (put it in quotes)",
+        ),
+        ("sandbox:\n  e2b: { key: secret:K, tmpl: x }\n", "sandbox.e2b.tmpl", 'did you mean "template"?'),
+    ],
+)
+def test_invalid_values_name_their_key(text: str, key: str, message: str) -> None:
+    problem = only_problem(text)
+    assert problem.key == key
+    assert problem.line == 2
+    assert message in problem.message
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        ("sandbox:\n  network: pypi.org\n", "sandbox.network", 'expected a list like [pypi.org], not "pypi.org"'),
+        ("sandbox:\n  secrets: KEY\n", "sandbox.secrets", 'expected a list like [OPENWEATHER_KEY], not "KEY"'),
+        ("sandbox:\n  driver: [local]\n", "sandbox.driver", "expected text, not a list"),
+        ("sandbox:\n  limits: { timeout: [30s] }\n", "sandbox.limits.timeout", "a list is not a duration"),
+        ("sandbox:\n  local: { python: [python3] }\n", "sandbox.local.python", "expected text, not a list"),
+        ("sandbox:\n  limits: 30s\n", "sandbox.limits", "expected a mapping with the keys timeout, memory"),
+        ("sandbox:\n  local: [python3]\n", "sandbox.local", "expected a mapping with the keys python, node, bash"),
+        ("sandbox: local\n", "sandbox", "expected a mapping with the keys driver, limits, network, secrets, local"),
+        ("network: [pypi.org]\n", "network", "expected a mapping, not a list"),
+        ("permissions:\n  disk: 1GB\n", "permissions.disk", 'expected a mapping, not "1GB"'),
+    ],
+)
+def test_list_where_a_scalar_belongs_and_the_reverse(text: str, key: str, message: str) -> None:
+    problem = only_problem(text)
+    assert problem.code == INVALID_OPTION
+    assert problem.key == key
+    assert problem.message.startswith(message)
+
+
+def test_every_bad_list_item_is_reported_at_its_own_line() -> None:
+    text = "sandbox:\n  network:\n    - pypi.org\n    - '*'\n    - a.*.com\n"
+    assert problems_of(text) == [
+        (INVALID_OPTION, "sandbox.network[1]", 4),
+        (INVALID_OPTION, "sandbox.network[2]", 5),
+    ]
+
+
+def test_plain_dict_problems_are_collected_without_lines() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_sandbox_config({"driver": "x y", "limitz": {}, "limits": {"files": "1.5B"}}, source="raw")
+    assert [(p.code, p.key, p.line, p.source) for p in caught.value.problems] == [
+        (INVALID_OPTION, "sandbox.driver", None, "raw"),
+        (INVALID_OPTION, "sandbox.limits.files", None, "raw"),
+        (UNKNOWN_CONFIG_KEY, "sandbox.limitz", None, "raw"),
+    ]
+
+
+def test_yaml_syntax_error_has_its_line() -> None:
+    problem = only_problem("sandbox:\n  driver: local\n  limits: { timeout: 30s\nnetwork: {}\n")
+    assert problem.code == INVALID_OPTION
+    assert problem.key == "main.yaml"
+    assert problem.message.startswith("not valid YAML:")
+    assert problem.line == 4
+
+
+def test_duplicate_key_is_a_syntax_error_at_the_second_key() -> None:
+    problem = only_problem("sandbox:\n  driver: local\n  driver: e2b\n")
+    assert problem.key == "main.yaml"
+    assert "duplicate key" in problem.message
+    assert problem.line == 3
+
+
+@pytest.mark.parametrize("text", ["- sandbox\n", "just text\n", "42\n"])
+def test_top_level_that_is_not_a_mapping_is_refused(text: str) -> None:
+    problem = only_problem(text)
+    assert problem.key == "main.yaml"
+    assert problem.message.startswith("the top level must be a mapping")
+
+
+def test_empty_file_is_every_default() -> None:
+    assert load_config_text("# nothing here yet\n") == AppConfig()
+
+
+def test_problem_text_reads_file_line_key_message_code() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config_text("sandbox:\n  limitz: {}\n", source="app/main.yaml")
+    assert str(caught.value.problems[0]).startswith("app/main.yaml line 2: sandbox.limitz: unknown key;")
+    assert caught.value.code == UNKNOWN_CONFIG_KEY
+
+
+# --- Finding the file ----------------------------------------------------------
+
+
+def test_mainsdk_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config_file = tmp_path / "custom.yaml"
+    config_file.write_text("sandbox:\n  driver: e2b\n")
+    (tmp_path / "main.yaml").write_text("sandbox:\n  driver: local\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MAINSDK_CONFIG", str(config_file))
+    config = load_config()
+    assert config.sandbox.driver == "e2b"
+    assert config.source == config_file
+
+
+def test_problems_name_the_file_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config_file = tmp_path / "bad.yaml"
+    config_file.write_text("sandbox:\n  driver: local\n  limitz: {}\n")
+    monkeypatch.setenv("MAINSDK_CONFIG", str(config_file))
+    with pytest.raises(ConfigError) as caught:
+        load_config()
+    problem = caught.value.problems[0]
+    assert (problem.source, problem.key, problem.line) == (str(config_file), "sandbox.limitz", 3)
+
+
+def test_mainsdk_config_naming_a_missing_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MAINSDK_CONFIG", str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigError) as caught:
+        load_config()
+    problem = caught.value.problems[0]
+    assert problem.key == "MAINSDK_CONFIG"
+    assert "missing.yaml" in problem.message
+
+
+def test_main_yaml_in_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MAINSDK_CONFIG", raising=False)
+    (tmp_path / "main.yaml").write_text("sandbox:\n  driver: vercel-sandbox\n")
+    monkeypatch.chdir(tmp_path)
+    config = load_config()
+    assert config.sandbox.driver == "vercel-sandbox"
+    assert config.source == Path("main.yaml")
+
+
+def test_explicit_path_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    chosen = tmp_path / "chosen.yaml"
+    chosen.write_text("sandbox:\n  limits: { timeout: 5s }\n")
+    monkeypatch.setenv("MAINSDK_CONFIG", str(tmp_path / "missing.yaml"))
+    assert load_config(chosen).sandbox.limits.timeout == 5.0
+
+
+def test_no_file_gives_the_embedded_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MAINSDK_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    config = load_config()
+    assert config == AppConfig()
+    assert config.source is None
+    assert config.sandbox.driver == "local"
+    assert config.sandbox.local == LocalPrograms(python="python3", node="node", bash="bash")
+    assert config.permissions.processes is None
+
+
+def test_yaml_syntax_error_in_a_file_has_its_line(tmp_path: Path) -> None:
+    broken = tmp_path / "main.yaml"
+    broken.write_text("sandbox:\n  driver: local\n\tlimits: {}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(broken)
+    problem = caught.value.problems[0]
+    assert (problem.key, problem.line, problem.source) == ("main.yaml", 3, str(broken))
