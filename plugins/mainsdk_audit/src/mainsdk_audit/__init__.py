@@ -1,0 +1,1 @@
+"""Audit sinks for mainsdk sandbox."""
