@@ -12,12 +12,15 @@ from mainsdk.engine import AsyncSandbox, RunResult, SandboxDeps
 from mainsdk.errors import ConfigError, SandboxError
 from mainsdk.files import FileRef
 from mainsdk.secrets import SecretRef, secret
-from mainsdk.sync import Sandbox, create_sandbox
+from mainsdk.sessions import AsyncSession, CommandResult
+from mainsdk.sync import Sandbox, Session, create_sandbox
 
 __all__ = [
     "AppConfig",
     "AsyncSandbox",
+    "AsyncSession",
     "Capabilities",
+    "CommandResult",
     "ConfigError",
     "FileRef",
     "RunResult",
@@ -26,6 +29,7 @@ __all__ = [
     "SandboxDeps",
     "SandboxError",
     "SecretRef",
+    "Session",
     "async_sandbox",
     "create_sandbox",
     "load_config",

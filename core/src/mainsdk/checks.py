@@ -230,7 +230,7 @@ def check_cost(
             raise _invalid(f"max_cost: {exc}") from None
         if ceiling is not None and requested > ceiling:
             raise _invalid(
-                f"max_cost ${requested} is above sandbox.limits.max-cost ${ceiling}; a call may lower it, never raise it"
+                f"max_cost ${requested} is above sandbox.limits.max-cost ${ceiling}; a call may lower it, not raise it"
             )
         ceiling = requested
     worst = price * Decimal(str(timeout))
@@ -241,6 +241,14 @@ def check_cost(
             f"cost ceiling ${ceiling}; lower the timeout or raise max-cost",
         )
     return price, ceiling
+
+
+def check_idle(idle: object) -> float:
+    """A session's idle timeout: a positive duration."""
+    try:
+        return parse_duration(idle)
+    except ValueError as exc:
+        raise _invalid(f"idle: {exc}") from None
 
 
 def plan_run(

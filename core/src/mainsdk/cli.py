@@ -53,6 +53,14 @@ def _parser() -> argparse.ArgumentParser:
 
     sandbox_commands.add_parser("drivers", help="list the installed drivers and their versions")
 
+    mcp = sandbox_commands.add_parser("mcp", help="serve the code-runner action over MCP on stdio")
+    mcp.add_argument("--name", default="code.run", help="the action's name (default: code.run)")
+    mcp.add_argument("--intent", default="Run code", help="what the tool is for, shown to the model")
+    mcp.add_argument(
+        "--language", action="append", choices=["python", "node", "bash"], help="allowed languages (default: python)"
+    )
+    mcp.add_argument("--config", help="the main.yaml to use (default: MAINSDK_CONFIG, else ./main.yaml)")
+
     check = commands.add_parser("check", help="find unsafe code and config", add_help=False)
     check.add_argument("args", nargs=argparse.REMAINDER)
     return parser
@@ -122,6 +130,17 @@ def _run(args: argparse.Namespace) -> int:
     return result.exit_code if result.exit_code is not None else 1
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    try:
+        from mainsdk.mcp_server import languages_option, serve_stdio
+    except ImportError as exc:
+        raise UsageError(f"the MCP server needs the mcp package: pip install 'mainsdk[mcp]' ({exc})") from None
+    sandbox = Sandbox(SandboxDeps(config=load_config(args.config)))
+    action = sandbox.action(name=args.name, intent=args.intent, languages=languages_option(args.language))
+    serve_stdio(action)
+    return 0
+
+
 def _drivers() -> int:
     drivers = installed_drivers()
     if not drivers:
@@ -143,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.sandbox_command == "drivers":
             return _drivers()
+        if args.sandbox_command == "mcp":
+            return _mcp(args)
         return _run(args)
     except SandboxError as exc:
         print(f"mainsdk: {exc}", file=sys.stderr)

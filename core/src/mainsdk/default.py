@@ -26,9 +26,11 @@ def shared_async_sandbox() -> AsyncSandbox:
 
 
 def reset_default_sandbox() -> None:
-    """Forget the built sandbox, so the next use reads ``main.yaml`` again (for tests and reloads)."""
+    """Release the built sandbox's driver and forget it: the next use reads ``main.yaml`` again."""
     with _lock:
-        _shared.clear()
+        built = _shared.pop("sandbox", None)
+    if built is not None:
+        built.hooks.shutdown()
 
 
 class _Lazy:

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from mainsdk import checks, errors
+from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.config import AppConfig
 from mainsdk.driver import LANGUAGE_PROGRAMS, Box, BoxSpec, Capabilities, Command, Isolation, StopReason
@@ -24,9 +25,10 @@ from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef, FileStore, LocalDirectoryFileStore
 from mainsdk.hookspecs import hookimpl
 from mainsdk.hosts import host_covered
-from mainsdk.limits import Listener, OutputCollector, exec_within_limits
+from mainsdk.limits import LimitedOutcome, Listener, OutputCollector, cost_of, exec_within_limits
 from mainsdk.plugins import Hooks, load_driver, make_plugin_manager
 from mainsdk.secrets import SecretRef, SecretResolver, environment_secrets
+from mainsdk.sessions import DEFAULT_IDLE, AsyncSession, SessionOpener, find_session
 
 # Code longer than this goes on the interpreter's stdin rather than its argv (Linux caps one argument at 128 KiB).
 ARGV_CODE_LIMIT = 100_000
@@ -46,7 +48,9 @@ class SandboxDeps:
     store (default: a private temporary directory). ``log``: an extra audit
     sink, called with each ``AuditEvent``. ``tenancy``: returns the current
     tenant id (default ``"default"``). ``environment``: ``production`` or
-    ``development`` (default: ``MAINSDK_ENV``). ``plugins``: extra pluggy
+    ``development`` (default: ``MAINSDK_ENV``). ``agents``: the budget
+    ``sandbox.action`` charges; ``access``: the approval rule it consults.
+    ``plugins``: extra pluggy
     plugins; ``load_entrypoints=False`` loads no installed plugin (for tests).
     """
 
@@ -58,6 +62,8 @@ class SandboxDeps:
     log: Callable[[AuditEvent], None] | None = None
     tenancy: Callable[[], str] | None = None
     environment: str | None = None
+    agents: AgentBudget | None = None
+    access: AccessRule | None = None
     plugins: Sequence[object] = ()
     load_entrypoints: bool = True
 
@@ -90,6 +96,15 @@ class RunResult:
         data["files"] = [attrs.asdict(f) for f in self.files]
         data["stop_code"] = self.stop_code
         return data
+
+
+@attrs.frozen
+class Executed:
+    """A command's outcome under core's limits, with its redacted output."""
+
+    outcome: LimitedOutcome
+    stdout: str
+    stderr: str
 
 
 class _AuditSink:
@@ -142,6 +157,7 @@ class AsyncSandbox:
         self._store = deps.files or LocalDirectoryFileStore()
         self._tenancy = deps.tenancy or (lambda: DEFAULT_TENANT)
         self.files = AsyncFiles(self._store, self._tenancy)
+        self._sessions: dict[str, AsyncSession] = {}
 
     def capabilities(self) -> Capabilities:
         """What this sandbox's driver can do."""
@@ -230,34 +246,129 @@ class AsyncSandbox:
         policy = self.hooks.network_policy(plan.hosts)
         spec = BoxSpec(id=run_id, limits=plan.limits, files=plan.files, hosts=plan.hosts, network_policy=policy)
         command = code_command(language, code, plan.limits.timeout, plan.env)
-        collector = OutputCollector(plan.limits.output, plan.secret_values, on_output)
         box = await self._driver_call(self.hooks.start(spec))
         try:
-            outcome = await exec_within_limits(
-                lambda: self._driver_call(self.hooks.exec(box, command, collector)), collector, plan.limits.timeout
-            )
+            executed = await self.execute(box, command, plan.limits.output, plan.secret_values, on_output)
             collected = await self._driver_call(self.hooks.collect(box, plan.limits.files))
         finally:
             await asyncio.shield(self._stop_box(box))
-        stdout, stderr = collector.finish()
+        outcome = executed.outcome
         stop = outcome.stop
         if stop is None and collected.truncated:
             stop = "output"
         refs = tuple(self._store.put(tenant, f.name, f.data) for f in collected.files)
-        cost = (plan.price * Decimal(str(round(outcome.duration, 3)))).normalize()
         return RunResult(
             id=run_id,
-            stdout=stdout,
-            stderr=stderr,
+            stdout=executed.stdout,
+            stderr=executed.stderr,
             exit_code=outcome.exit_code,
             stop=stop,
             files=refs,
             isolation=caps.isolation,
             duration=outcome.duration,
-            cost=cost,
+            cost=cost_of(plan.price, outcome.duration),
             driver=self.driver_id,
             language=language,
         )
+
+    async def execute(
+        self,
+        box: Box,
+        command: Command,
+        output_limit: int,
+        secret_values: Sequence[bytes],
+        on_output: Listener | None = None,
+    ) -> Executed:
+        """Run one command in a started box under core's limits: output cut and redacted, backstop deadline."""
+        collector = OutputCollector(output_limit, secret_values, on_output)
+        outcome = await exec_within_limits(
+            lambda: self._driver_call(self.hooks.exec(box, command, collector)), collector, command.timeout
+        )
+        stdout, stderr = collector.finish()
+        return Executed(outcome, stdout, stderr)
+
+    def action(
+        self,
+        *,
+        name: str = "code.run",
+        intent: str = "Run code",
+        languages: Sequence[str] = ("python",),
+        risk: Risk = "write",
+        feature: str | None = None,
+    ) -> CodeRunAction:
+        """A code-runner action for agents; see ``mainsdk.action``."""
+        return CodeRunAction(self, name=name, intent=intent, languages=languages, risk=risk, feature=feature)
+
+    def create(
+        self,
+        *,
+        feature: str | None = None,
+        idle: object = DEFAULT_IDLE,
+        files: Mapping[str, str | bytes] | None = None,
+        network: Sequence[str] = (),
+        env: Mapping[str, str | SecretRef] | None = None,
+        limits: Mapping[str, Any] | None = None,
+        max_cost: object = None,
+    ) -> SessionOpener:
+        """Open a session: one box kept across commands, closed after ``idle`` (default 5 minutes) without a call.
+
+        Await it (``session = await async_sandbox.create(...)``) or use it as
+        ``async with``. The options are ``run``'s; every command gets the
+        session's limits, hosts and environment.
+        """
+        return SessionOpener(lambda: self._open_session(feature, idle, files, network, env, limits, max_cost))
+
+    async def _open_session(
+        self,
+        feature: str | None,
+        idle: object,
+        files: Mapping[str, str | bytes] | None,
+        network: Sequence[str],
+        env: Mapping[str, str | SecretRef] | None,
+        limits: Mapping[str, Any] | None,
+        max_cost: object,
+    ) -> AsyncSession:
+        session_id = f"ses_{token.token_hex(12)}"
+        tenant = self._tenancy()
+        event = AuditEvent(id=session_id, kind="refused", driver=self.driver_id, feature=feature, tenant=tenant)
+        try:
+            caps = self.hooks.capabilities()
+            checks.check_driver_allowed(self.driver_id, caps, self.deps.environment)
+            if not caps.sessions:
+                raise SandboxError(errors.INVALID_OPTION, f"the {self.driver_id!r} driver cannot keep a session open")
+            idle_seconds = checks.check_idle(idle)
+            plan = checks.plan_run(
+                config=self.config,
+                caps=caps,
+                driver_id=self.driver_id,
+                network_allow=self._network_allow,
+                resolver=self._resolver,
+                files=files,
+                network=network,
+                env=env,
+                limits=limits,
+                max_cost=max_cost,
+            )
+        except SandboxError as exc:
+            self._audit(attrs.evolve(event, error=exc.code, session_id=session_id))
+            raise
+        policy = self.hooks.network_policy(plan.hosts)
+        spec = BoxSpec(
+            id=session_id,
+            limits=plan.limits,
+            files=plan.files,
+            hosts=plan.hosts,
+            network_policy=policy,
+            idle=idle_seconds,
+        )
+        box = await self._driver_call(self.hooks.start(spec))
+        session = AsyncSession(self, session_id, tenant, feature, box, plan, idle_seconds, caps.isolation)
+        self._sessions[session_id] = session
+        return session
+
+    async def get(self, session_id: str) -> AsyncSession:
+        """The open session ``session_id`` of the current tenant; ``MAIN-SANDBOX-0008`` otherwise."""
+        return find_session(self._sessions, session_id, self._tenancy())
 
     async def _stop_box(self, box: Box) -> None:
         try:
@@ -267,7 +378,7 @@ class AsyncSandbox:
             log.exception("driver %s failed to stop box %s", self.driver_id, box.id)
 
     async def _driver_call(self, awaitable: Any) -> Any:
-        """Await a driver hook; an error other than SandboxError becomes MAIN-SANDBOX-0006 (an outage fails this call)."""
+        """Await a driver hook; an error other than SandboxError becomes MAIN-SANDBOX-0006 (an outage)."""
         try:
             return await awaitable
         except SandboxError:

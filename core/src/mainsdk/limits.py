@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
+from decimal import Decimal
 
 import attrs
 
@@ -70,6 +71,11 @@ class OutputCollector:
         for stream, redactor in self._redactors.items():
             self._release(stream, redactor.finish(cut=self.cut))
         return tuple(b"".join(self._parts[s]).decode("utf-8", "replace") for s in ("stdout", "stderr"))  # type: ignore[return-value]
+
+
+def cost_of(price: Decimal, duration: float) -> Decimal:
+    """What ``duration`` seconds cost at ``price`` per second, to the millisecond."""
+    return (price * Decimal(str(round(duration, 3)))).normalize()
 
 
 @attrs.frozen

@@ -11,13 +11,16 @@ import asyncio
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
+from decimal import Decimal
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from mainsdk.action import CodeRunAction
 from mainsdk.driver import Capabilities
 from mainsdk.engine import AsyncSandbox, SandboxDeps
 from mainsdk.files import FileRef
+from mainsdk.sessions import AsyncSession, CommandResult, SessionOpener
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -89,9 +92,85 @@ class Sandbox:
 
     run = _blocking(AsyncSandbox.run)
 
+    def action(self, **options: Any) -> BlockingAction:
+        """A code-runner action for agents; see ``AsyncSandbox.action``. Its ``run(input)`` blocks."""
+        action = self._async.action(**options)
+        return BlockingAction(
+            self._async,
+            name=action.name,
+            intent=action.intent,
+            languages=action.languages,
+            risk=action.risk,
+            feature=action.feature,
+        )
+
+    def create(self, **options: Any) -> Session:
+        """Open a session; see ``AsyncSandbox.create`` for the options. Use it as ``with``; it closes on exit."""
+        return Session(_LOOP.call(_awaited(self._async.create(**options))))
+
+    def get(self, session_id: str) -> Session:
+        """The open session ``session_id`` of the current tenant; ``MAIN-SANDBOX-0008`` otherwise."""
+        return Session(_LOOP.call(self._async.get(session_id)))
+
     def close(self) -> None:
         """Release what the driver holds for this process."""
         _LOOP.call(self._async.aclose())
+
+
+class BlockingAction(CodeRunAction):
+    """A code-runner action whose ``run`` is synchronous."""
+
+    def run(self, input: Mapping[str, Any], *, agent: str | None = None) -> dict[str, Any]:
+        """Run the input; see ``CodeRunAction.arun``."""
+        return _LOOP.call(self.arun(input, agent=agent))
+
+
+async def _awaited(opener: SessionOpener) -> AsyncSession:
+    return await opener
+
+
+class Session:
+    """The synchronous twin of ``AsyncSession``: an open box, used as ``with``."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._async = session
+
+    @property
+    def id(self) -> str:
+        """The session id, for ``sandbox.get``."""
+        return self._async.id
+
+    @property
+    def cost(self) -> Decimal:
+        """What the session's commands have cost so far."""
+        return self._async.cost
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session is closed."""
+        return self._async.closed
+
+    def write(self, path: str, data: str | bytes) -> None:
+        """Write a file into the session's work folder."""
+        _LOOP.call(self._async.write(path, data))
+
+    def read(self, path: str) -> bytes:
+        """Read a file from the work folder, or ``../out/name``."""
+        return _LOOP.call(self._async.read(path))
+
+    def run(self, program: str, args: Sequence[str] = (), **options: Any) -> CommandResult:
+        """Run ``program`` with ``args``, never through a shell; see ``AsyncSession.run``."""
+        return _LOOP.call(self._async.run(program, args, **options))
+
+    def close(self) -> None:
+        """Close the session and remove what it held."""
+        _LOOP.call(self._async.close())
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Files:

@@ -1,0 +1,166 @@
+"""``sandbox.action``: a code-runner an agent can call, with the sandbox's guarantees.
+
+The action takes ``{code, language, files?}``, checks it against its JSON
+Schema, asks the app's approval rule (``deps.access``) with its risk, makes sure
+the agent's budget (``deps.agents``) covers the worst case, runs the code and
+charges what it cost. It presents itself as a tool for the Anthropic and OpenAI
+tool-calling formats, and ``mainsdk sandbox mcp`` serves it over MCP.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from mainsdk import errors
+from mainsdk.driver import LANGUAGES
+from mainsdk.errors import SandboxError
+
+if TYPE_CHECKING:
+    from mainsdk.engine import AsyncSandbox, RunResult
+
+Risk = Literal["read", "write", "destructive"]
+APPROVAL_DENIED = "MAIN-ACCESS-0001"
+_TOOL_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+class AgentBudget(Protocol):
+    """What ``deps.agents`` provides: an agent's remaining budget, and charging it."""
+
+    def remaining(self, agent: str | None) -> Decimal | None:
+        """Dollars the agent may still spend; None for no limit."""
+
+    def charge(self, agent: str | None, amount: Decimal) -> None:
+        """Count ``amount`` against the agent's budget."""
+
+
+class AccessRule(Protocol):
+    """What ``deps.access`` provides: whether a call of an action of this risk may go ahead."""
+
+    def approve(self, action: str, risk: str, input: Mapping[str, Any], agent: str | None) -> bool:
+        """True to let the call run."""
+
+
+class CodeRunAction:
+    """A code-runner action. Call ``await action.arun(input)`` (or ``action.run(input)`` from sync code)."""
+
+    def __init__(
+        self,
+        sandbox: AsyncSandbox,
+        *,
+        name: str,
+        intent: str,
+        languages: Sequence[str],
+        risk: Risk = "write",
+        feature: str | None = None,
+    ) -> None:
+        unknown = [lang for lang in languages if lang not in LANGUAGES]
+        if not languages or unknown:
+            raise SandboxError(errors.INVALID_OPTION, f"action {name!r}: languages must be some of {list(LANGUAGES)}")
+        if risk not in ("read", "write", "destructive"):
+            raise SandboxError(errors.INVALID_OPTION, f"action {name!r}: risk must be read, write or destructive")
+        self.name = name
+        self.intent = intent
+        self.languages = tuple(languages)
+        self.risk = risk
+        self.feature = feature or name
+        self._sandbox = sandbox
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON Schema of the input."""
+        return {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "minLength": 1, "description": "The source code to run."},
+                "language": {"type": "string", "enum": list(self.languages), "default": self.languages[0]},
+                "files": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "description": "Files to put in the working folder, by relative path.",
+                },
+            },
+            "required": ["code"],
+            "additionalProperties": False,
+        }
+
+    @property
+    def description(self) -> str:
+        """What the tool does, for a model."""
+        return (
+            f"{self.intent}. Runs {', '.join(self.languages)} code in an isolated sandbox with no network and "
+            "no secrets; files passed in are in the working folder, files written to ../out/ come back by name."
+        )
+
+    def tool_name(self) -> str:
+        """The name in tool-calling formats, which allow only letters, digits, _ and - (``code.run`` → ``code_run``)."""
+        return _TOOL_NAME.sub("_", self.name)[:64]
+
+    def anthropic_tool(self) -> dict[str, Any]:
+        """The action as an Anthropic Messages API tool definition."""
+        return {"name": self.tool_name(), "description": self.description, "input_schema": self.input_schema}
+
+    def openai_tool(self) -> dict[str, Any]:
+        """The action as an OpenAI Chat Completions tool definition."""
+        return {
+            "type": "function",
+            "function": {"name": self.tool_name(), "description": self.description, "parameters": self.input_schema},
+        }
+
+    def check_input(self, input: object) -> tuple[str, str, dict[str, str]]:
+        """The input's code, language and files, or MAIN-SANDBOX-0001 saying what is wrong."""
+        if not isinstance(input, Mapping):
+            raise SandboxError(errors.INVALID_OPTION, f"{self.name}: input must be an object with code and language")
+        extra = set(input) - {"code", "language", "files"}
+        if extra:
+            raise SandboxError(
+                errors.INVALID_OPTION, f"{self.name}: unknown input {sorted(extra)}; use code, language, files"
+            )
+        code = input.get("code")
+        if not isinstance(code, str) or not code.strip():
+            raise SandboxError(errors.INVALID_OPTION, f"{self.name}: code must be a non-empty string")
+        language = input.get("language", self.languages[0])
+        if language not in self.languages:
+            raise SandboxError(
+                errors.INVALID_OPTION,
+                f"{self.name}: language {language!r} is not allowed for this action; use one of {list(self.languages)}",
+            )
+        files = input.get("files") or {}
+        if not isinstance(files, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+        ):
+            raise SandboxError(errors.INVALID_OPTION, f"{self.name}: files must map relative paths to text")
+        return code, str(language), dict(files)
+
+    async def arun(self, input: Mapping[str, Any], *, agent: str | None = None) -> dict[str, Any]:
+        """Run the input in the sandbox and return a JSON-able result (stdout, stderr, exit code, stop, file names)."""
+        code, language, files = self.check_input(input)
+        deps = self._sandbox.deps
+        access: AccessRule | None = deps.access
+        if access is not None and not access.approve(self.name, self.risk, input, agent):
+            raise SandboxError(
+                APPROVAL_DENIED, f"{self.name}: the app's approval rule refused this {self.risk} action", status=403
+            )
+        budget: AgentBudget | None = deps.agents
+        max_cost = budget.remaining(agent) if budget is not None else None
+        ceiling = self._sandbox.config.sandbox.limits.max_cost
+        if max_cost is not None and ceiling is not None:
+            max_cost = min(max_cost, ceiling)  # the budget may be larger than one run is allowed to cost
+        result = await self._sandbox.run(code, language, files=files, feature=self.feature, max_cost=max_cost)
+        if budget is not None:
+            budget.charge(agent, result.cost)
+        return action_result(result)
+
+
+def action_result(result: RunResult) -> dict[str, Any]:
+    """The JSON-able part of a run an agent sees."""
+    return {
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "exit_code": result.exit_code,
+        "stop": result.stop,
+        "files": [f.name for f in result.files],
+        "cost": str(result.cost),
+    }

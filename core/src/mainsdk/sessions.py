@@ -1,0 +1,247 @@
+"""Sessions: one box kept open across commands, for the tenant that created it.
+
+A session runs programs with an argument list, never through a shell. It
+closes after ``idle`` seconds without a call, on ``close()``, or when the app
+exits, and its box goes with it. Its cost accumulates; a command that would
+pass the ceiling is cut short and stops with ``cost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets as token
+import time
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from mainsdk import checks, errors
+from mainsdk.audit import AuditEvent
+from mainsdk.driver import Box, Command, StopReason
+from mainsdk.errors import SandboxError
+from mainsdk.limits import Listener, cost_of
+
+if TYPE_CHECKING:
+    from mainsdk.engine import AsyncSandbox
+
+DEFAULT_IDLE = 300.0
+
+
+@attrs.frozen
+class CommandResult:
+    """What one session command did. A stopped command has ``stop`` set; it is returned, not raised."""
+
+    id: str
+    session_id: str
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    stop: StopReason | None
+    duration: float
+    cost: Decimal
+
+    @property
+    def stop_code(self) -> str | None:
+        """The seed's code for the stop, or None."""
+        return errors.STOP_CODES[self.stop] if self.stop else None
+
+
+def _no_session(session_id: str) -> SandboxError:
+    # The same words for unknown, closed, expired and another tenant's: nothing says the id exists elsewhere.
+    return SandboxError(errors.NO_SESSION, f"no open sandbox session {session_id!r} in the current tenant", status=404)
+
+
+class AsyncSession:
+    """An open box. Use it as ``async with``; it closes on exit."""
+
+    def __init__(
+        self,
+        sandbox: AsyncSandbox,
+        session_id: str,
+        tenant: str,
+        feature: str | None,
+        box: Box,
+        plan: checks.RunPlan,
+        idle: float,
+        isolation: str,
+    ) -> None:
+        self.id = session_id
+        self.tenant = tenant
+        self.feature = feature
+        self.cost = Decimal(0)
+        self._sandbox = sandbox
+        self._box = box
+        self._plan = plan
+        self._idle = idle
+        self._isolation = isolation
+        self._closed = False
+        self._busy = 0
+        self._last_used = time.monotonic()
+        self._watchdog = asyncio.get_running_loop().create_task(self._close_when_idle())
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session is closed (by ``close``, idle expiry or the app's exit)."""
+        return self._closed
+
+    async def _close_when_idle(self) -> None:
+        while not self._closed:
+            remaining = self._last_used + self._idle - time.monotonic()
+            if remaining <= 0 and not self._busy:
+                await self.close()
+                return
+            await asyncio.sleep(max(remaining, 0.05))
+
+    @contextlib.asynccontextmanager
+    async def _use(self) -> Any:
+        if self._closed:
+            raise _no_session(self.id)
+        self._busy += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            self._last_used = time.monotonic()
+
+    async def write(self, path: str, data: str | bytes) -> None:
+        """Write a file into the session's work folder (a plain relative path)."""
+        checked = checks.check_relative_path(path, "write")
+        payload = data.encode() if isinstance(data, str) else bytes(data)
+        if len(payload) > self._plan.limits.files:
+            raise SandboxError(errors.INVALID_OPTION, f"write: {path!r} is larger than limits.files")
+        async with self._use():
+            await self._sandbox._driver_call(self._sandbox.hooks.write_file(self._box, checked, payload))
+
+    async def read(self, path: str) -> bytes:
+        """Read a file from the work folder, or from the out folder as ``../out/name``."""
+        checked = path[len("../out/") :] if path.startswith("../out/") else path
+        checks.check_relative_path(checked, "read")
+        async with self._use():
+            data: bytes = await self._sandbox._driver_call(self._sandbox.hooks.read_file(self._box, path))
+            return data
+
+    async def run(
+        self, program: str, args: Sequence[str] = (), *, timeout: object = None, on_output: Listener | None = None
+    ) -> CommandResult:
+        """Run ``program`` with ``args`` in the session's box: one argument each, never a shell line.
+
+        ``timeout`` lowers the session's time limit for this command. The
+        session's cost so far counts: a command is cut short where it would
+        pass ``max_cost`` and stops with ``cost``.
+        """
+        command_id = f"cmd_{token.token_hex(8)}"
+        event = AuditEvent(
+            id=command_id,
+            kind="command",
+            driver=self._sandbox.driver_id,
+            feature=self.feature,
+            tenant=self.tenant,
+            session_id=self.id,
+            isolation=self._isolation,
+            hosts=self._plan.hosts,
+            env_names=self._plan.env_names,
+        )
+        try:
+            command, cost_bound = self._command(program, args, timeout)
+        except SandboxError as exc:
+            self._sandbox._audit(attrs.evolve(event, kind="refused", error=exc.code))
+            raise
+        try:
+            async with self._use():
+                executed = await self._sandbox.execute(
+                    self._box, command, self._plan.limits.output, self._plan.secret_values, on_output
+                )
+        except BaseException as exc:
+            error = exc.code if isinstance(exc, SandboxError) else type(exc).__name__
+            self._sandbox._audit(attrs.evolve(event, error=error))
+            raise
+        outcome = executed.outcome
+        cost = cost_of(self._plan.price, outcome.duration)
+        self.cost += cost
+        stop = outcome.stop
+        if stop == "timeout" and cost_bound:
+            stop = "cost"
+        result = CommandResult(
+            id=command_id,
+            session_id=self.id,
+            stdout=executed.stdout,
+            stderr=executed.stderr,
+            exit_code=outcome.exit_code,
+            stop=stop,
+            duration=outcome.duration,
+            cost=cost,
+        )
+        self._sandbox._audit(
+            attrs.evolve(event, duration=outcome.duration, exit_code=outcome.exit_code, stop=stop, cost=cost)
+        )
+        return result
+
+    def _command(self, program: str, args: Sequence[str], timeout: object) -> tuple[Command, bool]:
+        """The command to send, its time limit cut to what the cost ceiling leaves (and whether it was)."""
+        if self._closed:
+            raise _no_session(self.id)
+        if not isinstance(program, str) or not program or "\0" in program:
+            raise SandboxError(errors.INVALID_OPTION, f"run: program must be a non-empty name, not {program!r}")
+        if isinstance(args, str) or not all(isinstance(a, str) and "\0" not in a for a in args):
+            raise SandboxError(errors.INVALID_OPTION, "run: args must be a list of strings, like ['-c', 'print(1)']")
+        limit = self._plan.limits.timeout
+        if timeout is not None:
+            limit = checks.lower_limits({"timeout": timeout}, self._sandbox.config).timeout
+            limit = min(limit, self._plan.limits.timeout)
+        cost_bound = False
+        if self._plan.max_cost is not None and self._plan.price > 0:
+            left = self._plan.max_cost - self.cost
+            if left <= 0:
+                raise SandboxError(
+                    errors.COST, f"session {self.id} has spent ${self.cost}, its whole max-cost ${self._plan.max_cost}"
+                )
+            affordable = float(left / self._plan.price)
+            if affordable < limit:
+                limit, cost_bound = affordable, True
+        return Command(program, tuple(args), timeout=limit, env=self._plan.env), cost_bound
+
+    async def close(self) -> None:
+        """Close the session and remove everything its box held. Closing twice is fine."""
+        if self._closed:
+            return
+        self._closed = True
+        self._sandbox._sessions.pop(self.id, None)
+        if self._watchdog is not asyncio.current_task():
+            self._watchdog.cancel()
+        await asyncio.shield(self._sandbox._stop_box(self._box))
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class SessionOpener:
+    """What ``AsyncSandbox.create`` returns: await it for the session, or use it as ``async with``."""
+
+    def __init__(self, opening: Callable[[], Awaitable[AsyncSession]]) -> None:
+        self._opening = opening
+        self._session: AsyncSession | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncSession]:
+        return self._opening().__await__()
+
+    async def __aenter__(self) -> AsyncSession:
+        self._session = await self._opening()
+        return self._session
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def find_session(sessions: dict[str, AsyncSession], session_id: object, tenant: str) -> AsyncSession:
+    """The open session ``session_id`` of ``tenant``, or MAIN-SANDBOX-0008."""
+    session = sessions.get(session_id) if isinstance(session_id, str) else None
+    if session is None or session.closed or session.tenant != tenant:
+        raise _no_session(str(session_id))
+    return session
