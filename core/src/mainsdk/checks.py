@@ -25,7 +25,7 @@ from mainsdk.secrets import SecretRef, SecretResolver
 from mainsdk.units import format_duration, format_size, parse_duration, parse_money, parse_size
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PRODUCTION_ENVS = frozenset({"prod", "production"})
+PRODUCTION_ENVS = ("prod", "production")  # in the order their overlays are read
 HostMatcher = Callable[[str], bool]
 
 
@@ -112,9 +112,9 @@ def lower_limits(requested: Mapping[str, Any] | None, config: AppConfig) -> RunL
         values[key] = value
     return RunLimits(
         timeout=values["timeout"],
-        memory=values["memory"],
-        output=values["output"],
-        files=values["files"],
+        memory=int(values["memory"]),
+        output=int(values["output"]),
+        files=int(values["files"]),
         disk=config.permissions.disk.temp_max,
     )
 

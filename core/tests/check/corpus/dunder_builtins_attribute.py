@@ -1,0 +1,5 @@
+# expect: MAIN-SANDBOX-0010 line 5
+
+
+def calculate(expression: str) -> object:
+    return __builtins__.eval(expression)

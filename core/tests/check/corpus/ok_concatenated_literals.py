@@ -1,0 +1,5 @@
+# expect: none
+
+
+def setup() -> None:
+    exec("a = 1\n" + "b = a + 1\n")

@@ -1,0 +1,5 @@
+# expect: none
+
+
+def two() -> object:
+    return eval("1 + 1")

@@ -1,0 +1,6 @@
+# expect: none
+from typing import Any
+
+
+def describe(node: Any) -> str:
+    return str(node.eval)

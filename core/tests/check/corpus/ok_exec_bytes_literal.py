@@ -1,0 +1,5 @@
+# expect: none
+
+
+def setup() -> None:
+    exec(b"x = 1")

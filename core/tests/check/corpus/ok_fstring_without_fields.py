@@ -1,0 +1,5 @@
+# expect: none
+
+
+def two() -> object:
+    return eval(f"1 + 1")  # noqa: F541

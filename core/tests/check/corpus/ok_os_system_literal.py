@@ -1,0 +1,6 @@
+# expect: none
+import os
+
+
+def clear() -> int:
+    return os.system("clear")

@@ -1,0 +1,7 @@
+# expect: none
+
+
+def show(text: str) -> None:
+    out = eval
+    out = print
+    out(text)

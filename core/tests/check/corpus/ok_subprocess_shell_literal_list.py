@@ -1,0 +1,6 @@
+# expect: none
+import subprocess
+
+
+def greet() -> None:
+    subprocess.run(["echo hello"], shell=True, check=True)
