@@ -1,0 +1,633 @@
+"""The app side of the launcher: starts the server, opens boxes, runs code in them.
+
+The server (``_server.py``) is the only process that forks; this module never
+forks and never runs Python between fork and exec, so it is safe in an app
+with threads. Each box has its own socket to the server and is driven by the
+asyncio loop that opened it; one ``Launcher`` serves boxes on several loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import socket
+import subprocess
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import attrs
+
+from mainsdk_local import _protocol as P
+
+_SERVER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_server.py")
+_START_TIMEOUT = 30.0
+_STOP_TIMEOUT = 10.0
+_DRAIN_TIMEOUT = 5.0  # after the tree is dead its pipes reach EOF at once; this only bounds a surprise
+_STDERR_TAIL = 4096
+_READ_CHUNK = 1 << 16
+
+
+class LauncherError(Exception):
+    """The launcher failed: setup of a run, the server itself, or the protocol. The message says what and where."""
+
+
+@attrs.frozen
+class ExecSpec:
+    """One command to run in a box.
+
+    ``argv[0]`` is the absolute real path of the executable; it has the same path
+    inside. ``env`` is the whole environment. ``readonly_paths`` are host paths
+    bound read-only at the same place (an interpreter's prefix); ``hidden_paths``
+    are paths inside those covered by an empty read-only directory (its
+    site-packages). ``stdin`` is fed on a pipe then closed; ``None`` means /dev/null.
+    """
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    timeout: float
+    memory_bytes: int | None
+    max_processes: int = 256
+    stdin: bytes | None = None
+    readonly_paths: tuple[str, ...] = ()
+    hidden_paths: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class ExecResult:
+    """How a command ended. ``exit_code`` is None when a signal killed it; ``stop`` says which limit did."""
+
+    exit_code: int | None
+    signal: int | None
+    stop: Literal["timeout", "memory"] | None
+    duration: float
+
+
+@attrs.frozen
+class OutFile:
+    """A regular file found under /out: its path relative to /out (posix) and its bytes."""
+
+    name: str
+    data: bytes
+
+
+@attrs.frozen
+class Collected:
+    """What ``collect_out`` found: files within the byte budget, and what it skipped and why."""
+
+    files: tuple[OutFile, ...]
+    truncated: bool
+    skipped: tuple[tuple[str, str], ...]
+
+
+def _validate_box_path(path: str) -> None:
+    """The same rule the server enforces, checked early for a clear ValueError."""
+    if not isinstance(path, str):
+        raise TypeError("path must be a str")
+    rel = path[len("../out/") :] if path.startswith("../out/") else path
+    if "\0" in path:
+        raise ValueError(f"path {path!r} contains NUL")
+    if not rel or rel.startswith("/"):
+        raise ValueError(f"path {path!r} must be relative to /work (or start with ../out/)")
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        raise ValueError(f"path {path!r} has an empty, '.' or '..' segment")
+
+
+def _error_from(header: dict[str, Any], what: str) -> Exception:
+    message = str(header.get("error", "unknown error"))
+    kind = header.get("kind")
+    if kind == "value":
+        return ValueError(message)
+    if kind == "os":
+        err = header.get("errno")
+        return OSError(err if isinstance(err, int) else errno.EIO, message)
+    return LauncherError(f"{what}: {message}")
+
+
+def _stop_server(proc: subprocess.Popen[bytes] | None, boot: socket.socket | None) -> None:
+    """Close the bootstrap socket (the server then kills everything and exits) and reap it."""
+    if boot is not None:
+        boot.close()
+    if proc is None:
+        return
+    try:
+        proc.wait(timeout=_STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # its runs die with it: each run's pid 1 has PR_SET_PDEATHSIG
+        proc.wait()
+
+
+class Launcher:
+    """Runs code in boxes through a privileged launcher server started on first use.
+
+    ``python`` is the interpreter for the server (default: the real path of
+    ``sys.executable``). ``force_weak`` runs without namespaces even where they
+    work, to test that mode. Thread-safe; boxes may live on different event loops.
+    """
+
+    def __init__(self, *, python: str | None = None, force_weak: bool = False) -> None:
+        self._python = python if python is not None else os.path.realpath(sys.executable)
+        self._force_weak = force_weak
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._boot: socket.socket | None = None
+        self._hello: dict[str, Any] = {}
+        self._owner_pid = os.getpid()
+        self._closed = False
+        self._finalizer: weakref.finalize[Any, Launcher] | None = None
+
+    def start(self) -> None:
+        """Start the server if it is not running. Idempotent and thread-safe."""
+        with self._lock:
+            self._check_usable()
+            if self._proc is not None:
+                if self._proc.poll() is None:
+                    return
+                # The server died (killed, crashed): its boxes are gone with it. Reap it and
+                # start a new one rather than failing every later call.
+                finalizer, self._finalizer = self._finalizer, None
+                self._proc = self._boot = None
+                if finalizer is not None:
+                    finalizer()
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                argv = [self._python, "-I", "-S", _SERVER_PATH, "--fd", str(theirs.fileno())]
+                argv += ["--parent", str(os.getpid())] + (["--weak"] if self._force_weak else [])
+                try:
+                    # No preexec_fn: the app may have threads. start_new_session keeps a
+                    # terminal's Ctrl-C from reaching the server before the app decides.
+                    proc = subprocess.Popen(
+                        argv,
+                        env={},
+                        cwd="/",
+                        close_fds=True,
+                        pass_fds=(theirs.fileno(),),
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    raise LauncherError(f"launcher server {self._python!r} did not start: {exc}") from exc
+            finally:
+                theirs.close()
+            try:
+                hello = self._read_hello(ours)
+            except BaseException:
+                _stop_server(proc, ours)
+                raise
+            self._proc, self._boot, self._hello = proc, ours, hello
+            # Also runs at interpreter exit (atexit), and if the Launcher is dropped.
+            self._finalizer = weakref.finalize(self, _stop_server, proc, ours)
+
+    def _check_usable(self) -> None:
+        if os.getpid() != self._owner_pid:
+            raise LauncherError("this Launcher belongs to the process that created it; make a new one after fork")
+        if self._closed:
+            raise LauncherError("the Launcher is closed")
+
+    def _read_hello(self, sock: socket.socket) -> dict[str, Any]:
+        sock.settimeout(_START_TIMEOUT)
+        decoder = P.Decoder()
+        try:
+            while True:
+                try:
+                    data, fds = P.receive(sock)
+                except TimeoutError:
+                    raise LauncherError(f"launcher server sent nothing in {_START_TIMEOUT:.0f}s") from None
+                except (OSError, P.ProtocolError) as exc:
+                    raise LauncherError(f"launcher server bootstrap failed: {exc}") from exc
+                if not data and not fds:
+                    raise LauncherError("launcher server exited during startup (see its stderr)")
+                decoder.feed(data, fds)
+                frames = decoder.frames()
+                if frames:
+                    header = frames[0].header
+                    if header.get("op") == "fatal":
+                        raise LauncherError(f"launcher server setup failed: {header.get('error')}")
+                    if header.get("op") != "hello":
+                        raise LauncherError(f"launcher server said {header!r} instead of hello")
+                    return header
+        finally:
+            decoder.close()
+            sock.settimeout(None)
+
+    @property
+    def isolation(self) -> Literal["namespace", "weak"]:
+        """``namespace`` when runs get their own namespaces, else ``weak``. Starts the server."""
+        self.start()
+        return "namespace" if self._hello.get("isolation") == "namespace" else "weak"
+
+    @property
+    def memory_enforcement(self) -> Literal["cgroup-v1", "cgroup-v2", "rlimit"]:
+        """How memory limits are enforced: a cgroup per run, or RLIMIT_AS (best effort). Starts the server."""
+        self.start()
+        mode = self._hello.get("memory")
+        if mode == "cgroup-v1":
+            return "cgroup-v1"
+        if mode == "cgroup-v2":
+            return "cgroup-v2"
+        return "rlimit"
+
+    async def open_box(self, *, disk_bytes: int) -> Box:
+        """Open a box: a private tmpfs of ``disk_bytes`` holding /work and /out, and its own host uid."""
+        if isinstance(disk_bytes, bool) or not isinstance(disk_bytes, int) or disk_bytes < 4096:
+            raise ValueError("disk_bytes must be an integer of at least 4096")
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            # Starting takes a moment (the server probes namespaces): not on the event loop.
+            await asyncio.to_thread(self.start)
+        else:
+            self._check_usable()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            frame = P.encode({"op": "box", "disk_bytes": disk_bytes, "fds": 1})
+            with self._lock:
+                self._check_usable()
+                boot = self._boot
+                if boot is None:
+                    raise LauncherError("the Launcher is closed")
+                try:
+                    # Tiny and the server reads it at once; a blocking send under the lock is fine.
+                    sent = socket.send_fds(boot, [frame], [theirs.fileno()])
+                    if sent < len(frame):
+                        boot.sendall(frame[sent:])
+                except OSError as exc:
+                    raise LauncherError(f"launcher server is gone: {exc}") from exc
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        box = Box(ours, asyncio.get_running_loop(), rlimit_memory=self._hello.get("memory") == "rlimit")
+        try:
+            await box._await_open()
+        except BaseException:
+            box._teardown(LauncherError("box open failed"))
+            raise
+        return box
+
+    def close(self) -> None:
+        """Kill everything, stop the server and reap it. Safe to call twice; also runs at exit."""
+        with self._lock:
+            if os.getpid() != self._owner_pid:
+                return  # a forked child must not stop its parent's server
+            self._closed = True
+            finalizer, self._finalizer = self._finalizer, None
+            self._proc = self._boot = None
+        if finalizer is not None:
+            finalizer()
+
+
+class _Exec:
+    """Client state of one running exec: its pipes and callbacks."""
+
+    def __init__(self, rid: int, on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> None:
+        self.rid = rid
+        self.kill_sent = False
+        self.callbacks = {1: on_stdout, 2: on_stderr}
+        self.fds: dict[int, int] = {}
+        self.open_streams = 0
+        self.drained = asyncio.Event()
+        self.callback_error: BaseException | None = None
+        self.stderr_tail = b""
+
+
+class Box:
+    """A box opened by ``Launcher.open_box``; use it from the event loop that opened it."""
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, *, rlimit_memory: bool) -> None:
+        self._rlimit_memory = rlimit_memory
+        self._sock = sock
+        self._loop = loop
+        self._decoder = P.Decoder()
+        self._pending: dict[int, asyncio.Future[P.Frame]] = {}
+        self._next_id = 1
+        self._outq: list[tuple[memoryview, list[int]]] = []
+        self._writing = False
+        self._error: LauncherError | None = None
+        self._closed = False
+        self.host_uid = -1
+        sock.setblocking(False)
+        self._pending[0] = loop.create_future()
+        loop.add_reader(sock.fileno(), self._on_readable)
+
+    async def _await_open(self) -> None:
+        reply = await self._pending[0]
+        self._pending.pop(0, None)
+        if not reply.header.get("ok"):
+            raise _error_from(reply.header, "open box")
+        self.host_uid = int(reply.header.get("uid", -1))
+
+    # -- channel -------------------------------------------------------------
+
+    def _on_readable(self) -> None:
+        while not self._closed:
+            try:
+                data, fds = P.receive(self._sock)
+            except BlockingIOError:
+                return
+            except (OSError, P.ProtocolError) as exc:
+                self._teardown(LauncherError(f"box channel failed: {exc}"))
+                return
+            if not data and not fds:
+                self._teardown(LauncherError("the launcher server closed the box (it exited or the box was closed)"))
+                return
+            for fd in fds:  # the server never sends descriptors
+                os.close(fd)
+            self._decoder.feed(data, [])
+            try:
+                frames = self._decoder.frames()
+            except P.ProtocolError as exc:
+                self._teardown(LauncherError(f"protocol error from the launcher server: {exc}"))
+                return
+            for frame in frames:
+                rid = frame.header.get("id")
+                fut = self._pending.get(rid) if isinstance(rid, int) else None
+                if fut is not None and not fut.done():
+                    fut.set_result(frame)
+
+    def _send(self, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
+        """Queue a frame; ``fds`` go with its first byte and are closed here once sent."""
+        if self._error is not None:
+            for fd in fds or []:
+                os.close(fd)
+            raise self._error
+        self._outq.append((memoryview(P.encode(header, payload)), list(fds or [])))
+        self._flush()
+
+    def _flush(self) -> None:
+        while self._outq and not self._closed:
+            chunk, fds = self._outq[0]
+            try:
+                n = socket.send_fds(self._sock, [chunk], fds) if fds else self._sock.send(chunk)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                self._teardown(LauncherError(f"box channel failed: {exc}"))
+                return
+            for fd in fds:  # the kernel holds its own reference now
+                os.close(fd)
+            if n == len(chunk):
+                self._outq.pop(0)
+            else:
+                self._outq[0] = (chunk[n:], [])
+        if self._closed:
+            return
+        if self._outq and not self._writing:
+            self._writing = True
+            self._loop.add_writer(self._sock.fileno(), self._flush)
+        elif not self._outq and self._writing:
+            self._writing = False
+            self._loop.remove_writer(self._sock.fileno())
+
+    def _teardown(self, error: LauncherError) -> None:
+        """Close the channel (the server then kills the box's runs and removes it)."""
+        if self._error is None:
+            self._error = error
+        if self._closed:
+            return
+        self._closed = True
+        fd = self._sock.fileno()
+        if not self._loop.is_closed():
+            self._loop.remove_reader(fd)
+            if self._writing:
+                self._loop.remove_writer(fd)
+        for _, fds in self._outq:
+            for x in fds:
+                os.close(x)
+        self._outq.clear()
+        self._sock.close()
+        self._decoder.close()
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(self._error)
+                fut.exception()  # retrieved: no "never retrieved" warning for abandoned requests
+        self._pending.clear()
+
+    def _check_loop(self) -> None:
+        if asyncio.get_running_loop() is not self._loop:
+            raise LauncherError("a Box must be used from the event loop that opened it")
+        if self._error is not None:
+            raise self._error
+
+    async def _request(self, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> P.Frame:
+        rid = self._next_id
+        self._next_id += 1
+        fut: asyncio.Future[P.Frame] = self._loop.create_future()
+        self._pending[rid] = fut
+        try:
+            self._send(dict(header, id=rid), payload, fds)
+            return await fut
+        finally:
+            self._pending.pop(rid, None)
+
+    # -- API -----------------------------------------------------------------
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` under /work (or ``../out/...``), replacing a file that is there."""
+        self._check_loop()
+        _validate_box_path(path)
+        reply = await self._request({"op": "write", "path": path}, bytes(data))
+        if not reply.header.get("ok"):
+            raise _error_from(reply.header, f"write {path}")
+
+    async def read_file(self, path: str) -> bytes:
+        """Read the regular file at ``path`` under /work (or ``../out/...``) without following symlinks."""
+        self._check_loop()
+        _validate_box_path(path)
+        reply = await self._request({"op": "read", "path": path})
+        if not reply.header.get("ok"):
+            raise _error_from(reply.header, f"read {path}")
+        return reply.payload
+
+    async def collect_out(self, *, max_bytes: int) -> Collected:
+        """Regular files under /out, in name order, until ``max_bytes``; other entries are skipped with a reason."""
+        self._check_loop()
+        reply = await self._request({"op": "collect", "max_bytes": max_bytes})
+        h = reply.header
+        if not h.get("ok"):
+            raise _error_from(h, "collect /out")
+        files: list[OutFile] = []
+        pos = 0
+        for name, size in h.get("files", []):
+            files.append(OutFile(str(name), reply.payload[pos : pos + int(size)]))
+            pos += int(size)
+        skipped = tuple((str(n), str(r)) for n, r in h.get("skipped", []))
+        return Collected(tuple(files), bool(h.get("truncated")), skipped)
+
+    async def exec(
+        self, spec: ExecSpec, *, on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]
+    ) -> ExecResult:
+        """Run ``spec`` and wait until it has exited and its output is drained.
+
+        Callbacks get each chunk of output as it arrives. Cancelling this task kills
+        the whole process tree, waits until the server confirms it is gone, and
+        re-raises ``CancelledError``. An exception from a callback does the same and
+        is raised instead of a result.
+        """
+        self._check_loop()
+        rid = self._next_id
+        self._next_id += 1
+        state = _Exec(rid, on_stdout, on_stderr)
+        child_ends: list[int] = []
+        try:
+            for stream in (1, 2):
+                r, w = os.pipe2(os.O_CLOEXEC)
+                state.fds[stream] = r
+                child_ends.append(w)
+                os.set_blocking(r, False)  # the write end stays blocking: the code expects it
+                state.open_streams += 1
+                self._loop.add_reader(r, self._on_output, state, stream)
+        except BaseException:
+            for w in child_ends:
+                os.close(w)
+            self._close_streams(state)
+            raise
+        fut: asyncio.Future[P.Frame] = self._loop.create_future()
+        self._pending[rid] = fut
+        header = {"op": "exec", "id": rid, "spec": _spec_json(spec), "stdin": spec.stdin is not None, "fds": 2}
+        try:
+            self._send(header, spec.stdin or b"", child_ends)  # closes our copies of the write ends
+            child_ends = []
+            reply = await self._await_exit(state, fut)
+            if reply is None:
+                raise self._error or LauncherError("the launcher server went away during exec")
+            h = reply.header
+            if not h.get("ok"):
+                raise _error_from(h, "exec")
+            if state.open_streams:
+                # Something outside the tree may have kept a write end: do not hang on it.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(state.drained.wait(), _DRAIN_TIMEOUT)
+            if state.callback_error is not None:
+                raise state.callback_error
+            return self._result(h, spec, state)
+        finally:
+            for w in child_ends:
+                os.close(w)
+            self._close_streams(state)
+            self._pending.pop(rid, None)
+
+    async def _await_exit(self, state: _Exec, fut: asyncio.Future[P.Frame]) -> P.Frame | None:
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # Kill the tree and wait for the server's word that it is gone, then re-raise.
+            self._send_kill(state)
+            await self._wait_confirmed(fut)
+            raise
+        except LauncherError:
+            return None
+
+    def _send_kill(self, state: _Exec) -> None:
+        if state.kill_sent:
+            return
+        state.kill_sent = True
+        with contextlib.suppress(LauncherError):  # no server, no tree: it died with the server
+            self._send({"op": "kill", "id": state.rid})
+
+    async def _wait_confirmed(self, fut: asyncio.Future[P.Frame]) -> None:
+        while not fut.done():
+            try:
+                await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                continue  # cancelled again: the tree still has to be confirmed dead
+            except LauncherError:
+                return
+
+    def _on_output(self, state: _Exec, stream: int) -> None:
+        fd = state.fds.get(stream)
+        if fd is None:
+            return
+        for _ in range(16):  # bounded, so one noisy exec cannot starve the loop
+            try:
+                chunk = os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._close_stream(state, stream)
+                return
+            if stream == 2:
+                state.stderr_tail = (state.stderr_tail + chunk)[-_STDERR_TAIL:]
+            if state.callback_error is not None:
+                continue  # keep draining so the code is not blocked on a full pipe before the kill lands
+            try:
+                state.callbacks[stream](chunk)
+            except BaseException as exc:  # noqa: BLE001 - raised from exec() once the tree is dead
+                state.callback_error = exc
+                self._send_kill(state)
+
+    def _close_stream(self, state: _Exec, stream: int) -> None:
+        fd = state.fds.pop(stream, None)
+        if fd is None:
+            return
+        if not self._loop.is_closed():
+            self._loop.remove_reader(fd)
+        os.close(fd)
+        state.open_streams -= 1
+        if state.open_streams == 0:
+            state.drained.set()
+
+    def _close_streams(self, state: _Exec) -> None:
+        for stream in list(state.fds):
+            self._close_stream(state, stream)
+
+    def _result(self, h: dict[str, Any], spec: ExecSpec, state: _Exec) -> ExecResult:
+        exit_code = h.get("exit_code")
+        sig = h.get("signal")
+        stop = h.get("stop")
+        if (
+            stop is None
+            and spec.memory_bytes is not None
+            and self._rlimit_memory
+            and exit_code not in (None, 0)
+            and b"MemoryError" in state.stderr_tail
+        ):
+            stop = "memory"  # best effort: under RLIMIT_AS Python raises instead of being killed
+        return ExecResult(
+            exit_code=exit_code if isinstance(exit_code, int) else None,
+            signal=sig if isinstance(sig, int) else None,
+            stop="timeout" if stop == "timeout" else "memory" if stop == "memory" else None,
+            duration=float(h.get("duration", 0.0)),
+        )
+
+    async def close(self) -> None:
+        """Kill everything running in the box, remove its files and close it. Safe to call twice."""
+        if self._closed:
+            return
+        error = LauncherError("the box is closed")
+        if asyncio.get_running_loop() is not self._loop:
+            # Another loop: the box's loop owns the channel; closing it there kills the runs.
+            if self._loop.is_running():
+                self._loop.call_soon_threadsafe(self._teardown, error)
+            else:
+                self._teardown(error)
+            return
+        if self._error is None:
+            with contextlib.suppress(LauncherError):
+                await self._request({"op": "close"})  # returns once the box's processes are gone
+        self._teardown(error)
+
+    async def __aenter__(self) -> Box:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _spec_json(spec: ExecSpec) -> dict[str, Any]:
+    return {
+        "argv": list(spec.argv),
+        "env": dict(spec.env),
+        "timeout": spec.timeout,
+        "memory_bytes": spec.memory_bytes,
+        "max_processes": spec.max_processes,
+        "readonly_paths": list(spec.readonly_paths),
+        "hidden_paths": list(spec.hidden_paths),
+    }

@@ -1,0 +1,191 @@
+"""Thin ctypes wrappers for the Linux calls the launcher server needs.
+
+Standard library only: the server runs with ``python -I -S`` and imports this
+module from its own directory. Every wrapper raises ``OSError`` with the errno
+and the name of what failed, so an error can be reported with its stage.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import socket
+import struct
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+
+MNT_DETACH = 2
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+
+# pivot_root has no glibc wrapper on Debian 12; the syscall number is per architecture.
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.unshare.argtypes = [ctypes.c_int]
+_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_libc.setfsuid.argtypes = [ctypes.c_uint]
+_libc.setfsgid.argtypes = [ctypes.c_uint]
+_libc.syscall.restype = ctypes.c_long
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def unshare(flags: int) -> None:
+    """unshare(2); uses ``os.unshare`` where Python has it (3.12+)."""
+    native = getattr(os, "unshare", None)
+    if native is not None:
+        try:
+            native(flags)
+        except OSError as exc:
+            raise OSError(exc.errno, f"unshare({flags:#x}): {exc.strerror}") from None
+        return
+    _check(_libc.unshare(flags), f"unshare({flags:#x})")
+
+
+def setns(fd: int, nstype: int) -> None:
+    """setns(2)."""
+    _check(_libc.setns(fd, nstype), f"setns({nstype:#x})")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    """mount(2)."""
+    _check(
+        _libc.mount(
+            source.encode() if source is not None else None,
+            target.encode(),
+            fstype.encode() if fstype is not None else None,
+            flags,
+            data.encode() if data is not None else None,
+        ),
+        f"mount {target}",
+    )
+
+
+def bind_readonly(source: str, target: str, *, recursive: bool = True) -> None:
+    """Bind ``source`` at ``target`` and make the new mount read-only, nosuid and nodev.
+
+    A bind mount takes its flags from the source, so read-only needs a second,
+    remount call. Sub-mounts of a recursive bind keep their own flags; under
+    /usr and an interpreter prefix there are none on the machines we target.
+    """
+    mount(source, target, None, MS_BIND | (MS_REC if recursive else 0))
+    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def umount(target: str, flags: int = MNT_DETACH) -> None:
+    """umount2(2), detaching lazily by default."""
+    _check(_libc.umount2(target.encode(), flags), f"umount {target}")
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    """pivot_root(2)."""
+    number = _SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(errno.ENOSYS, f"pivot_root: unknown syscall number on {os.uname().machine}")
+    _check(_libc.syscall(number, new_root.encode(), put_old.encode()), "pivot_root")
+
+
+def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
+    """prctl(2); returns the call's non-negative result."""
+    result: int = _libc.prctl(option, arg2, arg3, arg4, arg5)
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+    return result
+
+
+def drop_bounding_set() -> None:
+    """Drop every capability from the bounding set and clear the ambient set."""
+    cap = 0
+    while True:
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            if err == errno.EINVAL:  # past the last capability this kernel knows
+                break
+            raise OSError(err, f"drop capability {cap}: {os.strerror(err)}")
+        cap += 1
+    # Ambient capabilities would survive execve of a non-root program.
+    if _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        if err != errno.EINVAL:  # kernels before 4.3 have no ambient set
+            raise OSError(err, f"clear ambient capabilities: {os.strerror(err)}")
+
+
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+
+
+def join_new_session_keyring() -> None:
+    """Replace the inherited session keyring with a new anonymous one.
+
+    Keys in a keyring a process "possesses" are readable with possessor rights,
+    whatever its uid: the app's session keyring must not reach the code.
+    """
+    number = _SYS_KEYCTL.get(os.uname().machine)
+    if number is None:
+        raise OSError(errno.ENOSYS, f"keyctl: unknown syscall number on {os.uname().machine}")
+    if _libc.syscall(number, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        err = ctypes.get_errno()
+        if err != errno.ENOSYS:  # a kernel without keys has nothing to leak
+            raise OSError(err, f"keyctl(JOIN_SESSION_KEYRING): {os.strerror(err)}")
+
+
+def setfsids(uid: int, gid: int) -> None:
+    """Set the filesystem uid and gid of this thread (no error reporting in the kernel ABI).
+
+    Moving the fsuid away from 0 also drops the file capabilities (DAC override and
+    friends) from the effective set, so file operations for a box are checked
+    exactly as if that box's user made them; moving back to 0 restores them.
+    """
+    _libc.setfsgid(gid)
+    _libc.setfsuid(uid)
+
+
+def loopback_up() -> None:
+    """Bring ``lo`` up in the current network namespace."""
+    siocsifflags = 0x8914
+    iff_up_running = 0x1 | 0x40
+    ifreq = struct.pack("16sH22x", b"lo", iff_up_running)  # struct ifreq is 40 bytes
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        fcntl.ioctl(sock.fileno(), siocsifflags, ifreq)
+
+
+def write_file(path: str, data: str) -> None:
+    """Write a short control file (uid_map, cgroup knobs) with one write(2)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, data.encode())
+    finally:
+        os.close(fd)

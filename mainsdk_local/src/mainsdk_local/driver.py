@@ -1,0 +1,179 @@
+"""The ``local`` driver: each box is a tmpfs in a privileged helper's mount namespace, each command a fresh
+process tree in new user, pid, net, mount, ipc and uts namespaces (see ``_server.py``).
+
+Development only: ``MAINSDK_ENV=production`` refuses it (MAIN-SANDBOX-0011).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+from mainsdk.config import AppConfig, Permissions
+from mainsdk.driver import (
+    LANGUAGE_PROGRAMS,
+    BoxSpec,
+    Capabilities,
+    Collected,
+    Command,
+    ExecOutcome,
+    OutFile,
+    OutputSink,
+)
+from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
+from mainsdk.hookspecs import hookimpl
+
+from mainsdk_local._client import Box as LauncherBox
+from mainsdk_local._client import ExecSpec, Launcher, LauncherError
+from mainsdk_local.programs import Program, ProgramCache
+
+DRIVER_ID = "local"
+DEFAULT_MAX_PROCESSES = 256
+# Which language a program name serves, to read sandbox.local.
+_PROGRAM_LANGUAGE = {program: language for language, program in LANGUAGE_PROGRAMS.items()}
+
+
+@attrs.frozen
+class LocalBox:
+    """A started box: the launcher's box and the memory limit its commands get."""
+
+    id: str
+    box: LauncherBox
+    memory: int
+
+
+class LocalDriver:
+    """The ``local`` driver plugin. Build it with ``local_sandbox_driver`` or from ``main.yaml``."""
+
+    def __init__(
+        self,
+        *,
+        permissions: Permissions | None = None,
+        programs: Mapping[str, str] | None = None,
+        restrict_processes: bool = True,
+        max_processes: int = DEFAULT_MAX_PROCESSES,
+        force_weak: bool = False,
+    ) -> None:
+        self._permissions = permissions or Permissions()
+        self._programs = {"python": "python3", "node": "node", "bash": "bash", **(programs or {})}
+        self._restrict = restrict_processes
+        self._max_processes = max_processes
+        self._launcher = Launcher(force_weak=force_weak)
+        self._cache = ProgramCache()
+
+    @hookimpl
+    def mainsdk_driver_capabilities(self) -> Capabilities:
+        try:
+            isolation = self._launcher.isolation
+        except LauncherError as exc:
+            raise SandboxError(DRIVER_UNAVAILABLE, f"the local driver's launcher did not start: {exc}") from exc
+        return Capabilities(isolation=isolation, network=False, memory_limit=True, sessions=True, production=False)
+
+    @hookimpl
+    def mainsdk_network_policy(self, hosts: Sequence[str]) -> Any:
+        # No network yet: the box's namespace has only loopback.
+        return {"hosts": list(hosts)}
+
+    @hookimpl
+    async def mainsdk_driver_start(self, spec: BoxSpec) -> LocalBox:
+        box = await self._launcher.open_box(disk_bytes=spec.limits.disk)
+        try:
+            for path, data in spec.files.items():
+                await box.write_file(path, data)
+        except BaseException:
+            await box.close()
+            raise
+        return LocalBox(spec.id, box, spec.limits.memory)
+
+    @hookimpl
+    async def mainsdk_driver_exec(self, box: LocalBox, command: Command, output: OutputSink) -> ExecOutcome:
+        program = await self._program(command.program)
+        exec_spec = ExecSpec(
+            argv=(program.executable, *command.args),
+            env=dict(command.env),
+            timeout=command.timeout,
+            memory_bytes=box.memory,
+            max_processes=self._max_processes,
+            stdin=command.stdin,
+            readonly_paths=program.readonly_paths,
+            hidden_paths=program.hidden_paths,
+        )
+        result = await box.box.exec(exec_spec, on_stdout=output.stdout, on_stderr=output.stderr)
+        return ExecOutcome(exit_code=result.exit_code, stop=result.stop, duration=result.duration)
+
+    @hookimpl
+    async def mainsdk_driver_write_file(self, box: LocalBox, path: str, data: bytes) -> None:
+        await box.box.write_file(path, data)
+
+    @hookimpl
+    async def mainsdk_driver_read_file(self, box: LocalBox, path: str) -> bytes:
+        return await box.box.read_file(path)
+
+    @hookimpl
+    async def mainsdk_driver_collect(self, box: LocalBox, max_bytes: int) -> Collected:
+        found = await box.box.collect_out(max_bytes=max_bytes)
+        return Collected(
+            files=tuple(OutFile(f.name, f.data) for f in found.files), truncated=found.truncated, skipped=found.skipped
+        )
+
+    @hookimpl
+    async def mainsdk_driver_stop(self, box: LocalBox) -> None:
+        await box.box.close()
+
+    @hookimpl
+    def mainsdk_driver_shutdown(self) -> None:
+        self._launcher.close()
+
+    async def _program(self, program: str) -> Program:
+        """The real interpreter for ``program``, if the config permits it."""
+        language = _PROGRAM_LANGUAGE.get(program, program)
+        name = self._programs.get(language, program)
+        allowed = self._permissions.processes
+        if self._restrict and (allowed is None or not _permitted(name, allowed)):
+            raise SandboxError(
+                INVALID_OPTION,
+                f"sandbox.local.{language} {name!r} is not under permissions.processes in main.yaml; "
+                f"add it: permissions: {{ processes: [{name}] }}",
+            )
+        return await asyncio.to_thread(self._cache.get, language, name)
+
+
+def _permitted(name: str, allowed: Sequence[str]) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return name in allowed or base in allowed
+
+
+def local_sandbox_driver(
+    *,
+    permissions: Permissions | None = None,
+    programs: Mapping[str, str] | None = None,
+    max_processes: int = DEFAULT_MAX_PROCESSES,
+    force_weak: bool = False,
+) -> LocalDriver:
+    """The ``local`` driver: a limited subprocess for development and tests.
+
+    ``permissions`` is ``permissions`` of ``main.yaml`` (the programs must be
+    under ``processes`` when it is given); ``programs`` sets the ``python``,
+    ``node`` and ``bash`` programs. ``max_processes`` caps the processes one
+    command may have at once. ``force_weak`` runs without namespaces even where
+    they exist (the result then says ``weak``); for testing that mode only.
+    """
+    return LocalDriver(
+        permissions=permissions,
+        programs=programs,
+        max_processes=max_processes,
+        force_weak=force_weak,
+        restrict_processes=permissions is not None and permissions.processes is not None,
+    )
+
+
+def driver_from_config(config: AppConfig) -> LocalDriver:
+    """The entry point: the driver ``main.yaml`` describes. With no main.yaml, any program may be used."""
+    local = config.sandbox.local
+    return LocalDriver(
+        permissions=config.permissions,
+        programs={"python": local.python, "node": local.node, "bash": local.bash},
+        restrict_processes=config.source is not None,
+    )

@@ -1,0 +1,82 @@
+"""Sandboxes on the real local driver, built from a main.yaml text, with their audit events captured."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mainsdk import AsyncSandbox, Sandbox, SandboxDeps
+from mainsdk.audit import AuditEvent
+from mainsdk.config import load_config_text
+
+from mainsdk_local import local_sandbox_driver
+
+CONFIG = """
+sandbox:
+  driver: local
+  local: { python: python3, node: node, bash: bash }
+  limits: { timeout: 10s, memory: 256MB, output: 1MB }
+  secrets: [TEST_API_KEY]
+permissions:
+  processes: [python3, node, bash]
+  disk: { temp: { max: 64MB } }
+"""
+
+
+class Built:
+    """A sandbox and the audit events it emitted."""
+
+    def __init__(self, sandbox: Sandbox, events: list[AuditEvent]) -> None:
+        self.sandbox = sandbox
+        self.events = events
+
+
+@pytest.fixture
+def make_sandbox(tmp_path: Path) -> Iterator[Callable[..., Built]]:
+    """Build a synchronous sandbox from a main.yaml text (default: CONFIG) on the real local driver."""
+    built: list[Sandbox] = []
+
+    def make(text: str = CONFIG, **deps: Any) -> Built:
+        config_file = tmp_path / "main.yaml"
+        config_file.write_text(text)
+        config = load_config_text(text, source=config_file)
+        events: list[AuditEvent] = []
+        driver = deps.pop("driver", None) or local_sandbox_driver(
+            permissions=config.permissions,
+            programs={
+                "python": config.sandbox.local.python,
+                "node": config.sandbox.local.node,
+                "bash": config.sandbox.local.bash,
+            },
+        )
+        sandbox = Sandbox(SandboxDeps(config=config, driver=driver, log=events.append, load_entrypoints=False, **deps))
+        built.append(sandbox)
+        return Built(sandbox, events)
+
+    yield make
+    for sandbox in built:
+        sandbox.close()
+
+
+@pytest.fixture
+def local_config() -> str:
+    """The main.yaml text the sandboxes here are built from."""
+    return CONFIG
+
+
+@pytest.fixture
+def sandbox(make_sandbox: Callable[..., Built]) -> Sandbox:
+    """A sandbox built from CONFIG."""
+    return make_sandbox().sandbox
+
+
+@pytest.fixture
+def async_sandbox(tmp_path: Path) -> Iterator[AsyncSandbox]:
+    """The asyncio twin, built from CONFIG."""
+    config = load_config_text(CONFIG, source=tmp_path / "main.yaml")
+    driver = local_sandbox_driver(permissions=config.permissions)
+    sandbox = AsyncSandbox(SandboxDeps(config=config, driver=driver, load_entrypoints=False))
+    yield sandbox
+    sandbox.hooks.shutdown()

@@ -1,0 +1,261 @@
+"""The seed's guarantees on the local driver, through ``sandbox.run``, with real code in the real sandbox."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mainsdk import AsyncSandbox, Sandbox, SandboxError, secret
+from mainsdk.audit import code_sha256
+from mainsdk.errors import INVALID_OPTION, LOCAL_IN_PRODUCTION, SECRET_NOT_ALLOWED
+
+
+def processes_matching(marker: str) -> list[int]:
+    """Host pids whose command line holds ``marker``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(entry))
+    return found
+
+
+def test_a_snippet_runs_and_prints(sandbox: Sandbox) -> None:
+    result = sandbox.run("print(1 + 1)", "python", feature="notebook")
+    assert (result.stdout, result.stderr, result.exit_code, result.stop) == ("2\n", "", 0, None)
+    assert result.isolation == "namespace" and result.driver == "local"
+    assert result.duration > 0 and result.id.startswith("run_")
+
+
+def test_node_and_bash_run_too(sandbox: Sandbox) -> None:
+    assert sandbox.run("console.log(6 * 7)", "node").stdout == "42\n"
+    assert sandbox.run("echo $((6 * 7)); exit 3", "bash").exit_code == 3
+
+
+def test_the_exit_code_and_stderr_come_back(sandbox: Sandbox) -> None:
+    result = sandbox.run("import sys; print('oops', file=sys.stderr); sys.exit(4)")
+    assert (result.exit_code, result.stderr, result.stop) == (4, "oops\n", None)
+
+
+def test_the_code_runs_in_another_process_as_an_unprivileged_user(sandbox: Sandbox) -> None:
+    code = (
+        "import os\n"
+        "status = dict(l.split(':', 1) for l in open('/proc/self/status') if ':' in l)\n"
+        "print(os.getpid() != int(os.environ.get('X', 0)), os.getuid(), status['CapEff'].strip(),"
+        " status['NoNewPrivs'].strip())"
+    )
+    assert sandbox.run(code, env={"X": str(os.getpid())}).stdout == "True 1000 0000000000000000 1\n"
+
+
+def test_infinite_loop_stops_at_the_time_limit(sandbox: Sandbox) -> None:
+    started = time.monotonic()
+    result = sandbox.run("while True: pass", limits={"timeout": "1s"})
+    elapsed = time.monotonic() - started
+    assert result.stop == "timeout" and result.stop_code == "MAIN-SANDBOX-0002"
+    assert result.exit_code is None
+    assert 0.9 <= result.duration < 3 and elapsed < 4
+
+
+def test_allocating_past_the_memory_limit_stops_memory(sandbox: Sandbox) -> None:
+    result = sandbox.run("b = bytearray(300 * 1024 * 1024)\nprint('survived')", limits={"memory": "64MB"})
+    assert result.stop == "memory" and "survived" not in result.stdout
+
+
+def test_ten_megabytes_under_a_one_megabyte_limit_stops_output(sandbox: Sandbox) -> None:
+    started = time.monotonic()
+    result = sandbox.run("import sys\nsys.stdout.write('x' * (10 * 1024 * 1024))\nprint('end')")
+    assert result.stop == "output" and result.stop_code == "MAIN-SANDBOX-0004"
+    assert result.stdout == "x" * (1024 * 1024)
+    assert time.monotonic() - started < 5
+
+
+def test_output_and_files_limits_are_shared_by_stdout_and_stderr(sandbox: Sandbox) -> None:
+    code = "import sys\nfor _ in range(64):\n    sys.stdout.write('o' * 16384); sys.stderr.write('e' * 16384)"
+    result = sandbox.run(code, limits={"output": "256KB"})
+    assert result.stop == "output"
+    assert len(result.stdout) + len(result.stderr) == 256 * 1024
+
+
+def test_a_background_process_is_gone_after_the_run(sandbox: Sandbox) -> None:
+    marker = f"1000.{secrets.randbelow(10**6)}"
+    code = f"sleep {marker} & setsid sleep {marker} & ( ( sleep {marker} & ) & ) ; echo started"
+    result = sandbox.run(code, "bash")
+    assert result.stdout == "started\n" and result.exit_code == 0
+    assert processes_matching(f"sleep\0{marker}") == []
+
+
+@pytest.fixture
+def host_marker() -> Iterator[Path]:
+    """A file with a secret in the app's home (/root here) that no run may read."""
+    path = Path.home() / f".mainsdk-test-{secrets.token_hex(4)}"
+    path.write_text("host-secret-content")
+    yield path
+    path.unlink()
+
+
+def test_the_code_cannot_read_the_apps_home_or_root(sandbox: Sandbox, host_marker: Path, tmp_path: Path) -> None:
+    app_file = tmp_path / "app-data.txt"
+    app_file.write_text("host-secret-content")
+    paths = [str(host_marker), "/etc/shadow", str(app_file), str(tmp_path)]
+    code = (
+        f"import os\nfor p in {paths!r}:\n"
+        "    try:\n        print(p, 'READ', open(p).read() if os.path.isfile(p) else os.listdir(p))\n"
+        "    except OSError as e:\n        print(p, type(e).__name__)\n"
+    )
+    out = sandbox.run(code).stdout
+    assert "READ" not in out and "host-secret-content" not in out
+    assert f"{host_marker} FileNotFoundError" in out
+    # /root holds at most the path down to an interpreter installed there (pyenv), nothing else of the home.
+    listing = ast.literal_eval(
+        sandbox.run("import os; print(os.listdir('/root') if os.path.exists('/root') else [])").stdout
+    )
+    assert set(listing) <= {".pyenv"}
+
+
+def test_the_code_cannot_see_the_apps_environment(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APP_ONLY_VALUE", "app-secret-env")
+    out = sandbox.run("import os; print(sorted(os.environ))", env={"GIVEN": "1"}).stdout
+    names = set(ast.literal_eval(out))  # the list printed by the code
+    assert "APP_ONLY_VALUE" not in names and "GIVEN" in names
+    assert names <= {"GIVEN", "LC_CTYPE"}  # Python may coerce the C locale by setting LC_CTYPE
+
+
+def test_the_code_cannot_reach_the_network(sandbox: Sandbox) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        code = (
+            "import socket\n"
+            "print([name for _, name in socket.if_nameindex()])\n"
+            "print(open('/proc/net/route').read().count('\\n'))\n"
+            "s = socket.socket(); s.settimeout(2)\n"
+            f"try:\n    s.connect(('127.0.0.1', {port})); print('CONNECTED')\n"
+            "except OSError as e:\n    print(type(e).__name__)\n"
+        )
+        out = sandbox.run(code).stdout.splitlines()
+    assert out == ["['lo']", "1", "ConnectionRefusedError"]  # only loopback, an empty route table, the host unreachable
+
+
+def test_the_code_sees_only_its_own_processes(sandbox: Sandbox) -> None:
+    out = sandbox.run("import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))").stdout
+    assert set(ast.literal_eval(out)) <= {1, 2, 3}  # the box's init, the interpreter, and nothing of the host
+
+
+def test_the_work_folder_holds_only_the_passed_files_and_out_is_empty(sandbox: Sandbox) -> None:
+    code = "import os; print(os.getcwd(), sorted(os.listdir('.')), os.listdir('../out'))"
+    assert sandbox.run(code, files={"data.csv": "a\nb\n"}).stdout == "/work ['data.csv'] []\n"
+
+
+def test_files_written_to_out_come_back_as_file_refs(sandbox: Sandbox) -> None:
+    result = sandbox.run(
+        "rows = open('data.csv').read().splitlines()\nopen('../out/count.txt', 'w').write(str(len(rows)))",
+        files={"data.csv": "a\nb\nc\n"},
+        feature="chart",
+    )
+    assert [(f.name, f.size) for f in result.files] == [("count.txt", 1)]
+    assert sandbox.files.read(result.files[0]) == b"3"
+
+
+def test_only_the_work_and_out_folders_are_writable(sandbox: Sandbox) -> None:
+    code = (
+        "import os\n"
+        "for p in ['/x', '/usr/x', '/etc/x', '/tmp/x', '/proc/x', '/work/x', '/out/x']:\n"
+        "    try:\n        open(p, 'w').write('1'); print(p, 'ok')\n"
+        "    except OSError as e:\n        print(p, 'no')\n"
+    )
+    out = sandbox.run(code).stdout.split("\n")
+    assert [line for line in out if line.endswith("ok")] == ["/work/x ok", "/out/x ok"]
+
+
+def test_secret_values_are_redacted_even_when_split(make_sandbox: Callable[..., Any]) -> None:
+    built = make_sandbox(secret=lambda name: "tok-9f8e7d6c5b4a" if name == "TEST_API_KEY" else None)
+    code = "import os, sys\nk = os.environ['K']\nfor c in k:\n    sys.stdout.write(c); sys.stdout.flush()\nprint()"
+    result = built.sandbox.run(code, env={"K": secret("TEST_API_KEY")})
+    assert result.stdout == "[redacted:secret]\n"
+    assert "tok-9f8e7d6c5b4a" not in repr(built.events)
+
+
+def test_a_secret_not_listed_is_refused_and_nothing_runs(make_sandbox: Callable[..., Any], tmp_path: Path) -> None:
+    built = make_sandbox()
+    marker = tmp_path / "ran"
+    with pytest.raises(SandboxError) as caught:
+        built.sandbox.run(f"open({str(marker)!r}, 'w')", env={"K": secret("NOT_LISTED")})
+    assert caught.value.code == SECRET_NOT_ALLOWED and not marker.exists()
+    assert [(e.kind, e.error) for e in built.events] == [("refused", SECRET_NOT_ALLOWED)]
+
+
+def test_every_run_is_audited_with_the_hash_never_the_code(make_sandbox: Callable[..., Any]) -> None:
+    built = make_sandbox()
+    code = "print('visible-output-text')  # code-comment-text"
+    built.sandbox.run(code, feature="notebook", env={"MODE": "x"})
+    [event] = built.events
+    assert event.code_sha256 == code_sha256(code)
+    assert (event.kind, event.feature, event.driver, event.isolation, event.exit_code) == (
+        "run",
+        "notebook",
+        "local",
+        "namespace",
+        0,
+    )
+    assert event.env_names == ("MODE",) and event.stop is None and event.duration is not None
+    text = repr(event.to_dict())
+    assert "visible-output-text" not in text and "code-comment-text" not in text
+
+
+def test_the_local_driver_is_refused_in_production(make_sandbox: Callable[..., Any]) -> None:
+    built = make_sandbox(environment="production")
+    with pytest.raises(SandboxError) as caught:
+        built.sandbox.run("print(1)")
+    assert caught.value.code == LOCAL_IN_PRODUCTION
+
+
+def test_an_interpreter_not_under_permissions_processes_is_refused(
+    make_sandbox: Callable[..., Any], local_config: str
+) -> None:
+    built = make_sandbox(local_config.replace("processes: [python3, node, bash]", "processes: [python3]"))
+    with pytest.raises(SandboxError) as caught:
+        built.sandbox.run("console.log(1)", "node")
+    assert caught.value.code == INVALID_OPTION and "permissions.processes" in caught.value.message
+
+
+def test_a_limit_above_the_config_is_refused(sandbox: Sandbox) -> None:
+    with pytest.raises(SandboxError) as caught:
+        sandbox.run("print(1)", limits={"timeout": "1h"})
+    assert caught.value.code == INVALID_OPTION and "sandbox.limits.timeout" in caught.value.message
+
+
+async def test_the_async_twin_runs_and_a_cancelled_run_leaves_nothing(async_sandbox: AsyncSandbox) -> None:
+    assert (await async_sandbox.run("print(40 + 2)")).stdout == "42\n"
+    marker = f"1000.{secrets.randbelow(10**6)}"
+    task = asyncio.ensure_future(async_sandbox.run(f"sleep {marker}", "bash"))
+    await asyncio.sleep(0.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert processes_matching(f"sleep\0{marker}") == []
+
+
+def test_long_code_goes_through_stdin(sandbox: Sandbox) -> None:
+    code = "x = 1\n" * 30000 + "print(x, len(open('/proc/self/cmdline').read()) < 1000)"
+    assert sandbox.run(code).stdout == "1 True\n"
+
+
+def test_runs_in_parallel_threads_do_not_mix(sandbox: Sandbox) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda i: sandbox.run(f"print({i} * 2)").stdout, range(8)))
+    assert outs == [f"{i * 2}\n" for i in range(8)]

@@ -1,0 +1,70 @@
+"""The command line, as a user runs it: real processes, real sandbox."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+
+def mainsdk(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mainsdk.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_run_prints_the_output_and_nothing_else(app_dir: Callable[[str], Path]) -> None:
+    done = mainsdk("sandbox", "run", "--code", "print(1 + 1)")
+    assert (done.stdout, done.stderr, done.returncode) == ("2\n", "", 0)
+
+
+def test_run_exits_with_the_codes_status_and_passes_stderr(app_dir: Callable[[str], Path]) -> None:
+    done = mainsdk("sandbox", "run", "--code", "import sys; print('e', file=sys.stderr); sys.exit(7)")
+    assert (done.stdout, done.stderr, done.returncode) == ("", "e\n", 7)
+
+
+def test_run_reads_code_from_stdin_and_from_a_file(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
+    assert mainsdk("sandbox", "run", stdin="print('from stdin')").stdout == "from stdin\n"
+    script = tmp_path / "hello.sh"
+    script.write_text("echo from a file")
+    assert mainsdk("sandbox", "run", str(script)).stdout == "from a file\n"  # bash, from the extension
+
+
+def test_a_stop_is_said_on_stderr(app_dir: Callable[[str], Path]) -> None:
+    done = mainsdk("sandbox", "run", "--timeout", "1s", "--code", "while True: pass")
+    assert done.returncode == 124
+    assert done.stderr == "mainsdk: stopped: timeout (MAIN-SANDBOX-0002)\n"
+
+
+def test_json_prints_the_whole_result(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
+    data = tmp_path / "rows.csv"
+    data.write_text("a\nb\n")
+    code = "open('../out/n.txt', 'w').write(str(len(open('rows.csv').readlines())))"
+    done = mainsdk("sandbox", "run", "--json", "--file", f"rows.csv={data}", "--env", "MODE=x", "--code", code)
+    result = json.loads(done.stdout)
+    assert result["exit_code"] == 0 and result["isolation"] == "namespace" and result["stop"] is None
+    assert [f["name"] for f in result["files"]] == ["n.txt"]
+
+
+def test_a_users_mistake_is_one_line_with_its_code_and_no_traceback(app_dir: Callable[[str], Path]) -> None:
+    done = mainsdk("sandbox", "run", "--timeout", "10 minutes", "--code", "print(1)")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("mainsdk: MAIN-SANDBOX-0001: limits.timeout")
+    app_dir("sandbox:\n  drivr: local\n")
+    done = mainsdk("sandbox", "run", "--code", "print(1)")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "line 2" in done.stderr and "MAIN-CONFIG-0003" in done.stderr and "sandbox.drivr" in done.stderr
+
+
+def test_drivers_lists_the_installed_drivers_with_versions(app_dir: Callable[[str], Path]) -> None:
+    done = mainsdk("sandbox", "drivers")
+    assert done.returncode == 0
+    assert any(line.split()[:3] == ["local", "mainsdk-local", "0.4.0"] for line in done.stdout.splitlines())
