@@ -115,6 +115,9 @@ class OutputSink(Protocol):
     def stderr(self, data: bytes) -> None:
         """Take a chunk of standard error."""
 
+    def host_refused(self, host: str) -> None:
+        """Note that the code tried ``host``, which it was not given (MAIN-SANDBOX-0005; audited)."""
+
 
 class Box(Protocol):
     """A started box, as a driver returns it. Core only reads ``id``."""

@@ -83,6 +83,7 @@ class RunResult:
     cost: Decimal
     driver: str
     language: str
+    hosts_refused: tuple[str, ...] = ()  # hosts the code tried and was not given
 
     @property
     def stop_code(self) -> str | None:
@@ -228,7 +229,12 @@ class AsyncSandbox:
             raise
         self._audit(
             attrs.evolve(
-                event, duration=result.duration, exit_code=result.exit_code, stop=result.stop, cost=result.cost
+                event,
+                duration=result.duration,
+                exit_code=result.exit_code,
+                stop=result.stop,
+                cost=result.cost,
+                hosts_refused=result.hosts_refused,
             )
         )
         return result
@@ -269,6 +275,7 @@ class AsyncSandbox:
             cost=cost_of(plan.price, outcome.duration),
             driver=self.driver_id,
             language=language,
+            hosts_refused=outcome.hosts_refused,
         )
 
     async def execute(

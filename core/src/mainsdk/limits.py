@@ -39,6 +39,7 @@ class OutputCollector:
         self._listener = listener
         self.cut = False
         self.full = asyncio.Event()
+        self.hosts_refused: list[str] = []
 
     def stdout(self, data: bytes) -> None:
         """Take a chunk of standard output."""
@@ -47,6 +48,11 @@ class OutputCollector:
     def stderr(self, data: bytes) -> None:
         """Take a chunk of standard error."""
         self._take("stderr", data)
+
+    def host_refused(self, host: str) -> None:
+        """Note a host the code tried and was refused."""
+        if host not in self.hosts_refused:
+            self.hosts_refused.append(host)
 
     def _take(self, stream: str, data: bytes) -> None:
         room = self._limit - self._taken
@@ -106,15 +112,14 @@ async def exec_within_limits(
         raise
     finally:
         full.cancel()
-    if task.done() and not collector.cut:
-        outcome = task.result()
-        return LimitedOutcome(outcome.exit_code, outcome.stop, outcome.duration, outcome.hosts_refused)
     if task.done():
         outcome = task.result()
-        return LimitedOutcome(outcome.exit_code, outcome.stop or "output", outcome.duration, outcome.hosts_refused)
+        stop = outcome.stop or ("output" if collector.cut else None)
+        refused = tuple(dict.fromkeys((*outcome.hosts_refused, *collector.hosts_refused)))
+        return LimitedOutcome(outcome.exit_code, stop, outcome.duration, refused)
     await _cancel_and_wait(task)
-    stop: StopReason = "output" if collector.cut else "timeout"
-    return LimitedOutcome(None, stop, loop.time() - started)
+    cut_stop: StopReason = "output" if collector.cut else "timeout"
+    return LimitedOutcome(None, cut_stop, loop.time() - started, tuple(collector.hosts_refused))
 
 
 async def _cancel_and_wait(task: asyncio.Future[ExecOutcome]) -> None:

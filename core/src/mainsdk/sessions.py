@@ -42,6 +42,7 @@ class CommandResult:
     stop: StopReason | None
     duration: float
     cost: Decimal
+    hosts_refused: tuple[str, ...] = ()
 
     @property
     def stop_code(self) -> str | None:
@@ -173,9 +174,17 @@ class AsyncSession:
             stop=stop,
             duration=outcome.duration,
             cost=cost,
+            hosts_refused=outcome.hosts_refused,
         )
         self._sandbox._audit(
-            attrs.evolve(event, duration=outcome.duration, exit_code=outcome.exit_code, stop=stop, cost=cost)
+            attrs.evolve(
+                event,
+                duration=outcome.duration,
+                exit_code=outcome.exit_code,
+                stop=stop,
+                cost=cost,
+                hosts_refused=outcome.hosts_refused,
+            )
         )
         return result
 
