@@ -204,18 +204,7 @@ class AsyncSandbox:
             checks.check_driver_allowed(self.driver_id, caps, self.deps.environment)
             checks.check_language(language, caps, self.driver_id)
             code = checks.check_code(code)
-            plan = checks.plan_run(
-                config=self.config,
-                caps=caps,
-                driver_id=self.driver_id,
-                network_allow=self._network_allow,
-                resolver=self._resolver,
-                files=files,
-                network=network,
-                env=env,
-                limits=limits,
-                max_cost=max_cost,
-            )
+            plan = self._plan(caps, files, network, env, limits, max_cost)
         except SandboxError as exc:
             self._audit(attrs.evolve(event, error=exc.code))
             raise
@@ -249,8 +238,7 @@ class AsyncSandbox:
         caps: Capabilities,
         on_output: Listener | None,
     ) -> RunResult:
-        policy = self.hooks.network_policy(plan.hosts)
-        spec = BoxSpec(id=run_id, limits=plan.limits, files=plan.files, hosts=plan.hosts, network_policy=policy)
+        spec = self._box_spec(run_id, plan)
         command = code_command(language, code, plan.limits.timeout, plan.env)
         box = await self._driver_call(self.hooks.start(spec))
         try:
@@ -344,30 +332,11 @@ class AsyncSandbox:
             if not caps.sessions:
                 raise SandboxError(errors.INVALID_OPTION, f"the {self.driver_id!r} driver cannot keep a session open")
             idle_seconds = checks.check_idle(idle)
-            plan = checks.plan_run(
-                config=self.config,
-                caps=caps,
-                driver_id=self.driver_id,
-                network_allow=self._network_allow,
-                resolver=self._resolver,
-                files=files,
-                network=network,
-                env=env,
-                limits=limits,
-                max_cost=max_cost,
-            )
+            plan = self._plan(caps, files, network, env, limits, max_cost)
         except SandboxError as exc:
             self._audit(attrs.evolve(event, error=exc.code, session_id=session_id))
             raise
-        policy = self.hooks.network_policy(plan.hosts)
-        spec = BoxSpec(
-            id=session_id,
-            limits=plan.limits,
-            files=plan.files,
-            hosts=plan.hosts,
-            network_policy=policy,
-            idle=idle_seconds,
-        )
+        spec = self._box_spec(session_id, plan, idle=idle_seconds)
         box = await self._driver_call(self.hooks.start(spec))
         session = AsyncSession(self, session_id, tenant, feature, box, plan, idle_seconds, caps.isolation)
         self._sessions[session_id] = session
@@ -376,6 +345,36 @@ class AsyncSandbox:
     async def get(self, session_id: str) -> AsyncSession:
         """The open session ``session_id`` of the current tenant; ``MAIN-SANDBOX-0008`` otherwise."""
         return find_session(self._sessions, session_id, self._tenancy())
+
+    def _plan(
+        self,
+        caps: Capabilities,
+        files: Mapping[str, str | bytes] | None,
+        network: Sequence[str],
+        env: Mapping[str, str | SecretRef] | None,
+        limits: Mapping[str, Any] | None,
+        max_cost: object,
+    ) -> checks.RunPlan:
+        """Check a call's options against this sandbox's config, allowlist, secrets and driver."""
+        return checks.plan_run(
+            config=self.config,
+            caps=caps,
+            driver_id=self.driver_id,
+            network_allow=self._network_allow,
+            resolver=self._resolver,
+            files=files,
+            network=network,
+            env=env,
+            limits=limits,
+            max_cost=max_cost,
+        )
+
+    def _box_spec(self, box_id: str, plan: checks.RunPlan, idle: float | None = None) -> BoxSpec:
+        """The box a planned call starts, with the driver's egress policy for its hosts."""
+        policy = self.hooks.network_policy(plan.hosts)
+        return BoxSpec(
+            id=box_id, limits=plan.limits, files=plan.files, hosts=plan.hosts, network_policy=policy, idle=idle
+        )
 
     async def _stop_box(self, box: Box) -> None:
         try:
