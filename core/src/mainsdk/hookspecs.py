@@ -63,7 +63,10 @@ def mainsdk_driver_write_file(box: Box, path: str, data: bytes) -> Awaitable[Non
 
 @hookspec(firstresult=True)
 def mainsdk_driver_read_file(box: Box, path: str) -> Awaitable[bytes]:
-    """Read ``path`` (relative to the work folder; ``../out/...`` for the out folder)."""
+    """Read ``path`` (relative to the work folder; ``../out/...`` for the out folder).
+
+    A path that is missing or not a regular file raises ``SandboxError(NO_SESSION)`` (404), not an outage.
+    """
     raise NotImplementedError
 
 

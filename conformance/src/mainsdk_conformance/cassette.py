@@ -1,0 +1,515 @@
+"""Cassettes: one JSON file per test holding a provider session, readable, exact, and free of credentials.
+
+A cassette is ``{"format", "meta", "interactions"}``. Each interaction has an
+``upstream`` (which base URL it went to), a ``request`` and a ``response``, and
+may have a ``fault``. Bodies are stored as what they are:
+
+- ``{"json": value}`` (with ``"style"`` and ``"newline"`` when the bytes were not compact JSON),
+- ``{"text": "..."}`` for other UTF-8, ``{"base64": "..."}`` for binary,
+- ``{"connect": [frame, ...]}`` for Connect envelopes (E2B's process stream): each frame
+  ``{"flags": 0, "json": ...}``; ``{"ndjson": [line, ...]}`` for NDJSON (Vercel's logs),
+- request only: ``{"multipart": {...}}`` by part, ``{"targz": [...]}`` by archive member.
+
+A response frame may carry ``at`` (seconds after the response started) and
+``after`` (how many requests of its sandbox had arrived when it did), so replay
+keeps the recorded pace and waits for the request that caused it (a kill).
+
+Encoding checks that decoding gives back the same bytes, and falls back to
+text or base64 when it would not: a replayed response is byte for byte the
+recorded one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import io
+import json
+import re
+import struct
+import tarfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+from mainsdk.redact import KEY_PATTERNS
+
+FORMAT = "mainsdk-cassette/1"
+MADE = ("recorded", "authored")
+SCRUBBED = "[scrubbed]"
+
+# Header names whose values are credentials; matched without case.
+CREDENTIAL_HEADERS = frozenset(
+    {
+        "authorization",
+        "x-api-key",
+        "x-access-token",
+        "cookie",
+        "set-cookie",
+        "proxy-authorization",
+        "x-vercel-oidc-token",
+    }
+)
+# JSON fields whose values are credentials, wherever they are in a body.
+CREDENTIAL_FIELDS = frozenset(
+    {
+        "envdAccessToken",
+        "trafficAccessToken",
+        "accessToken",
+        "access_token",
+        "refreshToken",
+        "refresh_token",
+        "apiKey",
+        "api_key",
+        "token",
+        "password",
+        "secret",
+        "clientSecret",
+        "client_secret",
+    }
+)
+# Query parameters that carry a credential (E2B's signed file URLs).
+CREDENTIAL_QUERY = frozenset({"signature", "token", "access_token", "api_key", "key"})
+# Values that look like credentials anywhere: core's redaction formats, plus the providers' own.
+CREDENTIAL_PATTERNS: tuple[re.Pattern[str], ...] = (
+    *(re.compile(p.decode()) for p in KEY_PATTERNS),
+    re.compile(r"\be2b_[0-9a-f]{40}\b"),  # E2B API key
+    re.compile(r"\bsk_e2b_[0-9A-Za-z]{20,}"),  # E2B access token
+    re.compile(r"\bvc[kpiar]_[0-9A-Za-z]{20,}"),  # Vercel tokens with a kind prefix
+    re.compile(r"\bBearer\s+(?!\[scrubbed\])[A-Za-z0-9._~+/-]{16,}=*", re.IGNORECASE),
+)
+# Values made up by the suite to look like keys: not secrets, so a cassette may hold them.
+FAKE_KEYS = frozenset({"ghp_" + "conformanceFAKEkey" + "0" * 18})
+
+JSON_STYLES: dict[str, dict[str, Any]] = {
+    "compact": {"separators": (",", ":"), "ensure_ascii": False},
+    "compact-ascii": {"separators": (",", ":"), "ensure_ascii": True},
+    "spaced": {"separators": (", ", ": "), "ensure_ascii": False},
+    "spaced-ascii": {"separators": (", ", ": "), "ensure_ascii": True},
+}
+CONNECT_TYPES = ("application/connect+json", "application/connect+proto")
+NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/json-seq")
+
+
+class CassetteError(Exception):
+    """A cassette that is malformed, or holds a credential. The message says where."""
+
+
+# --- Payloads: one body or one frame ----------------------------------------------------------------------------------
+
+
+def _dump_json(value: Any, style: str, newline: bool) -> bytes:
+    return (json.dumps(value, **JSON_STYLES[style]) + ("\n" if newline else "")).encode()
+
+
+def encode_payload(data: bytes, *, json_hint: bool = True) -> dict[str, Any]:
+    """Store bytes as JSON when they are JSON that dumps back to the same bytes, else as text or base64."""
+    if json_hint:
+        try:
+            value = json.loads(data)
+        except ValueError:
+            value = None
+        else:
+            newline = data.endswith(b"\n")
+            for style in JSON_STYLES:
+                if _dump_json(value, style, newline) == data:
+                    stored: dict[str, Any] = {"json": value}
+                    if style != "compact":
+                        stored["style"] = style
+                    if newline:
+                        stored["newline"] = True
+                    return stored
+    try:
+        return {"text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode()}
+
+
+def decode_payload(stored: Mapping[str, Any]) -> bytes:
+    """The bytes of a stored payload."""
+    if "json" in stored:
+        return _dump_json(stored["json"], stored.get("style", "compact"), bool(stored.get("newline")))
+    if "text" in stored:
+        return str(stored["text"]).encode("utf-8")
+    if "base64" in stored:
+        return base64.b64decode(stored["base64"], validate=True)
+    return b""
+
+
+# --- Bodies -----------------------------------------------------------------------------------------------------------
+
+
+def media_type(headers: Mapping[str, str]) -> str:
+    """The content type without parameters, lowercase."""
+    for name, value in headers.items():
+        if name.lower() == "content-type":
+            return value.split(";", 1)[0].strip().lower()
+    return ""
+
+
+def _content_type(headers: Mapping[str, str]) -> str:
+    return next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+
+
+def envelopes(data: bytes) -> list[tuple[int, bytes]] | None:
+    """Connect envelopes (1 flag byte, 4-byte big-endian length, payload), or None when ``data`` is not exactly that."""
+    frames = []
+    pos = 0
+    while pos < len(data):
+        if len(data) - pos < 5:
+            return None
+        flags, length = struct.unpack(">BI", data[pos : pos + 5])
+        if len(data) - pos - 5 < length:
+            return None
+        frames.append((flags, data[pos + 5 : pos + 5 + length]))
+        pos += 5 + length
+    return frames
+
+
+def envelope(flags: int, payload: bytes) -> bytes:
+    """One Connect envelope."""
+    return struct.pack(">BI", flags, len(payload)) + payload
+
+
+def parse_multipart(data: bytes, content_type: str) -> list[dict[str, Any]] | None:
+    """The parts of a multipart/form-data body (name, filename, content type, bytes), or None if it is not one."""
+    match = re.search(r'boundary="?([^";]+)"?', content_type)
+    if match is None:
+        return None
+    delimiter = b"--" + match.group(1).encode()
+    chunks = data.split(delimiter)
+    if len(chunks) < 3 or not chunks[-1].startswith(b"--"):
+        return None
+    parts = []
+    for chunk in chunks[1:-1]:
+        head, sep, body = chunk.removeprefix(b"\r\n").partition(b"\r\n\r\n")
+        if not sep:
+            return None
+        headers = {}
+        for line in head.decode("utf-8", "replace").split("\r\n"):
+            key, _, value = line.partition(":")
+            headers[key.strip().lower()] = value.strip()
+        disposition = headers.get("content-disposition", "")
+        name = re.search(r'\bname="([^"]*)"', disposition)
+        filename = re.search(r'\bfilename="([^"]*)"', disposition)
+        parts.append(
+            {
+                "name": name.group(1) if name else None,
+                "filename": filename.group(1) if filename else None,
+                "content_type": headers.get("content-type"),
+                "data": body.removesuffix(b"\r\n"),
+            }
+        )
+    return parts
+
+
+def parse_targz(data: bytes) -> list[dict[str, Any]] | None:
+    """The members of a gzipped tar (name, kind, bytes), or None when ``data`` is not one."""
+    if not data.startswith(b"\x1f\x8b"):
+        return None
+    try:
+        members = []
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+            for member in archive.getmembers():
+                content = b""
+                if member.isfile():
+                    extracted = archive.extractfile(member)
+                    content = extracted.read() if extracted is not None else b""
+                kind = "file" if member.isfile() else "dir" if member.isdir() else "other"
+                members.append({"name": member.name, "kind": kind, "data": content})
+        return members
+    except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile):
+        return None
+
+
+def encode_body(data: bytes, headers: Mapping[str, str], *, request: bool) -> dict[str, Any] | None:
+    """Store a whole body in the most readable form that gives its bytes (or, for requests, its meaning) back."""
+    if not data:
+        return None
+    kind = media_type(headers)
+    if kind in CONNECT_TYPES and (frames := envelopes(data)) is not None:
+        return {"connect": [{"flags": f, **encode_payload(p, json_hint=kind.endswith("json"))} for f, p in frames]}
+    if kind in NDJSON_TYPES or (kind == "" and data.startswith(b"{") and b"}\n{" in data):
+        lines = data.split(b"\n")
+        stored: dict[str, Any] = {"ndjson": [encode_payload(line) for line in lines[:-1]]}
+        if lines[-1]:
+            stored["ndjson"].append(encode_payload(lines[-1]))
+            stored["end_newline"] = False
+        if decode_body(stored) == data:
+            return stored
+    if request and kind == "multipart/form-data":
+        parts = parse_multipart(data, _content_type(headers))
+        if parts is not None:
+            return {
+                "multipart": [{k: v for k, v in p.items() if k != "data"} | encode_payload(p["data"]) for p in parts]
+            }
+    if request and (members := parse_targz(data)) is not None:
+        return {"targz": [{k: v for k, v in m.items() if k != "data"} | encode_payload(m["data"]) for m in members]}
+    return encode_payload(data, json_hint="json" in kind or kind == "")
+
+
+def body_frames(stored: Mapping[str, Any] | None) -> list[tuple[bytes, Mapping[str, Any]]]:
+    """A stored response body as the frames to send: (bytes, the frame's own ``at``/``after``)."""
+    if not stored:
+        return []
+    if "connect" in stored:
+        return [(envelope(int(f.get("flags", 0)), decode_payload(f)), f) for f in stored["connect"]]
+    if "ndjson" in stored:
+        lines = list(stored["ndjson"])
+        frames = []
+        for index, line in enumerate(lines):
+            last = index == len(lines) - 1
+            end = b"" if last and stored.get("end_newline") is False else b"\n"
+            frames.append((decode_payload(line) + end, line))
+        return frames
+    if "multipart" in stored or "targz" in stored:
+        raise CassetteError("a multipart or tar body is a request body; a response cannot be replayed from it")
+    return [(decode_payload(stored), {})]
+
+
+def decode_body(stored: Mapping[str, Any] | None) -> bytes:
+    """The bytes of a stored response body (all frames)."""
+    return b"".join(data for data, _ in body_frames(stored))
+
+
+def is_stream(stored: Mapping[str, Any] | None) -> bool:
+    """Whether a stored body is sent frame by frame."""
+    return bool(stored) and ("connect" in stored or "ndjson" in stored)  # type: ignore[operator]
+
+
+# --- Meaning, for matching --------------------------------------------------------------------------------------------
+
+
+def _meaning(stored: Mapping[str, Any]) -> Any:
+    if "json" in stored:
+        return ("json", stored["json"])
+    data = decode_payload(stored)
+    try:
+        return ("json", json.loads(data))
+    except ValueError:
+        return ("bytes", data)
+
+
+def body_meaning(stored: Mapping[str, Any] | None) -> Any:
+    """What a request body says, for matching: JSON by value, multipart by part, tar by member, else bytes."""
+    if not stored:
+        return ("empty",)
+    if "connect" in stored:
+        return ("connect", [(f.get("flags", 0), _meaning(f)) for f in stored["connect"]])
+    if "ndjson" in stored:
+        return ("ndjson", [_meaning(line) for line in stored["ndjson"]])
+    if "multipart" in stored:
+        return ("multipart", [(p.get("name"), p.get("filename"), _meaning(p)) for p in stored["multipart"]])
+    if "targz" in stored:
+        return ("targz", sorted((m["name"], m.get("kind"), _meaning(m)) for m in stored["targz"]))
+    return _meaning(stored)
+
+
+# --- Credentials ------------------------------------------------------------------------------------------------------
+
+
+def _credential_in(text: str) -> str | None:
+    """The first credential-looking value in ``text`` that is not a known fake, or None."""
+    for pattern in CREDENTIAL_PATTERNS:
+        for match in pattern.finditer(text):
+            if match.group(0) not in FAKE_KEYS:
+                return match.group(0)
+    return None
+
+
+def _walk(value: Any, where: str) -> Iterator[tuple[str, Any, Any]]:
+    """Every (location, key, value) inside a JSON value; key is the field name for mapping items."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield f"{where}/{key}", key, item
+            yield from _walk(item, f"{where}/{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield f"{where}/{index}", None, item
+            yield from _walk(item, f"{where}/{index}")
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
+
+
+def _unbase64(text: str) -> str | None:
+    """The bytes a base64-looking string holds, as latin-1 text (any byte string can be searched), or None."""
+    if len(text) % 4 or not _BASE64.fullmatch(text):
+        return None
+    try:
+        return base64.b64decode(text, validate=True).decode("latin-1")
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _hint(value: str) -> str:
+    """Name a found value without repeating it: its first characters and length."""
+    return f"a credential-looking value {value[:6]!r}... ({len(value)} characters)"
+
+
+def find_credentials(cassette: Mapping[str, Any]) -> list[str]:
+    """Where a cassette holds something that looks like a credential: one line per finding, none repeating it.
+
+    Looks at credential headers and JSON fields with a value, at every string
+    for known key formats, and inside base64 (binary bodies, E2B's output).
+    """
+    found: list[str] = []
+    for location, key, value in _walk(cassette, ""):
+        credential_key = isinstance(key, str) and (key.lower() in CREDENTIAL_HEADERS or key in CREDENTIAL_FIELDS)
+        if credential_key and isinstance(value, str) and value != SCRUBBED:
+            found.append(f"{location}: a {key} with a value")
+            continue
+        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+            name, item = value  # a query pair
+            if name.lower() in CREDENTIAL_QUERY and item != SCRUBBED and location.rsplit("/", 2)[-2] == "query":
+                found.append(f"{location}: a {name} query parameter with a value")
+        if isinstance(value, str):
+            for text in (value, _unbase64(value)):
+                if text is not None and (hit := _credential_in(text)) is not None:
+                    found.append(f"{location}: {_hint(hit)}")
+                    break
+    return found
+
+
+def _scrub_text(text: str, values: Sequence[str]) -> str:
+    for value in values:
+        if value:
+            text = text.replace(value, SCRUBBED)
+    for pattern in CREDENTIAL_PATTERNS:
+        text = pattern.sub(lambda m: m.group(0) if m.group(0) in FAKE_KEYS else SCRUBBED, text)
+    return text
+
+
+def _scrub_string(text: str, values: Sequence[str]) -> str:
+    """A string scrubbed, looking inside it too when it is base64."""
+    decoded = _unbase64(text)
+    if decoded is not None:
+        cleaned = _scrub_text(decoded, values)
+        if cleaned != decoded:
+            return base64.b64encode(cleaned.encode("latin-1")).decode()
+    return _scrub_text(text, values)
+
+
+def scrub(value: Any, values: Sequence[str] = ()) -> Any:
+    """A copy of a cassette (or any part of one) with every credential replaced by ``[scrubbed]``.
+
+    ``values`` are known secret values (the recorder's own key) to replace
+    wherever they appear. Credential headers, JSON fields and query parameters
+    are replaced whatever their value; everything else by pattern.
+    """
+    if isinstance(value, str):
+        return _scrub_string(value, values)
+    if isinstance(value, list):
+        return [scrub(item, values) for item in value]
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(item, str) and (key.lower() in CREDENTIAL_HEADERS or key in CREDENTIAL_FIELDS):
+                out[key] = SCRUBBED
+            elif key == "query" and isinstance(item, list):
+                out[key] = [[k, SCRUBBED if str(k).lower() in CREDENTIAL_QUERY else scrub(v, values)] for k, v in item]
+            else:
+                out[key] = scrub(item, values)
+        return out
+    return value
+
+
+# --- The cassette -----------------------------------------------------------------------------------------------------
+
+
+@attrs.define
+class Cassette:
+    """A loaded cassette: its metadata and interactions, checked."""
+
+    meta: dict[str, Any]
+    interactions: list[dict[str, Any]]
+    path: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able cassette."""
+        return {"format": FORMAT, "meta": self.meta, "interactions": self.interactions}
+
+    def dumps(self) -> str:
+        """The cassette as text: JSON, indented, non-ASCII kept readable."""
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+    def save(self, path: Path | None = None) -> Path:
+        """Write the cassette (refusing one that holds a credential)."""
+        target = path or self.path
+        if target is None:
+            raise CassetteError("the cassette has no path to save to")
+        check(self.to_dict(), str(target))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(self.dumps(), encoding="utf-8")
+        return target
+
+    def has_status(self, status: int, *, header: str | None = None) -> bool:
+        """Whether a response has ``status`` (and, if given, the header ``header``)."""
+        for interaction in self.interactions:
+            response = interaction.get("response") or {}
+            if response.get("status") == status and (
+                header is None or any(k.lower() == header for k in (response.get("headers") or {}))
+            ):
+                return True
+        return False
+
+    def has_fault(self, kind: str) -> bool:
+        """Whether an interaction carries a fault of ``kind`` (``reset``, ``delay``)."""
+        return any((i.get("fault") or {}).get("kind") == kind for i in self.interactions)
+
+
+def check(data: Mapping[str, Any], where: str) -> None:
+    """Refuse a cassette that is malformed or holds a credential, naming the place."""
+    if data.get("format") != FORMAT:
+        raise CassetteError(f"{where}: format must be {FORMAT!r}, not {data.get('format')!r}")
+    meta = data.get("meta")
+    if not isinstance(meta, Mapping):
+        raise CassetteError(f"{where}: meta must be a mapping with provider, api, date and made")
+    missing = [key for key in ("provider", "api", "date", "made") if not meta.get(key)]
+    if missing:
+        raise CassetteError(f"{where}: meta lacks {', '.join(missing)}")
+    if meta["made"] not in MADE:
+        raise CassetteError(f"{where}: meta.made must be recorded or authored, not {meta['made']!r}")
+    interactions = data.get("interactions")
+    if not isinstance(interactions, list):
+        raise CassetteError(f"{where}: interactions must be a list")
+    for index, interaction in enumerate(interactions):
+        request = interaction.get("request") if isinstance(interaction, Mapping) else None
+        if not isinstance(request, Mapping) or not request.get("method") or not request.get("path"):
+            raise CassetteError(f"{where}: interactions[{index}].request needs a method and a path")
+        response = interaction.get("response")
+        if response is not None and not isinstance((response or {}).get("status"), int):
+            raise CassetteError(f"{where}: interactions[{index}].response needs a status")
+        fault = interaction.get("fault")
+        if fault is not None and fault.get("kind") not in ("reset", "delay"):
+            raise CassetteError(f"{where}: interactions[{index}].fault.kind must be reset or delay")
+    found = find_credentials(data)
+    if found:
+        raise CassetteError(
+            f"{where} holds credentials; re-record it (the recorder scrubs them) or replace each with "
+            f"{SCRUBBED!r}:\n  " + "\n  ".join(found)
+        )
+
+
+def load(path: Path | str) -> Cassette:
+    """Read and check a cassette file. A cassette holding a credential is refused (``CassetteError``)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CassetteError(f"{path}: cannot read the cassette: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise CassetteError(f"{path}: a cassette is a JSON object")
+    check(data, str(path))
+    return Cassette(dict(data["meta"]), list(data["interactions"]), path)
+
+
+def iter_files(paths: Iterable[Path]) -> Iterator[Path]:
+    """Every cassette file under ``paths`` (files as they are, folders searched for ``*.json``)."""
+    for path in paths:
+        if path.is_dir():
+            yield from sorted(path.rglob("*.json"))
+        else:
+            yield path

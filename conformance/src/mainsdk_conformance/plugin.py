@@ -1,0 +1,283 @@
+"""The pytest plugin a driver's test run opts into.
+
+In the driver's ``conftest.py``::
+
+    pytest_plugins = ["mainsdk_conformance.plugin"]
+
+    @pytest.fixture
+    def conformance_target() -> ConformanceTarget:
+        return ConformanceTarget(driver_id="mydriver", driver=my_driver_from_config)
+
+and in a test module ``from mainsdk_conformance.suite import *``. The plugin
+skips a test whose capability the driver does not declare (saying which),
+marks the target's expected failures xfail(strict), refuses a test module that
+overrides a suite test, and runs the replay server of a replayed driver.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import threading
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mainsdk import Capabilities
+
+from mainsdk_conformance.marks import CAPABILITY_FLAGS, LIVE, REPLAY, UNAVAILABLE
+from mainsdk_conformance.suite._helpers import ORIGIN_BODY
+from mainsdk_conformance.target import Conformance, ConformanceTarget
+
+REPLAY_KEY = pytest.StashKey[Any]()
+CAPS_KEY = pytest.StashKey[dict[str, Capabilities]]()
+REPORTED_KEY = pytest.StashKey[bool]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The plugin's options: record mode and where it forwards to."""
+    group = parser.getgroup("mainsdk-conformance")
+    group.addoption(
+        "--conformance-record",
+        action="store_true",
+        default=False,
+        help="record cassettes: forward the driver's requests to the real provider and write what it answers",
+    )
+    group.addoption(
+        "--conformance-upstream",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="in record mode, forward upstream NAME to URL instead of the profile's provider address",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers (the repo runs with --strict-markers)."""
+    config.addinivalue_line(
+        "markers", "conformance_requires(*needs): a conformance test needing capabilities; skipped without them"
+    )
+    config.stash[CAPS_KEY] = {}
+
+
+def _suite_classes() -> tuple[type, ...]:
+    from mainsdk_conformance import suite
+
+    return suite.SUITE_CLASSES
+
+
+def _defining_suite_class(cls: type, name: str) -> type | None:
+    """The suite class that defines test ``name`` for ``cls`` (a suite class or a subclass of one)."""
+    suite = _suite_classes()
+    for base in cls.__mro__:
+        if base in suite and name in base.__dict__:
+            return base
+    return None
+
+
+def suite_test_ids() -> set[str]:
+    """Every test of the suite, as ``TestClass::test_name``."""
+    return {f"{cls.__name__}::{name}" for cls in _suite_classes() for name in vars(cls) if name.startswith("test_")}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a suite test overridden in a subclass: an empty override would report a pass for nothing."""
+    for item in items:
+        cls = getattr(item, "cls", None)
+        name = getattr(item, "originalname", None)
+        if cls is None or name is None:
+            continue
+        owner = _defining_suite_class(cls, name)
+        if owner is not None and getattr(cls, name) is not owner.__dict__[name]:
+            raise pytest.UsageError(
+                f"{item.nodeid} overrides the conformance test {owner.__name__}::{name}; do not override suite "
+                f"tests: declare it in ConformanceTarget.expected_failures with the reason, and it runs as xfail"
+            )
+
+
+def _missing(need: str, caps: Capabilities, target: ConformanceTarget, replayed: bool) -> str | None:
+    """Why the driver cannot take a test needing ``need``, or None when it can."""
+    driver = target.driver_id
+    if need in CAPABILITY_FLAGS:
+        return None if getattr(caps, need) else f"driver {driver} declares no {need}"
+    if need.startswith("language:"):
+        language = need.split(":", 1)[1]
+        return None if language in caps.languages else f"driver {driver} declares no language {language}"
+    if need == REPLAY:
+        return None if replayed else f"driver {driver} is not replayed from cassettes; this test needs a fault cassette"
+    if need == LIVE:
+        return f"driver {driver} is replayed; this test needs the driver live on this host" if replayed else None
+    if need == UNAVAILABLE:
+        if target.unavailable is None:
+            return f"driver {driver} declares no unavailable backend (ConformanceTarget.unavailable)"
+        return None
+    raise ValueError(f"unknown conformance requirement {need!r}")
+
+
+@pytest.fixture
+def conformance(
+    request: pytest.FixtureRequest, conformance_target: ConformanceTarget, tmp_path: Path
+) -> Iterator[Conformance]:
+    """The suite's builder for this test: sandboxes on the target's driver, closed when the test ends."""
+    replayed = "conformance_replay" in request.fixturenames
+    builder = Conformance(conformance_target, tmp_path, replayed=replayed)
+    if replayed:
+        builder.replay = request.getfixturevalue("conformance_replay")
+    yield builder
+    builder.close()
+
+
+# The origin's port when the driver is replayed: the code's text (which names it) must match the cassette.
+REPLAYED_ORIGIN_PORT = 8080
+
+
+class _Origin(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with ORIGIN_BODY: proof that a request reached the suite's loopback origin."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(ORIGIN_BODY)))
+        self.end_headers()
+        self.wfile.write(ORIGIN_BODY)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def conformance_origin_port(conformance: Conformance) -> Iterator[int]:
+    """The port of the origin the network tests reach, on 127.0.0.1 of this machine (never anywhere else).
+
+    A replayed driver reaches nothing: its cassette answers, so no server runs.
+    """
+    if conformance.replayed:
+        yield REPLAYED_ORIGIN_PORT
+        return
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def conformance_capabilities(request: pytest.FixtureRequest, conformance: Conformance) -> Capabilities:
+    """What the driver declares, read once per driver per test run through ``sandbox.capabilities()``."""
+    cache = request.config.stash[CAPS_KEY]
+    if conformance.driver_id not in cache:
+        cache[conformance.driver_id] = conformance.capabilities()
+    return cache[conformance.driver_id]
+
+
+@pytest.fixture(autouse=True)
+def _conformance_gate(request: pytest.FixtureRequest) -> None:
+    """Before a suite test: skip it for a missing capability, or mark it as an expected failure."""
+    cls = request.cls
+    name = getattr(request.node, "originalname", request.node.name)
+    owner = _defining_suite_class(cls, name) if cls is not None else None
+    if owner is None:
+        return
+    target: ConformanceTarget = request.getfixturevalue("conformance_target")
+    unknown = sorted(set(target.expected_failures) - suite_test_ids())
+    if unknown:
+        pytest.fail(
+            f"ConformanceTarget.expected_failures names {', '.join(unknown)}, not tests of the suite; "
+            "use TestClass::test_name as the suite spells it",
+            pytrace=False,
+        )
+    builder: Conformance = request.getfixturevalue("conformance")
+    caps: Capabilities = request.getfixturevalue("conformance_capabilities")
+    for marker in request.node.iter_markers("conformance_requires"):
+        for need in marker.args:
+            reason = _missing(need, caps, target, builder.replayed)
+            if reason is not None:
+                pytest.skip(reason)
+    key = f"{owner.__name__}::{name}"
+    if key in target.expected_failures:
+        reason = f"expected to fail on driver {target.driver_id}: {target.expected_failures[key]}"
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
+
+
+# --- Replay --------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def conformance_profile() -> Any:
+    """The provider profile of a replayed driver (``mainsdk_conformance.profiles``); its conftest overrides this."""
+    raise pytest.UsageError(
+        "conformance_replay needs a conformance_profile fixture in your conftest, returning a "
+        "mainsdk_conformance.profiles.Profile (E2B, VERCEL, or your own)"
+    )
+
+
+@pytest.fixture
+def conformance_cassette_dir(request: pytest.FixtureRequest) -> Path:
+    """Where the cassettes live: ``cassettes/`` beside the test module. Override it to keep them elsewhere."""
+    return Path(request.node.path).parent / "cassettes"
+
+
+def cassette_name(item: pytest.Item) -> str:
+    """The cassette of a test: ``TestClass/test_name.json`` for a suite test, else ``module/test_name.json``."""
+    cls = getattr(item, "cls", None)
+    name = getattr(item, "originalname", item.name)
+    owner = _defining_suite_class(cls, name) if cls is not None else None
+    folder = owner.__name__ if owner is not None else (cls.__name__ if cls is not None else Path(item.path).stem)
+    suffix = item.name[len(name) :]  # a parametrized test keeps its [id]
+    return f"{folder}/{name}{suffix}.json"
+
+
+@pytest.fixture
+def conformance_replay(
+    request: pytest.FixtureRequest, conformance_profile: Any, conformance_cassette_dir: Path
+) -> Iterator[Any]:
+    """The test's replay server on loopback, answering from its cassette; point the driver at ``server.url(name)``.
+
+    With ``--conformance-record`` it forwards to the real provider instead and
+    writes the cassette, scrubbed, when the test ends.
+    """
+    from mainsdk_conformance.replay import ReplayServer, parse_upstreams
+
+    path = conformance_cassette_dir / cassette_name(request.node)
+    if request.config.getoption("conformance_record"):
+        upstreams = parse_upstreams(request.config.getoption("conformance_upstream"))
+        secrets = [os.environ[name] for name in conformance_profile.credential_env if os.environ.get(name)]
+        server = ReplayServer.recorder(conformance_profile, path, upstreams=upstreams, secrets=secrets)
+    else:
+        server = ReplayServer.replayer(conformance_profile, path)
+    server.start()
+    request.node.stash[REPLAY_KEY] = server
+    try:
+        yield server
+    finally:
+        server.stop()
+    if server.recording:
+        server.save()
+    problems = server.problems(final=True)
+    # A test that already failed on a request the cassette lacks is not failed twice for what followed from it.
+    if problems and not request.node.stash.get(REPORTED_KEY, False):
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """Fail the test itself, not only its teardown, when its driver sent a request the cassette does not have."""
+    try:
+        result = yield
+    except BaseException as exc:
+        server = item.stash.get(REPLAY_KEY, None)
+        problems = server.problems(final=False) if server is not None else []
+        if problems:
+            item.stash[REPORTED_KEY] = True
+            raise AssertionError("\n".join(problems)) from exc
+        raise
+    server = item.stash.get(REPLAY_KEY, None)
+    problems = server.problems(final=False) if server is not None else []
+    if problems:
+        item.stash[REPORTED_KEY] = True
+        raise AssertionError("\n".join(problems))
+    return result

@@ -1,0 +1,79 @@
+"""What the replay server knows of a provider: its base URLs, how to tell its sandboxes apart, what a command is.
+
+A profile is data, so a third party's provider needs no code here: build a
+``Profile`` in your conftest and return it from the ``conformance_profile``
+fixture.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import attrs
+
+
+@attrs.frozen
+class Profile:
+    """One provider, as the replay server sees it.
+
+    ``upstreams``: name to the real base URL (record mode forwards there).
+    ``lane_headers`` / ``lane_paths``: a request's sandbox id, from a header or
+    the first group of a path pattern; requests of one sandbox must arrive in
+    the recorded order. ``command_paths``: requests that start a command, which
+    must never be sent twice. ``credential_env``: environment variables holding
+    the recorder's credentials, whose values are scrubbed wherever they appear.
+    ``api``: the API version a cassette notes. ``ignore_json``: JSON pointers
+    left out of body matching (values that change every run, such as a request id).
+    """
+
+    name: str
+    upstreams: Mapping[str, str]
+    api: str = ""
+    lane_headers: tuple[str, ...] = ()
+    lane_paths: tuple[str, ...] = ()
+    command_paths: tuple[str, ...] = ()
+    credential_env: tuple[str, ...] = ()
+    ignore_json: tuple[str, ...] = ()
+    sdk: str = ""  # the SDK distribution whose version a recorded cassette notes
+
+    def lane(self, path: str, headers: Mapping[str, str]) -> str:
+        """The sandbox a request belongs to, or ``""`` for one that names none (a create)."""
+        lowered = {k.lower(): v for k, v in headers.items()}
+        for name in self.lane_headers:
+            if lowered.get(name.lower()):
+                return lowered[name.lower()]
+        for pattern in self.lane_paths:
+            match = re.search(pattern, path)
+            if match:
+                return match.group(1)
+        return ""
+
+    def is_command(self, method: str, path: str) -> bool:
+        """Whether a request starts a command."""
+        return method.upper() == "POST" and any(re.search(p, path) for p in self.command_paths)
+
+
+# E2B through its SDK: the control plane (api_url) and envd (sandbox_url), told apart by E2b-Sandbox-Id.
+E2B = Profile(
+    name="e2b",
+    upstreams={"api": "https://api.e2b.app", "sandbox": "https://sandbox.e2b.app"},
+    api="e2b control plane v2, envd Connect JSON",
+    sdk="e2b",
+    lane_headers=("E2b-Sandbox-Id",),
+    lane_paths=(r"^/(?:v2/)?sandboxes/([^/?]+)",),
+    command_paths=(r"^/process\.Process/Start$",),
+    credential_env=("E2B_API_KEY", "E2B_ACCESS_TOKEN"),
+)
+
+# Vercel Sandbox, API v1: one base URL, sandbox ids in the path.
+VERCEL = Profile(
+    name="vercel-sandbox",
+    upstreams={"api": "https://api.vercel.com"},
+    api="v1",
+    lane_paths=(r"^/v1/sandboxes/([^/?]+)",),
+    command_paths=(r"^/v1/sandboxes/[^/]+/cmd$",),
+    credential_env=("VERCEL_TOKEN", "VERCEL_OIDC_TOKEN"),
+)
+
+PROFILES = {profile.name: profile for profile in (E2B, VERCEL)}

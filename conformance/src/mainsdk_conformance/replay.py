@@ -1,0 +1,564 @@
+"""The replay server: a provider on loopback answering from a cassette; in record mode, a forwarding proxy.
+
+The standard library's ``ThreadingHTTPServer``, not a framework: replay needs
+control of the socket itself (one HTTP/1.1 chunk per recorded frame, a reset
+that closes the connection mid-stream, a delay before the head) and a thread
+per connection so a held stream never blocks the kill request that ends it.
+Record mode forwards with httpx, streaming, so the driver sees the provider's
+frames as they come.
+
+Replay is strict: a request is matched by upstream, method, path, query and
+body (JSON by value, multipart by part, tar by member), never by a credential
+header; the requests of one sandbox must come in the recorded order; a request
+the cassette lacks gets a 599 answer and fails the test, naming the nearest
+recorded request and how it differs. Nothing is ever forwarded in replay.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import difflib
+import http.server
+import json
+import socket
+import struct
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import attrs
+
+from mainsdk_conformance.cassette import (
+    CREDENTIAL_QUERY,
+    Cassette,
+    body_frames,
+    body_meaning,
+    encode_body,
+    is_stream,
+    load,
+    scrub,
+)
+from mainsdk_conformance.profiles import Profile
+
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "host"}
+)
+# Response headers that describe the transfer, not the answer; replay sets its own framing.
+NOT_RECORDED = HOP_BY_HOP | {"content-length", "content-encoding", "date"}
+UNMATCHED_STATUS = 599
+WAIT_CAP = 30.0  # the longest a recorded frame waits for the request that caused it
+
+
+def parse_upstreams(pairs: Sequence[str]) -> dict[str, str]:
+    """``["api=https://x", ...]`` as a mapping."""
+    upstreams = {}
+    for pair in pairs:
+        name, sep, url = pair.partition("=")
+        if not sep or not name or not url:
+            raise ValueError(f"--conformance-upstream takes NAME=URL, not {pair!r}")
+        upstreams[name] = url.rstrip("/")
+    return upstreams
+
+
+@attrs.define
+class Received:
+    """One request the server saw, and what became of it."""
+
+    upstream: str
+    method: str
+    path: str
+    lane: str
+    arrived: float
+    index: int | None = None  # the interaction it matched (or, recording, the one it wrote)
+    responded: float | None = None
+    problem: str | None = None
+
+
+def _describe(request: Mapping[str, Any], upstream: str) -> str:
+    query = request.get("query") or []
+    text = f"{request['method']} {upstream}:{request['path']}"
+    return text + (f"?{urlencode(query)}" if query else "")
+
+
+def _drop_pointer(value: Any, pointer: str) -> None:
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in pointer.strip("/").split("/")]
+    for part in parts[:-1]:
+        if isinstance(value, dict):
+            value = value.get(part)
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return
+    if isinstance(value, dict):
+        value.pop(parts[-1], None)
+
+
+def _first_difference(recorded: Any, got: Any, where: str = "") -> str | None:
+    """The first place two values differ, as ``/pointer: recorded X, got Y``."""
+    if isinstance(recorded, dict) and isinstance(got, dict):
+        for key in list(recorded) + [k for k in got if k not in recorded]:
+            if key not in got or key not in recorded:
+                return f"{where}/{key}: recorded {_short(recorded.get(key))}, got {_short(got.get(key))}"
+            found = _first_difference(recorded[key], got[key], f"{where}/{key}")
+            if found:
+                return found
+        return None
+    if isinstance(recorded, (list, tuple)) and isinstance(got, (list, tuple)):
+        for index, (a, b) in enumerate(zip(recorded, got, strict=False)):
+            found = _first_difference(a, b, f"{where}/{index}")
+            if found:
+                return found
+        if len(recorded) != len(got):
+            return f"{where or '/'}: recorded {len(recorded)} items, got {len(got)}"
+        return None
+    if recorded != got:
+        return f"{where or '/'}: recorded {_short(recorded)}, got {_short(got)}"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class ReplayServer:
+    """A provider on 127.0.0.1, one ephemeral port per upstream, replaying or recording one cassette."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        path: Path,
+        *,
+        cassette: Cassette | None,
+        upstreams: Mapping[str, str] | None = None,
+        secrets: Sequence[str] = (),
+    ) -> None:
+        self.profile = profile
+        self.path = path
+        self.recording = upstreams is not None
+        self.upstreams = dict(upstreams or {})
+        self._secrets = tuple(secrets)
+        self.cassette = cassette or Cassette({}, [], path)
+        self._missing = cassette is None and not self.recording
+        self.received: list[Received] = []
+        self._used = [False] * len(self.cassette.interactions)
+        self._lanes: dict[str, int] = {}
+        self._problems: list[str] = []
+        self._cond = threading.Condition()
+        self._stopping = threading.Event()
+        self._servers: dict[str, http.server.ThreadingHTTPServer] = {}
+        self._threads: list[threading.Thread] = []
+        self._client: Any = None
+
+    @classmethod
+    def replayer(cls, profile: Profile, path: Path) -> ReplayServer:
+        """Replay ``path``; a missing file fails each request that comes, a bad one raises ``CassetteError`` now."""
+        return cls(profile, path, cassette=load(path) if path.exists() else None)
+
+    @classmethod
+    def recorder(
+        cls, profile: Profile, path: Path, *, upstreams: Mapping[str, str] | None = None, secrets: Sequence[str] = ()
+    ) -> ReplayServer:
+        """Forward to the provider (the profile's upstreams, overridden by ``upstreams``) and record into ``path``."""
+        merged = dict(profile.upstreams) | dict(upstreams or {})
+        sdk = ""
+        if profile.sdk:
+            try:
+                sdk = f"{profile.sdk} {metadata.version(profile.sdk)}"
+            except metadata.PackageNotFoundError:
+                sdk = ""
+        meta = {
+            "provider": profile.name,
+            "api": profile.api or "unversioned",
+            "date": datetime.date.today().isoformat(),
+            "made": "recorded",
+            "test": path.stem,
+        }
+        if sdk:
+            meta["sdk"] = sdk
+        server = cls(profile, path, cassette=Cassette(meta, [], path), upstreams=merged, secrets=secrets)
+        return server
+
+    # --- lifecycle ------------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen on 127.0.0.1, one ephemeral port per upstream of the profile."""
+        if self.recording:
+            import httpx
+
+            # No read timeout: a provider's long poll or stream may be quiet for long.
+            self._client = httpx.Client(timeout=httpx.Timeout(30.0, read=None), follow_redirects=False)
+        for name in self.profile.upstreams:
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler(name))
+            server.daemon_threads = True
+            self._servers[name] = server
+            thread = threading.Thread(target=server.serve_forever, name=f"replay-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def url(self, upstream: str = "api") -> str:
+        """The base URL to give the driver for ``upstream`` (``http://127.0.0.1:<port>``)."""
+        port = self._servers[upstream].server_address[1]
+        return f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        """Stop listening; a held frame is released."""
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+        for server in self._servers.values():
+            server.shutdown()
+            server.server_close()
+        if self._client is not None:
+            self._client.close()
+
+    def save(self) -> Path:
+        """Write the recorded cassette, scrubbed; refuses to write one still holding a credential."""
+        data = scrub(self.cassette.to_dict(), self._secrets)
+        self.cassette = Cassette(data["meta"], [i for i in data["interactions"] if i is not None], self.path)
+        return self.cassette.save()
+
+    # --- what happened --------------------------------------------------------------------------------------------
+
+    def problems(self, *, final: bool) -> list[str]:
+        """What went wrong: requests the cassette lacks; with ``final``, also recorded requests that never came."""
+        with self._cond:
+            problems = list(self._problems)
+            if final and not self.recording:
+                for index, interaction in enumerate(self.cassette.interactions):
+                    if not self._used[index] and not interaction.get("optional"):
+                        upstream = interaction.get("upstream", "api")
+                        problems.append(
+                            f"{self.path}: recorded request #{index} {_describe(interaction['request'], upstream)} "
+                            "never came (the driver did less than was recorded)"
+                        )
+        return problems
+
+    def commands_sent(self) -> int:
+        """How many requests started a command (the profile's ``command_paths``)."""
+        return sum(1 for r in self.received if self.profile.is_command(r.method, r.path))
+
+    def retry_after_violations(self) -> list[str]:
+        """Retries that came sooner than a 429 or 503's Retry-After allowed."""
+        violations = []
+        for position, got in enumerate(self.received):
+            if got.index is None or got.responded is None:
+                continue
+            response = self.cassette.interactions[got.index].get("response") or {}
+            wait = next((v for k, v in (response.get("headers") or {}).items() if k.lower() == "retry-after"), None)
+            if response.get("status") not in (429, 503) or wait is None:
+                continue
+            later = next((r for r in self.received[position + 1 :] if r.lane == got.lane), None)
+            if later is not None and later.arrived - got.responded < float(wait) - 0.05:
+                violations.append(
+                    f"{later.method} {later.path} came {later.arrived - got.responded:.2f}s after a "
+                    f"{response['status']} that said Retry-After: {wait}"
+                )
+        return violations
+
+    # --- matching -------------------------------------------------------------------------------------------------
+
+    def _meaning(self, upstream: str, request: Mapping[str, Any]) -> tuple[Any, ...]:
+        query = sorted(
+            (str(k), str(v)) for k, v in request.get("query") or [] if str(k).lower() not in CREDENTIAL_QUERY
+        )
+        body = copy.deepcopy(body_meaning(request.get("body")))
+        if body[0] == "json":
+            for pointer in self.profile.ignore_json:
+                _drop_pointer(body[1], pointer)
+        return (upstream, request["method"].upper(), request["path"], query, body)
+
+    def _lane_of(self, index: int) -> str:
+        interaction = self.cassette.interactions[index]
+        request = interaction["request"]
+        return self.profile.lane(request["path"], request.get("headers") or {})
+
+    def _match(self, upstream: str, request: dict[str, Any], lane: str) -> tuple[int | None, str | None]:
+        """The interaction answering ``request``, or a message naming it and the nearest recorded one."""
+        if self._missing:
+            return None, (
+                f"{_describe(request, upstream)} came, but there is no cassette {self.path}; record it with "
+                f"`mainsdk-conformance record --driver {self.profile.name}` or author it"
+            )
+        got = self._meaning(upstream, request)
+        interactions = self.cassette.interactions
+        unused = [i for i in range(len(interactions)) if not self._used[i]]
+        matching = [
+            i
+            for i in unused
+            if self._meaning(interactions[i].get("upstream", "api"), interactions[i]["request"]) == got
+        ]
+        in_lane = [i for i in unused if self._lane_of(i) == lane]
+        if lane:
+            # One sandbox's requests in the recorded order: only the next one of its lane may answer.
+            if in_lane and in_lane[0] in matching:
+                return in_lane[0], None
+            if matching:
+                expected = interactions[in_lane[0]] if in_lane else None
+                next_text = (
+                    f"#{in_lane[0]} {_describe(expected['request'], expected.get('upstream', 'api'))}"
+                    if expected
+                    else "nothing more"
+                )
+                return None, (
+                    f"{_describe(request, upstream)} came out of order for sandbox {lane}: it is recorded as "
+                    f"#{matching[0]}, but {next_text} comes first"
+                )
+        elif matching:
+            return matching[0], None  # creates carry no sandbox id: any order, identical ones in turn
+        return None, self._nearest(upstream, request, got)
+
+    def _nearest(self, upstream: str, request: Mapping[str, Any], got: tuple[Any, ...]) -> str:
+        text = f"{_describe(request, upstream)} is not in the cassette {self.path}"
+        candidates = []
+        for index, interaction in enumerate(self.cassette.interactions):
+            recorded = self._meaning(interaction.get("upstream", "api"), interaction["request"])
+            differing = sum(a != b for a, b in zip(recorded, got, strict=True))
+            closeness = difflib.SequenceMatcher(None, recorded[2], got[2]).ratio()
+            candidates.append((differing, -closeness, self._used[index], index, recorded))
+        if not candidates:
+            return text + " (it records no request)"
+        differing, _, used, index, recorded = min(candidates)
+        interaction = self.cassette.interactions[index]
+        names = ("upstream", "method", "path", "query", "body")
+        where = []
+        for name, a, b in zip(names, recorded, got, strict=True):
+            if a != b:
+                # A JSON body is pointed into by its own pointers, not the (kind, value) pair around it.
+                inside = name == "body" and a[0] == b[0] == "json"
+                difference = _first_difference(a[1], b[1]) if inside else _first_difference(a, b)
+                where.append(f"{name}: {difference or 'differs'}")
+        state = " (already used)" if used else ""
+        detail = "; ".join(where) if where else "identical, but already answered"
+        nearest = _describe(interaction["request"], interaction.get("upstream", "api"))
+        return f"{text}; nearest recorded: #{index}{state} {nearest} — {detail}"
+
+    # --- serving --------------------------------------------------------------------------------------------------
+
+    def _handler(self, upstream: str) -> type[http.server.BaseHTTPRequestHandler]:
+        replay = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet: the test report says what matters
+                pass
+
+            def _any(self) -> None:
+                replay._handle(self, upstream)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _any
+
+        return Handler
+
+    def _handle(self, handler: http.server.BaseHTTPRequestHandler, upstream: str) -> None:
+        parts = urlsplit(handler.path)
+        headers = {k: v for k, v in handler.headers.items()}
+        body = _read_body(handler)
+        request: dict[str, Any] = {"method": handler.command, "path": parts.path}
+        query = [[k, v] for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+        if query:
+            request["query"] = query
+        kept = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP | {"content-length"}}
+        if kept:
+            request["headers"] = kept
+        stored_body = encode_body(body, headers, request=True)
+        if stored_body is not None:
+            request["body"] = stored_body
+        lane = self.profile.lane(parts.path, headers)
+        got = Received(upstream, handler.command, parts.path, lane, time.monotonic())
+        if self.recording:
+            self._forward(handler, upstream, request, parts.query, body, got)
+            return
+        with self._cond:
+            index, problem = self._match(upstream, request, lane)
+            self.received.append(got)
+            if index is None:
+                got.problem = problem
+                self._problems.append(problem or "unmatched")
+            else:
+                got.index = index
+                self._used[index] = True
+                self._lanes[lane] = self._lanes.get(lane, 0) + 1
+                self._cond.notify_all()
+        if index is None:
+            payload = json.dumps({"error": "mainsdk-conformance replay", "message": problem}).encode()
+            _send_head(handler, UNMATCHED_STATUS, {"content-type": "application/json"}, length=len(payload))
+            handler.wfile.write(payload)
+            return
+        self._replay(handler, index, lane, got)
+
+    def _wait_lane(self, lane: str, count: int) -> None:
+        """Hold a recorded answer until ``count`` requests of ``lane`` have come, as when it was recorded."""
+        with self._cond:
+            ok = self._cond.wait_for(
+                lambda: self._lanes.get(lane, 0) >= count or self._stopping.is_set(), timeout=WAIT_CAP
+            )
+            if not ok:
+                self._problems.append(
+                    f"{self.path}: an answer of sandbox {lane or '-'} waited {WAIT_CAP:.0f}s for request "
+                    f"{count} of that sandbox, which never came"
+                )
+
+    def _replay(self, handler: http.server.BaseHTTPRequestHandler, index: int, lane: str, got: Received) -> None:
+        interaction = self.cassette.interactions[index]
+        fault = interaction.get("fault") or {}
+        response = interaction.get("response") or {"status": 200}
+        if fault.get("kind") == "delay":
+            self._stopping.wait(float(fault.get("seconds", 0)))
+        reset_after = fault.get("after_frames") if fault.get("kind") == "reset" else None
+        if fault.get("kind") == "reset" and reset_after is None:
+            _reset(handler)
+            got.responded = time.monotonic()
+            return
+        if response.get("after"):
+            self._wait_lane(lane, int(response["after"]))
+        body = response.get("body")
+        frames = body_frames(body)
+        stream = is_stream(body)
+        status = int(response["status"])
+        recorded_headers = dict(response.get("headers") or {})
+        bodiless = handler.command == "HEAD" or status in (204, 304) or 100 <= status < 200
+        length = None if stream or bodiless else sum(len(data) for data, _ in frames)
+        try:
+            _send_head(handler, status, recorded_headers, length=length, chunked=stream and not bodiless)
+            got.responded = started = time.monotonic()
+            for position, (data, frame) in enumerate(frames):
+                if reset_after is not None and position >= int(reset_after):
+                    _reset(handler)
+                    return
+                if frame.get("at"):
+                    self._stopping.wait(max(0.0, started + float(frame["at"]) - time.monotonic()))
+                if frame.get("after"):
+                    self._wait_lane(lane, int(frame["after"]))
+                if bodiless:
+                    continue
+                handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if stream else data)
+            if reset_after is not None:
+                _reset(handler)
+                return
+            if stream and not bodiless:
+                handler.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            handler.close_connection = True  # the driver hung up (a cancel): nothing more to send
+
+    def _forward(
+        self,
+        handler: http.server.BaseHTTPRequestHandler,
+        upstream: str,
+        request: dict[str, Any],
+        query: str,
+        body: bytes,
+        got: Received,
+    ) -> None:
+        import httpx
+
+        with self._cond:
+            index = len(self.cassette.interactions)
+            self.cassette.interactions.append(None)  # type: ignore[arg-type]  # its place, in arrival order
+            got.index = index
+            self.received.append(got)
+            self._lanes[got.lane] = own = self._lanes.get(got.lane, 0) + 1
+        url = self.upstreams[upstream] + request["path"] + (f"?{query}" if query else "")
+        headers = {k: v for k, v in handler.headers.items() if k.lower() not in HOP_BY_HOP | {"content-length"}}
+        interaction: dict[str, Any] = {"upstream": upstream, "request": request}
+        arrivals: list[tuple[int, float, int]] = []  # (end offset, seconds since the head, lane count)
+        received = bytearray()
+        try:
+            with self._client.stream(handler.command, url, headers=headers, content=body) as answer:
+                kept = {k: v for k, v in answer.headers.items() if k.lower() not in NOT_RECORDED}
+                _send_head(handler, answer.status_code, kept, length=None, chunked=True)
+                got.responded = started = time.monotonic()
+                head_count = self._lanes.get(got.lane, 0)
+                response: dict[str, Any] = {"status": answer.status_code, "headers": kept}
+                if head_count > own:
+                    response["after"] = head_count
+                interaction["response"] = response
+                for chunk in answer.iter_bytes():
+                    received += chunk
+                    arrivals.append((len(received), time.monotonic() - started, self._lanes.get(got.lane, 0)))
+                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                handler.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            handler.close_connection = True  # the driver hung up (a cancel): keep what came until then
+        except httpx.HTTPError as exc:
+            # The provider reset or failed mid-answer: record it as the fault it was, and pass it on.
+            self._problems.append(f"recording {_describe(request, upstream)}: {type(exc).__name__}: {exc}")
+            interaction["fault"] = {"kind": "reset"}
+            _reset(handler)
+        if "response" in interaction:
+            stored = encode_body(bytes(received), interaction["response"]["headers"], request=False)
+            if stored is not None:
+                self._annotate(stored, arrivals, own)
+                interaction["response"]["body"] = stored
+            if "fault" in interaction:
+                interaction["fault"]["after_frames"] = len(body_frames(stored))
+        with self._cond:
+            self.cassette.interactions[index] = interaction
+
+    @staticmethod
+    def _annotate(stored: dict[str, Any], arrivals: list[tuple[int, float, int]], own: int) -> None:
+        """Give each recorded frame its arrival time and the requests it waited for."""
+        if not is_stream(stored):
+            return
+        offset = 0
+        for data, frame in body_frames(stored):
+            offset += len(data)
+            arrival = next(((t, n) for end, t, n in arrivals if end >= offset), None)
+            if arrival is None or not isinstance(frame, dict):
+                continue
+            at, count = arrival
+            if at >= 0.005:
+                frame["at"] = round(at, 3)
+            if count > own:
+                frame["after"] = count
+
+
+def _read_body(handler: http.server.BaseHTTPRequestHandler) -> bytes:
+    if handler.headers.get("transfer-encoding", "").lower() == "chunked":
+        data = bytearray()
+        while True:
+            size = int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return bytes(data)
+            data += handler.rfile.read(size)
+            handler.rfile.readline()
+    length = int(handler.headers.get("content-length") or 0)
+    return handler.rfile.read(length) if length else b""
+
+
+def _send_head(
+    handler: http.server.BaseHTTPRequestHandler,
+    status: int,
+    headers: Mapping[str, str],
+    *,
+    length: int | None,
+    chunked: bool = False,
+) -> None:
+    handler.send_response_only(status)
+    for name, value in headers.items():
+        if name.lower() not in NOT_RECORDED:
+            handler.send_header(name, value)
+    if chunked:
+        handler.send_header("Transfer-Encoding", "chunked")
+    elif length is not None:
+        handler.send_header("Content-Length", str(length))
+    handler.end_headers()
+
+
+def _reset(handler: http.server.BaseHTTPRequestHandler) -> None:
+    """Close the connection with a TCP reset, as a provider that died mid-answer."""
+    handler.close_connection = True
+    try:
+        handler.wfile.flush()
+        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        handler.connection.close()
+    except OSError:
+        pass

@@ -1,0 +1,236 @@
+"""Cassettes store bodies readably, give back the exact bytes, and never hold a credential."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mainsdk_conformance.cassette import (
+    FAKE_KEYS,
+    SCRUBBED,
+    CassetteError,
+    body_meaning,
+    decode_body,
+    encode_body,
+    find_credentials,
+    load,
+    scrub,
+)
+
+E2B_KEY = "e2b_" + "ab" * 20
+JSON_TYPE = {"content-type": "application/json"}
+
+
+def cassette(interactions: list[dict[str, Any]]) -> dict[str, Any]:
+    meta = {"provider": "e2b", "api": "v2", "date": "2026-11-29", "made": "authored"}
+    return {"format": "mainsdk-cassette/1", "meta": meta, "interactions": interactions}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"sandboxID":"sbx1","n":1}',  # Go's encoding/json
+        b'{"sandboxID":"sbx1","n":1}\n',  # json.Encoder adds a newline
+        b'{"a": [1, 2], "b": "\\u00e9"}',  # Python's json.dumps
+        b'{"a":1.0E5}',  # JSON that no dumper writes back the same: kept as text
+        b"not json at all",
+    ],
+)
+def test_a_json_or_text_body_comes_back_byte_for_byte(raw: bytes) -> None:
+    stored = encode_body(raw, JSON_TYPE, request=False)
+    assert decode_body(stored) == raw
+    if raw.startswith(b'{"sandboxID"'):
+        assert stored is not None and stored["json"] == {"sandboxID": "sbx1", "n": 1}
+
+
+def test_binary_is_base64_and_exact() -> None:
+    stored = encode_body(bytes(range(256)), {"content-type": "application/octet-stream"}, request=False)
+    assert stored == {"base64": base64.b64encode(bytes(range(256))).decode()}
+    assert decode_body(stored) == bytes(range(256))
+
+
+def test_a_connect_stream_is_stored_as_its_frames() -> None:
+    frames = [(0, b'{"event":{"start":{"pid":1}}}'), (0, b'{"event":{"data":{"stdout":"aGkK"}}}'), (2, b"{}")]
+    raw = b"".join(bytes([f]) + len(p).to_bytes(4, "big") + p for f, p in frames)
+    stored = encode_body(raw, {"content-type": "application/connect+json"}, request=False)
+    assert stored == {
+        "connect": [
+            {"flags": 0, "json": {"event": {"start": {"pid": 1}}}},
+            {"flags": 0, "json": {"event": {"data": {"stdout": "aGkK"}}}},
+            {"flags": 2, "json": {}},
+        ]
+    }
+    assert decode_body(stored) == raw
+
+
+def test_ndjson_is_stored_as_its_lines() -> None:
+    raw = b'{"stream":"stdout","data":"hi\\n"}\n{"stream":"stderr","data":"x"}\n'
+    stored = encode_body(raw, {"content-type": "application/x-ndjson"}, request=False)
+    assert stored == {
+        "ndjson": [{"json": {"stream": "stdout", "data": "hi\n"}}, {"json": {"stream": "stderr", "data": "x"}}]
+    }
+    assert decode_body(stored) == raw
+
+
+def test_multipart_and_targz_requests_are_matched_by_content_not_boundary_or_timestamps() -> None:
+    def multipart(boundary: str) -> bytes:
+        return (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="/work/a.txt"\r\n'
+            f"Content-Type: application/octet-stream\r\n\r\nhello\r\n--{boundary}--\r\n"
+        ).encode()
+
+    one = encode_body(multipart("aaa"), {"content-type": "multipart/form-data; boundary=aaa"}, request=True)
+    two = encode_body(multipart("bbb"), {"content-type": "multipart/form-data; boundary=bbb"}, request=True)
+    assert one is not None and one["multipart"][0]["filename"] == "/work/a.txt"
+    assert body_meaning(one) == body_meaning(two)
+
+    def targz(mtime: int) -> bytes:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w:gz") as archive:
+            info = tarfile.TarInfo("data.csv")
+            info.size, info.mtime = 4, mtime
+            archive.addfile(info, io.BytesIO(b"a,b\n"))
+        return out.getvalue()
+
+    first, second = targz(1), targz(2)
+    assert first != second
+    stored = encode_body(first, {}, request=True)
+    assert stored is not None and stored["targz"][0]["name"] == "data.csv"
+    assert body_meaning(stored) == body_meaning(encode_body(second, {}, request=True))
+
+
+def test_json_requests_match_by_value_not_spelling() -> None:
+    one = encode_body(b'{"a":1,"b":[1,2]}', JSON_TYPE, request=True)
+    two = encode_body(b'{ "b": [1, 2], "a": 1 }', JSON_TYPE, request=True)
+    assert body_meaning(one) == body_meaning(two)
+
+
+@pytest.mark.parametrize(
+    ("interaction", "where"),
+    [
+        ({"request": {"method": "POST", "path": "/v2/sandboxes", "headers": {"X-API-KEY": "k"}}}, "X-API-KEY"),
+        (
+            {
+                "request": {"method": "POST", "path": "/v2/sandboxes"},
+                "response": {"status": 201, "body": {"json": {"sandboxID": "s", "envdAccessToken": "abc"}}},
+            },
+            "/interactions/0/response/body/json/envdAccessToken",
+        ),
+        ({"request": {"method": "GET", "path": f"/x/{E2B_KEY}"}}, "/interactions/0/request/path"),
+        (
+            {
+                "request": {"method": "GET", "path": "/files"},
+                "response": {"status": 200, "body": {"base64": base64.b64encode(b"key=" + E2B_KEY.encode()).decode()}},
+            },
+            "/interactions/0/response/body/base64",
+        ),
+        (
+            {
+                "request": {"method": "POST", "path": "/process.Process/Start"},
+                "response": {
+                    "status": 200,
+                    "body": {
+                        "connect": [
+                            {"flags": 0, "json": {"data": {"stdout": base64.b64encode(E2B_KEY.encode()).decode()}}}
+                        ]
+                    },
+                },
+            },
+            "/interactions/0/response/body/connect/0/json/data/stdout",
+        ),
+        ({"request": {"method": "GET", "path": "/f", "query": [["signature", "v1_abc"]]}}, "signature"),
+    ],
+)
+def test_a_cassette_holding_a_credential_is_refused_naming_where(
+    tmp_path: Path, interaction: dict[str, Any], where: str
+) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cassette([interaction])))
+    with pytest.raises(CassetteError) as caught:
+        load(path)
+    message = str(caught.value)
+    assert str(path) in message and where in message and "holds credentials" in message
+    assert E2B_KEY not in message  # the refusal does not print the credential it found
+
+
+def test_scrub_removes_every_credential_and_the_result_loads(tmp_path: Path) -> None:
+    data = cassette(
+        [
+            {
+                "request": {
+                    "method": "POST",
+                    "path": "/v2/sandboxes",
+                    "headers": {"X-API-KEY": E2B_KEY, "Authorization": "Bearer abcdefghijklmnopqrstuvwxyz"},
+                    "body": {"json": {"templateID": "base", "note": f"key {E2B_KEY}"}},
+                },
+                "response": {
+                    "status": 201,
+                    "body": {"json": {"sandboxID": "s", "envdAccessToken": "tok", "trafficAccessToken": "tok2"}},
+                },
+            },
+            {"request": {"method": "GET", "path": "/files", "query": [["path", "/a"], ["signature", "sig"]]}},
+            {
+                "request": {"method": "GET", "path": "/o"},
+                "response": {"status": 200, "body": {"text": "my-own-secret"}},
+            },
+        ]
+    )
+    assert len(find_credentials(data)) == 6
+    clean = scrub(data, values=["my-own-secret"])
+    assert find_credentials(clean) == []
+    text = json.dumps(clean)
+    assert E2B_KEY not in text and "my-own-secret" not in text and '"tok"' not in text
+    assert clean["interactions"][0]["request"]["headers"]["X-API-KEY"] == SCRUBBED
+    assert clean["interactions"][1]["request"]["query"] == [["path", "/a"], ["signature", SCRUBBED]]
+    path = tmp_path / "clean.json"
+    path.write_text(json.dumps(clean))
+    assert load(path).interactions[0]["response"]["body"]["json"]["sandboxID"] == "s"
+
+
+def test_the_suites_made_up_key_is_allowed_and_kept() -> None:
+    [fake] = FAKE_KEYS
+    data = cassette([{"request": {"method": "GET", "path": "/o"}, "response": {"status": 200, "body": {"text": fake}}}])
+    assert find_credentials(data) == [] and scrub(data) == data
+
+
+def test_metadata_is_required(tmp_path: Path) -> None:
+    data = cassette([])
+    del data["meta"]["made"]
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CassetteError, match="meta lacks made"):
+        load(path)
+
+
+def test_the_check_command_refuses_a_cassette_holding_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mainsdk_conformance.cli import main
+
+    clean = tmp_path / "clean.json"
+    clean.write_text(json.dumps(cassette([{"request": {"method": "GET", "path": "/o"}, "response": {"status": 200}}])))
+    assert main(["check", str(clean)]) == 0
+    dirty = tmp_path / "sub" / "dirty.json"
+    dirty.parent.mkdir()
+    dirty.write_text(
+        json.dumps(cassette([{"request": {"method": "GET", "path": "/o", "headers": {"X-API-KEY": "k"}}}]))
+    )
+    assert main(["check", str(tmp_path)]) == 1
+    out = capsys.readouterr()
+    assert "1 cassettes clean, 1 refused" in out.out and "dirty.json holds credentials" in out.err
+
+
+def test_recording_without_an_account_says_what_to_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mainsdk_conformance.cli import main
+
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    monkeypatch.delenv("E2B_ACCESS_TOKEN", raising=False)
+    assert main(["record", "--driver", "e2b", "--tests", str(tmp_path)]) == 2
+    assert "needs a real account: set E2B_API_KEY or E2B_ACCESS_TOKEN" in capsys.readouterr().err

@@ -1,0 +1,256 @@
+"""The plugin, run as a driver's test run would use it (pytester): skips, expected failures, overrides, replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+STUB = '''
+import pytest
+from mainsdk import Capabilities
+from mainsdk.hookspecs import hookimpl
+from mainsdk_conformance import ConformanceTarget
+
+pytest_plugins = ["mainsdk_conformance.plugin"]
+
+
+class Stub:
+    """Declares capabilities and refuses to start: enough for the suite's refusal tests."""
+
+    @hookimpl
+    def mainsdk_driver_capabilities(self):
+        return Capabilities(isolation="weak", languages=frozenset({"python"}), sessions=False)
+
+    @hookimpl
+    def mainsdk_network_policy(self, hosts):
+        return None
+
+    @hookimpl
+    async def mainsdk_driver_start(self, spec):
+        raise RuntimeError("the stub starts nothing")
+
+
+@pytest.fixture
+def conformance_target():
+    return ConformanceTarget(driver_id="stub", driver=lambda config: Stub(), expected_failures=EXPECTED)
+'''
+
+
+def run_suite(pytester: pytest.Pytester, expected: dict[str, str], module: str, *args: str) -> Any:
+    pytester.makeconftest(STUB.replace("EXPECTED", repr(expected)))
+    pytester.makepyfile(test_conformance=module)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rsxX", *args)
+
+
+STAR = "from mainsdk_conformance.suite import *  # noqa: F403\n"
+
+
+def test_a_test_needing_a_capability_the_driver_lacks_is_skipped_saying_which(pytester: pytest.Pytester) -> None:
+    result = run_suite(pytester, {}, STAR, "-k", "TestSessions or test_node_prints or unknown_language")
+    result.assert_outcomes(passed=1, skipped=17)
+    result.stdout.fnmatch_lines(["*driver stub declares no language node*", "*driver stub declares no sessions*"])
+
+
+def test_an_expected_failure_that_passes_is_reported(pytester: pytest.Pytester) -> None:
+    expected = {"TestErrors::test_an_unknown_language_is_refused": "believed broken"}
+    result = run_suite(pytester, expected, STAR, "-k", "test_an_unknown_language_is_refused")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*XPASS(strict)*expected to fail on driver stub: believed broken*"])
+
+
+def test_an_expected_failure_runs_and_shows_as_xfail(pytester: pytest.Pytester) -> None:
+    expected = {"TestRun::test_python_prints": "the stub starts nothing"}
+    result = run_suite(pytester, expected, STAR, "-k", "test_python_prints")
+    result.assert_outcomes(xfailed=1)
+
+
+def test_an_expected_failure_naming_no_suite_test_is_an_error(pytester: pytest.Pytester) -> None:
+    result = run_suite(pytester, {"TestRun::test_pyhton_prints": "typo"}, STAR, "-k", "unknown_language")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*expected_failures names TestRun::test_pyhton_prints, not tests of the suite*"])
+
+
+def test_overriding_a_suite_test_is_refused(pytester: pytest.Pytester) -> None:
+    module = (
+        "from mainsdk_conformance.suite import TestErrors\n\n"
+        "class TestMine(TestErrors):\n"
+        "    def test_an_unknown_language_is_refused(self, conformance):\n"
+        "        pass  # the SQLAlchemy way of disabling a test: refused here\n"
+    )
+    result = run_suite(pytester, {}, module)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*overrides the conformance test TestErrors::test_an_unknown_language_is_refused*"])
+
+
+def test_a_subclass_that_overrides_nothing_runs_the_suite_tests(pytester: pytest.Pytester) -> None:
+    module = "from mainsdk_conformance.suite import TestErrors\n\nclass TestMine(TestErrors):\n    pass\n"
+    result = run_suite(pytester, {}, module, "-k", "TestMine and unknown_language")
+    result.assert_outcomes(passed=1)
+
+
+# --- A replayed driver, end to end ------------------------------------------------------------------------------
+
+HTTP_DRIVER = '''
+import asyncio, json, time
+import httpx, pytest
+from mainsdk import Capabilities
+from mainsdk.driver import Collected, ExecOutcome
+from mainsdk.errors import DRIVER_UNAVAILABLE, SandboxError
+from mainsdk.hookspecs import hookimpl
+from mainsdk_conformance import ConformanceTarget
+from mainsdk_conformance.profiles import Profile
+
+pytest_plugins = ["mainsdk_conformance.plugin"]
+PROFILE = Profile(name="toy", upstreams={"api": "https://toy.invalid"}, api="v1",
+                  lane_paths=(r"^/boxes/([^/]+)",), command_paths=(r"^/boxes/[^/]+/run$",))
+
+
+class Toy:
+    """A provider driver in miniature: retries a safe create, never a command; outages are 0006."""
+
+    def __init__(self, base):
+        self.base = base
+
+    @hookimpl
+    def mainsdk_driver_capabilities(self):
+        return Capabilities(isolation="microvm", languages=frozenset({"python"}))
+
+    @hookimpl
+    def mainsdk_network_policy(self, hosts):
+        return {"allow": list(hosts)}
+
+    @hookimpl
+    async def mainsdk_driver_start(self, spec):
+        async with httpx.AsyncClient(base_url=self.base) as client:
+            for attempt in range(3):
+                answer = await client.post("/boxes", json={"timeout": spec.limits.timeout})
+                if answer.status_code == 429 and attempt < 2:
+                    await asyncio.sleep(float(answer.headers.get("retry-after", "1")))
+                    continue
+                if answer.status_code >= 400:
+                    raise SandboxError(DRIVER_UNAVAILABLE, f"create answered {answer.status_code}")
+                return answer.json()["id"]
+
+    @hookimpl
+    async def mainsdk_driver_exec(self, box, command, output):
+        started = time.monotonic()
+        async def stream():
+            async with httpx.AsyncClient(base_url=self.base, timeout=None) as client:
+                async with client.stream("POST", f"/boxes/{box}/run", json={"args": list(command.args)}) as answer:
+                    if answer.status_code >= 400:
+                        raise SandboxError(DRIVER_UNAVAILABLE, f"run answered {answer.status_code}")
+                    async for line in answer.aiter_lines():
+                        event = json.loads(line)
+                        if "stdout" in event:
+                            output.stdout(event["stdout"].encode())
+                        if "exit" in event:
+                            return event["exit"]
+        try:
+            code = await asyncio.wait_for(stream(), command.timeout)
+        except TimeoutError:
+            return ExecOutcome(exit_code=None, stop="timeout", duration=time.monotonic() - started)
+        except httpx.HTTPError as exc:
+            raise SandboxError(DRIVER_UNAVAILABLE, f"the run failed: {exc!r}") from exc
+        return ExecOutcome(exit_code=code, duration=time.monotonic() - started)
+
+    @hookimpl
+    async def mainsdk_driver_collect(self, box, max_bytes):
+        return Collected()
+
+    @hookimpl
+    async def mainsdk_driver_stop(self, box):
+        async with httpx.AsyncClient(base_url=self.base) as client:
+            await client.delete(f"/boxes/{box}")
+
+
+@pytest.fixture
+def conformance_profile():
+    return PROFILE
+
+
+@pytest.fixture
+def conformance_target(conformance_replay):
+    return ConformanceTarget(driver_id="toy", driver=lambda config: Toy(conformance_replay.url()))
+'''
+
+CREATE = {
+    "request": {"method": "POST", "path": "/boxes", "body": {"json": {"timeout": 10.0}}},
+    "response": {"status": 201, "body": {"json": {"id": "b1"}}},
+}
+DELETE = {"request": {"method": "DELETE", "path": "/boxes/b1"}, "response": {"status": 204}}
+
+
+def run_request(args: list[str]) -> dict[str, Any]:
+    return {"method": "POST", "path": "/boxes/b1/run", "body": {"json": {"args": args}}}
+
+
+def lines(*events: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": 200,
+        "headers": {"Content-Type": "application/x-ndjson"},
+        "body": {"ndjson": [{"json": e} for e in events]},
+    }
+
+
+PRINT = ["-E", "-s", "-c", "print('fault')"]
+CASSETTES: dict[str, list[dict[str, Any]]] = {
+    "TestRun/test_the_exit_code_and_stderr_come_back": [
+        CREATE,
+        {"request": run_request(["-c", "other code"]), "response": lines({"exit": 0})},
+        DELETE,
+    ],
+    "TestFaults/test_429_with_retry_after_is_retried_after_the_wait": [
+        {"request": CREATE["request"], "response": {"status": 429, "headers": {"Retry-After": "1"}}},
+        CREATE,
+        {"request": run_request(PRINT), "response": lines({"stdout": "fault\n"}, {"exit": 0})},
+        DELETE,
+    ],
+    "TestFaults/test_503_is_0006_and_retryable": [{"request": CREATE["request"], "response": {"status": 503}}],
+    "TestFaults/test_a_reset_mid_stream_is_0006_and_the_command_is_not_sent_again": [
+        CREATE,
+        {
+            "request": run_request(PRINT),
+            "response": lines({"stdout": "fa"}, {"exit": 0}),
+            "fault": {"kind": "reset", "after_frames": 1},
+        },
+        DELETE,
+    ],
+    "TestFaults/test_a_sandbox_that_vanished_mid_run_is_0006": [
+        CREATE,
+        {"request": run_request(PRINT), "response": {"status": 404, "body": {"json": {"error": "sandbox not found"}}}},
+        {"request": DELETE["request"], "response": {"status": 404}},
+    ],
+    "TestFaults/test_a_response_past_the_deadline_stops_the_run_at_its_time_limit": [
+        {
+            "request": {"method": "POST", "path": "/boxes", "body": {"json": {"timeout": 1.0}}},
+            "response": CREATE["response"],
+        },
+        {"request": run_request(PRINT), "response": lines({"exit": 0}), "fault": {"kind": "delay", "seconds": 3}},
+        DELETE,
+    ],
+}
+
+
+def test_a_replayed_driver_runs_the_fault_tests_and_a_mismatch_fails_naming_the_nearest(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(HTTP_DRIVER)
+    pytester.makepyfile(test_conformance=STAR)
+    for name, interactions in CASSETTES.items():
+        path = Path(pytester.path) / "cassettes" / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"provider": "toy", "api": "v1", "date": "2026-11-29", "made": "authored"}
+        path.write_text(json.dumps({"format": "mainsdk-cassette/1", "meta": meta, "interactions": interactions}))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-k", "TestFaults or test_the_exit_code_and_stderr_come_back"
+    )
+    result.assert_outcomes(passed=5, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*POST api:/boxes/b1/run is not in the cassette*nearest recorded: #1 POST api:/boxes/b1/run*"
+            "body: /args/0: recorded '-c', got '-E'*",
+        ]
+    )

@@ -1,0 +1,293 @@
+"""The replay server, driven by a real httpx client: exact answers, strict matching, order, faults."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mainsdk_conformance.cassette import CassetteError, decode_body, envelope
+from mainsdk_conformance.profiles import E2B, Profile
+from mainsdk_conformance.replay import ReplayServer
+
+ONE = Profile(name="test", upstreams={"api": "https://provider.invalid"}, lane_paths=(r"^/boxes/([^/?]+)",))
+START = {"flags": 0, "json": {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo hi"]}}}
+FRAMES: list[dict[str, Any]] = [
+    {"flags": 0, "json": {"event": {"start": {"pid": 7}}}},
+    {"flags": 0, "json": {"event": {"data": {"stdout": "aGkK"}}}, "at": 0.3},
+    {"flags": 0, "json": {"event": {"end": {"exitCode": 0, "exited": True, "status": "exit status 0"}}}},
+    {"flags": 2, "json": {}},
+]
+
+
+def write(path: Path, interactions: list[dict[str, Any]], provider: str = "test") -> Path:
+    meta = {"provider": provider, "api": "v1", "date": "2026-11-29", "made": "authored"}
+    path.write_text(json.dumps({"format": "mainsdk-cassette/1", "meta": meta, "interactions": interactions}))
+    return path
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Any]:
+    started: list[ReplayServer] = []
+
+    def start(interactions: list[dict[str, Any]], profile: Profile = ONE) -> ReplayServer:
+        server = ReplayServer.replayer(profile, write(tmp_path / f"c{len(started)}.json", interactions, profile.name))
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def test_a_replayed_session_answers_byte_for_byte_as_recorded(serve: Any) -> None:
+    create = {"json": {"sandboxID": "sbx1", "domain": "e2b.app"}, "style": "spaced", "newline": True}
+    binary = {"base64": base64.b64encode(bytes(range(256))).decode()}
+    logs = {"ndjson": [{"json": {"stream": "stdout", "data": "a"}}, {"json": {"stream": "stderr", "data": "b"}}]}
+    interactions = [
+        {
+            "upstream": "api",
+            "request": {"method": "POST", "path": "/v2/sandboxes", "body": {"json": {"templateID": "base"}}},
+            "response": {
+                "status": 201,
+                "headers": {"Content-Type": "application/json", "X-Trace": "t1"},
+                "body": create,
+            },
+        },
+        {
+            "upstream": "sandbox",
+            "request": {
+                "method": "POST",
+                "path": "/process.Process/Start",
+                "headers": {"E2b-Sandbox-Id": "sbx1", "Content-Type": "application/connect+json"},
+                "body": {"connect": [START]},
+            },
+            "response": {
+                "status": 200,
+                "headers": {"Content-Type": "application/connect+json"},
+                "body": {"connect": FRAMES},
+            },
+        },
+        {
+            "upstream": "sandbox",
+            "request": {
+                "method": "GET",
+                "path": "/files",
+                "query": [["path", "/work/b.bin"]],
+                "headers": {"E2b-Sandbox-Id": "sbx1"},
+            },
+            "response": {"status": 200, "headers": {"Content-Type": "application/octet-stream"}, "body": binary},
+        },
+        {
+            "upstream": "api",
+            "request": {"method": "GET", "path": "/sandboxes/sbx1/logs"},
+            "response": {"status": 200, "headers": {"Content-Type": "application/x-ndjson"}, "body": logs},
+        },
+        {"upstream": "api", "request": {"method": "DELETE", "path": "/sandboxes/sbx1"}, "response": {"status": 204}},
+    ]
+    server = serve(interactions, E2B)
+    api, sandbox = server.url("api"), server.url("sandbox")
+    envd = {"E2b-Sandbox-Id": "sbx1", "X-Access-Token": "anything: credentials are never matched"}
+    with httpx.Client() as client:
+        created = client.post(f"{api}/v2/sandboxes", json={"templateID": "base"}, headers={"X-API-KEY": "k"})
+        assert (created.status_code, created.headers["x-trace"]) == (201, "t1")
+        assert created.content == b'{"sandboxID": "sbx1", "domain": "e2b.app"}\n' == decode_body(create)
+        arrivals = []
+        started = time.monotonic()
+        with client.stream(
+            "POST",
+            f"{sandbox}/process.Process/Start",
+            content=envelope(0, b'{"process":{"cmd":"/bin/bash","args":["-l","-c","echo hi"]}}'),
+            headers={**envd, "Content-Type": "application/connect+json"},
+        ) as stream:
+            assert stream.headers["transfer-encoding"] == "chunked"
+            for chunk in stream.iter_raw():
+                arrivals.append((time.monotonic() - started, chunk))
+        assert b"".join(c for _, c in arrivals) == decode_body({"connect": FRAMES})
+        assert [c for _, c in arrivals] == [
+            envelope(f["flags"], json.dumps(f["json"], separators=(",", ":")).encode()) for f in FRAMES
+        ]
+        assert arrivals[1][0] >= 0.3 > arrivals[0][0]  # the recorded pace
+        got = client.get(f"{sandbox}/files", params={"path": "/work/b.bin"}, headers=envd)
+        assert got.content == bytes(range(256))
+        assert (
+            client.get(f"{api}/sandboxes/sbx1/logs").content
+            == b'{"stream":"stdout","data":"a"}\n{"stream":"stderr","data":"b"}\n'
+        )
+        assert client.delete(f"{api}/sandboxes/sbx1").status_code == 204
+    assert server.problems(final=True) == []
+
+
+def test_a_cassette_holding_a_token_is_rejected(tmp_path: Path) -> None:
+    interaction = {
+        "request": {"method": "POST", "path": "/v2/sandboxes"},
+        "response": {"status": 201, "body": {"json": {"sandboxID": "s", "envdAccessToken": "d7f1c2a9"}}},
+    }
+    with pytest.raises(CassetteError) as caught:
+        ReplayServer.replayer(E2B, write(tmp_path / "token.json", [interaction], "e2b"))
+    assert "/interactions/0/response/body/json/envdAccessToken" in str(caught.value)
+
+
+def test_an_unknown_request_fails_naming_it_and_the_nearest(serve: Any) -> None:
+    server = serve(
+        [
+            {
+                "request": {"method": "POST", "path": "/boxes", "body": {"json": {"timeout": 30, "template": "base"}}},
+                "response": {"status": 201},
+            },
+            {"request": {"method": "GET", "path": "/health"}, "response": {"status": 200}},
+        ]
+    )
+    with httpx.Client() as client:
+        answer = client.post(f"{server.url()}/boxes", json={"template": "base", "timeout": 10})
+    assert answer.status_code == 599 and "nearest recorded" in answer.json()["message"]
+    [problem] = server.problems(final=False)
+    assert "POST api:/boxes is not in the cassette" in problem
+    assert "nearest recorded: #0 POST api:/boxes" in problem and "/timeout: recorded 30, got 10" in problem
+
+
+def test_the_requests_of_one_sandbox_must_come_in_order(serve: Any) -> None:
+    ok = {"status": 200}
+    server = serve(
+        [
+            {"request": {"method": "POST", "path": "/boxes/a/run"}, "response": ok},
+            {"request": {"method": "POST", "path": "/boxes/b/run"}, "response": ok},
+            {"request": {"method": "POST", "path": "/boxes/a/stop"}, "response": ok},
+            {"request": {"method": "POST", "path": "/boxes/b/stop"}, "response": ok},
+        ]
+    )
+    with httpx.Client(base_url=server.url()) as client:
+        # Another sandbox's requests may interleave differently; this sandbox's may not.
+        assert client.post("/boxes/b/run").status_code == 200
+        assert client.post("/boxes/a/stop").status_code == 599
+        assert client.post("/boxes/a/run").status_code == 200
+        assert client.post("/boxes/a/stop").status_code == 200
+        assert client.post("/boxes/b/stop").status_code == 200
+    [problem] = server.problems(final=True)
+    assert "POST api:/boxes/a/stop came out of order for sandbox a" in problem
+    assert "#0 POST api:/boxes/a/run comes first" in problem
+
+
+def test_a_recorded_request_that_never_came_fails_at_the_end(serve: Any) -> None:
+    server = serve([{"request": {"method": "DELETE", "path": "/boxes/a"}, "response": {"status": 204}}])
+    assert server.problems(final=False) == []
+    [problem] = server.problems(final=True)
+    assert "#0 DELETE api:/boxes/a never came" in problem
+
+
+def test_a_missing_cassette_fails_the_first_request_saying_how_to_make_it(tmp_path: Path) -> None:
+    server = ReplayServer.replayer(E2B, tmp_path / "TestRun" / "test_x.json")
+    server.start()
+    try:
+        with httpx.Client() as client:
+            assert client.post(f"{server.url()}/v2/sandboxes").status_code == 599
+    finally:
+        server.stop()
+    [problem] = server.problems(final=True)
+    assert "there is no cassette" in problem and "mainsdk-conformance record --driver e2b" in problem
+
+
+def test_429_with_retry_after_and_503_are_answered_as_recorded(serve: Any) -> None:
+    server = serve(
+        [
+            {
+                "request": {"method": "POST", "path": "/boxes"},
+                "response": {"status": 429, "headers": {"Retry-After": "1"}},
+            },
+            {
+                "request": {"method": "POST", "path": "/boxes"},
+                "response": {"status": 503, "body": {"json": {"error": "busy"}}},
+            },
+            {"request": {"method": "POST", "path": "/boxes"}, "response": {"status": 201}},
+        ]
+    )
+    with httpx.Client(base_url=server.url()) as client:
+        first = client.post("/boxes")
+        assert (first.status_code, first.headers["retry-after"]) == (429, "1")
+        second = client.post("/boxes")  # too soon: reported
+        assert (second.status_code, second.json()) == (503, {"error": "busy"})
+        assert client.post("/boxes").status_code == 201
+    [violation] = server.retry_after_violations()
+    assert "after a 429 that said Retry-After: 1" in violation
+    assert server.cassette.has_status(429, header="retry-after") and server.problems(final=True) == []
+
+
+def test_a_reset_fault_closes_the_connection_mid_stream(serve: Any) -> None:
+    server = serve(
+        [
+            {
+                "request": {"method": "POST", "path": "/process.Process/Start"},
+                "response": {
+                    "status": 200,
+                    "headers": {"Content-Type": "application/connect+json"},
+                    "body": {"connect": FRAMES},
+                },
+                "fault": {"kind": "reset", "after_frames": 1},
+            }
+        ]
+    )
+    received = b""
+    with (
+        httpx.Client() as client,
+        pytest.raises(httpx.HTTPError),
+        client.stream("POST", f"{server.url()}/process.Process/Start") as stream,
+    ):
+        for chunk in stream.iter_raw():
+            received += chunk
+    assert received == decode_body({"connect": FRAMES[:1]})
+    assert server.commands_sent() == 0  # the test profile names no command paths
+
+
+def test_a_delay_fault_holds_the_answer_past_a_clients_deadline(serve: Any) -> None:
+    server = serve(
+        [
+            {
+                "request": {"method": "GET", "path": "/slow"},
+                "response": {"status": 200},
+                "fault": {"kind": "delay", "seconds": 1.5},
+            }
+        ]
+    )
+    with httpx.Client(base_url=server.url()) as client:
+        started = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):
+            client.get("/slow", timeout=0.5)
+        assert time.monotonic() - started < 1.5
+
+
+def test_a_frame_waits_for_the_request_that_caused_it(serve: Any) -> None:
+    # Recorded: the stream ended only after the kill (the second request of sandbox a) had come.
+    frames = [FRAMES[0], {**FRAMES[2], "after": 2}, FRAMES[3]]
+    server = serve(
+        [
+            {
+                "request": {"method": "POST", "path": "/boxes/a/start"},
+                "response": {
+                    "status": 200,
+                    "headers": {"Content-Type": "application/connect+json"},
+                    "body": {"connect": frames},
+                },
+            },
+            {"request": {"method": "POST", "path": "/boxes/a/kill"}, "response": {"status": 200}},
+        ]
+    )
+    got: list[bytes] = []
+    with httpx.Client(base_url=server.url()) as client:
+        with client.stream("POST", "/boxes/a/start") as stream:
+            chunks = stream.iter_raw()
+            got.append(next(chunks))
+            killer = threading.Timer(0.4, lambda: httpx.post(f"{server.url()}/boxes/a/kill"))
+            started = time.monotonic()
+            killer.start()
+            got.extend(chunks)
+            assert time.monotonic() - started >= 0.35
+        killer.join()
+    assert b"".join(got) == decode_body({"connect": frames})
+    assert server.problems(final=True) == []
