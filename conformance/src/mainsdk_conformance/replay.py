@@ -82,7 +82,7 @@ class Received:
 def _describe(request: Mapping[str, Any], upstream: str) -> str:
     query = request.get("query") or []
     text = f"{request['method']} {upstream}:{request['path']}"
-    return text + (f"?{urlencode(query)}" if query else "")
+    return text + (f"?{urlencode([tuple(pair) for pair in query])}" if query else "")  # JSON keeps pairs as lists
 
 
 def _drop_pointer(value: Any, pointer: str) -> None:
