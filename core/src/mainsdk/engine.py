@@ -142,7 +142,10 @@ class AsyncSandbox:
         self.deps = deps
         self.config = deps.config
         self.driver_id = deps.config.sandbox.driver
-        driver = deps.driver if deps.driver is not None else load_driver(self.driver_id, deps.config)
+        self._resolver = deps.secret or environment_secrets
+        driver = deps.driver
+        if driver is None:
+            driver = load_driver(self.driver_id, deps.config, secret=self._resolver)
         extra = list(deps.plugins) + ([_AuditSink(deps.log)] if deps.log else [])
         self._pm = make_plugin_manager(driver, plugins=extra, load_entrypoints=deps.load_entrypoints)
         self.hooks = Hooks(self._pm)
@@ -154,7 +157,6 @@ class AsyncSandbox:
         else:
             patterns = tuple(network)
             self._network_allow = lambda host: host_covered(host, patterns)
-        self._resolver = deps.secret or environment_secrets
         self._store = deps.files or LocalDirectoryFileStore()
         self._tenancy = deps.tenancy or (lambda: DEFAULT_TENANT)
         self.files = AsyncFiles(self._store, self._tenancy)
@@ -390,8 +392,10 @@ class AsyncSandbox:
         except SandboxError:
             raise
         except Exception as exc:
+            # Only the type: a driver's own message may carry a URL, a token or a value; the cause keeps it for logs.
             raise SandboxError(
-                errors.DRIVER_UNAVAILABLE, f"the {self.driver_id!r} driver failed: {type(exc).__name__}: {exc}"
+                errors.DRIVER_UNAVAILABLE,
+                f"the {self.driver_id!r} driver failed ({type(exc).__name__}); retry, and check the provider and token",
             ) from exc
 
     def _audit(self, event: AuditEvent) -> None:

@@ -9,6 +9,7 @@ loaded.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Sequence
 from importlib import metadata
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from mainsdk.audit import AuditEvent
     from mainsdk.config import AppConfig
     from mainsdk.driver import Box, BoxSpec, Capabilities, Collected, Command, ExecOutcome, OutputSink
+    from mainsdk.secrets import SecretResolver
 
 log = logging.getLogger("mainsdk")
 
@@ -53,8 +55,12 @@ def installed_drivers() -> list[InstalledDriver]:
     return sorted(found, key=lambda d: d.id)
 
 
-def load_driver(driver_id: str, config: AppConfig) -> object:
-    """Import the driver ``driver_id`` through its entry point and build it from ``config``."""
+def load_driver(driver_id: str, config: AppConfig, *, secret: SecretResolver | None = None) -> object:
+    """Import the driver ``driver_id`` through its entry point and build it from ``config``.
+
+    A factory that takes a ``secret`` keyword gets the app's secret resolver, for its own credentials
+    (``sandbox.e2b.key: secret:E2B_API_KEY``); one that does not is called with the config alone.
+    """
     matches = list(metadata.entry_points(group=DRIVER_GROUP, name=driver_id))
     if not matches:
         installed = ", ".join(d.id for d in installed_drivers()) or "none"
@@ -69,6 +75,8 @@ def load_driver(driver_id: str, config: AppConfig) -> object:
         factory = entry.load()
     except Exception as exc:  # an import failure names the plugin, not just the missing module
         raise SandboxError(INVALID_OPTION, f"the {driver_id!r} driver ({entry.value}) failed to import: {exc}") from exc
+    if secret is not None and "secret" in inspect.signature(factory).parameters:
+        return factory(config, secret=secret)
     return factory(config)
 
 
