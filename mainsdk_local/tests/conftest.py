@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loopback import DATA, NETWORK_CONFIG, RESOLVE, LoopbackServer
 from mainsdk import AsyncSandbox, Sandbox, SandboxDeps
 from mainsdk.audit import AuditEvent
 from mainsdk.config import load_config_text
@@ -80,3 +81,48 @@ def async_sandbox(tmp_path: Path) -> Iterator[AsyncSandbox]:
     sandbox = AsyncSandbox(SandboxDeps(config=config, driver=driver, load_entrypoints=False))
     yield sandbox
     sandbox.hooks.shutdown()
+
+
+@pytest.fixture
+def http_server() -> Iterator[LoopbackServer]:
+    """A plain HTTP server on the host's loopback."""
+    server = LoopbackServer(tls=False)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def https_server() -> Iterator[LoopbackServer]:
+    """An HTTPS server on the host's loopback, its certificate (api.example.test, *.example.test) from a test CA."""
+    server = LoopbackServer(tls=True)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def test_ca() -> str:
+    """The PEM of the CA that signed the HTTPS server's certificate; pass it to a run as a file to trust it."""
+    return (DATA / "test-ca.crt").read_text()
+
+
+@pytest.fixture
+def make_net_sandbox(make_sandbox: Callable[..., Built]) -> Callable[..., Built]:
+    """Build a sandbox whose config lists the test hosts, on a driver that maps them to 127.0.0.1."""
+
+    def make(**driver_options: Any) -> Built:
+        config = load_config_text(NETWORK_CONFIG)
+        driver = local_sandbox_driver(
+            permissions=config.permissions,
+            programs={"python": "python3", "node": "node", "bash": "bash", **driver_options.pop("programs", {})},
+            resolve=RESOLVE,
+            **driver_options,
+        )
+        return make_sandbox(NETWORK_CONFIG, driver=driver)
+
+    return make
+
+
+@pytest.fixture
+def net_sandbox(make_net_sandbox: Callable[..., Built]) -> Built:
+    """A sandbox (and its audit events) that can give runs the test hosts."""
+    return make_net_sandbox()

@@ -45,6 +45,10 @@ class ExecSpec:
     bound read-only at the same place (an interpreter's prefix); ``hidden_paths``
     are paths inside those covered by an empty read-only directory (its
     site-packages). ``stdin`` is fed on a pipe then closed; ``None`` means /dev/null.
+    ``proxy``: hand the exec's proxy listener (127.0.0.1:PROXY_PORT inside its network
+    namespace) to ``on_listener`` (namespace mode only; weak mode has no such namespace).
+    ``proxy_port``: weak mode: the host port of the run's proxy, the only TCP port the
+    code may connect to where the kernel has Landlock.
     """
 
     argv: tuple[str, ...]
@@ -55,6 +59,8 @@ class ExecSpec:
     stdin: bytes | None = None
     readonly_paths: tuple[str, ...] = ()
     hidden_paths: tuple[str, ...] = ()
+    proxy: bool = False
+    proxy_port: int | None = None
 
 
 @attrs.frozen
@@ -262,7 +268,13 @@ class Launcher:
             raise
         finally:
             theirs.close()
-        box = Box(ours, asyncio.get_running_loop(), rlimit_memory=self._hello.get("memory") == "rlimit")
+        box = Box(
+            ours,
+            asyncio.get_running_loop(),
+            rlimit_memory=self._hello.get("memory") == "rlimit",
+            namespaces=self._hello.get("isolation") == "namespace",
+            node_preload=str(self._hello.get("node_preload") or "") or None,
+        )
         try:
             await box._await_open()
         except BaseException:
@@ -299,8 +311,19 @@ class _Exec:
 class Box:
     """A box opened by ``Launcher.open_box``; use it from the event loop that opened it."""
 
-    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, *, rlimit_memory: bool) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        rlimit_memory: bool,
+        namespaces: bool,
+        node_preload: str | None = None,
+    ) -> None:
         self._rlimit_memory = rlimit_memory
+        self.namespaces = namespaces  # each exec has its own network namespace (and proxy listener)
+        self.node_preload = node_preload  # where the code finds the Node proxy preload
+        self._listener_handlers: dict[int, Callable[[socket.socket], None]] = {}
         self._sock = sock
         self._loop = loop
         self._decoder = P.Decoder()
@@ -336,9 +359,7 @@ class Box:
             if not data and not fds:
                 self._teardown(LauncherError("the launcher server closed the box (it exited or the box was closed)"))
                 return
-            for fd in fds:  # the server never sends descriptors
-                os.close(fd)
-            self._decoder.feed(data, [])
+            self._decoder.feed(data, fds)
             try:
                 frames = self._decoder.frames()
             except P.ProtocolError as exc:
@@ -346,9 +367,25 @@ class Box:
                 return
             for frame in frames:
                 rid = frame.header.get("id")
+                if frame.header.get("op") == "listener":
+                    self._take_listener(frame, rid)
+                    continue
+                frame.close_fds()  # only a listener frame carries a descriptor
                 fut = self._pending.get(rid) if isinstance(rid, int) else None
                 if fut is not None and not fut.done():
                     fut.set_result(frame)
+
+    def _take_listener(self, frame: P.Frame, rid: object) -> None:
+        """An exec's proxy listener arrived: give it to that exec's handler, or close it."""
+        handler = self._listener_handlers.pop(rid, None) if isinstance(rid, int) else None
+        if handler is None or len(frame.fds) != 1:
+            frame.close_fds()
+            return
+        listener = socket.socket(fileno=frame.fds.pop())
+        try:
+            handler(listener)
+        except Exception:  # noqa: BLE001 - a handler that failed has not taken it; the code then reaches nothing
+            listener.close()
 
     def _send(self, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
         """Queue a frame; ``fds`` go with its first byte and are closed here once sent."""
@@ -460,16 +497,25 @@ class Box:
         return Collected(tuple(files), bool(h.get("truncated")), skipped)
 
     async def exec(
-        self, spec: ExecSpec, *, on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]
+        self,
+        spec: ExecSpec,
+        *,
+        on_stdout: Callable[[bytes], None],
+        on_stderr: Callable[[bytes], None],
+        on_listener: Callable[[socket.socket], None] | None = None,
     ) -> ExecResult:
         """Run ``spec`` and wait until it has exited and its output is drained.
 
         Callbacks get each chunk of output as it arrives. Cancelling this task kills
         the whole process tree, waits until the server confirms it is gone, and
         re-raises ``CancelledError``. An exception from a callback does the same and
-        is raised instead of a result.
+        is raised instead of a result. With ``spec.proxy``, ``on_listener`` gets the
+        exec's proxy listener (and owns it) as soon as it exists, before or while the
+        code runs.
         """
         self._check_loop()
+        if spec.proxy and (on_listener is None or not self.namespaces):
+            raise ValueError("spec.proxy needs on_listener and namespace isolation")
         rid = self._next_id
         self._next_id += 1
         state = _Exec(rid, on_stdout, on_stderr)
@@ -490,6 +536,8 @@ class Box:
         fut: asyncio.Future[P.Frame] = self._loop.create_future()
         self._pending[rid] = fut
         header = {"op": "exec", "id": rid, "spec": _spec_json(spec), "stdin": spec.stdin is not None, "fds": 2}
+        if spec.proxy and on_listener is not None:
+            self._listener_handlers[rid] = on_listener  # the listener frame comes before the reply
         try:
             self._send(header, spec.stdin or b"", child_ends)  # closes our copies of the write ends
             child_ends = []
@@ -511,6 +559,7 @@ class Box:
                 os.close(w)
             self._close_streams(state)
             self._pending.pop(rid, None)
+            self._listener_handlers.pop(rid, None)
 
     async def _await_exit(self, state: _Exec, fut: asyncio.Future[P.Frame]) -> P.Frame | None:
         try:
@@ -630,4 +679,6 @@ def _spec_json(spec: ExecSpec) -> dict[str, Any]:
         "max_processes": spec.max_processes,
         "readonly_paths": list(spec.readonly_paths),
         "hidden_paths": list(spec.hidden_paths),
+        "proxy": spec.proxy,
+        "proxy_port": spec.proxy_port,
     }

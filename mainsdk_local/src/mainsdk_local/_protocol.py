@@ -24,6 +24,9 @@ MAX_HEADER = 1 << 20  # a header is a small JSON object; anything larger is a pr
 MAX_PAYLOAD = 1 << 34  # 16 GiB: far above any box, low enough to catch a corrupt length
 MAX_FDS_PER_MESSAGE = 8
 RECV_SIZE = 1 << 18
+# Where the egress proxy listens inside a run's network namespace (127.0.0.1 there, not on the host).
+PROXY_PORT = 3128
+PROXY_BACKLOG = 128
 
 
 class ProtocolError(Exception):

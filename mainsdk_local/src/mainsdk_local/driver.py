@@ -1,5 +1,6 @@
 """The ``local`` driver: each box is a tmpfs in a privileged helper's mount namespace, each command a fresh
-process tree in new user, pid, net, mount, ipc and uts namespaces (see ``_server.py``).
+process tree in new user, pid, net, mount, ipc and uts namespaces (see ``_server.py``). A box with hosts
+gets an egress proxy per command, reached from inside the command's network namespace (see ``_proxy.py``).
 
 Development only: ``MAINSDK_ENV=production`` refuses it (MAIN-SANDBOX-0011).
 """
@@ -7,7 +8,9 @@ Development only: ``MAINSDK_ENV=production`` refuses it (MAIN-SANDBOX-0011).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import secrets
+import socket
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -22,11 +25,13 @@ from mainsdk.driver import (
     OutFile,
     OutputSink,
 )
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
+from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, SandboxError
 from mainsdk.hookspecs import hookimpl
 
 from mainsdk_local._client import Box as LauncherBox
 from mainsdk_local._client import ExecSpec, Launcher, LauncherError
+from mainsdk_local._protocol import PROXY_PORT
+from mainsdk_local._proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
 from mainsdk_local.programs import Program, ProgramCache
 
 DRIVER_ID = "local"
@@ -37,11 +42,12 @@ _PROGRAM_LANGUAGE = {program: language for language, program in LANGUAGE_PROGRAM
 
 @attrs.frozen
 class LocalBox:
-    """A started box: the launcher's box and the memory limit its commands get."""
+    """A started box: the launcher's box, the memory limit its commands get, and the hosts they may reach."""
 
     id: str
     box: LauncherBox
     memory: int
+    egress: EgressPolicy | None = None  # None: no hosts, no proxy, nothing out
 
 
 class LocalDriver:
@@ -55,8 +61,10 @@ class LocalDriver:
         restrict_processes: bool = True,
         max_processes: int = DEFAULT_MAX_PROCESSES,
         force_weak: bool = False,
+        resolve: Mapping[str, str] | None = None,
     ) -> None:
         self._permissions = permissions or Permissions()
+        self._resolve = check_resolve_mapping(resolve)
         self._programs = {"python": "python3", "node": "node", "bash": "bash", **(programs or {})}
         self._restrict = restrict_processes
         self._max_processes = max_processes
@@ -69,11 +77,18 @@ class LocalDriver:
             isolation = self._launcher.isolation
         except LauncherError as exc:
             raise SandboxError(DRIVER_UNAVAILABLE, f"the local driver's launcher did not start: {exc}") from exc
-        return Capabilities(isolation=isolation, network=False, memory_limit=True, sessions=True, production=False)
+        return Capabilities(
+            isolation=isolation,
+            network=True,
+            wildcard_hosts=True,
+            memory_limit=True,
+            sessions=True,
+            production=False,
+        )
 
     @hookimpl
     def mainsdk_network_policy(self, hosts: Sequence[str]) -> Any:
-        # No network yet: the box's namespace has only loopback.
+        # What the box's proxy lets through; the hosts arrive checked by core.
         return {"hosts": list(hosts)}
 
     @hookimpl
@@ -85,23 +100,64 @@ class LocalDriver:
         except BaseException:
             await box.close()
             raise
-        return LocalBox(spec.id, box, spec.limits.memory)
+        egress = EgressPolicy(tuple(spec.hosts), self._resolve) if spec.hosts else None
+        return LocalBox(spec.id, box, spec.limits.memory, egress)
 
     @hookimpl
     async def mainsdk_driver_exec(self, box: LocalBox, command: Command, output: OutputSink) -> ExecOutcome:
         program = await self._program(command.program)
-        exec_spec = ExecSpec(
-            argv=(program.executable, *command.args),
-            env=dict(command.env),
-            timeout=command.timeout,
-            memory_bytes=box.memory,
-            max_processes=self._max_processes,
-            stdin=command.stdin,
-            readonly_paths=program.readonly_paths,
-            hidden_paths=program.hidden_paths,
+        env = dict(command.env)
+        proxy, weak_port = self._start_proxy(box, output, env) if box.egress is not None else (None, None)
+        try:
+            exec_spec = ExecSpec(
+                argv=(program.executable, *command.args),
+                env=env,
+                timeout=command.timeout,
+                memory_bytes=box.memory,
+                max_processes=self._max_processes,
+                stdin=command.stdin,
+                readonly_paths=program.readonly_paths,
+                hidden_paths=program.hidden_paths,
+                proxy=proxy is not None and box.box.namespaces,
+                proxy_port=weak_port,
+            )
+            result = await box.box.exec(
+                exec_spec,
+                on_stdout=output.stdout,
+                on_stderr=output.stderr,
+                on_listener=proxy.serve if exec_spec.proxy and proxy is not None else None,
+            )
+        finally:
+            if proxy is not None:
+                proxy.close()  # the command's tree is dead: its proxy and connections go with it
+        refused = tuple(proxy.refused) if proxy is not None else ()
+        return ExecOutcome(
+            exit_code=result.exit_code, stop=result.stop, duration=result.duration, hosts_refused=refused
         )
-        result = await box.box.exec(exec_spec, on_stdout=output.stdout, on_stderr=output.stderr)
-        return ExecOutcome(exit_code=result.exit_code, stop=result.stop, duration=result.duration)
+
+    def _start_proxy(self, box: LocalBox, output: OutputSink, env: dict[str, str]) -> tuple[EgressProxy, int | None]:
+        """The command's proxy, and the variables that point the code at it (added to ``env``).
+
+        Namespace mode: the listener is 127.0.0.1:PROXY_PORT inside the command's own
+        network namespace, handed over once it exists. Weak mode: a listener on the
+        host's loopback, usable only with this command's password; its port is
+        returned, the only one Landlock then lets the code connect to.
+        """
+        assert box.egress is not None
+        note: Callable[[str], None] = getattr(output, "host_refused", lambda host: None)
+        if box.box.namespaces:
+            proxy = EgressProxy(box.egress, on_refused=note, label=box.id)
+            url = f"http://127.0.0.1:{PROXY_PORT}"
+            port = None
+        else:
+            password = secrets.token_urlsafe(18)
+            proxy = EgressProxy(box.egress, on_refused=note, label=box.id, password=password)
+            listener = socket.create_server(("127.0.0.1", 0))
+            port = listener.getsockname()[1]
+            url = f"http://{PROXY_USER}:{password}@127.0.0.1:{port}"
+            proxy.serve(listener)
+        env.update(proxy_environment(url, box.box.node_preload, env))
+        return proxy, port
 
     @hookimpl
     async def mainsdk_driver_write_file(self, box: LocalBox, path: str, data: bytes) -> None:
@@ -109,7 +165,11 @@ class LocalDriver:
 
     @hookimpl
     async def mainsdk_driver_read_file(self, box: LocalBox, path: str) -> bytes:
-        return await box.box.read_file(path)
+        try:
+            return await box.box.read_file(path)
+        except OSError as exc:
+            # Missing, a folder, a link or a FIFO: the file is not there to read. Not an outage to retry.
+            raise SandboxError(NO_SESSION, f"no regular file {path!r} in the session ({exc.strerror})") from None
 
     @hookimpl
     async def mainsdk_driver_collect(self, box: LocalBox, max_bytes: int) -> Collected:
@@ -151,6 +211,7 @@ def local_sandbox_driver(
     programs: Mapping[str, str] | None = None,
     max_processes: int = DEFAULT_MAX_PROCESSES,
     force_weak: bool = False,
+    resolve: Mapping[str, str] | None = None,
 ) -> LocalDriver:
     """The ``local`` driver: a limited subprocess for development and tests.
 
@@ -159,12 +220,17 @@ def local_sandbox_driver(
     ``node`` and ``bash`` programs. ``max_processes`` caps the processes one
     command may have at once. ``force_weak`` runs without namespaces even where
     they exist (the result then says ``weak``); for testing that mode only.
+    ``resolve`` maps host names to IP addresses for the proxy alone, bypassing
+    DNS and the refusal of private addresses: ``{"api.example.test": "127.0.0.1"}``
+    lets a test allow a server it started on loopback by name. A host must still
+    be given to a run to be reached.
     """
     return LocalDriver(
         permissions=permissions,
         programs=programs,
         max_processes=max_processes,
         force_weak=force_weak,
+        resolve=resolve,
         restrict_processes=permissions is not None and permissions.processes is not None,
     )
 

@@ -1,0 +1,308 @@
+"""cgroups: a directory per server in each usable hierarchy (memory, pids), and a fresh child per exec.
+
+A run's memory and process limits are written into its own never-used cgroups,
+so nothing of an earlier run's accounting (an OOM count, a leftover task) can
+touch it. v1 and v2 are both handled; without either, limits fall back to rlimits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mainsdk_local import _common as C
+    from mainsdk_local import _linux as L
+elif __package__:
+    from . import _common as C
+    from . import _linux as L
+else:  # imported by the server script, whose directory is on sys.path
+    import _common as C
+    import _linux as L
+
+CGROUP_PREFIX = "mainsdk-local-"
+
+# (memory_bytes, pids.max) of an exec's cgroups.
+Limits = tuple[int | None, int] | None
+
+
+class RunCgroup:
+    """The cgroup directories of one exec."""
+
+    def __init__(self) -> None:
+        self.dirs: list[str] = []
+        self.procs_fds: list[int] = []
+        self.memory_dir: str | None = None
+        self.memory_version = 0
+        self.pids_dir: str | None = None
+
+    def close_fds(self) -> None:
+        for fd in self.procs_fds:
+            C.close_fd(fd)
+        self.procs_fds = []
+
+
+def configure_cgroup(
+    memory_dir: str | None, memory_version: int, pids_dir: str | None, memory_bytes: int | None, max_processes: int
+) -> None:
+    """Write one exec's limits into its cgroups (no cgroup_mutex: cheap even while others join)."""
+    if memory_dir is not None and memory_bytes is not None:
+        if memory_version == 1:
+            memory = os.path.join(memory_dir, "memory.limit_in_bytes")
+            # memory+swap too: without it a machine with swap would let the run swap.
+            memsw = os.path.join(memory_dir, "memory.memsw.limit_in_bytes")
+            knobs = [memory, memsw] if os.path.exists(memsw) else [memory]
+            try:
+                for knob in knobs:
+                    L.write_file(knob, str(memory_bytes))
+            except OSError as exc:
+                if exc.errno != errno.EINVAL or len(knobs) == 1:
+                    raise
+                # memory may never exceed memory+swap: raising both, memory+swap goes first.
+                for knob in reversed(knobs):
+                    L.write_file(knob, str(memory_bytes))
+        else:
+            L.write_file(os.path.join(memory_dir, "memory.max"), str(memory_bytes))
+            if os.path.exists(os.path.join(memory_dir, "memory.swap.max")):
+                L.write_file(os.path.join(memory_dir, "memory.swap.max"), "0")
+    if pids_dir is not None:
+        L.write_file(os.path.join(pids_dir, "pids.max"), str(max_processes))
+
+
+class Cgroups:
+    """A per-server cgroup directory in each usable hierarchy; a fresh child per exec."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.memory: tuple[str, int] | None = None  # (server dir, cgroup version)
+        self.pids: tuple[str, int] | None = None
+        self._made: list[str] = []
+        self._count = 0
+        self._retry: list[str] = []
+        self._doomed: list[str] = []  # empty cgroups of finished execs, for the next worker to remove
+        self._handed: list[str] = []  # given to the last worker; checked at the next hand-out
+
+    @property
+    def memory_mode(self) -> str:
+        if self.memory is None:
+            return "rlimit"
+        return f"cgroup-v{self.memory[1]}"
+
+    def setup(self) -> None:
+        """Find our own cgroups, clean dead servers' leftovers, make our directories."""
+        v1_mounts: dict[str, str] = {}
+        v2_mount: str | None = None
+        try:
+            with open("/proc/self/mountinfo") as fh:
+                for line in fh:
+                    left, _, right = line.partition(" - ")
+                    fields, rfields = left.split(), right.split()
+                    if len(rfields) < 3 or len(fields) < 5:
+                        continue
+                    if rfields[0] == "cgroup2" and v2_mount is None:
+                        v2_mount = fields[4]
+                    elif rfields[0] == "cgroup":
+                        for opt in rfields[2].split(","):
+                            if opt in ("memory", "pids"):
+                                v1_mounts.setdefault(opt, fields[4])
+            own_v1: dict[str, str] = {}
+            own_v2: str | None = None
+            with open("/proc/self/cgroup") as fh:
+                for line in fh:
+                    _, controllers, path = line.rstrip("\n").split(":", 2)
+                    if controllers == "":
+                        own_v2 = path
+                    for c in controllers.split(","):
+                        own_v1[c] = path
+        except OSError:
+            return
+        for controller in ("memory", "pids"):
+            found: tuple[str, int] | None = None
+            if controller in v1_mounts and controller in own_v1:
+                found = self._make(v1_mounts[controller] + own_v1[controller].rstrip("/"), 1, controller)
+            if found is None and v2_mount is not None and own_v2 is not None:
+                found = self._make(v2_mount + own_v2.rstrip("/"), 2, controller)
+            if controller == "memory":
+                self.memory = found
+            else:
+                self.pids = found
+
+    def _make(self, parent: str, version: int, controller: str) -> tuple[str, int] | None:
+        if not os.path.isdir(parent):
+            return None
+        self._clean_stale(parent)
+        path = os.path.join(parent, self.tag)
+        try:
+            if version == 2:
+                with open(os.path.join(parent, "cgroup.controllers")) as fh:
+                    if controller not in fh.read().split():
+                        return None
+                with open(os.path.join(parent, "cgroup.subtree_control")) as fh:
+                    enabled = controller in fh.read().split()
+                if not enabled:
+                    # Only possible where our cgroup has no processes of its own (a delegated
+                    # subtree or the root of a container); elsewhere this fails and we fall back.
+                    L.write_file(os.path.join(parent, "cgroup.subtree_control"), f"+{controller}")
+            if path not in self._made:
+                os.mkdir(path, 0o755)
+                self._made.append(path)
+            if version == 2:
+                L.write_file(os.path.join(path, "cgroup.subtree_control"), f"+{controller}")
+            knob = {"memory": "memory.limit_in_bytes", "pids": "pids.max"}[controller]
+            if version == 2:
+                knob = {"memory": "memory.max", "pids": "pids.max"}[controller]
+            if not os.path.exists(os.path.join(path, knob)):
+                return None
+        except OSError:
+            return None
+        return (path, version)
+
+    @staticmethod
+    def _clean_stale(parent: str) -> None:
+        """Remove the directories of servers that died without cleaning up."""
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            return
+        for name in names:
+            if not name.startswith(CGROUP_PREFIX):
+                continue
+            try:
+                pid_text, start = name[len(CGROUP_PREFIX) :].split("-", 1)
+                pid = int(pid_text)
+            except ValueError:
+                continue
+            if C.proc_starttime(pid) == start:
+                continue  # that server is alive
+            Cgroups._remove_tree(os.path.join(parent, name))
+
+    @staticmethod
+    def _remove_tree(path: str) -> None:
+        try:
+            subs = [e.path for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            return
+        for sub in [*subs, path]:
+            for _ in range(50):
+                for pid in Cgroups.members(sub):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                try:
+                    os.rmdir(sub)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+    @staticmethod
+    def members(path: str) -> list[int]:
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as fh:
+                return [int(x) for x in fh.read().split()]
+        except OSError:
+            return []
+
+    def plan(self) -> RunCgroup | None:
+        """Names for one exec's fresh, never used cgroups (no system call); None without cgroups."""
+        if self.memory is None and self.pids is None:
+            return None
+        self._count += 1
+        run = RunCgroup()
+        name = f"run-{self._count}"
+        if self.memory is not None:
+            base, run.memory_version = self.memory
+            run.memory_dir = os.path.join(base, name)
+            run.dirs.append(run.memory_dir)
+        if self.pids is not None:
+            run.pids_dir = os.path.join(self.pids[0], name)
+            if run.pids_dir not in run.dirs:
+                run.dirs.append(run.pids_dir)
+        return run
+
+    def make(self) -> RunCgroup | None:
+        """Plan and create one exec's cgroups here, with their cgroup.procs opened (weak mode)."""
+        run = self.plan()
+        if run is None:
+            return None
+        try:
+            for path in run.dirs:
+                os.mkdir(path, 0o755)
+                run.procs_fds.append(os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
+        except OSError as exc:
+            self.remove(run)
+            raise C.launch_error("cgroup", exc) from None
+        return run
+
+    def take_doomed(self) -> list[str]:
+        """Empty cgroups to remove, for a worker to rmdir during its preparation.
+
+        mkdir, rmdir and joining a cgroup all take the kernel's cgroup_mutex, and a join
+        holds it through an RCU grace period: done by the server, any of them could stall
+        every box for milliseconds. Workers do them instead, off everyone's critical path.
+        """
+        self._doomed += [p for p in self._handed if os.path.isdir(p)]  # not removed last time
+        self._handed, self._doomed = self._doomed, []
+        return list(self._handed)
+
+    def give_back(self, paths: list[str]) -> None:
+        """Paths a worker never got to remove."""
+        self._doomed += paths
+
+    @staticmethod
+    def oom_killed(run: RunCgroup) -> bool:
+        if run.memory_dir is None:
+            return False
+        knob = "memory.oom_control" if run.memory_version == 1 else "memory.events"
+        try:
+            with open(os.path.join(run.memory_dir, knob)) as fh:
+                for line in fh:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and int(value) > 0:
+                        return True
+        except (OSError, ValueError):
+            pass
+        return False
+
+    def remove(self, run: RunCgroup, *, defer: bool = False) -> None:
+        """Remove a finished exec's cgroups now, or (defer) through the next worker."""
+        run.close_fds()
+        if defer:
+            self._doomed += run.dirs
+            run.dirs = []
+            return
+        for path in run.dirs:
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                self._retry.append(path)  # the kernel may take a moment to let go of the last task
+        run.dirs = []
+
+    def retry(self) -> bool:
+        """Retry removals that failed; True while some remain."""
+        left = []
+        for path in self._retry:
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left.append(path)
+        self._retry = left
+        return bool(left)
+
+    def shutdown(self) -> None:
+        self._retry += self._doomed + self._handed
+        self._doomed, self._handed = [], []
+        for _ in range(100):
+            if not self.retry():
+                break
+            time.sleep(0.01)
+        for path in reversed(self._made):
+            self._remove_tree(path)

@@ -1,0 +1,438 @@
+"""The egress proxy of a run with hosts: what it lets through, and how a refusal looks to the code.
+
+One proxy per exec, on the app's event loop, accepting on a listener that
+lives in the run's own network namespace (127.0.0.1:PROXY_PORT there; see
+``_stages.worker_main``) or, in weak mode, on the host's loopback with a
+per-run password. It forwards two kinds of request:
+
+- ``CONNECT host:port`` (HTTPS, or anything else tunnelled): the target is checked;
+- an absolute-form plain HTTP request (``GET http://host/path``): the URI's host
+  is checked, and a ``Host`` header naming another host is refused; the request
+  goes out in origin form with ``Connection: close``, so one connection carries
+  one request to one checked host.
+
+A host passes when it matches one of the run's hosts, exactly or under a
+``*.example.com`` pattern (``mainsdk.hosts.host_matches``). Names are resolved
+here, never by the code, which has no DNS server at all. An IP literal passes
+only when that IP was given. A name that resolves to a loopback, private,
+link-local or otherwise non-global address is refused (DNS rebinding onto the
+app's services) unless that IP was given too, or the name is in the driver's
+``resolve`` mapping (tests). A refusal is a 403 whose reason and one-line body
+name the host and MAIN-SANDBOX-0005; it is logged once per host (logger
+``mainsdk``, warning) and reported to the run (``on_refused``), which core puts
+in the result and the audit event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hmac
+import ipaddress
+import logging
+import re
+import socket
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+from mainsdk.errors import HOST_NOT_ALLOWED
+from mainsdk.hosts import host_covered, validate_host_pattern
+
+log = logging.getLogger("mainsdk")
+
+MAX_HEAD = 64 * 1024  # request line and headers
+HEAD_TIMEOUT = 30.0  # for the request head to arrive
+CONNECT_TIMEOUT = 10.0  # for the upstream connection
+MAX_CONNECTIONS = 128  # open at once per run; more are closed at once
+CHUNK = 64 * 1024
+PROXY_USER = "mainsdk"
+
+# A host as a request may name it: an IP literal, or a DNS name (underscores tolerated, as resolvers do).
+_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*")
+# Hop-by-hop headers, never forwarded (RFC 9110 7.6.1), and the proxy's own. Transfer-Encoding
+# stays: the body is passed on as it came, so the server must know how it is framed.
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-authorization", "proxy-connection", "te", "upgrade"}
+LINGER = 2.0  # after a refusal, how long to read what the client still sends, so it sees the answer, not a reset
+
+
+class Refusal(Exception):
+    """A request the proxy answers itself, with ``status`` and a one-line ``body``.
+
+    ``host`` is set when the refusal is MAIN-SANDBOX-0005: the code tried a host it was not given.
+    """
+
+    def __init__(self, status: int, reason: str, body: str, host: str | None = None) -> None:
+        super().__init__(body)
+        self.status = status
+        self.reason = reason
+        self.body = body
+        self.host = host
+
+
+def _not_given(host: str, why: str = "") -> Refusal:
+    detail = f" ({why})" if why else ""
+    return Refusal(
+        403,
+        f"Forbidden ({HOST_NOT_ALLOWED}: {host} not allowed)",
+        f"{HOST_NOT_ALLOWED}: {host} is not a host this sandbox run was given{detail}",
+        host,
+    )
+
+
+def _ip_literal(host: str) -> str | None:
+    """The canonical form of an IP literal, or None for a name."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return None
+
+
+def _global_address(address: str) -> bool:
+    """Whether an address is on the public internet (not loopback, private, link-local, shared, reserved...)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is loopback
+    return ip.is_global and not ip.is_multicast
+
+
+def _normalise_host(text: str) -> str:
+    """A request's host, lowercase, without brackets or a trailing dot; Refusal(400) when it is not one."""
+    host = text.strip().lower()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    ip = _ip_literal(host)
+    if ip is not None:
+        return ip
+    host = host.rstrip(".")
+    if not host or len(host) > 253 or not _NAME.fullmatch(host):
+        raise Refusal(400, "Bad Request", f"{text[:100]!r} is not a host name or IP address")
+    return host
+
+
+def split_authority(text: str, default_port: int | None) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``) into a normalised host and a port; Refusal(400) when malformed."""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise Refusal(400, "Bad Request", f"{text[:100]!r} is not host:port")
+        host, rest = text[: end + 1], text[end + 1 :]
+        port_text = rest[1:] if rest.startswith(":") else None if not rest else "x"
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host, port_text = text, None
+    if port_text is None:
+        if default_port is None:
+            raise Refusal(400, "Bad Request", f"{text[:100]!r} has no port: CONNECT needs host:port")
+        port = default_port
+    elif port_text.isdigit() and 0 < int(port_text) < 65536:
+        port = int(port_text)
+    else:
+        raise Refusal(400, "Bad Request", f"{text[:100]!r} has an invalid port")
+    return _normalise_host(host), port
+
+
+@attrs.frozen
+class EgressPolicy:
+    """The hosts one run may reach, and the names the proxy resolves without DNS (tests only)."""
+
+    hosts: tuple[str, ...]
+    resolve: Mapping[str, str] = attrs.field(factory=dict)
+
+    def allows(self, host: str) -> bool:
+        """Whether ``host`` (a name or an IP) falls under one of the run's hosts."""
+        return host_covered(host, self.hosts)
+
+
+def check_resolve_mapping(resolve: Mapping[str, str] | None) -> dict[str, str]:
+    """Validate a ``resolve`` mapping (host name -> IP address) and return it normalised."""
+    checked: dict[str, str] = {}
+    for name, address in (resolve or {}).items():
+        host = validate_host_pattern(name)
+        if host.startswith("*.") or _ip_literal(host) is not None:
+            raise ValueError(f"resolve: {name!r} must be a host name, not a wildcard or an IP address")
+        ip = _ip_literal(str(address).strip("[]"))
+        if ip is None:
+            raise ValueError(f"resolve: {name!r} maps to {address!r}, which is not an IP address")
+        checked[host] = ip
+    return checked
+
+
+@attrs.frozen
+class Request:
+    """A request head, parsed: where it goes and what is sent on (None for CONNECT)."""
+
+    host: str
+    port: int
+    forward_head: bytes | None
+
+
+class EgressProxy:
+    """One run's proxy. ``serve`` a listener; ``close`` ends it and every connection it opened.
+
+    ``on_refused(host)`` is called once per refused host. ``password``: when set
+    (weak mode, where the listener is on the host's loopback), a request must
+    carry it as proxy Basic credentials, so other local processes and other runs
+    cannot use this run's hosts.
+    """
+
+    def __init__(
+        self,
+        policy: EgressPolicy,
+        *,
+        on_refused: Callable[[str], None],
+        label: str,
+        password: str | None = None,
+    ) -> None:
+        self.policy = policy
+        self.label = label
+        self.refused: list[str] = []
+        self._on_refused = on_refused
+        self._password = password
+        self._listeners: list[socket.socket] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    # -- life ----------------------------------------------------------------
+
+    def serve(self, listener: socket.socket) -> None:
+        """Accept on ``listener`` (which this proxy now owns) until ``close``. Call it on the proxy's loop."""
+        if self._closed:
+            listener.close()
+            return
+        listener.setblocking(False)
+        self._loop = asyncio.get_running_loop()
+        self._listeners.append(listener)
+        # A plain reader, not loop.sock_accept: close() can then unregister it and close the
+        # socket at once, with no pending future that would later unregister a reused fd.
+        self._loop.add_reader(listener.fileno(), self._accept, listener)
+
+    def close(self) -> None:
+        """Close the listeners and every connection now; their tasks end on their own. Safe to call twice."""
+        self._closed = True
+        for listener in self._listeners:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(listener.fileno())
+            listener.close()
+        self._listeners.clear()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # One connection's failure is that connection's; the proxy goes on.
+            log.debug("sandbox proxy %s: connection failed", self.label, exc_info=task.exception())
+
+    def _accept(self, listener: socket.socket) -> None:
+        for _ in range(16):  # bounded, so a flood of connections cannot starve the loop
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            if len(self._tasks) >= MAX_CONNECTIONS:
+                conn.close()  # the code opened too many at once: refuse the newest
+                continue
+            self._spawn(self._connection(conn))
+
+    # -- one connection ------------------------------------------------------
+
+    async def _connection(self, conn: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=conn, limit=MAX_HEAD)
+        except OSError:
+            conn.close()
+            return
+        except asyncio.CancelledError:  # closed before the transport took the socket over
+            conn.close()
+            raise
+        self._writers.add(writer)
+        upstream: asyncio.StreamWriter | None = None
+        try:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+                request = self._parse(head)
+                upstream_reader, upstream = await self._open_upstream(request)
+            except Refusal as refusal:
+                await self._refuse(reader, writer, refusal)
+                return
+            except asyncio.LimitOverrunError:
+                too_large = Refusal(431, "Request Header Fields Too Large", "the request head is too large")
+                await self._refuse(reader, writer, too_large)
+                return
+            except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
+                return
+            self._writers.add(upstream)
+            if request.forward_head is None:
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            else:
+                upstream.write(request.forward_head)
+            await asyncio.gather(_pipe(reader, upstream), _pipe(upstream_reader, writer))
+        finally:
+            for w in (writer, upstream):
+                if w is not None:
+                    self._writers.discard(w)
+                    w.transport.abort()
+
+    def _parse(self, head: bytes) -> Request:
+        lines = head[:-4].decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            raise Refusal(400, "Bad Request", "not an HTTP/1.x request")
+        method, target, version = parts
+        headers: list[tuple[str, str]] = []
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep or not name or name != name.strip() or " " in name:
+                raise Refusal(400, "Bad Request", "a malformed header line")
+            headers.append((name, value.strip()))
+        self._check_password(headers)
+        if method == "CONNECT":
+            host, port = split_authority(target, None)
+            return Request(host, port, None)
+        if "://" not in target:
+            raise Refusal(400, "Bad Request", "send requests to this proxy in absolute form (http://host/path)")
+        try:
+            url = urlsplit(target)
+        except ValueError:
+            raise Refusal(400, "Bad Request", f"{target[:100]!r} is not a URL") from None
+        if url.scheme.lower() != "http":
+            raise Refusal(400, "Bad Request", f"{url.scheme}:// is not proxied here: use CONNECT for HTTPS")
+        host, port = split_authority(url.netloc.rpartition("@")[2], 80)
+        for name, value in headers:
+            if name.lower() == "host":
+                named, _ = split_authority(value, 80)
+                if named != host:
+                    if not self.policy.allows(named):
+                        raise _not_given(named, "named in the Host header")
+                    raise Refusal(400, "Bad Request", f"the Host header names {named}, the request URI {host}")
+        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        return Request(host, port, self._forward_head(method, path, version, headers, url.netloc))
+
+    @staticmethod
+    def _forward_head(method: str, path: str, version: str, headers: list[tuple[str, str]], netloc: str) -> bytes:
+        named = {
+            token.strip().lower()
+            for name, value in headers
+            if name.lower() == "connection"
+            for token in value.split(",")
+        }
+        kept = [(n, v) for n, v in headers if n.lower() not in _HOP_BY_HOP and n.lower() not in named]
+        if not any(n.lower() == "host" for n, _ in kept):
+            kept.insert(0, ("Host", netloc.rpartition("@")[2]))
+        lines = [f"{method} {path} {version}", *(f"{n}: {v}" for n, v in kept), "Connection: close", "", ""]
+        return "\r\n".join(lines).encode("latin-1")
+
+    def _check_password(self, headers: list[tuple[str, str]]) -> None:
+        if self._password is None:
+            return
+        expected = base64.b64encode(f"{PROXY_USER}:{self._password}".encode()).decode()
+        for name, value in headers:
+            scheme, _, credentials = value.partition(" ")
+            basic = name.lower() == "proxy-authorization" and scheme.lower() == "basic"
+            if basic and hmac.compare_digest(credentials.strip(), expected):
+                return
+        raise Refusal(407, "Proxy Authentication Required", "this proxy belongs to another sandbox run")
+
+    async def _open_upstream(self, request: Request) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        addresses = await self._admit(request.host, request.port)
+        last: OSError | None = None
+        for address in addresses:
+            try:
+                return await asyncio.wait_for(asyncio.open_connection(address, request.port), CONNECT_TIMEOUT)
+            except TimeoutError:
+                raise Refusal(504, "Gateway Timeout", f"{request.host}:{request.port} did not answer") from None
+            except OSError as exc:
+                last = exc
+        raise Refusal(502, "Bad Gateway", f"{request.host}:{request.port} refused the connection ({last})")
+
+    async def _admit(self, host: str, port: int) -> list[str]:
+        """The addresses to connect to for ``host``, or a Refusal. Checks come before any DNS query."""
+        if _ip_literal(host) is not None:
+            if not self.policy.allows(host):
+                raise _not_given(host)
+            return [host]  # an IP that was given, whatever its range
+        if not self.policy.allows(host):
+            raise _not_given(host)
+        mapped = self.policy.resolve.get(host)
+        if mapped is not None:
+            return [mapped]
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        except OSError as exc:
+            raise Refusal(502, "Bad Gateway", f"{host} did not resolve ({exc})") from None
+        found = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        usable = [a for a in found if _global_address(a) or self.policy.allows(a)]
+        if not usable:
+            raise _not_given(host, f"it resolves to {', '.join(found)}, which is not a public address")
+        return usable
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, refusal: Refusal) -> None:
+        if refusal.host is not None and refusal.host not in self.refused:
+            self.refused.append(refusal.host)
+            log.warning("%s (%s)", refusal.body, self.label)
+            self._on_refused(refusal.host)
+        body = (refusal.body + "\n").encode()
+        extra = 'Proxy-Authenticate: Basic realm="mainsdk sandbox"\r\n' if refusal.status == 407 else ""
+        head = (
+            f"HTTP/1.1 {refusal.status} {refusal.reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
+        )
+        with contextlib.suppress(OSError, TimeoutError, asyncio.LimitOverrunError):
+            writer.write(head.encode("latin-1") + body)
+            writer.write_eof()
+            # Closing with unread input would send a reset, which can reach the client
+            # before the answer; read what it still sends (a request body) for a moment.
+            async with asyncio.timeout(LINGER):
+                while await reader.read(CHUNK):
+                    pass
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy ``reader`` to ``writer`` until EOF, then pass the half-close on."""
+    try:
+        while data := await reader.read(CHUNK):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        writer.transport.abort()
+
+
+def proxy_environment(url: str, node_preload: str | None, env: Mapping[str, str]) -> dict[str, str]:
+    """The variables that send the code's HTTP(S) clients through the proxy at ``url``.
+
+    Both spellings of HTTP_PROXY and HTTPS_PROXY (curl reads only the lowercase
+    http_proxy; Python, requests, httpx, pip and git read either), ALL_PROXY for
+    tools that read only that, and an empty NO_PROXY so nothing bypasses it.
+    Node: NODE_USE_ENV_PROXY makes Node 24+ (and 22.21+) use them for fetch
+    and http(s); on older Node the preload (``_node_proxy``) installs a fetch
+    dispatcher and default agents that tunnel through the proxy.
+    """
+    out = {name: url for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")}
+    out.update(NO_PROXY="", no_proxy="", NODE_USE_ENV_PROXY="1")
+    if node_preload is not None:
+        existing = env.get("NODE_OPTIONS", "")
+        out["NODE_OPTIONS"] = f"{existing} --require {node_preload}".strip()
+    return out

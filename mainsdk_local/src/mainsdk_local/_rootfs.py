@@ -1,0 +1,213 @@
+"""Root templates: the read-only trees a run pivots into, one per interpreter layout, built once and reused.
+
+A template holds read-only /usr (and /bin, /lib ... as the host links them), a
+curated /etc with a generated passwd, group and hosts, a few device nodes, the
+interpreter's installation with its site-packages hidden, and empty mount
+points for /proc, /work and /out, which each run fills in its own namespace.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import errno
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mainsdk_local import _common as C
+    from mainsdk_local import _linux as L
+    from mainsdk_local import _node_proxy as N
+elif __package__:
+    from . import _common as C
+    from . import _linux as L
+    from . import _node_proxy as N
+else:  # imported by the server script, whose directory is on sys.path
+    import _common as C
+    import _linux as L
+    import _node_proxy as N
+
+TEMPLATE_CACHE = 8
+# (readonly_paths, hidden_paths): which root template an exec uses.
+TemplateKey = tuple[tuple[str, ...], tuple[str, ...]]
+
+# /etc entries copied into every root; everything else of the host's /etc stays out.
+ETC_ENTRIES = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "alternatives",
+)
+ETC_HIDDEN = ("ssl/private",)
+DEVICES = ("null", "zero", "full", "random", "urandom")
+
+PASSWD = (
+    "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+    f"sandbox:x:{C.INSIDE_ID}:{C.INSIDE_ID}:sandbox:/work:/bin/sh\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+)
+GROUP = f"root:x:0:\nsandbox:x:{C.INSIDE_ID}:\nnogroup:x:65534:\n"
+HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n"
+
+
+def _mkdirs(root: str, path: str) -> str:
+    """Create ``path`` (absolute, inside the sandbox) under ``root`` with mode 0755 dirs."""
+    current = root
+    for part in path.strip("/").split("/"):
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            raise OSError(errno.ELOOP, f"{current} is a symlink in the new root")
+        if not os.path.isdir(current):
+            os.mkdir(current, 0o755)
+    return current
+
+
+def _mount_point_for(source: str, target: str) -> None:
+    """Make an empty directory or file at ``target`` to bind ``source`` over."""
+    if os.path.isdir(source):
+        if not os.path.isdir(target):
+            os.mkdir(target, 0o755)
+    elif not os.path.exists(target):
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+
+
+def write_node_preload(path: str) -> None:
+    """Write the Node proxy preload at ``path`` (readable by everyone), making its directory."""
+    os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(N.SOURCE)
+    os.chmod(path, 0o644)
+
+
+def within(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or under it."""
+    return root in ("/", path) or path.startswith(root + "/")
+
+
+class Templates:
+    """Read-only root trees, one per (readonly_paths, hidden_paths), built once and reused.
+
+    Each run's mount namespace starts as a copy of the server's, so it already
+    holds the template; the run only adds /proc, /work and /out on top (in its own
+    namespace) and pivots into it. That keeps per-run mount work to a handful of
+    calls. The template mount is read-only and owned by the initial user
+    namespace, so code in the run cannot remount it.
+    """
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self._cache: collections.OrderedDict[TemplateKey, str] = collections.OrderedDict()
+        self._count = 0
+        self.empty_dir = os.path.join(base, "empty-dir")
+        self.empty_file = os.path.join(base, "empty-file")
+
+    def setup(self) -> None:
+        os.mkdir(self.empty_dir, 0o555)
+        os.close(os.open(self.empty_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
+
+    def get(self, readonly: tuple[str, ...], hidden: tuple[str, ...]) -> str:
+        key = (readonly, hidden)
+        path = self._cache.get(key)
+        if path is not None:
+            self._cache.move_to_end(key)
+            return path
+        for ro in readonly:  # checked once per template, not per exec
+            if os.path.realpath(ro) != ro:
+                raise C.RequestError("value", f"readonly path {ro} must be canonical (no symlinks)")
+            if not os.path.exists(ro):
+                raise C.RequestError("value", f"readonly path {ro} does not exist")
+        self._count += 1
+        path = os.path.join(self.base, f"root-{self._count}")
+        os.mkdir(path, 0o755)
+        try:
+            self._build(path, readonly, hidden)
+        except OSError as exc:
+            self._drop(path)
+            raise C.launch_error("root", exc) from None
+        self._cache[key] = path
+        while len(self._cache) > TEMPLATE_CACHE:
+            _, old = self._cache.popitem(last=False)
+            self._drop(old)  # runs using it keep their own copy of the mount
+        return path
+
+    @staticmethod
+    def _drop(path: str) -> None:
+        with contextlib.suppress(OSError):
+            L.umount(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+
+    def _build(self, root: str, readonly: tuple[str, ...], hidden: tuple[str, ...]) -> None:
+        L.mount("tmpfs", root, "tmpfs", L.MS_NOSUID | L.MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
+        for name in ("usr", "etc", "proc", "dev", "work", "out"):
+            os.mkdir(os.path.join(root, name), 0o755)
+        L.bind_readonly("/usr", os.path.join(root, "usr"))
+        # /bin, /lib, ... as the host has them: symlinks into /usr on merged-/usr systems.
+        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = "/" + name
+            if os.path.islink(host):
+                os.symlink(os.readlink(host), os.path.join(root, name))
+            elif os.path.isdir(host):
+                os.mkdir(os.path.join(root, name), 0o755)
+                L.bind_readonly(host, os.path.join(root, name))
+        etc = os.path.join(root, "etc")
+        for name in ETC_ENTRIES:
+            host = os.path.join("/etc", name)
+            target = os.path.join(etc, name)
+            if os.path.islink(host):
+                os.symlink(os.readlink(host), target)
+            elif os.path.isdir(host) or os.path.isfile(host):
+                _mount_point_for(host, target)
+                L.bind_readonly(host, target)
+        for name, text in (("passwd", PASSWD), ("group", GROUP), ("hosts", HOSTS), ("hostname", "sandbox\n")):
+            with open(os.path.join(etc, name), "w") as fh:
+                fh.write(text)
+        write_node_preload(root + N.IN_ROOT)
+        for name in ETC_HIDDEN:
+            target = os.path.join(etc, name)
+            if os.path.isdir(target) and not os.path.islink(target):
+                L.bind_readonly(self.empty_dir, target, recursive=False)
+        dev = os.path.join(root, "dev")
+        for name in DEVICES:
+            host = os.path.join("/dev", name)
+            if os.path.exists(host):
+                _mount_point_for(host, os.path.join(dev, name))
+                # Not read-only: writing /dev/null must work. Device nodes come from the
+                # host's /dev mount, which is not nodev.
+                L.mount(host, os.path.join(dev, name), None, L.MS_BIND)
+        for name, target in (
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+        ):
+            os.symlink(target, os.path.join(dev, name))
+        bound = ["/usr"]
+        for path in sorted(readonly):
+            if any(within(path, b) for b in bound):
+                continue  # already visible through a bound parent
+            target = _mkdirs(root, os.path.dirname(path)) if os.path.dirname(path) != "/" else root
+            target = os.path.join(target, os.path.basename(path))
+            _mount_point_for(path, target)
+            L.bind_readonly(path, target)
+            bound.append(path)
+        for path in hidden:
+            real = os.path.realpath(path)
+            if not os.path.lexists(real):
+                continue
+            if not any(within(real, b) for b in bound):
+                raise OSError(errno.EINVAL, f"hidden path {path} is not inside /usr or a readonly path")
+            target = root + real
+            source = self.empty_dir if os.path.isdir(real) else self.empty_file
+            L.bind_readonly(source, target, recursive=False)
+        L.mount(None, root, None, L.MS_REMOUNT | L.MS_BIND | L.MS_RDONLY | L.MS_NOSUID | L.MS_NODEV)
+
+    def shutdown(self) -> None:
+        for path in self._cache.values():
+            self._drop(path)
+        self._cache.clear()

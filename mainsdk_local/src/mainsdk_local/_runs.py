@@ -1,0 +1,135 @@
+"""What the server keeps of an exec: the validated request (``ExecSpec``), the run, and the worker serving it."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mainsdk_local import _cgroups as G
+    from mainsdk_local import _common as C
+    from mainsdk_local import _protocol as P
+    from mainsdk_local import _rootfs as R
+    from mainsdk_local._boxes import Box
+elif __package__:
+    from . import _cgroups as G
+    from . import _common as C
+    from . import _protocol as P
+    from . import _rootfs as R
+else:  # imported by the server script, whose directory is on sys.path
+    import _cgroups as G
+    import _common as C
+    import _protocol as P
+    import _rootfs as R
+
+# No exec may bind these, or anything under them, read-only from the host.
+FORBIDDEN_READONLY = ("/proc", "/sys", "/dev", "/work", "/out")
+
+
+class ExecSpec:
+    """The server's validated copy of the client's ExecSpec."""
+
+    def __init__(self, raw: object, has_stdin: bool) -> None:
+        if not isinstance(raw, dict):
+            raise C.RequestError("value", "spec must be an object")
+        argv = raw.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
+            raise C.RequestError("value", "argv must be a non-empty list of strings without NUL")
+        if not argv[0].startswith("/"):
+            raise C.RequestError("value", f"argv[0] must be an absolute path, got {argv[0]!r}")
+        env = raw.get("env")
+        if not isinstance(env, dict):
+            raise C.RequestError("value", "env must be an object")
+        for k, v in env.items():
+            if not isinstance(v, str) or not k or "=" in k or "\0" in k or "\0" in v:
+                raise C.RequestError("value", f"invalid environment entry {k!r}")
+        timeout = raw.get("timeout")
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+            raise C.RequestError("value", "timeout must be a positive number of seconds")
+        if not math.isfinite(timeout):
+            raise C.RequestError("value", "timeout must be finite")
+        memory = raw.get("memory_bytes")
+        if memory is not None and (not isinstance(memory, int) or isinstance(memory, bool) or memory < 1 << 20):
+            raise C.RequestError("value", "memory_bytes must be None or at least 1 MiB")
+        procs = raw.get("max_processes")
+        if not isinstance(procs, int) or isinstance(procs, bool) or procs < 1:
+            raise C.RequestError("value", "max_processes must be a positive integer")
+        readonly = self._paths(raw.get("readonly_paths", []), "readonly_paths")
+        for path in readonly:
+            if path in ("/", "/etc") or any(R.within(path, f) for f in FORBIDDEN_READONLY):
+                raise C.RequestError("value", f"readonly path {path} is not allowed")
+            if R.within(C.MOUNT_BASE, path) or R.within(path, C.MOUNT_BASE):
+                # A recursive bind of an ancestor would carry every box's mount along.
+                raise C.RequestError("value", f"readonly path {path} would expose the launcher's boxes")
+        self.argv: list[str] = argv
+        self.env: dict[str, str] = env
+        self.timeout = float(timeout)
+        self.memory_bytes: int | None = memory
+        self.max_processes: int = procs
+        self.readonly = tuple(sorted(set(readonly)))
+        self.hidden = tuple(sorted(set(self._paths(raw.get("hidden_paths", []), "hidden_paths"))))
+        proxy = raw.get("proxy", False)
+        if not isinstance(proxy, bool):
+            raise C.RequestError("value", "proxy must be true or false")
+        self.proxy = proxy  # the client wants the run's proxy listener (namespace mode)
+        port = raw.get("proxy_port")
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+            raise C.RequestError("value", "proxy_port must be None or a TCP port")
+        self.proxy_port: int | None = port  # weak mode: the host port of the run's proxy, the one it may connect to
+        self.has_stdin = has_stdin
+
+    @staticmethod
+    def _paths(value: object, what: str) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+            raise C.RequestError("value", f"{what} must be a list of strings")
+        for p in value:
+            if "\0" in p or not p.startswith("/") or os.path.normpath(p) != p:
+                raise C.RequestError("value", f"{what}: {p!r} must be an absolute, normalized path")
+        return list(value)
+
+
+class Worker:
+    """A forked process the server waits on: B in namespace mode, C itself when weak."""
+
+    def __init__(self, pid: int, pidfd: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
+        self.sock = sock
+        self.decoder = P.Decoder()
+        self.run: Run | None = None
+        self.cgroup: G.RunCgroup | None = None  # B sits in it; removed once B is reaped
+        self.limits: G.Limits = None  # the limits B wrote ahead (a guess: the last exec's)
+        self.ready = False  # C said it waits for its job
+        self.discarded = False  # an unused spare we killed on purpose
+        self.bound: tuple[Box, R.TemplateKey] | None = None  # a hot spare's box and root
+        self.error: dict[str, Any] | None = None  # what it reported before dying
+        self.reaped = False
+        self.status: int | None = None  # the worker's own wait status
+        self.sock_open = True
+        self.listener: int | None = None  # B's proxy listener, until a run takes it or the worker goes
+
+
+class Run:
+    """One exec: its worker, stdin pipe, cgroups, deadline and what the worker reported."""
+
+    def __init__(self, rid: int, box: Box, spec: ExecSpec) -> None:
+        self.rid = rid
+        self.box = box
+        self.spec = spec
+        self.worker: Worker | None = None
+        self.started = 0.0
+        self.deadline = 0.0
+        self.timed_out = False
+        self.killed = False
+        self.code_status: int | None = None
+        self.error: dict[str, Any] | None = None
+        self.stdin_w: int | None = None
+        self.stdin_data = memoryview(b"")
+        self.cgroup: G.RunCgroup | None = None
+        self.done = False
+
+
+def describe_failure(error: dict[str, Any]) -> str:
+    return f"{error.get('stage')}: {error.get('message')}"

@@ -1,0 +1,116 @@
+"""How the server sets itself up: its own namespaces when it is not root, the private mount that holds
+boxes and roots, the probe that decides between namespace and weak isolation, and forking into a new
+pid namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import gc
+import os
+import signal
+import stat
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mainsdk_local import _common as C
+    from mainsdk_local import _linux as L
+    from mainsdk_local import _stages as S
+elif __package__:
+    from . import _common as C
+    from . import _linux as L
+    from . import _stages as S
+else:  # imported by the server script, whose directory is on sys.path
+    import _common as C
+    import _linux as L
+    import _stages as S
+
+
+def enter_own_namespaces() -> None:
+    """Not root: become root of our own user namespace, and pid 1 of a pid namespace it owns.
+
+    A run's pid namespace is made by unsharing one for our next child and going back
+    with setns(2) afterwards, which needs CAP_SYS_ADMIN over the user namespace owning
+    our own pid namespace: so that must be ours. The process the app started stays
+    outside as a shim that only mirrors our exit, so the app's Popen sees us.
+    """
+    uid, gid = os.geteuid(), os.getegid()
+    L.unshare(L.CLONE_NEWUSER | L.CLONE_NEWNS | L.CLONE_NEWPID)
+    L.write_file("/proc/self/setgroups", "deny")
+    L.write_file("/proc/self/uid_map", f"0 {uid} 1")
+    L.write_file("/proc/self/gid_map", f"0 {gid} 1")
+    pid = os.fork()
+    if pid != 0:
+        gc.disable()
+        C.close_all_except({2})
+        with contextlib.suppress(BaseException):
+            while True:
+                _, status = os.waitpid(pid, 0)
+                os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        os._exit(1)
+    # We are pid 1 of the new pid namespace. If the shim is killed (the app's Launcher
+    # gives up waiting), we go too, and our workers with us.
+    L.prctl(L.PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def mount_private_base(*, new_mount_namespace: bool) -> None:
+    """Mount the server's own tmpfs at MOUNT_BASE, in a mount namespace where nothing propagates."""
+    if new_mount_namespace:
+        L.unshare(L.CLONE_NEWNS)
+    # Private: box and root mounts stay in our namespace, host mounts do not leak in.
+    L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(C.MOUNT_BASE, 0o700)
+    if not stat.S_ISDIR(os.lstat(C.MOUNT_BASE).st_mode):
+        raise OSError(errno.ENOTDIR, f"{C.MOUNT_BASE} is not a directory")
+    # Every server mounts its own tmpfs here in its own namespace; the host sees an
+    # empty directory and there is nothing to clean after a crash.
+    L.mount("tmpfs", C.MOUNT_BASE, "tmpfs", L.MS_NOSUID | L.MS_NODEV, "size=1m,mode=0711")
+
+
+def fork_in_new_pidns(own_pidns: int) -> int:
+    """fork(2) with the child as pid 1 of a new pid namespace; the parent stays in ``own_pidns``."""
+    L.unshare(L.CLONE_NEWPID)
+    try:
+        pid = os.fork()
+    except BaseException:
+        L.setns(own_pidns, L.CLONE_NEWPID)
+        raise
+    if pid != 0:
+        # Back to our own pid namespace for children, so the next fork can unshare again.
+        L.setns(own_pidns, L.CLONE_NEWPID)
+    return pid
+
+
+def probe(own_pidns: int, proc_dir: str, uid: int, *, drop_uid: bool) -> None:
+    """Fork a throwaway child through the namespace steps a run takes; OSError when one fails.
+
+    ``proc_dir`` is an empty directory to mount a proc on; ``uid`` the host uid a box
+    would get, switched to first when ``drop_uid`` (the server is root).
+    """
+    r, w = os.pipe2(os.O_CLOEXEC)
+    pid = fork_in_new_pidns(own_pidns)
+    if pid == 0:
+        gc.disable()
+        try:
+            L.unshare(L.CLONE_NEWNS | L.CLONE_NEWNET | L.CLONE_NEWIPC | L.CLONE_NEWUTS | L.CLONE_NEWCGROUP)
+            L.mount("proc", proc_dir, "proc", L.MS_NOSUID | L.MS_NODEV | L.MS_NOEXEC)
+            L.loopback_up()
+            if drop_uid:
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                L.prctl(L.PR_SET_DUMPABLE, 1)
+            L.unshare(L.CLONE_NEWUSER)
+            L.write_file("/proc/self/setgroups", "deny")
+            L.write_file("/proc/self/uid_map", f"{C.INSIDE_ID} {uid} 1")
+            os._exit(0)
+        except BaseException as exc:  # noqa: BLE001 - report anything, never return into the server
+            S.report_failure(w, "probe", exc)
+            os._exit(1)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    msg = os.read(r, C.REPORT_LIMIT * 2)
+    os.close(r)
+    if status != 0:
+        raise OSError(errno.EPERM, f"namespace probe failed: {msg[4:].decode(errors='replace')}")

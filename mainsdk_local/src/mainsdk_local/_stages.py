@@ -1,0 +1,370 @@
+"""The forked stages of a run, B and C, from fork to execve. Nothing here returns into the server.
+
+B (``worker_main``) is pid 1 of the run's new pid namespace. It makes and joins
+the run's cgroups, unshares net, ipc, uts and cgroup namespaces, brings lo up,
+listens on the proxy's port there (the listener goes to the server, which hands
+it to the app's proxy or closes it), forks C, then reaps: once C exits it kills
+whatever C left and reports C's wait status, which therefore means "the whole
+tree is gone".
+
+C (``code_main``) becomes the code. Before its job arrives it does what does
+not depend on the job (session, signals, OOM score, rlimits; in a hot spare
+also the mounts and pivot_root). With the job it enters the box's root as
+root, drops to the box's host uid, enters a user namespace where that uid is
+1000, gets a new keyring, empties its capability bounding set, sets
+no_new_privs, installs the seccomp filter (``_seccomp``) and execs. In weak mode the
+server forks C directly (``weak_child_main``); C skips the namespace steps and
+restricts itself with Landlock (``_landlock``) where the kernel has it.
+
+Everything C needs is decided before it is forked (``ChildContext``); a setup
+failure is reported on the worker's socket with the stage it happened in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import resource
+import select
+import signal
+import socket
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from mainsdk_local import _cgroups as G
+    from mainsdk_local import _common as C
+    from mainsdk_local import _landlock as LL
+    from mainsdk_local import _linux as L
+    from mainsdk_local import _protocol as P
+    from mainsdk_local import _seccomp as SC
+elif __package__:
+    from . import _cgroups as G
+    from . import _common as C
+    from . import _landlock as LL
+    from . import _linux as L
+    from . import _protocol as P
+    from . import _seccomp as SC
+else:  # imported by the server script, whose directory is on sys.path
+    import _cgroups as G
+    import _common as C
+    import _landlock as LL
+    import _linux as L
+    import _protocol as P
+    import _seccomp as SC
+
+NOFILE_LIMIT = 4096
+CODE_OOM_SCORE_ADJ = 500
+
+# Signals the server ignores (Python ignores SIGPIPE and SIGXFSZ; the app may have ignored
+# others). An ignored signal stays ignored across execve, so C restores these to default.
+IGNORED_SIGNALS = [
+    s
+    for s in signal.valid_signals()
+    if s not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(s) is signal.SIG_IGN
+]
+
+
+class ChildContext:
+    """What C needs after fork; everything is decided before forking."""
+
+    def __init__(self) -> None:
+        self.namespaces = True
+        self.template = ""
+        self.box_dir = ""
+        self.uid = 0
+        self.gid = 0
+        self.drop_uid = True
+        self.argv: list[str] = []
+        self.env: dict[str, str] = {}
+        self.stdout = -1
+        self.stderr = -1
+        self.stdin: int | None = None
+        self.cgroup_fds: list[int] = []
+        self.report_fd = -1
+        self.disk_bytes = 0
+        self.memory_rlimit: int | None = None
+        self.nproc_rlimit: int | None = None
+        # Limits C writes into the cgroups B made and joined (namespace mode).
+        self.memory_dir: str | None = None
+        self.memory_version = 0
+        self.pids_dir: str | None = None
+        self.memory_bytes: int | None = None
+        self.max_processes = 0
+        self.landlock: dict[str, list[Any]] | None = None  # weak mode: what the code may read, write, connect to
+
+    def job(self) -> dict[str, Any]:
+        """The JSON part of a job for a worker; descriptors travel beside it."""
+        return {
+            "op": "job",
+            "template": self.template,
+            "box_dir": self.box_dir,
+            "uid": self.uid,
+            "gid": self.gid,
+            "drop_uid": self.drop_uid,
+            "argv": self.argv,
+            "env": self.env,
+            "stdin": self.stdin is not None,
+            "disk_bytes": self.disk_bytes,
+            "memory_rlimit": self.memory_rlimit,
+            "nproc_rlimit": self.nproc_rlimit,
+            "memory_dir": self.memory_dir,
+            "memory_version": self.memory_version,
+            "pids_dir": self.pids_dir,
+            "memory_bytes": self.memory_bytes,
+            "max_processes": self.max_processes,
+        }
+
+    @classmethod
+    def from_job(cls, job: dict[str, Any], fds: list[int], report_fd: int) -> ChildContext:
+        ctx = cls()
+        for key in ("template", "box_dir", "uid", "gid", "drop_uid", "argv", "env", "disk_bytes", "max_processes"):
+            setattr(ctx, key, job[key])
+        for key in ("memory_rlimit", "nproc_rlimit", "memory_dir", "memory_version", "pids_dir", "memory_bytes"):
+            setattr(ctx, key, job[key])
+        ctx.stdout, ctx.stderr = fds[0], fds[1]
+        rest = fds[2:]
+        if job["stdin"]:
+            ctx.stdin, rest = rest[0], rest[1:]
+        ctx.cgroup_fds = rest
+        ctx.report_fd = report_fd
+        return ctx
+
+
+def report_failure(fd: int, stage: str, exc: BaseException) -> None:
+    """Tell the server where and why setup failed (from B or C, before execve)."""
+    err = exc.errno if isinstance(exc, OSError) else None
+    message = f"{type(exc).__name__}: {exc}"[: C.REPORT_LIMIT]
+    with contextlib.suppress(OSError):
+        os.write(fd, P.encode({"op": "error", "stage": stage, "errno": err, "message": message}))
+
+
+def worker_main(
+    sock: socket.socket,
+    server_pidfd: int,
+    cgroup: G.RunCgroup | None,
+    limits: G.Limits,
+    doomed: list[str],
+    bound: dict[str, Any] | None,
+) -> NoReturn:
+    """B: pid 1 of a fresh pid namespace. Prepares, forks C (which takes the job), reaps, reports."""
+    gc.disable()  # a collection here could run finalizers of the server's objects
+    report_fd = sock.fileno()
+    stage = "worker"
+    try:
+        L.prctl(L.PR_SET_PDEATHSIG, signal.SIGKILL)
+        if select.select([server_pidfd], [], [], 0)[0]:
+            os._exit(1)  # the server died before PDEATHSIG was armed
+        # Other runs' pipes, box channels, the bootstrap socket: none of it is ours.
+        C.close_all_except({0, 1, 2, report_fd})
+        stage = "cgroup"
+        # Empty cgroups of finished execs: removing them takes cgroup_mutex, so we do it here,
+        # not the server. Whatever is still busy stays for the next worker.
+        for path in doomed:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        # Make and join the run's fresh cgroups now, ahead of the job: joining waits for an
+        # RCU grace period (4-10 ms here) unless another join happened just before. C inherits.
+        # The OOM killer should pick the code, not us. Lowering needs CAP_SYS_RESOURCE, which
+        # some roots lack (this machine's does); C raises its own score either way.
+        with contextlib.suppress(PermissionError):
+            L.write_file("/proc/self/oom_score_adj", "-1000")
+        if cgroup is not None:
+            for path in cgroup.dirs:
+                os.mkdir(path, 0o755)
+                L.write_file(os.path.join(path, "cgroup.procs"), "0")  # "0": the writer; its children follow
+            if limits is not None:  # the last exec's limits: likely this one's too, then C skips this
+                G.configure_cgroup(cgroup.memory_dir, cgroup.memory_version, cgroup.pids_dir, *limits)
+        stage = "namespaces"
+        L.unshare(L.CLONE_NEWNET | L.CLONE_NEWIPC | L.CLONE_NEWUTS | L.CLONE_NEWCGROUP)
+        socket.sethostname("sandbox")
+        L.loopback_up()
+        stage = "proxy listener"
+        # The egress proxy's port, bound in this namespace before any code can run in it, so
+        # the code can never take it. The server hands it to the app's proxy when the exec
+        # has hosts, and closes it otherwise (then a connection to it is refused).
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", P.PROXY_PORT))
+        listener.listen(P.PROXY_BACKLOG)
+        stage = "fork"
+        child = os.fork()
+        if child == 0:
+            listener.close()
+            code_main(report_fd, bound)
+        stage = "proxy listener"
+        socket.send_fds(sock, [P.encode({"op": "listener", "fds": 1})], [listener.fileno()])
+        listener.close()
+        stage = "reap"
+        status = None
+        while status is None:
+            pid, st = os.waitpid(-1, 0)
+            if pid == child:
+                status = st
+        # C is gone: end the run now. Kill whatever it left (background jobs, double forks,
+        # setsid) and reap until we have no child; a pending SIGKILL makes fork fail, so
+        # nothing new can appear. Only then report: the report means "all of it is dead".
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(-1, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            while True:
+                os.waitpid(-1, 0)
+        os.write(report_fd, P.encode({"op": "status", "status": status}))
+        os._exit(0)
+    except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
+        report_failure(report_fd, stage, exc)
+        os._exit(126)
+
+
+def code_main(report_fd: int, bound: dict[str, Any] | None) -> NoReturn:
+    """C in a spare: do what does not depend on the job, wait for the job, then run it.
+
+    A spare bound to a box (``bound``: the box and root of the exec it expects) also
+    pivots into that root ahead of time. It stays root until the job comes, so nothing
+    runs as the box's user between execs.
+    """
+    gc.disable()
+    stage = ["prepare"]
+    try:
+        _code_prepare()
+        rooted = bound is not None
+        if bound is not None:
+            _code_enter_root(ChildContext.from_job(bound, [-1, -1], report_fd), stage)
+        stage[0] = "job"
+        sock = socket.socket(fileno=os.dup(report_fd))
+        with contextlib.suppress(OSError):  # tell the server we are ready; only a hint
+            sock.send(P.encode({"op": "ready"}))
+        decoder = P.Decoder()
+        frames: list[P.Frame] = []
+        while not frames:
+            data, fds = P.receive(sock)
+            if not data and not fds:
+                os._exit(0)  # the server dropped this spare
+            decoder.feed(data, fds)
+            frames = decoder.frames()
+        ctx = ChildContext.from_job(frames[0].header, frames[0].fds, report_fd)
+        if not rooted:
+            if not frames[0].header.get("limits_set"):
+                stage[0] = "cgroup limits"
+                G.configure_cgroup(
+                    ctx.memory_dir, ctx.memory_version, ctx.pids_dir, ctx.memory_bytes, ctx.max_processes
+                )
+            _code_enter_root(ctx, stage)
+        _code_enter_user(ctx, stage)
+        _code_launch(ctx, stage)
+    except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
+        report_failure(report_fd, stage[0], exc)
+    os._exit(127)
+
+
+def weak_child_main(ctx: ChildContext) -> NoReturn:
+    """C forked directly by the server (weak mode): join the cgroups, prepare, run."""
+    gc.disable()
+    stage = ["cgroup"]
+    try:
+        for fd in ctx.cgroup_fds:
+            os.write(fd, b"0")
+        stage[0] = "prepare"
+        _code_prepare()
+        _code_enter_root(ctx, stage)
+        _code_enter_user(ctx, stage)
+        _code_launch(ctx, stage)
+    except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
+        report_failure(ctx.report_fd, stage[0], exc)
+    os._exit(127)
+
+
+def _code_prepare() -> None:
+    """C's setup that does not depend on the job."""
+    # Raising is always allowed: in the run's cgroup the code is the OOM victim rather than
+    # B, and on the host it goes before the app.
+    L.write_file("/proc/self/oom_score_adj", str(CODE_OOM_SCORE_ADJ))
+    os.setsid()  # also blocks the TIOCSTI terminal escape: no controlling terminal
+    # Ignored signals survive execve (Python ignores SIGPIPE and SIGXFSZ); handlers do not.
+    for sig in IGNORED_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    os.umask(0o022)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    nofile = NOFILE_LIMIT if hard < 0 else min(NOFILE_LIMIT, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+
+def _code_enter_root(ctx: ChildContext, stage: list[str]) -> None:
+    """Into the sandbox's root (namespace mode; nothing to do when weak), still as root."""
+    if ctx.namespaces:
+        stage[0] = "mounts"
+        # Now, not when the spare was forked: the copy must hold the current boxes and roots.
+        L.unshare(L.CLONE_NEWNS)
+        root = ctx.template
+        # hidepid=2: processes the code cannot ptrace are invisible. That is B, pid 1, which
+        # stays in the server's mount namespace: its mountinfo and cmdline are not the code's business.
+        L.mount("proc", root + "/proc", "proc", L.MS_NOSUID | L.MS_NODEV | L.MS_NOEXEC, "hidepid=2")
+        for name in ("work", "out"):
+            L.mount(os.path.join(ctx.box_dir, name), os.path.join(root, name), None, L.MS_BIND)
+        stage[0] = "pivot_root"
+        os.chdir(root)
+        L.pivot_root(".", ".")  # stacks the old root under the new one; detach it next
+        L.umount(".")
+        os.chdir("/")
+
+
+def _code_enter_user(ctx: ChildContext, stage: list[str]) -> None:
+    """Become the box's user: credentials, user namespace, keyring, no privileges, /work."""
+    if not ctx.namespaces and ctx.drop_uid:
+        # Weak mode as root: drop the bounding set while we still may (below we lose CAP_SETPCAP).
+        stage[0] = "capabilities"
+        L.drop_bounding_set()
+    stage[0] = "credentials"
+    if ctx.drop_uid:
+        os.setgroups([])
+        os.setresgid(ctx.gid, ctx.gid, ctx.gid)
+        os.setresuid(ctx.uid, ctx.uid, ctx.uid)
+    if ctx.namespaces:
+        stage[0] = "user namespace"
+        # Changing uid made /proc/self root-owned; we must be able to write our own maps.
+        L.prctl(L.PR_SET_DUMPABLE, 1)
+        L.unshare(L.CLONE_NEWUSER)
+        # An unprivileged process may map exactly its own uid and gid (after denying
+        # setgroups), so no help from B is needed.
+        L.write_file("/proc/self/setgroups", "deny")
+        L.write_file("/proc/self/uid_map", f"{C.INSIDE_ID} {ctx.uid} 1")
+        L.write_file("/proc/self/gid_map", f"{C.INSIDE_ID} {ctx.gid} 1")
+        # No nested user namespaces: without one the code can never hold a capability (to
+        # mount, to make network namespaces, ...). The limit lives in this user namespace and
+        # changing it needs CAP_SYS_RESOURCE here, which execve takes away.
+        L.write_file("/proc/sys/user/max_user_namespaces", "0")
+    stage[0] = "keyring"
+    L.join_new_session_keyring()
+    stage[0] = "capabilities"
+    if ctx.namespaces:
+        # In the new user namespace we hold every capability of that namespace and a full
+        # bounding set: empty the bounding set. execve as uid 1000 then clears the rest.
+        L.drop_bounding_set()
+    L.prctl(L.PR_SET_NO_NEW_PRIVS, 1)
+    if ctx.landlock is not None:
+        stage[0] = "landlock"
+        LL.restrict(ctx.landlock["readable"], ctx.landlock["writable"], ctx.landlock["connect"])
+    if SC.FILTER is not None:
+        stage[0] = "seccomp"
+        SC.FILTER.install()
+    stage[0] = "chdir"
+    os.chdir("/work" if ctx.namespaces else os.path.join(ctx.box_dir, "work"))
+
+
+def _code_launch(ctx: ChildContext, stage: list[str]) -> NoReturn:
+    """The job's own part: rlimits, stdio, execve."""
+    stage[0] = "rlimits"
+    resource.setrlimit(resource.RLIMIT_FSIZE, (ctx.disk_bytes, ctx.disk_bytes))
+    if ctx.memory_rlimit is not None:
+        resource.setrlimit(resource.RLIMIT_AS, (ctx.memory_rlimit, ctx.memory_rlimit))
+    if ctx.nproc_rlimit is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (ctx.nproc_rlimit, ctx.nproc_rlimit))
+    stage[0] = "stdio"
+    stdin = ctx.stdin if ctx.stdin is not None else os.open("/dev/null", os.O_RDONLY)
+    os.dup2(stdin, 0)
+    os.dup2(ctx.stdout, 1)
+    os.dup2(ctx.stderr, 2)
+    C.close_all_except({0, 1, 2, ctx.report_fd})  # the report socket is close-on-exec
+    stage[0] = "execve"
+    os.execve(ctx.argv[0], ctx.argv, ctx.env)
