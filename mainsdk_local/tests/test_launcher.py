@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from mainsdk_local._client import Box, ExecResult, ExecSpec, Launcher, LauncherError
+from mainsdk_local.programs import resolve_program
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
 
@@ -26,21 +27,16 @@ BASH = "/usr/bin/bash"
 MiB = 1 << 20
 
 
-def _probe_python() -> tuple[str, str, tuple[str, ...]]:
-    """The real interpreter behind ``python3`` (not a pyenv shim), its prefix and site-packages."""
-    import shutil
+def _probe_python() -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """The real interpreter behind ``python3`` (not a pyenv shim, not a venv link), what to bind, what to hide.
 
-    found = shutil.which("python3") or sys.executable
-    code = (
-        "import json, os, site, sys;"
-        "print(json.dumps([os.path.realpath(sys.executable), sys.prefix, site.getsitepackages()]))"
-    )
-    out = subprocess.run([found, "-c", code], capture_output=True, text=True, check=True).stdout
-    executable, prefix, site_dirs = json.loads(out)
-    return executable, os.path.realpath(prefix), tuple(p for p in site_dirs if os.path.isdir(p))
+    The driver's own resolution: run from a tox venv, ``sys.prefix`` is the venv, not the standard library.
+    """
+    program = resolve_program("python", "python3")
+    return program.executable, program.readonly_paths, program.hidden_paths
 
 
-PYTHON, PREFIX, SITE = _probe_python()
+PYTHON, READONLY, SITE = _probe_python()
 
 
 def py(code: str, **kw: object) -> ExecSpec:
@@ -50,7 +46,7 @@ def py(code: str, **kw: object) -> ExecSpec:
         "env": {"LC_ALL": "C.UTF-8"},
         "timeout": 20.0,
         "memory_bytes": 256 * MiB,
-        "readonly_paths": () if PREFIX.startswith("/usr/") else (PREFIX,),
+        "readonly_paths": READONLY,
         "hidden_paths": SITE,
     }
     args.update(kw)
