@@ -1,0 +1,199 @@
+"""Vercel Sandbox REST API v1, spoken with httpx: requests, retries and errors.
+
+Every failure becomes ``SandboxError(DRIVER_UNAVAILABLE)`` (MAIN-SANDBOX-0006,
+503, retryable) carrying Vercel's status, code and message, and never the
+token: messages are built from the answer's body, and the token is scrubbed
+from them all the same, in case a proxy echoes a header back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from mainsdk.errors import DRIVER_UNAVAILABLE, SandboxError
+
+log = logging.getLogger("mainsdk.vercel")
+
+DEFAULT_BASE_URL = "https://api.vercel.com"
+ATTEMPTS = 3  # one request and at most two retries
+MAX_RETRY_AFTER = 10.0  # seconds: a longer Retry-After is reported as an outage instead of blocking the run
+# Connect and write are bounded; read is not for streams and long polls: a quiet command is not a dead one.
+TIMEOUT = httpx.Timeout(60.0, connect=10.0)
+STREAM_TIMEOUT = httpx.Timeout(60.0, connect=10.0, read=None)
+
+_REASONS = {
+    401: "the token was refused; check sandbox.vercel.token",
+    402: "the Vercel account cannot pay for more sandboxes (billing)",
+    403: "the token may not use this project or team; check sandbox.vercel.project and team",
+    404: "not found (the sandbox is gone)",
+    410: "the sandbox has stopped",
+    422: "the sandbox is stopping",
+    429: "too many sandboxes or requests (rate limit)",
+}
+
+
+GONE = (404, 410, 422)  # the sandbox is not there, stopped, or stopping: nothing more to ask of it
+
+
+class VercelError(SandboxError):
+    """MAIN-SANDBOX-0006 from a Vercel request, with Vercel's own status (None for a network failure)."""
+
+    def __init__(self, message: str, vercel_status: int | None) -> None:
+        super().__init__(DRIVER_UNAVAILABLE, message, status=503, retryable=True)
+        self.vercel_status = vercel_status
+
+
+class NotFound(VercelError):
+    """A 404 from Vercel; a file read turns it into MAIN-SANDBOX-0008, anything else keeps it an outage."""
+
+
+class VercelApi:
+    """One base URL, one token, one team: the requests the driver makes. Never logs or repeats the token."""
+
+    def __init__(self, *, token: str, team: str | None, base_url: str, client: httpx.AsyncClient | None) -> None:
+        self._token = token
+        self._team = team
+        self._base_url = base_url.rstrip("/")
+        self._client = client
+        self._owned: dict[int, httpx.AsyncClient] = {}  # per event loop: an AsyncClient belongs to one loop
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is not None:
+            return self._client
+        loop = id(asyncio.get_running_loop())
+        client = self._owned.get(loop)
+        if client is None or client.is_closed:
+            client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False)
+            self._owned[loop] = client
+        return client
+
+    async def aclose(self) -> None:
+        """Close the clients this object opened on the running loop (an injected client is the caller's)."""
+        client = self._owned.pop(id(asyncio.get_running_loop()), None)
+        if client is not None:
+            await client.aclose()
+
+    def _url(self, path: str) -> str:
+        return self._base_url + path
+
+    def _params(self) -> dict[str, str]:
+        return {"teamId": self._team} if self._team else {}
+
+    def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {"authorization": f"Bearer {self._token}", **(extra or {})}
+
+    def clean(self, text: str) -> str:
+        """``text`` with the token replaced, for messages."""
+        return text.replace(self._token, "[token]") if self._token else text
+
+    def error(self, what: str, status: int | None, body: bytes = b"", cause: str = "") -> VercelError:
+        """The MAIN-SANDBOX-0006 for a failed request: Vercel's status, code and message, and why."""
+        detail = cause
+        if body:
+            try:
+                parsed = json.loads(body)
+            except ValueError:
+                parsed = None
+            err = parsed.get("error") if isinstance(parsed, dict) else None
+            if isinstance(err, dict):
+                detail = f"{err.get('code', '')}: {err.get('message', '')}".strip(": ")
+            elif not detail:
+                detail = body[:200].decode("utf-8", "replace")
+        reason = _REASONS.get(status or 0, "Vercel is unavailable" if (status or 500) >= 500 else "refused")
+        head = f"Vercel Sandbox {what} failed" + (f" with {status}" if status else "")
+        message = self.clean(f"{head}: {reason}" + (f" ({detail})" if detail else ""))
+        cls = NotFound if status == 404 else VercelError
+        return cls(message, status)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        json_body: Any = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        query: Mapping[str, str] | None = None,
+        idempotent: bool,
+    ) -> httpx.Response:
+        """Send one request and return its 2xx answer, read.
+
+        A 429 is retried after its Retry-After (the server refused without
+        acting, so even a create or a command is safe to send again); a 5xx or
+        a network failure only when ``idempotent``.
+        """
+        for attempt in range(ATTEMPTS):
+            last = attempt == ATTEMPTS - 1
+            try:
+                answer = await self._http().request(
+                    method,
+                    self._url(path),
+                    params={**self._params(), **(query or {})},
+                    json=json_body,
+                    content=content,
+                    headers=self._headers(headers),
+                )
+            except httpx.TransportError as exc:
+                if idempotent and not last:
+                    await asyncio.sleep(_backoff(attempt))
+                    continue
+                raise self.error(what, None, cause=f"network: {type(exc).__name__}") from None
+            if answer.is_success:
+                return answer
+            wait = _retry_wait(answer, attempt, idempotent)
+            if wait is None or last:
+                raise self.error(what, answer.status_code, answer.content)
+            log.info("Vercel Sandbox %s answered %s; retrying in %.1fs", what, answer.status_code, wait)
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def json(self, method: str, path: str, what: str, **kwargs: Any) -> Any:
+        """``request``, with the answer parsed as JSON."""
+        answer = await self.request(method, path, what, **kwargs)
+        try:
+            return answer.json()
+        except ValueError:
+            raise self.error(what, answer.status_code, cause="the answer is not JSON") from None
+
+    @asynccontextmanager
+    async def stream(self, method: str, path: str, what: str) -> AsyncIterator[httpx.Response]:
+        """An answer to read as it comes, with no read timeout (logs). Only 2xx heads are yielded."""
+        try:
+            async with self._http().stream(
+                method, self._url(path), params=self._params(), headers=self._headers(), timeout=STREAM_TIMEOUT
+            ) as answer:
+                if not answer.is_success:
+                    body = await answer.aread()
+                    raise self.error(what, answer.status_code, body)
+                yield answer
+        except httpx.TransportError as exc:
+            raise self.error(what, None, cause=f"network: {type(exc).__name__}") from None
+
+
+def _backoff(attempt: int) -> float:
+    return (0.25 * 2.0**attempt) * (1 + random.random() / 2)  # jitter, not a secret
+
+
+def _retry_wait(answer: httpx.Response, attempt: int, idempotent: bool) -> float | None:
+    """How long to wait before sending again, or None when this answer must not be retried."""
+    status = answer.status_code
+    if status == 429:
+        raw = answer.headers.get("retry-after")
+        if raw is None:
+            return _backoff(attempt)
+        try:
+            wait = float(raw)
+        except ValueError:
+            return None  # an HTTP date: too far to reason about here; report it
+        return wait if 0 <= wait <= MAX_RETRY_AFTER else None
+    if status >= 500 and idempotent:
+        return _backoff(attempt)
+    return None
