@@ -10,7 +10,7 @@ import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.driver import Command
-from mainsdk.errors import DRIVER_UNAVAILABLE
+from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION
 from mainsdk.plugins import load_driver
 from mainsdk_conformance.profiles import E2B
 from mainsdk_conformance.replay import ReplayServer
@@ -49,13 +49,13 @@ def test_main_yaml_loads_the_driver_through_its_entry_point(monkeypatch: pytest.
     assert KEY not in repr(driver)
 
 
-def test_a_missing_key_is_0006_naming_the_secret_not_a_value(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_key_is_0001_naming_the_secret_not_a_value(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("E2B_API_KEY", raising=False)
     config = load_config_text("sandbox: {driver: e2b}\n")
     sandbox = Sandbox(SandboxDeps(config=config, load_entrypoints=False))
     with pytest.raises(SandboxError) as caught:
         sandbox.run("print(1)")
-    assert (caught.value.code, caught.value.status, caught.value.retryable) == (DRIVER_UNAVAILABLE, 503, True)
+    assert (caught.value.code, caught.value.status, caught.value.retryable) == (INVALID_OPTION, 400, False)
     assert "E2B_API_KEY" in caught.value.message
     assert resolve_key("secret:X", {"X": "v"}) == ("v", "sandbox.e2b.key names the secret X, which has no value; set X")
 

@@ -45,7 +45,7 @@ from mainsdk.driver import (
     OutFile,
     OutputSink,
 )
-from mainsdk.errors import DRIVER_UNAVAILABLE, NO_SESSION, SandboxError
+from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, SandboxError
 from mainsdk.hookspecs import hookimpl
 from mainsdk.secrets import SecretResolver
 
@@ -306,7 +306,8 @@ class E2BDriver:
 
     def _key(self) -> str:
         if not self._api_key:
-            raise SandboxError(DRIVER_UNAVAILABLE, f"E2B is unavailable: {self._missing_key}")
+            # A missing key is the app's config to fix, not an outage to retry: the same code as the Vercel driver.
+            raise SandboxError(INVALID_OPTION, self._missing_key)
         return self._api_key
 
     async def _keep_alive(self, box: E2BBox, timeout: float) -> None:
