@@ -17,12 +17,13 @@ from mainsdk_conformance.profiles import PROFILES
 
 # Where this repository keeps each driver's conformance conftest; a third party passes --tests.
 DEFAULT_TESTS = "conformance/drivers/{driver}"
+OUR_DRIVER_TESTS = {"e2b": "mainsdk_e2b/tests/conformance", "vercel-sandbox": "mainsdk_vercel/tests/conformance"}
 
 
 def _record(args: argparse.Namespace) -> int:
     import pytest
 
-    tests = Path(args.tests or DEFAULT_TESTS.format(driver=args.driver))
+    tests = Path(args.tests or OUR_DRIVER_TESTS.get(args.driver) or DEFAULT_TESTS.format(driver=args.driver))
     if not tests.exists():
         print(
             f"mainsdk-conformance: no tests at {tests}; pass --tests with the folder of the driver's conftest",
