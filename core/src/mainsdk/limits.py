@@ -8,6 +8,7 @@ later so no backend can hold a run past its limit.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from decimal import Decimal
 
@@ -15,6 +16,8 @@ import attrs
 
 from mainsdk.driver import ExecOutcome, StopReason
 from mainsdk.redact import StreamRedactor
+
+log = logging.getLogger("mainsdk")
 
 # How long past its timeout core waits for a driver before cancelling the command itself.
 DEADLINE_GRACE = 5.0
@@ -128,5 +131,6 @@ async def _cancel_and_wait(task: asyncio.Future[ExecOutcome]) -> None:
         await task
     except asyncio.CancelledError:
         pass
-    except Exception:  # noqa: BLE001 - the command is being stopped; its own error no longer matters
-        pass
+    except Exception:
+        # The stop stands (the limit was reached); a driver that failed while killing should still be seen.
+        log.warning("the driver failed while stopping a command at its limit", exc_info=True)
