@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -80,19 +79,6 @@ def test_sessions_cannot_see_each_other(make_sandbox: Callable[..., Any]) -> Non
         first.write("mine.txt", "first's")
         out = second.run("python3", ["-c", "import os; print(os.listdir('.'), os.path.exists('/work/mine.txt'))"])
         assert out.stdout == "[] False\n"
-
-
-def test_an_idle_session_closes_and_removes_its_box(make_sandbox: Callable[..., Any]) -> None:
-    sandbox = make_sandbox().sandbox
-    session = sandbox.create(idle="1s")
-    session.write("x.txt", "1")
-    deadline = time.monotonic() + 10
-    while not session.closed and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert session.closed
-    with pytest.raises(SandboxError) as caught:
-        sandbox.get(session.id)
-    assert caught.value.code == NO_SESSION
 
 
 def test_a_running_command_keeps_the_session_open(make_sandbox: Callable[..., Any]) -> None:
