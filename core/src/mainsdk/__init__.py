@@ -7,7 +7,7 @@ custom wiring.
 
 from mainsdk.config import AppConfig, SandboxConfig, load_config, parse_app_config, parse_sandbox_config
 from mainsdk.default import async_sandbox, sandbox
-from mainsdk.driver import Capabilities
+from mainsdk.driver import Capabilities, NetworkReach
 from mainsdk.engine import AsyncSandbox, RunResult, SandboxDeps
 from mainsdk.errors import ConfigError, SandboxError
 from mainsdk.files import FileRef
@@ -23,6 +23,7 @@ __all__ = [
     "CommandResult",
     "ConfigError",
     "FileRef",
+    "NetworkReach",
     "RunResult",
     "Sandbox",
     "SandboxConfig",

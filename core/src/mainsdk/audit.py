@@ -46,6 +46,8 @@ class AuditEvent:
     error: str | None = None  # the code a refused or failed call raised
     hosts: tuple[str, ...] = ()
     hosts_refused: tuple[str, ...] = ()
+    # Reach the driver opened beyond ``hosts`` because the run named some (NetworkReach.extra), e.g. E2B's DNS.
+    extra_reach: tuple[str, ...] = ()
     env_names: tuple[str, ...] = ()
     cost: Decimal | None = None
     session_id: str | None = None
@@ -56,6 +58,7 @@ class AuditEvent:
         data = attrs.asdict(self)
         data["hosts"] = list(self.hosts)
         data["hosts_refused"] = list(self.hosts_refused)
+        data["extra_reach"] = list(self.extra_reach)
         data["env_names"] = list(self.env_names)
         data["cost"] = None if self.cost is None else str(self.cost)
         return data

@@ -23,8 +23,33 @@ StopReason = Literal["timeout", "memory", "output", "cost"]
 # its own executable (the local driver through ``sandbox.local``).
 LANGUAGE_PROGRAMS: Mapping[str, str] = {"python": "python3", "node": "node", "bash": "bash"}
 
+# The protocols a driver can filter by host name: plain HTTP by its Host header, TLS by its SNI.
+Scheme = Literal["http", "https"]
+
 WORK_DIR = "/work"
 OUT_DIR = "/out"
+
+
+@attrs.frozen
+class NetworkReach:
+    """Where a driver's host filtering holds, and what it opens beyond the hosts a run names.
+
+    ``filtered``: the (scheme, port) pairs on which a named host is reached by
+    its name while every other name is refused. Port ``None`` is any port (a
+    proxy that sees every connection's target). A named host on a pair not
+    listed is refused: E2B matches names only on port 80 (HTTP Host) and 443
+    (TLS SNI), so ``(("http", 80), ("https", 443))``.
+    ``extra``: reach the driver opens whenever a run names any host, wider than
+    ``network.allow`` (E2B: ``"dns:8.8.8.8:53"``). Core copies it into the run's
+    audit event, so the widening is on record; the driver's README says why.
+    """
+
+    filtered: tuple[tuple[Scheme, int | None], ...]
+    extra: tuple[str, ...] = ()
+
+    def filters(self, scheme: Scheme, port: int) -> bool:
+        """True when a named host is reachable over ``scheme`` on ``port``."""
+        return any(s == scheme and p in (None, port) for s, p in self.filtered)
 
 
 @attrs.frozen
@@ -42,6 +67,15 @@ class Capabilities:
     sessions: bool = False
     production: bool = True  # False: refused when MAINSDK_ENV=production (MAIN-SANDBOX-0011)
     price_per_second: Decimal = Decimal(0)  # the driver's own estimate; ``sandbox.price`` overrides it
+    # Where host filtering works and what extra reach the driver opens; None: it gives no hosts, or has not declared.
+    network_reach: NetworkReach | None = None
+
+
+def extra_reach(caps: Capabilities, hosts: tuple[str, ...]) -> tuple[str, ...]:
+    """What a run with ``hosts`` can reach beyond them (``NetworkReach.extra``): nothing when it names no host."""
+    if not hosts or caps.network_reach is None:
+        return ()
+    return caps.network_reach.extra
 
 
 @attrs.frozen

@@ -20,7 +20,16 @@ from mainsdk import checks, errors
 from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.config import AppConfig
-from mainsdk.driver import LANGUAGE_PROGRAMS, Box, BoxSpec, Capabilities, Command, Isolation, StopReason
+from mainsdk.driver import (
+    LANGUAGE_PROGRAMS,
+    Box,
+    BoxSpec,
+    Capabilities,
+    Command,
+    Isolation,
+    StopReason,
+    extra_reach,
+)
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef, FileStore, LocalDirectoryFileStore
 from mainsdk.hookspecs import hookimpl
@@ -210,7 +219,14 @@ class AsyncSandbox:
         except SandboxError as exc:
             self._audit(attrs.evolve(event, error=exc.code))
             raise
-        event = attrs.evolve(event, kind="run", isolation=caps.isolation, hosts=plan.hosts, env_names=plan.env_names)
+        event = attrs.evolve(
+            event,
+            kind="run",
+            isolation=caps.isolation,
+            hosts=plan.hosts,
+            extra_reach=extra_reach(caps, plan.hosts),
+            env_names=plan.env_names,
+        )
         started = time.monotonic()
         try:
             result = await self._run_planned(run_id, tenant, language, code, plan, caps, on_output)
@@ -340,7 +356,9 @@ class AsyncSandbox:
             raise
         spec = self._box_spec(session_id, plan, idle=idle_seconds)
         box = await self._driver_call(self.hooks.start(spec))
-        session = AsyncSession(self, session_id, tenant, feature, box, plan, idle_seconds, caps.isolation)
+        session = AsyncSession(
+            self, session_id, tenant, feature, box, plan, idle_seconds, caps.isolation, extra_reach(caps, plan.hosts)
+        )
         self._sessions[session_id] = session
         return session
 

@@ -68,6 +68,7 @@ class AsyncSession:
         plan: checks.RunPlan,
         idle: float,
         isolation: str,
+        extra_reach: tuple[str, ...] = (),
     ) -> None:
         self.id = session_id
         self.tenant = tenant
@@ -78,6 +79,7 @@ class AsyncSession:
         self._plan = plan
         self._idle = idle
         self._isolation = isolation
+        self._extra_reach = extra_reach
         self._closed = False
         self._busy = 0
         self._last_used = time.monotonic()
@@ -143,6 +145,7 @@ class AsyncSession:
             session_id=self.id,
             isolation=self._isolation,
             hosts=self._plan.hosts,
+            extra_reach=self._extra_reach,
             env_names=self._plan.env_names,
         )
         try:

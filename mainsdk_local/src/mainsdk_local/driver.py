@@ -22,6 +22,7 @@ from mainsdk.driver import (
     Collected,
     Command,
     ExecOutcome,
+    NetworkReach,
     OutFile,
     OutputSink,
 )
@@ -84,6 +85,8 @@ class LocalDriver:
             memory_limit=True,
             sessions=True,
             production=False,
+            # The box's only way out is its proxy, which checks every request's or CONNECT's host, on any port.
+            network_reach=NetworkReach(filtered=(("http", None), ("https", None))),
         )
 
     @hookimpl

@@ -79,6 +79,7 @@ class ExampleDriver:
             memory_limit=True,
             sessions=True,
             production=False,
+            network_reach=None,  # it gives no hosts: no filtering to declare, no extra reach
         )
 
     @hookimpl
