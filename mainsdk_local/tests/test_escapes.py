@@ -439,7 +439,7 @@ def test_the_proxy_has_no_control_surface(net_sandbox: Any) -> None:
     out = net_sandbox.sandbox.run(code, network=["api.example.test"]).stdout.splitlines()
     assert out[0] == "[0, 1, 2, 3]"  # stdio, and the descriptor listing /proc/self/fd
     assert out[1] == "1"  # the header: no Unix socket in the box's network namespace
-    assert out[2:] == [str(errno.EPERM)] * 3  # socket(AF_UNIX) is refused by the seccomp filter
+    assert out[2:] == [str(errno.EAFNOSUPPORT)] * 3  # socket(AF_UNIX) is refused by the seccomp filter
 
 
 def test_raw_sockets_ptrace_io_uring_and_kernel_interfaces_are_refused(sandbox: Sandbox) -> None:
@@ -479,7 +479,131 @@ print(json.dumps(out))
     out = json.loads(result.stdout)
     assert out.pop("seccomp") == "2"  # a filter is installed
     assert out.pop("io_uring_setup") == errno.ENOSYS
+    assert out.pop("packet") == errno.EAFNOSUPPORT  # not a family the filter lets through
     assert out == dict.fromkeys(out, errno.EPERM), out
+
+
+# Address families the code tries, as (name, family, type, protocol); every one must be refused.
+FOREIGN_SOCKETS = [
+    ("vsock", 40, socket.SOCK_STREAM, 0),  # AF_VSOCK: the VM's vsock port space, which no netns confines
+    ("vsock-dgram", 40, socket.SOCK_DGRAM, 0),
+    ("packet", 17, socket.SOCK_RAW, 0),  # AF_PACKET
+    ("unix", 1, socket.SOCK_STREAM, 0),  # AF_UNIX: nothing inside needs a new one
+    ("alg", 38, socket.SOCK_SEQPACKET, 0),  # AF_ALG: kernel crypto, a classic exploit surface
+    ("bluetooth", 31, socket.SOCK_RAW, 0),
+    ("tipc", 30, socket.SOCK_RDM, 0),
+    ("rds", 21, socket.SOCK_SEQPACKET, 0),
+    ("xdp", 44, socket.SOCK_RAW, 0),
+    ("netlink-uevent", 16, socket.SOCK_DGRAM, 15),  # NETLINK_KOBJECT_UEVENT: the host's uevents
+    ("netlink-diag", 16, socket.SOCK_DGRAM, 4),  # NETLINK_SOCK_DIAG
+    ("netlink-audit", 16, socket.SOCK_RAW, 9),
+    ("netlink-generic", 16, socket.SOCK_RAW, 16),
+]
+SOCKET_PROBE = f"""
+import errno, json, socket
+out = {{}}
+for name, family, kind, proto in {[(n, f, int(k), p) for n, f, k, p in FOREIGN_SOCKETS]!r}:
+    try:
+        s = socket.socket(family, kind, proto)
+    except OSError as exc:
+        out[name] = errno.errorcode[exc.errno]
+        continue
+    try:  # what the outside attack did with it: bind and listen where the host side sees it
+        s.bind((0xFFFFFFFF, 5005) if family == 40 else ('',) if family == 1 else (0, 1) if family == 16 else ())
+        if kind == socket.SOCK_STREAM:
+            s.listen(1)
+        out[name] = 'bound'
+    except (OSError, TypeError) as exc:
+        out[name] = 'created'
+a, b = socket.socketpair(); a.send(b'x'); out['socketpair'] = b.recv(1).decode()
+try:
+    socket.socketpair(socket.AF_INET)
+except OSError as exc:
+    out['socketpair-inet'] = errno.errorcode[exc.errno]
+out['interfaces'] = [n for _, n in socket.if_nameindex()]  # NETLINK_ROUTE: the box's own namespace
+out['getaddrinfo'] = sorted({{a[4][0] for a in socket.getaddrinfo('localhost', 80, flags=socket.AI_ADDRCONFIG)}})
+try:
+    with socket.create_server(('127.0.0.1', 0)) as server, socket.create_connection(server.getsockname()) as c:
+        c.sendall(b'tcp'); out['tcp'] = server.accept()[0].recv(3).decode()
+except OSError as exc:
+    out['tcp'] = errno.errorcode[exc.errno]
+print(json.dumps(out))
+"""
+
+
+def check_socket_families(result: Any, tcp: str = "tcp") -> None:
+    """What SOCKET_PROBE must print: every foreign family refused, what runtimes need still working."""
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    refused = {name: out.pop(name) for name, *_ in FOREIGN_SOCKETS}
+    assert refused == {
+        name: "EPROTONOSUPPORT" if name.startswith("netlink") else "EAFNOSUPPORT" for name, *_ in FOREIGN_SOCKETS
+    }, refused
+    assert out.pop("socketpair") == "x" and out.pop("socketpair-inet") == "EAFNOSUPPORT"
+    assert out.pop("getaddrinfo") == ["127.0.0.1"] and out.pop("tcp") == tcp
+    assert out.pop("interfaces")  # netlink route works (only lo in the box: checked by the caller)
+
+
+def test_only_inet_sockets_and_netlink_route_can_be_made(sandbox: Sandbox) -> None:
+    # Must hold: socket() takes an allowlist of families. vsock (which reaches past the network namespace:
+    # the VM's vsock port space is shared), packet, Unix, crypto, bluetooth and the rest are refused, and
+    # so is every netlink protocol but NETLINK_ROUTE (kernel uevents of the host reached the box over
+    # NETLINK_KOBJECT_UEVENT). What Python, Node, bash and curl need still works: TCP, socketpair,
+    # getaddrinfo with AI_ADDRCONFIG, if_nameindex (NETLINK_ROUTE, showing only the box's lo).
+    result = sandbox.run(SOCKET_PROBE)
+    check_socket_families(result)
+    assert json.loads(result.stdout)["interfaces"] == ["lo"]
+    script = (
+        "exec 3<>/dev/tcp/127.0.0.1/9 2>/dev/null || echo bash-tcp-refused\n"  # a real TCP attempt: ECONNREFUSED
+        "curl -sS -m 5 http://127.0.0.1:9/ 2>&1 | grep -o 'Could not connect\\|Failed to connect' | head -1\n"
+    )
+    if shutil.which("curl") is not None:
+        assert sandbox.run(script, "bash").stdout.splitlines() == ["bash-tcp-refused", "Failed to connect"]
+    if shutil.which("node") is not None:
+        node = (
+            "const os = require('os'), net = require('net');"
+            "console.log(Object.keys(os.networkInterfaces()).join(','));"
+            "const s = net.createServer((c) => c.end('hi')).listen(0, '127.0.0.1', () => {"
+            " net.connect(s.address().port, '127.0.0.1').on('data', (d) => { console.log(String(d)); s.close(); }); });"
+        )
+        result = sandbox.run(node, "node")
+        assert result.stdout == "lo\nhi\n", result.stderr
+
+
+ABI_CHILD = r"""
+import ctypes, mmap, sys
+which = sys.argv[1]
+if which == 'x32':
+    libc = ctypes.CDLL(None, use_errno=True); libc.syscall.restype = ctypes.c_long
+    print(libc.syscall(0x40000000 | 41, 40, 1, 0), flush=True)
+else:
+    number = {'i386-socket': 359, 'i386-socketcall': 102}[which]
+    args = (ctypes.c_uint32 * 3)(40, 1, 0)
+    # mov eax, number; mov ebx, 40 (or 1: SYS_SOCKET); mov ecx, 1 (or &args); xor edx, edx; int 0x80; ret
+    ebx, ecx = (40, 1) if which == 'i386-socket' else (1, ctypes.addressof(args) & 0xFFFFFFFF)
+    blob = (b'\xb8' + number.to_bytes(4, 'little') + b'\xbb' + ebx.to_bytes(4, 'little')
+            + b'\xb9' + ecx.to_bytes(4, 'little') + b'\x31\xd2\xcd\x80\xc3')
+    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(blob)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    print(ctypes.CFUNCTYPE(ctypes.c_int)(address)(), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the i386 and x32 ABIs exist on x86_64 only")
+def test_sockets_through_another_abi_kill_the_process(sandbox: Sandbox) -> None:
+    # Must hold: the socket allowlist cannot be bypassed through another ABI's numbers: i386's socket (359)
+    # or socketcall (102) through int 0x80, or x32's socket (0x40000000 | 41). Each kills the caller with
+    # SIGSYS before the kernel looks at the call (x86_64 itself has no socketcall).
+    code = (
+        f"import subprocess, sys\nCHILD = {ABI_CHILD!r}\n"
+        "for which in ('x32', 'i386-socket', 'i386-socketcall'):\n"
+        "    done = subprocess.run([sys.executable, '-c', CHILD, which], capture_output=True, text=True)\n"
+        "    print(which, done.returncode, done.stdout.strip())\n"
+    )
+    result = sandbox.run(code)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == [f"{which} -31 " for which in ("x32", "i386-socket", "i386-socketcall")]
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs node")

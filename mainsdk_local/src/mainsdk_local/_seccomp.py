@@ -14,9 +14,18 @@ namespaces, the dropped capabilities and no_new_privs already deny most of it.
   ``chroot``: EPERM.
 - ``io_uring_*`` and ``clone3`` (whose flags a filter cannot read): ENOSYS, so
   libuv and glibc fall back to what they used before them.
-- ``socket(AF_UNIX, ...)``: EPERM. The proxy bridge is TCP, so nothing inside
-  needs a new Unix socket; ``socketpair`` stays (asyncio and libuv use it, and a
-  pair reaches nothing).
+- ``socket()`` takes an allowlist of address families: ``AF_INET`` and
+  ``AF_INET6``, and ``AF_NETLINK`` with protocol ``NETLINK_ROUTE`` only (glibc's
+  ``getifaddrs``/``if_nameindex`` and ``getaddrinfo(AI_ADDRCONFIG)``, Node's
+  ``os.networkInterfaces()``; in the box's network namespace it shows ``lo``
+  alone and changes nothing without ``CAP_NET_ADMIN`` there). Every other family
+  (``AF_UNIX``, ``AF_VSOCK``, ``AF_PACKET``, ``AF_ALG``, ``AF_BLUETOOTH``, ...)
+  gets EAFNOSUPPORT, as from a kernel without it; other netlink protocols
+  (``NETLINK_KOBJECT_UEVENT``: the host's uevents) get EPROTONOSUPPORT. A network
+  namespace does not confine ``AF_VSOCK`` (the VM's vsock port space is shared),
+  hence a list of what is allowed rather than of what is not. ``socketpair``
+  stays for ``AF_UNIX`` only (asyncio and libuv use it, and a pair reaches
+  nothing). x86_64 has no ``socketcall``; i386's is killed with its ABI.
 - ``ioctl(TIOCSTI)`` and ``ioctl(TIOCLINUX)``: EPERM (the code has no controlling
   terminal anyway: setsid).
 
@@ -57,6 +66,10 @@ RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 
 AF_UNIX = 1
+AF_INET = 2
+AF_INET6 = 10
+AF_NETLINK = 16
+NETLINK_ROUTE = 0
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 CLONE_NEW_FLAGS = 0x7E020000  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
@@ -73,7 +86,7 @@ _X86_64 = """
     reboot 169  swapon 167  swapoff 168  acct 163  quotactl 179  quotactl_fd 443
     open_by_handle_at 304  name_to_handle_at 303  lookup_dcookie 212  syslog 103  iopl 172  ioperm 173
     uselib 134  io_uring_setup 425  io_uring_enter 426  io_uring_register 427  clone3 435
-    socket 41  ioctl 16  clone 56
+    socket 41  socketpair 53  ioctl 16  clone 56
 """
 _AARCH64 = """
     ptrace 117  process_vm_readv 270  process_vm_writev 271  pidfd_getfd 438  kcmp 272
@@ -84,7 +97,7 @@ _AARCH64 = """
     reboot 142  swapon 224  swapoff 225  acct 89  quotactl 60  quotactl_fd 443
     open_by_handle_at 265  name_to_handle_at 264  lookup_dcookie 18  syslog 116
     io_uring_setup 425  io_uring_enter 426  io_uring_register 427  clone3 435
-    socket 198  ioctl 29  clone 220
+    socket 198  socketpair 199  ioctl 29  clone 220
 """
 
 
@@ -100,7 +113,7 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
 # Not errors of their own: ENOSYS makes callers fall back to an older call.
 _NOT_IMPLEMENTED = ("io_uring_setup", "io_uring_enter", "io_uring_register", "clone3")
 # Checked by argument below, not refused outright.
-_BY_ARGUMENT = ("socket", "ioctl", "clone")
+_BY_ARGUMENT = ("socket", "socketpair", "ioctl", "clone")
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -132,13 +145,27 @@ def build(machine: str) -> bytes | None:
     eperm = _insn(_RET_K, 0, 0, _errno(errno.EPERM))
     allow = _insn(_RET_K, 0, 0, RET_ALLOW)
     reload_nr = _insn(_LD_W_ABS, 0, 0, _NR)
-    # socket(AF_UNIX, ...): refused; any other family: allowed.
+    no_family = _insn(_RET_K, 0, 0, _errno(errno.EAFNOSUPPORT))
+    # socket(family, type, protocol): an allowlist of families (ints: the low 32 bits).
     prog += [
-        _insn(_JEQ_K, 0, 4, numbers["socket"]),
+        _insn(_JEQ_K, 0, 9, numbers["socket"]),
+        _insn(_LD_W_ABS, 0, 0, _arg_low(0)),
+        _insn(_JEQ_K, 5, 0, AF_INET),
+        _insn(_JEQ_K, 4, 0, AF_INET6),
+        _insn(_JEQ_K, 0, 4, AF_NETLINK),
+        _insn(_LD_W_ABS, 0, 0, _arg_low(2)),
+        _insn(_JEQ_K, 1, 0, NETLINK_ROUTE),
+        _insn(_RET_K, 0, 0, _errno(errno.EPROTONOSUPPORT)),
+        allow,
+        no_family,
+    ]
+    # socketpair(AF_UNIX, ...) only.
+    prog += [
+        _insn(_JEQ_K, 0, 4, numbers["socketpair"]),
         _insn(_LD_W_ABS, 0, 0, _arg_low(0)),
         _insn(_JEQ_K, 0, 1, AF_UNIX),
-        eperm,
         allow,
+        no_family,
     ]
     # ioctl(fd, TIOCSTI | TIOCLINUX, ...): refused (the request is an unsigned int: the low 32 bits).
     prog += [
