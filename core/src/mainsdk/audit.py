@@ -45,7 +45,8 @@ class AuditEvent:
     stop: str | None = None
     error: str | None = None  # the code a refused or failed call raised
     hosts: tuple[str, ...] = ()
-    hosts_refused: tuple[str, ...] = ()
+    hosts_refused: tuple[str, ...] = ()  # redacted, at most 50 (mainsdk.limits.MAX_HOSTS_REFUSED)
+    hosts_refused_dropped: int = 0  # how many more the code was refused
     # Reach the driver opened beyond ``hosts`` because the run named some (NetworkReach.extra), e.g. E2B's DNS.
     extra_reach: tuple[str, ...] = ()
     env_names: tuple[str, ...] = ()

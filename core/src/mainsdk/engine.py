@@ -36,6 +36,7 @@ from mainsdk.hookspecs import hookimpl
 from mainsdk.hosts import host_covered
 from mainsdk.limits import LimitedOutcome, Listener, OutputCollector, cost_of, exec_within_limits
 from mainsdk.plugins import Hooks, load_driver, make_plugin_manager
+from mainsdk.redact import NameRedactor
 from mainsdk.secrets import SecretRef, SecretResolver, environment_secrets
 from mainsdk.sessions import DEFAULT_IDLE, AsyncSession, SessionOpener, find_session
 
@@ -92,7 +93,8 @@ class RunResult:
     cost: Decimal
     driver: str
     language: str
-    hosts_refused: tuple[str, ...] = ()  # hosts the code tried and was not given
+    hosts_refused: tuple[str, ...] = ()  # hosts the code tried and was not given (redacted, at most 50)
+    hosts_refused_dropped: int = 0  # how many more were refused than ``hosts_refused`` lists
 
     @property
     def stop_code(self) -> str | None:
@@ -242,6 +244,7 @@ class AsyncSandbox:
                 stop=result.stop,
                 cost=result.cost,
                 hosts_refused=result.hosts_refused,
+                hosts_refused_dropped=result.hosts_refused_dropped,
             )
         )
         return result
@@ -268,7 +271,9 @@ class AsyncSandbox:
         stop = outcome.stop
         if stop is None and collected.truncated:
             stop = "output"
-        refs = tuple(self._store.put(tenant, f.name, f.data) for f in collected.files)
+        # The code chose the names: redacted like its output before they leave the box.
+        redact_name = NameRedactor(plan.secret_values)
+        refs = tuple(self._store.put(tenant, redact_name(f.name), f.data) for f in collected.files)
         return RunResult(
             id=run_id,
             stdout=executed.stdout,
@@ -282,6 +287,7 @@ class AsyncSandbox:
             driver=self.driver_id,
             language=language,
             hosts_refused=outcome.hosts_refused,
+            hosts_refused_dropped=outcome.hosts_refused_dropped,
         )
 
     async def execute(
@@ -293,7 +299,7 @@ class AsyncSandbox:
         on_output: Listener | None = None,
     ) -> Executed:
         """Run one command in a started box under core's limits: output cut and redacted, backstop deadline."""
-        collector = OutputCollector(output_limit, secret_values, on_output)
+        collector = OutputCollector(output_limit, secret_values, on_output, label=box.id)
         outcome = await exec_within_limits(
             lambda: self._driver_call(self.hooks.exec(box, command, collector)), collector, command.timeout
         )

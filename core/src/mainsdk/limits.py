@@ -15,7 +15,8 @@ from decimal import Decimal
 import attrs
 
 from mainsdk.driver import ExecOutcome, StopReason
-from mainsdk.redact import StreamRedactor
+from mainsdk.errors import HOST_NOT_ALLOWED
+from mainsdk.redact import NameRedactor, StreamRedactor
 
 log = logging.getLogger("mainsdk")
 
@@ -24,6 +25,13 @@ DEADLINE_GRACE = 5.0
 
 Listener = Callable[[str, bytes], None]
 
+# Refused hosts are chosen by the code, so each bound below caps what one run can push into a result,
+# an audit event and the app's log (one run once logged 14,000 lines and an 874 KB event).
+MAX_HOSTS_REFUSED = 50  # kept in the result and the audit event; more are only counted
+MAX_HOST_LENGTH = 253  # a DNS name's longest; a longer string is cut
+MAX_HOSTS_TRACKED = 10_000  # distinct hosts remembered to count them; past this, each refusal counts
+MAX_REFUSED_LOG_LINES = 20  # warning lines per run (one per host); then one "and N more" line
+
 
 class OutputCollector:
     """Collects stdout and stderr up to a shared byte limit, redacting as it goes.
@@ -31,9 +39,13 @@ class OutputCollector:
     When the limit is passed, the output is cut exactly at it and ``full`` is set,
     which tells the run to stop the command. ``listener``, if given, sees the
     redacted chunks as they are released (``"stdout"`` or ``"stderr"``, bytes).
+    It also keeps the hosts the code was refused, redacted and bounded; ``label``
+    (the run's id) names the run in their log lines.
     """
 
-    def __init__(self, limit: int, secret_values: Iterable[bytes], listener: Listener | None = None) -> None:
+    def __init__(
+        self, limit: int, secret_values: Iterable[bytes], listener: Listener | None = None, *, label: str = ""
+    ) -> None:
         values = tuple(secret_values)
         self._limit = limit
         self._taken = 0
@@ -43,6 +55,12 @@ class OutputCollector:
         self.cut = False
         self.full = asyncio.Event()
         self.hosts_refused: list[str] = []
+        self.hosts_refused_dropped = 0  # distinct refused hosts past MAX_HOSTS_REFUSED
+        self.redact_name = NameRedactor(values)
+        self._label = label
+        self._hosts_seen: set[str] = set()
+        self._logged = 0
+        self._not_logged = 0
 
     def stdout(self, data: bytes) -> None:
         """Take a chunk of standard output."""
@@ -53,9 +71,22 @@ class OutputCollector:
         self._take("stderr", data)
 
     def host_refused(self, host: str) -> None:
-        """Note a host the code tried and was refused."""
-        if host not in self.hosts_refused:
-            self.hosts_refused.append(host)
+        """Note a host the code tried and was refused: redacted, cut, kept (or counted) and logged once."""
+        name = self.redact_name(str(host))[:MAX_HOST_LENGTH]
+        if name in self._hosts_seen:
+            return
+        if len(self._hosts_seen) < MAX_HOSTS_TRACKED:
+            self._hosts_seen.add(name)
+        if len(self.hosts_refused) < MAX_HOSTS_REFUSED:
+            self.hosts_refused.append(name)
+        else:
+            self.hosts_refused_dropped += 1
+        if self._logged < MAX_REFUSED_LOG_LINES:
+            self._logged += 1
+            message = "%s: the code tried %s, a host this sandbox run was not given (%s)"
+            log.warning(message, HOST_NOT_ALLOWED, name, self._label)
+        else:
+            self._not_logged += 1
 
     def _take(self, stream: str, data: bytes) -> None:
         room = self._limit - self._taken
@@ -76,7 +107,10 @@ class OutputCollector:
                 self._listener(stream, data)
 
     def finish(self) -> tuple[str, str]:
-        """Flush both streams and return them as text (undecodable bytes replaced)."""
+        """Flush both streams and return them as text (undecodable bytes replaced); log the refusals not logged."""
+        if self._not_logged:
+            log.warning("%s: and %d more hosts refused (%s)", HOST_NOT_ALLOWED, self._not_logged, self._label)
+            self._not_logged = 0
         for stream, redactor in self._redactors.items():
             self._release(stream, redactor.finish(cut=self.cut))
         return tuple(b"".join(self._parts[s]).decode("utf-8", "replace") for s in ("stdout", "stderr"))  # type: ignore[return-value]
@@ -95,6 +129,7 @@ class LimitedOutcome:
     stop: StopReason | None
     duration: float
     hosts_refused: tuple[str, ...] = ()
+    hosts_refused_dropped: int = 0  # refused hosts past the ones kept in ``hosts_refused``
 
 
 async def exec_within_limits(
@@ -118,11 +153,14 @@ async def exec_within_limits(
     if task.done():
         outcome = task.result()
         stop = outcome.stop or ("output" if collector.cut else None)
-        refused = tuple(dict.fromkeys((*outcome.hosts_refused, *collector.hosts_refused)))
-        return LimitedOutcome(outcome.exit_code, stop, outcome.duration, refused)
+        for host in outcome.hosts_refused:  # a driver may report them here rather than as they happen
+            collector.host_refused(host)
+        refused = tuple(collector.hosts_refused)
+        return LimitedOutcome(outcome.exit_code, stop, outcome.duration, refused, collector.hosts_refused_dropped)
     await _cancel_and_wait(task)
     cut_stop: StopReason = "output" if collector.cut else "timeout"
-    return LimitedOutcome(None, cut_stop, loop.time() - started, tuple(collector.hosts_refused))
+    duration = loop.time() - started
+    return LimitedOutcome(None, cut_stop, duration, tuple(collector.hosts_refused), collector.hosts_refused_dropped)
 
 
 async def _cancel_and_wait(task: asyncio.Future[ExecOutcome]) -> None:

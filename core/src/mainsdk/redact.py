@@ -86,3 +86,28 @@ class StreamRedactor:
         self._context = text[cut_at - 1 : cut_at] if cut_at > 0 else b""
         self._held = text[cut_at:]
         return b"".join(out)
+
+
+class NameRedactor:
+    """Redacts secret values and key formats from short strings the code chose: refused hosts, out-file names.
+
+    Such a string leaves the box whole (in a result, an audit event, a log
+    line), so it is redacted as output is, plus one hostname-specific rule: a
+    secret value matches in any letter case, since DNS names are
+    case-insensitive and the proxy lowercases them. Hex, base32 or other
+    encodings of a value are not recognised (output redaction does not either).
+    The pattern is compiled at first use: most runs have nothing to redact.
+    """
+
+    def __init__(self, values: Iterable[bytes]) -> None:
+        self._values = sorted({v.decode("utf-8", "replace") for v in values if v}, key=len, reverse=True)
+        self._pattern: re.Pattern[str] | None = None
+
+    def __call__(self, text: str) -> str:
+        """``text`` with every secret value (any case) and well-known key format replaced by the marker."""
+        if self._pattern is None:
+            alternatives = [p.decode() for p in KEY_PATTERNS]
+            if self._values:
+                alternatives.insert(0, "(?i:" + "|".join(re.escape(v) for v in self._values) + ")")
+            self._pattern = re.compile("|".join(alternatives))
+        return self._pattern.sub(REDACTED.decode(), text)

@@ -42,7 +42,8 @@ class CommandResult:
     stop: StopReason | None
     duration: float
     cost: Decimal
-    hosts_refused: tuple[str, ...] = ()
+    hosts_refused: tuple[str, ...] = ()  # redacted, at most 50
+    hosts_refused_dropped: int = 0  # how many more were refused than ``hosts_refused`` lists
 
     @property
     def stop_code(self) -> str | None:
@@ -178,6 +179,7 @@ class AsyncSession:
             duration=outcome.duration,
             cost=cost,
             hosts_refused=outcome.hosts_refused,
+            hosts_refused_dropped=outcome.hosts_refused_dropped,
         )
         self._sandbox._audit(
             attrs.evolve(
@@ -187,6 +189,7 @@ class AsyncSession:
                 stop=stop,
                 cost=cost,
                 hosts_refused=outcome.hosts_refused,
+                hosts_refused_dropped=outcome.hosts_refused_dropped,
             )
         )
         return result

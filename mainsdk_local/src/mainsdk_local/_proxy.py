@@ -18,9 +18,10 @@ only when that IP was given. A name that resolves to a loopback, private,
 link-local or otherwise non-global address is refused (DNS rebinding onto the
 app's services) unless that IP was given too, or the name is in the driver's
 ``resolve`` mapping (tests). A refusal is a 403 whose reason and one-line body
-name the host and MAIN-SANDBOX-0005; it is logged once per host (logger
-``mainsdk``, warning) and reported to the run (``on_refused``), which core puts
-in the result and the audit event.
+name the host and MAIN-SANDBOX-0005; it is reported to the run
+(``on_refused``), once per host. Core redacts the run's secrets from it, bounds
+it, logs it and puts it in the result and the audit event; the proxy itself
+never logs a host the code chose, since it does not know the run's secrets.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ MAX_HEAD = 64 * 1024  # request line and headers
 HEAD_TIMEOUT = 30.0  # for the request head to arrive
 CONNECT_TIMEOUT = 10.0  # for the upstream connection
 MAX_CONNECTIONS = 128  # open at once per run; more are closed at once
+MAX_REFUSED_KEPT = 50  # refused hosts kept in ``refused`` (core keeps as many, and counts the rest)
+MAX_REFUSED_SEEN = 10_000  # distinct refused hosts remembered, so each is reported once
 CHUNK = 64 * 1024
 PROXY_USER = "mainsdk"
 
@@ -176,7 +179,10 @@ class Request:
 class EgressProxy:
     """One run's proxy. ``serve`` a listener; ``close`` ends it and every connection it opened.
 
-    ``on_refused(host)`` is called once per refused host. ``password``: when set
+    ``on_refused(host)`` is called once per refused host (for the first
+    MAX_REFUSED_SEEN distinct hosts; past that, once per refusal). ``refused``
+    keeps the first MAX_REFUSED_KEPT, unredacted: it is for the driver's
+    outcome, which core redacts. ``password``: when set
     (weak mode, where the listener is on the host's loopback), a request must
     carry it as proxy Basic credentials, so other local processes and other runs
     cannot use this run's hosts.
@@ -193,6 +199,7 @@ class EgressProxy:
         self.policy = policy
         self.label = label
         self.refused: list[str] = []
+        self._refused_seen: set[str] = set()
         self._on_refused = on_refused
         self._password = password
         self._listeners: list[socket.socket] = []
@@ -388,9 +395,11 @@ class EgressProxy:
         return usable
 
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, refusal: Refusal) -> None:
-        if refusal.host is not None and refusal.host not in self.refused:
-            self.refused.append(refusal.host)
-            log.warning("%s (%s)", refusal.body, self.label)
+        if refusal.host is not None and refusal.host not in self._refused_seen:
+            if len(self._refused_seen) < MAX_REFUSED_SEEN:
+                self._refused_seen.add(refusal.host)
+            if len(self.refused) < MAX_REFUSED_KEPT:
+                self.refused.append(refusal.host)
             self._on_refused(refusal.host)
         body = (refusal.body + "\n").encode()
         extra = 'Proxy-Authenticate: Basic realm="mainsdk sandbox"\r\n' if refusal.status == 407 else ""
