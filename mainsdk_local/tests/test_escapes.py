@@ -217,6 +217,48 @@ def test_nothing_outside_work_and_out_can_be_written(sandbox: Sandbox, tmp_path:
 # -- the out folder and file names -------------------------------------------------------------------
 
 
+@pytest.fixture
+def writable_mount_under_usr() -> Iterator[str]:
+    """A writable, suid, dev tmpfs mounted on the host under /usr/share (root only), unmounted after the test."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs under /usr needs root")
+    from mainsdk_local import _linux
+
+    path = f"/usr/share/mainsdk-rw-{secrets.token_hex(4)}"
+    os.mkdir(path)
+    try:
+        _linux.mount("tmpfs", path, "tmpfs", 0, "size=1m,mode=1777")
+        try:
+            yield path
+        finally:
+            _linux.umount(path)
+    finally:
+        os.rmdir(path)
+
+
+def test_a_writable_mount_under_a_read_only_tree_is_read_only_nosuid_nodev_in_the_box(
+    make_sandbox: Callable[..., Any], writable_mount_under_usr: str
+) -> None:
+    # Must hold: every mount the box sees under a read-only tree (/usr, /etc entries, an interpreter's
+    # prefix) is read-only, nosuid and nodev, not only the top one: a writable mount under /usr on the host
+    # (here a tmpfs the test mounts before the launcher starts) cannot be written from the box and
+    # carries no suid or device rights there.
+    path = writable_mount_under_usr
+    sandbox = make_sandbox().sandbox  # a new driver: its launcher starts now and copies the host's mounts
+    code = (
+        "import errno, os, sys\npath = sys.argv[1]\n"
+        "try:\n    open(os.path.join(path, 'x'), 'w').write('escaped'); print('written')\n"
+        "except OSError as exc:\n    print(errno.errorcode[exc.errno])\n"
+        "for line in open('/proc/self/mountinfo'):\n"
+        "    fields = line.split()\n"
+        "    if fields[4] == path:\n"
+        "        print(sorted(set(fields[5].split(',')) & {'ro', 'rw', 'nosuid', 'nodev'}))\n"
+    )
+    result = sandbox.run(f"import sys; sys.argv[1:] = [{path!r}]\n{code}")
+    assert result.stdout.splitlines() == ["EROFS", "['nodev', 'nosuid', 'ro']"], result.stderr
+    assert not os.path.exists(os.path.join(path, "x"))
+
+
 def test_links_in_out_never_carry_a_host_files_content(
     make_sandbox: Callable[..., Any], host_secret_file: Path
 ) -> None:

@@ -94,14 +94,68 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
 
 
 def bind_readonly(source: str, target: str, *, recursive: bool = True) -> None:
-    """Bind ``source`` at ``target`` and make the new mount read-only, nosuid and nodev.
+    """Bind ``source`` at ``target`` and make the new mount, and every mount under it, read-only, nosuid, nodev.
 
-    A bind mount takes its flags from the source, so read-only needs a second,
-    remount call. Sub-mounts of a recursive bind keep their own flags; under
-    /usr and an interpreter prefix there are none on the machines we target.
+    A bind mount takes its flags from the source, so read-only needs a second
+    call; and a remount changes only the top mount, so a writable mount under
+    /usr (or /etc, or an interpreter's prefix) would stay writable, suid and dev.
+    ``mount_setattr(AT_RECURSIVE)`` changes the whole tree at once, as bubblewrap
+    does; kernels before 5.12 get each submount remounted from mountinfo.
     """
     mount(source, target, None, MS_BIND | (MS_REC if recursive else 0))
-    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    try:
+        mount_setattr(target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, recursive=recursive)
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            raise
+        for point in submounts(target) if recursive else [target]:
+            remount_readonly(point)
+
+
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+_SYS_MOUNT_SETATTR = 442  # the same on every architecture (a generic number)
+
+
+def mount_setattr(target: str, attr_set: int, *, recursive: bool) -> None:
+    """mount_setattr(2): set ``attr_set`` (MOUNT_ATTR_*) on ``target``, and on every mount under it if ``recursive``."""
+    attr = struct.pack("=QQQQ", attr_set, 0, 0, 0)  # struct mount_attr: set, clr, propagation, userns_fd
+    flags = AT_RECURSIVE if recursive else 0
+    if _libc.syscall(_SYS_MOUNT_SETATTR, AT_FDCWD, target.encode(), flags, attr, len(attr)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount_setattr {target}: {os.strerror(err)}")
+
+
+# Per-mount flags (mountinfo's fifth field) a read-only remount must keep: in a user namespace the
+# kernel refuses to clear a locked one.
+_MOUNT_OPTIONS = {"noexec": MS_NOEXEC, "noatime": 1024, "nodiratime": 2048, "relatime": 1 << 21}
+
+
+def submounts(target: str) -> list[str]:
+    """``target`` and every mount point under it, parents first, from /proc/self/mountinfo."""
+    found = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            point = line.split()[4].encode().decode("unicode_escape")  # \040 and friends
+            if point == target or point.startswith(target.rstrip("/") + "/"):
+                found.append(point)
+    return sorted(set(found), key=lambda p: p.count("/"))
+
+
+def remount_readonly(point: str) -> None:
+    """Remount one mount point read-only, nosuid and nodev, keeping its other per-mount flags."""
+    keep = 0
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            if fields[4].encode().decode("unicode_escape") == point:
+                keep = 0
+                for option in fields[5].split(","):
+                    keep |= _MOUNT_OPTIONS.get(option, 0)
+    mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | keep)
 
 
 def umount(target: str, flags: int = MNT_DETACH) -> None:
