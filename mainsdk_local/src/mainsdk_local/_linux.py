@@ -212,7 +212,9 @@ def join_new_session_keyring() -> None:
         raise OSError(errno.ENOSYS, f"keyctl: unknown syscall number on {os.uname().machine}")
     if _libc.syscall(number, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
         err = ctypes.get_errno()
-        if err != errno.ENOSYS:  # a kernel without keys has nothing to leak
+        # A kernel without keys has nothing to leak; a seccomp filter that refuses keyctl (container
+        # runtimes' default profiles do) refuses it to the code as well, since filters are inherited.
+        if err not in (errno.ENOSYS, errno.EPERM):
             raise OSError(err, f"keyctl(JOIN_SESSION_KEYRING): {os.strerror(err)}")
 
 

@@ -148,6 +148,9 @@ class Server:
                 self._setup_namespaces()
                 self.isolation = "namespace"
             except OSError as exc:
+                if not SU.means_no_namespaces(exc):
+                    # A transient failure (a full /tmp, no memory): an error, never a quieter sandbox.
+                    raise OSError(exc.errno, f"namespace isolation failed to set up: {exc}") from None
                 print(f"mainsdk-local launcher: namespaces unavailable, weak isolation: {exc}", file=sys.stderr)
                 self.isolation = "weak"
         self.self_pidfd = os.pidfd_open(os.getpid())

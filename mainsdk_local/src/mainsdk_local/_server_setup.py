@@ -1,6 +1,12 @@
 """How the server sets itself up: its own namespaces when it is not root, the private mount that holds
 boxes and roots, the probe that decides between namespace and weak isolation, and forking into a new
 pid namespace.
+
+Weak isolation is chosen only when the kernel or the machine's policy gives no namespaces
+(``means_no_namespaces``): a refusal (EPERM, EACCES from a security module, EINVAL or ENOSYS
+from a kernel without them, a namespace limit set to 0). Anything else on the namespace path
+(a full /tmp, no inodes, no memory, too many processes or files) is an error the app sees,
+never a quieter sandbox.
 """
 
 from __future__ import annotations
@@ -8,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
+import json
 import os
 import signal
 import stat
@@ -25,6 +32,31 @@ else:  # imported by the server script, whose directory is on sys.path
     import _common as C
     import _linux as L
     import _stages as S
+
+
+# What a kernel or a policy without namespaces answers (seccomp profiles of container runtimes: EPERM;
+# AppArmor and SELinux: EACCES; kernels built without them: EINVAL or ENOSYS).
+REFUSALS = (errno.EPERM, errno.EACCES, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
+NAMESPACE_LIMITS = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup")
+
+
+def means_no_namespaces(exc: OSError) -> bool:
+    """Whether a failure on the namespace path means this machine gives no namespaces (so: weak).
+
+    ENOSPC from unshare means a namespace count limit was reached: only a limit of 0
+    (namespaces switched off) counts; a limit used up by other processes is transient.
+    """
+    if exc.errno in REFUSALS:
+        return True
+    if exc.errno == errno.ENOSPC and "unshare" in str(exc):
+        for kind in NAMESPACE_LIMITS:
+            try:
+                with open(f"/proc/sys/user/max_{kind}_namespaces") as fh:
+                    if fh.read().strip() == "0":
+                        return True
+            except OSError:
+                continue
+    return False
 
 
 def enter_own_namespaces() -> None:
@@ -113,4 +145,9 @@ def probe(own_pidns: int, proc_dir: str, uid: int, *, drop_uid: bool) -> None:
     msg = os.read(r, C.REPORT_LIMIT * 2)
     os.close(r)
     if status != 0:
-        raise OSError(errno.EPERM, f"namespace probe failed: {msg[4:].decode(errors='replace')}")
+        # The child's own errno, so a transient failure (EAGAIN, ENOMEM, ENOSPC) is not taken for a refusal.
+        err: int | None = None
+        with contextlib.suppress(ValueError):
+            err = json.loads(msg[4:]).get("errno")
+        text = msg[4:].decode(errors="replace")
+        raise OSError(err if isinstance(err, int) else errno.EIO, f"namespace probe failed: {text}")

@@ -1,0 +1,80 @@
+"""Which isolation a launcher gives: namespaces wherever they work, weak only where they do not or when asked.
+
+A transient failure on the namespace path (a full /tmp, no inodes) must be an error
+the app sees, never a silent switch to weak isolation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/user"), reason="needs Linux namespaces")
+
+# Runs in a child process, then asks the local driver for its capabilities and makes one run.
+# "no-inodes": a private mount namespace whose /tmp is a tmpfs with no free inode, so the launcher
+# server cannot make its mount base there (/tmp/.mainsdk-local). "no-namespaces": namespaces refused.
+APP = """
+import json, sys
+from mainsdk_local import _linux as L, _seccomp as SC
+if sys.argv[1] == "no-inodes":
+    L.unshare(L.CLONE_NEWNS)
+    L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
+    L.mount("tmpfs", "/tmp", "tmpfs", 0, "size=1m,nr_inodes=1,mode=1777")  # the root directory takes the one inode
+else:  # as a container runtime's seccomp profile does: unshare, mount and the rest refused with EPERM
+    L.prctl(L.PR_SET_NO_NEW_PRIVS, 1)
+    SC.FILTER.install()
+from mainsdk import Sandbox, SandboxDeps, SandboxError
+from mainsdk.config import load_config_text
+from mainsdk_local import local_sandbox_driver
+config = load_config_text("sandbox: {driver: local}\\n")
+driver = local_sandbox_driver(programs={"python": sys.argv[2]})
+answer = {}
+try:
+    answer["capabilities"] = driver.mainsdk_driver_capabilities().isolation
+except SandboxError as exc:
+    answer["capabilities"] = exc.code
+sandbox = Sandbox(SandboxDeps(config=config, driver=driver, load_entrypoints=False))
+try:
+    result = sandbox.run("print(1)")
+    answer.update(isolation=result.isolation, stdout=result.stdout)
+except SandboxError as exc:
+    answer.update(code=exc.code, message=exc.message)
+finally:
+    sandbox.close()
+print(json.dumps(answer))
+"""
+
+
+def run_app(mode: str, python: str = "python3") -> dict[str, str]:
+    done = subprocess.run(
+        [sys.executable, "-c", APP, mode, python], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    answer: dict[str, str] = json.loads(done.stdout.splitlines()[-1])
+    return answer
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs on /tmp in a private mount namespace needs root")
+def test_a_full_tmp_is_an_error_not_a_switch_to_weak_isolation() -> None:
+    # Must hold: when the namespace path fails for a reason that passes (here /tmp has no free inode, a real
+    # exhaustion in a private mount namespace), the run fails with a coded, retryable error naming the
+    # cause; it never runs with weak isolation the app did not ask for.
+    answer = run_app("no-inodes")
+    assert answer["capabilities"] == "MAIN-SANDBOX-0006", answer  # not "weak"
+    assert "isolation" not in answer, answer
+    assert answer["code"] == "MAIN-SANDBOX-0006", answer
+    assert "No space left on device" in answer["message"] and "namespace isolation" in answer["message"], answer
+
+
+def test_a_machine_that_refuses_namespaces_gets_weak_isolation_and_says_so() -> None:
+    # Must hold: where namespaces are refused (here by a seccomp filter like a container runtime's default
+    # profile, inherited by the launcher), the launcher still runs code, in weak mode, and says "weak".
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs /usr/bin/python3")  # a weak box's uid cannot enter an interpreter under root's home
+    answer = run_app("no-namespaces", "/usr/bin/python3")
+    assert answer == {"capabilities": "weak", "isolation": "weak", "stdout": "1\n"}, answer
