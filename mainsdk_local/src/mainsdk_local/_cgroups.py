@@ -65,7 +65,16 @@ def configure_cgroup(
                 # memory may never exceed memory+swap: raising both, memory+swap goes first.
                 for knob in reversed(knobs):
                     L.write_file(knob, str(memory_bytes))
+            # v1 does not charge socket buffers to memory.limit_in_bytes (300 loopback connections held
+            # 1.18 GiB under 64 MiB): they have their own counter, live once a limit is written, before the
+            # code makes a socket. Past it, sends wait and receives drop, as under global TCP pressure.
+            # (Kernel memory proper, the sockets themselves included, is charged to memory on v1 since
+            # Linux 5.x; memory.kmem.limit_in_bytes no longer does anything.)
+            tcp = os.path.join(memory_dir, "memory.kmem.tcp.limit_in_bytes")
+            if os.path.exists(tcp):
+                L.write_file(tcp, str(memory_bytes))
         else:
+            # v2 charges socket buffers and kernel memory to memory.max itself.
             L.write_file(os.path.join(memory_dir, "memory.max"), str(memory_bytes))
             if os.path.exists(os.path.join(memory_dir, "memory.swap.max")):
                 L.write_file(os.path.join(memory_dir, "memory.swap.max"), "0")

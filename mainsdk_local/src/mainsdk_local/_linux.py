@@ -255,13 +255,28 @@ def setfsids(uid: int, gid: int) -> None:
     _libc.setfsuid(uid)
 
 
-def loopback_up() -> None:
-    """Bring ``lo`` up in the current network namespace."""
+LOOPBACK_MTU = 1500
+
+
+def loopback_up(mtu: int | None = None) -> None:
+    """Bring ``lo`` up in the current network namespace, with ``mtu`` if given."""
     siocsifflags = 0x8914
+    siocsifmtu = 0x8922
     iff_up_running = 0x1 | 0x40
-    ifreq = struct.pack("16sH22x", b"lo", iff_up_running)  # struct ifreq is 40 bytes
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        if mtu is not None:
+            fcntl.ioctl(sock.fileno(), siocsifmtu, struct.pack("16si20x", b"lo", mtu))
+        ifreq = struct.pack("16sH22x", b"lo", iff_up_running)  # struct ifreq is 40 bytes
         fcntl.ioctl(sock.fileno(), siocsifflags, ifreq)
+
+
+def read_file(path: str) -> str:
+    """Read a short control file (a sysctl) with one read(2)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096).decode()
+    finally:
+        os.close(fd)
 
 
 def write_file(path: str, data: str) -> None:

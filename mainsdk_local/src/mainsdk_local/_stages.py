@@ -54,6 +54,7 @@ else:  # imported by the server script, whose directory is on sys.path
     import _seccomp as SC
 
 NOFILE_LIMIT = 4096
+TCP_INITIAL_RCVBUF = 16384  # the box's net.ipv4.tcp_rmem default (the kernel's is 128 KiB)
 CODE_OOM_SCORE_ADJ = 500
 
 # Signals the server ignores (Python ignores SIGPIPE and SIGXFSZ; the app may have ignored
@@ -178,7 +179,14 @@ def worker_main(
         stage = "namespaces"
         L.unshare(L.CLONE_NEWNET | L.CLONE_NEWIPC | L.CLONE_NEWUTS | L.CLONE_NEWCGROUP)
         socket.sethostname("sandbox")
-        L.loopback_up()
+        # Socket buffers are charged to the run's cgroup (G.configure_cgroup), with two holes the
+        # kernel leaves: each socket may take one packet past the limit (its minimum guarantee), and
+        # a connection not yet accepted is charged to no cgroup until accept(). A 1500-byte MTU on lo
+        # (not 64 KiB) makes that packet small, and a 16 KiB initial receive buffer (not 128 KiB)
+        # bounds what an unaccepted connection holds; buffers of sockets that read still grow.
+        L.loopback_up(L.LOOPBACK_MTU)
+        low, _, high = L.read_file("/proc/sys/net/ipv4/tcp_rmem").split()
+        L.write_file("/proc/sys/net/ipv4/tcp_rmem", f"{low} {TCP_INITIAL_RCVBUF} {high}")
         stage = "proxy listener"
         # The egress proxy's port, bound in this namespace before any code can run in it, so
         # the code can never take it. The server hands it to the app's proxy when the exec
