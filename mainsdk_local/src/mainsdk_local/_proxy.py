@@ -8,8 +8,15 @@ per-run password. It forwards two kinds of request:
 - ``CONNECT host:port`` (HTTPS, or anything else tunnelled): the target is checked;
 - an absolute-form plain HTTP request (``GET http://host/path``): the URI's host
   is checked, and a ``Host`` header naming another host is refused; the request
-  goes out in origin form with ``Connection: close``, so one connection carries
-  one request to one checked host.
+  goes out in origin form with ``Connection: close``.
+
+One connection carries one request to one checked host. The head is parsed by
+h11 (a maintained HTTP/1.1 parser), after checks h11 is lenient about: a bare
+LF or CR, an obsolete line fold, Content-Length twice or as a list, and
+Content-Length with Transfer-Encoding are each a 400, since an upstream could
+read them as the start of a second request. The body is taken as h11 frames
+it and sent on re-framed; whatever follows it (a pipelined request) is read
+and dropped, never forwarded.
 
 A host passes when it matches one of the run's hosts, exactly or under a
 ``*.example.com`` pattern (``mainsdk.hosts.host_matches``). Names are resolved
@@ -39,6 +46,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
+import h11
 from mainsdk.errors import HOST_NOT_ALLOWED
 from mainsdk.hosts import host_covered, validate_host_pattern
 
@@ -59,6 +67,14 @@ _NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-
 # stays: the body is passed on as it came, so the server must know how it is framed.
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-authorization", "proxy-connection", "te", "upgrade"}
 LINGER = 2.0  # after a refusal, how long to read what the client still sends, so it sees the answer, not a reset
+
+_HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head (it accepts bare-LF lines; we refuse them below)
+_BARE_LF_OR_CR = re.compile(rb"(?<!\r)\n|\r(?!\n)")
+# Networks whose addresses carry no host of their own, or another IPv4's: deprecated site-local, NAT64 for
+# local use (RFC 8215) and Teredo (RFC 4380; the client's IPv4 is obfuscated). Refused as non-global.
+_NON_GLOBAL_V6 = tuple(ipaddress.IPv6Network(n) for n in ("fec0::/10", "64:ff9b:1::/48", "2001::/32"))
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052 well-known prefix: the low 32 bits are the IPv4
+_V4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated ::a.b.c.d (RFC 4291 2.5.5.1)
 
 
 class Refusal(Exception):
@@ -94,13 +110,25 @@ def _ip_literal(host: str) -> str | None:
 
 
 def _global_address(address: str) -> bool:
-    """Whether an address is on the public internet (not loopback, private, link-local, shared, reserved...)."""
+    """Whether an address is on the public internet (not loopback, private, link-local, shared, reserved...).
+
+    An IPv6 address that carries an IPv4 one (v4-mapped, v4-compatible, NAT64
+    ``64:ff9b::/96``, 6to4 ``2002::/16``) is judged by that IPv4: a gateway
+    on the path turns it into that IPv4, so 64:ff9b::7f00:1 is loopback.
+    """
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is loopback
+    if isinstance(ip, ipaddress.IPv6Address):
+        if any(ip in network for network in _NON_GLOBAL_V6):
+            return False
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        elif ip.sixtofour is not None:
+            ip = ip.sixtofour
+        elif ip in _NAT64 or ip in _V4_COMPATIBLE:
+            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)  # :: and ::1 become 0.0.0.0 and 0.0.0.1: not global
     return ip.is_global and not ip.is_multicast
 
 
@@ -167,13 +195,15 @@ def check_resolve_mapping(resolve: Mapping[str, str] | None) -> dict[str, str]:
     return checked
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class Request:
-    """A request head, parsed: where it goes and what is sent on (None for CONNECT)."""
+    """A request head, parsed: where it goes, what is sent on, and its body's parser (both None for CONNECT)."""
 
     host: str
     port: int
     forward_head: bytes | None
+    body: h11.Connection | None = None  # the h11 connection that parsed the head, to frame the body
+    chunked: bool = False  # the body is sent on chunked (else as Content-Length says)
 
 
 class EgressProxy:
@@ -276,24 +306,28 @@ class EgressProxy:
         upstream: asyncio.StreamWriter | None = None
         try:
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+                head, rest = await asyncio.wait_for(_read_head(reader), HEAD_TIMEOUT)
                 request = self._parse(head)
                 upstream_reader, upstream = await self._open_upstream(request)
             except Refusal as refusal:
                 await self._refuse(reader, writer, refusal)
                 return
-            except asyncio.LimitOverrunError:
-                too_large = Refusal(431, "Request Header Fields Too Large", "the request head is too large")
-                await self._refuse(reader, writer, too_large)
-                return
             except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                 return
             self._writers.add(upstream)
-            if request.forward_head is None:
+            if request.body is None:  # CONNECT: a tunnel, bytes both ways
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            else:
-                upstream.write(request.forward_head)
-            await asyncio.gather(_pipe(reader, upstream), _pipe(upstream_reader, writer))
+                upstream.write(rest)
+                await asyncio.gather(_pipe(reader, upstream), _pipe(upstream_reader, writer))
+                return
+            upstream.write(request.forward_head or b"")
+            sending = asyncio.ensure_future(_send_body(request, request.body, rest, reader, upstream))
+            try:
+                await _pipe(upstream_reader, writer)
+                with contextlib.suppress(TimeoutError):  # the answer is through: let the client read it, then close
+                    await asyncio.wait_for(sending, LINGER)
+            finally:
+                sending.cancel()
         finally:
             for w in (writer, upstream):
                 if w is not None:
@@ -301,19 +335,38 @@ class EgressProxy:
                     w.transport.abort()
 
     def _parse(self, head: bytes) -> Request:
-        lines = head[:-4].decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        """Check and parse a request head (through its blank line); Refusal(400) for anything ambiguous."""
+        if _BARE_LF_OR_CR.search(head):
+            raise Refusal(400, "Bad Request", "a bare LF or CR in the request head: lines end with CRLF")
+        lines = head[:-4].split(b"\r\n")
+        if any(line[:1] in (b" ", b"\t") for line in lines[1:]):
+            raise Refusal(400, "Bad Request", "an obsolete line fold in the request head")
+        fields = [line.partition(b":") for line in lines[1:]]
+        lengths = [value.strip() for name, _, value in fields if name.strip().lower() == b"content-length"]
+        if len(lengths) > 1 or not all(length.isdigit() for length in lengths):
+            raise Refusal(400, "Bad Request", "Content-Length more than once, or not one number")
+        if lines[0].startswith(b"CONNECT ") and not any(name.lower() == b"host" for name, _, _ in fields):
+            # Many clients send CONNECT without Host; h11 requires it in HTTP/1.1. The target says the same.
+            authority = lines[0].split(b" ")[1] if lines[0].count(b" ") == 2 else b""
+            head = b"\r\n".join([lines[0], b"Host: " + authority, *lines[1:]]) + b"\r\n\r\n"
+        parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        parser.receive_data(head)
+        try:
+            event = parser.next_event()
+        except h11.RemoteProtocolError as exc:
+            raise Refusal(400, "Bad Request", f"a malformed request ({str(exc)[:200]})") from None
+        if not isinstance(event, h11.Request):
             raise Refusal(400, "Bad Request", "not an HTTP/1.x request")
-        method, target, version = parts
-        headers: list[tuple[str, str]] = []
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if not sep or not name or name != name.strip() or " " in name:
-                raise Refusal(400, "Bad Request", "a malformed header line")
-            headers.append((name, value.strip()))
+        method, target = event.method.decode("latin-1"), event.target.decode("latin-1")
+        version = "HTTP/" + event.http_version.decode("latin-1")
+        headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in event.headers.raw_items()]
+        names = {name.lower() for name, _ in headers}
+        if "content-length" in names and "transfer-encoding" in names:
+            raise Refusal(400, "Bad Request", "Content-Length and Transfer-Encoding together")
         self._check_password(headers)
         if method == "CONNECT":
+            if "transfer-encoding" in names or lengths not in ([], [b"0"]):
+                raise Refusal(400, "Bad Request", "a CONNECT request has no body")
             host, port = split_authority(target, None)
             return Request(host, port, None)
         if "://" not in target:
@@ -333,7 +386,8 @@ class EgressProxy:
                         raise _not_given(named, "named in the Host header")
                     raise Refusal(400, "Bad Request", f"the Host header names {named}, the request URI {host}")
         path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        return Request(host, port, self._forward_head(method, path, version, headers, url.netloc))
+        forward_head = self._forward_head(method, path, version, headers, url.netloc)
+        return Request(host, port, forward_head, parser, "transfer-encoding" in names)
 
     @staticmethod
     def _forward_head(method: str, path: str, version: str, headers: list[tuple[str, str]], netloc: str) -> bytes:
@@ -415,6 +469,60 @@ class EgressProxy:
             async with asyncio.timeout(LINGER):
                 while await reader.read(CHUNK):
                     pass
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """A request head through its blank line (as h11 finds it), and what came after it; Refusal(431) past MAX_HEAD."""
+    buffer = b""
+    while True:
+        end = _HEAD_END.search(buffer, max(len(buffer) - CHUNK - 2, 0))
+        if (end.end() if end is not None else len(buffer)) > MAX_HEAD:
+            raise Refusal(431, "Request Header Fields Too Large", "the request head is too large")
+        if end is not None:
+            return buffer[: end.end()], buffer[end.end() :]
+        data = await reader.read(CHUNK)
+        if not data:
+            raise asyncio.IncompleteReadError(buffer, None)
+        buffer += data
+
+
+async def _send_body(
+    request: Request,
+    parser: h11.Connection,
+    rest: bytes,
+    reader: asyncio.StreamReader,
+    upstream: asyncio.StreamWriter,
+) -> None:
+    """Send the request's body on as h11 frames it, then read and drop whatever the client sends after it.
+
+    A chunked body is re-chunked from the data alone (no extensions, no trailers), so what the upstream reads
+    is exactly the body h11 read. A malformed body, or a client that leaves mid-body, ends the upstream too.
+    """
+    parser.receive_data(rest)
+    try:
+        while True:
+            event = parser.next_event()
+            if event is h11.NEED_DATA:
+                parser.receive_data(await reader.read(CHUNK))
+            elif isinstance(event, h11.Data):
+                data = bytes(event.data)
+                if data:
+                    upstream.write(b"%x\r\n%b\r\n" % (len(data), data) if request.chunked else data)
+                    await upstream.drain()
+            elif isinstance(event, h11.EndOfMessage):
+                if request.chunked:
+                    upstream.write(b"0\r\n\r\n")
+                break
+            else:  # ConnectionClosed before the body's end
+                upstream.transport.abort()
+                return
+    except (h11.RemoteProtocolError, ConnectionError, OSError):
+        upstream.transport.abort()
+        return
+    # One request per connection: a pipelined request (or anything else) after the body goes nowhere.
+    with contextlib.suppress(ConnectionError, OSError):
+        while await reader.read(CHUNK):
+            pass
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
