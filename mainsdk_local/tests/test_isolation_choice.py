@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 
@@ -78,3 +80,59 @@ def test_a_machine_that_refuses_namespaces_gets_weak_isolation_and_says_so() -> 
         pytest.skip("needs /usr/bin/python3")  # a weak box's uid cannot enter an interpreter under root's home
     answer = run_app("no-namespaces", "/usr/bin/python3")
     assert answer == {"capabilities": "weak", "isolation": "weak", "stdout": "1\n"}, answer
+
+
+# The app, run as nobody: what the driver declares, what a result says, and eight processes of 24 MiB under a
+# 64 MiB limit, each of which a per-process limit lets through.
+AS_NOBODY = """
+import json, site, sys
+site.addsitedir(sys.argv[1])
+from mainsdk import Sandbox, SandboxDeps
+from mainsdk.config import load_config_text
+from mainsdk_local import local_sandbox_driver
+config = load_config_text("sandbox: {driver: local, limits: {memory: 64MB}}\\n")
+driver = local_sandbox_driver(programs={"python": "/usr/bin/python3"})
+caps = driver.mainsdk_driver_capabilities()
+sandbox = Sandbox(SandboxDeps(config=config, driver=driver, load_entrypoints=False))
+tree = sandbox.run(
+    "import os, time\\nkids = []\\n"
+    "for _ in range(8):\\n    pid = os.fork()\\n"
+    "    if pid == 0:\\n        b = bytearray(24 << 20)\\n        time.sleep(1); os._exit(0)\\n"
+    "    kids.append(pid)\\n"
+    "print(sum(os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) == 0 for k in kids))\\n"
+)
+one = sandbox.run("b = bytearray(300 << 20)\\nprint('survived')")
+sandbox.close()
+print(json.dumps({"caps": [caps.isolation, caps.memory_limit_scope], "scope": tree.memory_limit_scope,
+                  "tree": tree.stdout.strip(), "one": [one.stdout, one.exit_code]}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running the app as another user needs root")
+def test_a_non_root_app_is_told_its_memory_limit_is_per_process() -> None:
+    # Must hold: an app that is not root has no writable cgroup here (cgroup v1, no delegated v2 subtree), so
+    # its memory limit is RLIMIT_AS, which holds per process. The driver must say so (Capabilities and
+    # every result: memory_limit_scope "process"; the conformance suite then skips its whole-tree test),
+    # rather than promise a limit that eight processes pass together. One process is still held to it.
+    purelib = sysconfig.get_paths()["purelib"]
+    if not os.path.exists("/usr/bin/python3") or shutil.which("setpriv") is None:
+        pytest.skip("needs /usr/bin/python3 and setpriv")
+    version = subprocess.run(
+        ["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if version != str(sys.version_info[:2]):
+        pytest.skip(f"/usr/bin/python3 is {version}, not this venv's Python: it cannot import the venv's packages")
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         "/usr/bin/python3", "-c", AS_NOBODY, purelib],
+        capture_output=True, text=True, timeout=120, check=False, cwd="/",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert answer["caps"] == ["namespace", "process"], answer
+    assert answer["scope"] == "process", answer
+    assert answer["tree"] == "8", answer  # what "per process" means: each of them got its 24 MiB
+    assert answer["one"][0] == "" and answer["one"][1] != 0, answer  # RLIMIT_AS: MemoryError

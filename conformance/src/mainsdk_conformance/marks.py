@@ -14,18 +14,21 @@ REPLAY = "replay"  # a fault cassette: only a replayed driver can be given one
 LIVE = "live"  # the test needs the driver on this host (a random port, a race between boxes)
 UNAVAILABLE = "unavailable"  # ConformanceTarget.unavailable
 CAPABILITY_FLAGS = ("network", "wildcard_hosts", "memory_limit", "sessions")
+MEMORY_LIMIT_TREE = "memory_limit_tree"  # Capabilities.memory_limit_scope == "tree"
 
 
 def requires(*needs: str) -> Callable[[F], F]:
     """Mark a test as needing each of ``needs``.
 
     A need is a boolean field of ``mainsdk.driver.Capabilities`` (``sessions``,
-    ``memory_limit``, ``network``, ``wildcard_hosts``), ``language:<name>``,
+    ``memory_limit``, ``network``, ``wildcard_hosts``), ``memory_limit_tree``
+    (the driver declares ``memory_limit_scope="tree"``), ``language:<name>``,
     ``replay``, ``live`` or ``unavailable``. A test whose needs the driver does
     not meet is skipped, saying which.
     """
     for need in needs:
-        if not (need in CAPABILITY_FLAGS or need.startswith("language:") or need in (REPLAY, LIVE, UNAVAILABLE)):
+        known = (REPLAY, LIVE, UNAVAILABLE, MEMORY_LIMIT_TREE)
+        if not (need in CAPABILITY_FLAGS or need.startswith("language:") or need in known):
             raise ValueError(f"unknown conformance requirement {need!r}")
     marker: Callable[[F], F] = pytest.mark.conformance_requires(*needs)
     return marker

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from mainsdk import Capabilities
 
-from mainsdk_conformance.marks import CAPABILITY_FLAGS, LIVE, REPLAY, UNAVAILABLE
+from mainsdk_conformance.marks import CAPABILITY_FLAGS, LIVE, MEMORY_LIMIT_TREE, REPLAY, UNAVAILABLE
 from mainsdk_conformance.suite._helpers import ORIGIN_BODY
 from mainsdk_conformance.target import Conformance, ConformanceTarget
 
@@ -101,6 +101,12 @@ def _missing(need: str, caps: Capabilities, target: ConformanceTarget, replayed:
     driver = target.driver_id
     if need in CAPABILITY_FLAGS:
         return None if getattr(caps, need) else f"driver {driver} declares no {need}"
+    if need == MEMORY_LIMIT_TREE:
+        if caps.memory_limit_scope == "tree":
+            return None
+        if caps.memory_limit_scope == "process":
+            return f"driver {driver} declares its memory limit per process (RLIMIT_AS), not for the whole tree"
+        return f"driver {driver} does not declare that its memory limit holds for the whole process tree"
     if need.startswith("language:"):
         language = need.split(":", 1)[1]
         return None if language in caps.languages else f"driver {driver} declares no language {language}"

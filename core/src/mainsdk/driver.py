@@ -64,6 +64,9 @@ class Capabilities:
     network: bool = False  # can give a run the hosts it names
     wildcard_hosts: bool = False  # can give ``*.example.com``
     memory_limit: bool = True
+    # What the memory limit holds for: "tree" the run's whole process tree (a cgroup, a VM), "process" each
+    # process on its own (RLIMIT_AS: 8 processes may each take the limit); None: not declared.
+    memory_limit_scope: Literal["tree", "process"] | None = None
     sessions: bool = False
     production: bool = True  # False: refused when MAINSDK_ENV=production (MAIN-SANDBOX-0011)
     price_per_second: Decimal = Decimal(0)  # the driver's own estimate; ``sandbox.price`` overrides it

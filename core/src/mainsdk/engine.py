@@ -12,7 +12,7 @@ import secrets as token
 import time
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -95,6 +95,8 @@ class RunResult:
     language: str
     hosts_refused: tuple[str, ...] = ()  # hosts the code tried and was not given (redacted, at most 50)
     hosts_refused_dropped: int = 0  # how many more were refused than ``hosts_refused`` lists
+    # What the memory limit held for (``Capabilities.memory_limit_scope``): "tree", "process", or None.
+    memory_limit_scope: Literal["tree", "process"] | None = None
 
     @property
     def stop_code(self) -> str | None:
@@ -288,6 +290,7 @@ class AsyncSandbox:
             language=language,
             hosts_refused=outcome.hosts_refused,
             hosts_refused_dropped=outcome.hosts_refused_dropped,
+            memory_limit_scope=caps.memory_limit_scope,
         )
 
     async def execute(

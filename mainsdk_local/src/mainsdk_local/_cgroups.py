@@ -135,6 +135,8 @@ class Cgroups:
                 found = self._make(v1_mounts[controller] + own_v1[controller].rstrip("/"), 1, controller)
             if found is None and v2_mount is not None and own_v2 is not None:
                 found = self._make(v2_mount + own_v2.rstrip("/"), 2, controller)
+                if found is None:
+                    found = self._make_delegated(v2_mount, own_v2, controller)
             if controller == "memory":
                 self.memory = found
             else:
@@ -169,6 +171,53 @@ class Cgroups:
         except OSError:
             return None
         return (path, version)
+
+    def _make_delegated(self, mount: str, own: str, controller: str) -> tuple[str, int] | None:
+        """A v2 ``controller`` in a delegated subtree above our own cgroup, for a server that is not root.
+
+        Our own cgroup holds the app, so it cannot enable controllers for children (no internal
+        processes). A delegated subtree (systemd's ``Delegate=yes``, a user's ``user@.service``) has
+        an ancestor we own where the controller is already enabled: our directory goes there, and a
+        process may move between two cgroups under it because we own their common ancestor. A
+        throwaway child proves the move works before any run relies on it.
+        """
+        parts = own.strip("/").split("/")
+        for depth in range(len(parts) - 1, 0, -1):
+            ancestor = os.path.join(mount, *parts[:depth])
+            try:
+                with open(os.path.join(ancestor, "cgroup.subtree_control")) as fh:
+                    if controller not in fh.read().split():
+                        continue
+            except OSError:
+                continue
+            if not (os.access(ancestor, os.W_OK) and os.access(os.path.join(ancestor, "cgroup.procs"), os.W_OK)):
+                continue
+            found = self._make(ancestor, 2, controller)
+            if found is not None and self._can_join(found[0]):
+                return found
+            if found is not None:
+                self._made.remove(found[0])
+                self._remove_tree(found[0])
+        return None
+
+    @staticmethod
+    def _can_join(path: str) -> bool:
+        """Whether a child of ours can join a new cgroup under ``path`` (and the cgroup be removed after)."""
+        probe = os.path.join(path, "probe")
+        try:
+            os.mkdir(probe, 0o755)
+        except OSError:
+            return False
+        pid = os.fork()
+        if pid == 0:
+            try:
+                L.write_file(os.path.join(probe, "cgroup.procs"), "0")
+                os._exit(0)
+            except BaseException:  # noqa: BLE001 - a forked probe never returns into the server
+                os._exit(1)
+        _, status = os.waitpid(pid, 0)
+        Cgroups._remove_tree(probe)
+        return status == 0 and not os.path.isdir(probe)
 
     @staticmethod
     def _clean_stale(parent: str) -> None:

@@ -76,6 +76,7 @@ class LocalDriver:
     def mainsdk_driver_capabilities(self) -> Capabilities:
         try:
             isolation = self._launcher.isolation
+            enforcement = self._launcher.memory_enforcement
         except LauncherError as exc:
             raise SandboxError(DRIVER_UNAVAILABLE, f"the local driver's launcher did not start: {exc}") from exc
         return Capabilities(
@@ -83,6 +84,8 @@ class LocalDriver:
             network=True,
             wildcard_hosts=True,
             memory_limit=True,
+            # A cgroup per command holds the whole tree; without a writable one, RLIMIT_AS holds per process.
+            memory_limit_scope="process" if enforcement == "rlimit" else "tree",
             sessions=True,
             production=False,
             # The box's only way out is its proxy, which checks every request's or CONNECT's host, on any port.

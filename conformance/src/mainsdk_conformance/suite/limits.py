@@ -44,6 +44,23 @@ class TestLimits:
         assert (result.stop, result.stop_code) == ("memory", "MAIN-SANDBOX-0003")
         assert "survived" not in result.stdout
 
+    @requires("memory_limit", "memory_limit_tree")
+    def test_the_memory_limit_holds_for_the_whole_process_tree(self, conformance: Conformance) -> None:
+        # Eight processes of 24 MiB each under a 64 MiB limit: a per-process limit lets all of them through.
+        code = (
+            "import os, time\nkids = []\n"
+            "for _ in range(8):\n    pid = os.fork()\n"
+            "    if pid == 0:\n        b = bytearray(24 * 1024 * 1024)\n"
+            "        for i in range(0, len(b), 4096): b[i] = 1\n"
+            "        time.sleep(2); os._exit(0)\n"
+            "    kids.append(pid)\n"
+            "held = sum(os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) == 0 for k in kids)\n"
+            "print('held', held)\n"
+        )
+        result = conformance.sandbox().run(code, limits={"memory": "64MB"})
+        assert "held 8" not in result.stdout
+        assert (result.stop, result.stop_code) == ("memory", "MAIN-SANDBOX-0003")
+
     def test_output_is_cut_exactly_at_the_limit_and_the_code_stopped(self, conformance: Conformance) -> None:
         started = time.monotonic()
         result = conformance.sandbox().run(
