@@ -239,3 +239,12 @@ def test_ipv6_forms_are_judged_by_the_ipv4_they_carry() -> None:
     assert [address for address in EMBEDDED.values() if _global_address(address)] == []
     assert _global_address("64:ff9b::808:808") and _global_address("2002:808:808::1")  # 8.8.8.8 behind them
     assert _global_address("2606:4700::1111") and not _global_address("::1") and not _global_address("::")
+
+
+def test_fuzzed_requests_never_carry_a_second_request_upstream(net_sandbox: Any) -> None:
+    # A fixed-seed slice of benchmarks/proxy_fuzz.py: mutated sound and smuggling requests from inside the box.
+    from _proxy_fuzz import fuzz_in_box
+
+    answers, tally, found = fuzz_in_box(net_sandbox.sandbox, seed=11, count=240)
+    assert found == [], found[:5]
+    assert len(answers) == 240 and tally.get("HTTP/1.1 200", 0) >= 5 and tally.get("HTTP/1.1 400", 0) >= 50, tally
