@@ -66,13 +66,14 @@ E2B = Profile(
     credential_env=("E2B_API_KEY", "E2B_ACCESS_TOKEN"),
 )
 
-# Vercel Sandbox, API v1: one base URL, sandbox ids in the path.
+# Vercel Sandbox as its current clients speak it: create with POST /v3/sandboxes, then everything keyed by the
+# session id, /v2/sandboxes/sessions/{id}/... (vercel-sandbox 0.10.0; github vercel/sandbox api-client.ts).
 VERCEL = Profile(
     name="vercel-sandbox",
     upstreams={"api": "https://api.vercel.com"},
-    api="v1",
-    lane_paths=(r"^/v1/sandboxes/([^/?]+)",),
-    command_paths=(r"^/v1/sandboxes/[^/]+/cmd$",),
+    api="v3 create, v2 sessions",
+    lane_paths=(r"^/v2/sandboxes/sessions/([^/?]+)",),
+    command_paths=(r"^/v2/sandboxes/sessions/[^/]+/cmd$",),
     credential_env=("VERCEL_TOKEN", "VERCEL_OIDC_TOKEN"),
 )
 

@@ -430,7 +430,7 @@ class ReplayServer:
             got.responded = started = time.monotonic()
             for position, (data, frame) in enumerate(frames):
                 if reset_after is not None and position >= int(reset_after):
-                    _reset(handler)
+                    self._reset_after_frames(handler)
                     return
                 if frame.get("at"):
                     self._stopping.wait(max(0.0, started + float(frame["at"]) - time.monotonic()))
@@ -440,12 +440,19 @@ class ReplayServer:
                     continue
                 handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if stream else data)
             if reset_after is not None:
-                _reset(handler)
+                self._reset_after_frames(handler)
                 return
             if stream and not bodiless:
                 handler.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             handler.close_connection = True  # the driver hung up (a cancel): nothing more to send
+
+    def _reset_after_frames(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        """Reset after the frames sent so far have had time to be read: a TCP reset discards what the peer has
+        received but not yet read, and the fault is a break after those frames, not instead of them."""
+        handler.wfile.flush()
+        self._stopping.wait(0.2)
+        _reset(handler)
 
     def _forward(
         self,

@@ -1,4 +1,4 @@
-"""mainsdk-vercel: the ``vercel-sandbox`` driver of mainsdk sandbox (Vercel Sandbox microVMs, REST API v1)."""
+"""mainsdk-vercel: the ``vercel-sandbox`` driver of mainsdk sandbox (Vercel Sandbox microVMs: v3 create, v2 API)."""
 
 from mainsdk_vercel.driver import (
     VercelDriver,

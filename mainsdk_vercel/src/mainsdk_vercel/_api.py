@@ -1,4 +1,4 @@
-"""Vercel Sandbox REST API v1, spoken with httpx: requests, retries and errors.
+"""Vercel Sandbox REST API (v3 create, v2 sessions), spoken with httpx: requests, retries and errors.
 
 Every failure becomes ``SandboxError(DRIVER_UNAVAILABLE)`` (MAIN-SANDBOX-0006,
 503, retryable) carrying Vercel's status, code and message, and never the
@@ -29,29 +29,43 @@ TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 STREAM_TIMEOUT = httpx.Timeout(60.0, connect=10.0, read=None)
 
 _REASONS = {
-    401: "the token was refused; check sandbox.vercel.token",
+    401: "the token was refused; check the token (sandbox.vercel.token)",
     402: "the Vercel account cannot pay for more sandboxes (billing)",
     403: "the token may not use this project or team; check sandbox.vercel.project and team",
-    404: "not found (the sandbox is gone)",
+    404: "not found",
     410: "the sandbox has stopped",
-    422: "the sandbox is stopping",
+    422: "the sandbox cannot take this now",
     429: "too many sandboxes or requests (rate limit)",
 }
-
-
-GONE = (404, 410, 422)  # the sandbox is not there, stopped, or stopping: nothing more to ask of it
+# Vercel's API answers a token it does not know with 403 and ``invalidToken`` (providers.md, checked
+# 2026-11-30), more often than with 401: that 403 is about the token, not the project or team.
+INVALID_TOKEN = "the token is not valid (revoked, expired or mistyped); check the token (sandbox.vercel.token)"
 
 
 class VercelError(SandboxError):
-    """MAIN-SANDBOX-0006 from a Vercel request, with Vercel's own status (None for a network failure)."""
+    """MAIN-SANDBOX-0006 from a Vercel request, with Vercel's own status and error code (None when absent)."""
 
-    def __init__(self, message: str, vercel_status: int | None) -> None:
+    def __init__(self, message: str, vercel_status: int | None, vercel_code: str | None = None) -> None:
         super().__init__(DRIVER_UNAVAILABLE, message, status=503, retryable=True)
         self.vercel_status = vercel_status
+        self.vercel_code = vercel_code
 
 
 class NotFound(VercelError):
     """A 404 from Vercel; a file read turns it into MAIN-SANDBOX-0008, anything else keeps it an outage."""
+
+
+def session_ended(error: VercelError) -> bool:
+    """Whether Vercel said the session is stopped or stopping, so a stop request is not needed.
+
+    As the TypeScript SDK decides it (github vercel/sandbox,
+    ``packages/vercel-sandbox/src/sandbox.ts``: ``isSandboxStoppedError`` is any
+    410, ``isSandboxStoppingError`` a 422 with code ``sandbox_stopping``).
+    Nothing else is proof: a 404 may name a command or a file
+    (``command_not_found``, ``file_not_found``), so it still gets a stop.
+    """
+    status = error.vercel_status
+    return status == 410 or (status == 422 and error.vercel_code == "sandbox_stopping")
 
 
 class VercelApi:
@@ -96,6 +110,8 @@ class VercelApi:
     def error(self, what: str, status: int | None, body: bytes = b"", cause: str = "") -> VercelError:
         """The MAIN-SANDBOX-0006 for a failed request: Vercel's status, code and message, and why."""
         detail = cause
+        code: str | None = None
+        invalid_token = False
         if body:
             try:
                 parsed = json.loads(body)
@@ -103,14 +119,18 @@ class VercelApi:
                 parsed = None
             err = parsed.get("error") if isinstance(parsed, dict) else None
             if isinstance(err, dict):
+                code = str(err["code"]) if isinstance(err.get("code"), str) else None
+                invalid_token = err.get("invalidToken") is True or code == "invalidToken"
                 detail = f"{err.get('code', '')}: {err.get('message', '')}".strip(": ")
             elif not detail:
                 detail = body[:200].decode("utf-8", "replace")
         reason = _REASONS.get(status or 0, "Vercel is unavailable" if (status or 500) >= 500 else "refused")
+        if status == 403 and invalid_token:
+            reason = INVALID_TOKEN
         head = f"Vercel Sandbox {what} failed" + (f" with {status}" if status else "")
         message = self.clean(f"{head}: {reason}" + (f" ({detail})" if detail else ""))
         cls = NotFound if status == 404 else VercelError
-        return cls(message, status)
+        return cls(message, status, code)
 
     async def request(
         self,
@@ -164,18 +184,43 @@ class VercelApi:
             raise self.error(what, answer.status_code, cause="the answer is not JSON") from None
 
     @asynccontextmanager
-    async def stream(self, method: str, path: str, what: str) -> AsyncIterator[httpx.Response]:
-        """An answer to read as it comes, with no read timeout (logs). Only 2xx heads are yielded."""
-        try:
-            async with self._http().stream(
-                method, self._url(path), params=self._params(), headers=self._headers(), timeout=STREAM_TIMEOUT
-            ) as answer:
-                if not answer.is_success:
-                    body = await answer.aread()
-                    raise self.error(what, answer.status_code, body)
-                yield answer
-        except httpx.TransportError as exc:
-            raise self.error(what, None, cause=f"network: {type(exc).__name__}") from None
+    async def stream(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        json_body: Any = None,
+        query: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[httpx.Response]:
+        """An answer to read as it comes, with no read timeout (logs, a command run with ``wait``). 2xx heads only.
+
+        Sent once: a stream is a command's run or its logs, never retried here.
+        """
+        for attempt in range(ATTEMPTS):
+            try:
+                async with self._http().stream(
+                    method,
+                    self._url(path),
+                    params={**self._params(), **(query or {})},
+                    json=json_body,
+                    headers=self._headers(headers),
+                    timeout=STREAM_TIMEOUT,
+                ) as answer:
+                    if not answer.is_success:
+                        body = await answer.aread()
+                        # A 429 is a refusal before acting: even a command is safe to send again, after the wait.
+                        wait = _retry_wait(answer, attempt, idempotent=False) if answer.status_code == 429 else None
+                        if wait is None or attempt == ATTEMPTS - 1:
+                            raise self.error(what, answer.status_code, body)
+                    else:
+                        yield answer
+                        return
+            except httpx.TransportError as exc:
+                raise self.error(what, None, cause=f"network: {type(exc).__name__}") from None
+            log.info("Vercel Sandbox %s answered 429; retrying in %.1fs", what, wait)
+            await asyncio.sleep(wait)
 
 
 def _backoff(attempt: int) -> float:

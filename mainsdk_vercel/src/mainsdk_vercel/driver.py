@@ -1,9 +1,12 @@
-"""The ``vercel-sandbox`` driver: each box is a Vercel Sandbox microVM, driven through REST API v1 with httpx.
+"""The ``vercel-sandbox`` driver: each box is a Vercel Sandbox microVM, driven through Vercel's REST API with httpx.
 
-A box's sandbox is created on first use, not at ``start``, because only the
-first command says which interpreter it needs and the runtime (image) is
-fixed at create: ``python3.13`` for Python, ``node24`` for Node and Bash.
-See README.md for how a run maps to API calls.
+The API generation is the one Vercel's current official clients speak: a
+sandbox is created with ``POST /v3/sandboxes`` and everything after it goes
+to its session, ``/v2/sandboxes/sessions/{sessionId}/...`` (PyPI
+``vercel-sandbox`` 0.10.0, ``vercel/sandbox/_internal/api_client.py``; github
+vercel/sandbox, ``packages/vercel-sandbox/src/api-client/api-client.ts``,
+commit 087d659 "Use the V2 endpoints instead of V1"). See README.md for how a
+run maps to requests.
 """
 
 from __future__ import annotations
@@ -17,25 +20,36 @@ import os
 import posixpath
 import tarfile
 import time
-from collections.abc import Mapping, Sequence
+import zlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 import attrs
 import httpx
 from mainsdk.config import AppConfig
-from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, OutFile, OutputSink
+from mainsdk.driver import (
+    BoxSpec,
+    Capabilities,
+    Collected,
+    Command,
+    ExecOutcome,
+    NetworkReach,
+    OutFile,
+    OutputSink,
+)
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, SandboxError
 from mainsdk.hookspecs import hookimpl
 
-from mainsdk_vercel._api import DEFAULT_BASE_URL, GONE, NotFound, VercelApi, VercelError
+from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
 
 log = logging.getLogger("mainsdk.vercel")
 DRIVER_ID = "vercel-sandbox"
-ROOT = "/vercel/sandbox"  # the runtime's home and default cwd, writable by the sandbox's user
+ROOT = "/vercel/sandbox"  # the image's home and default cwd, writable by the sandbox's user
 WORK = f"{ROOT}/work"
 OUT = f"{ROOT}/out"
-PRIVATE = f"{ROOT}/.mainsdk"  # the driver's own files (stdin of long code), outside work and out
+PRIVATE = f"{ROOT}/.mainsdk"  # the driver's own files (stdin of long code, out archives), outside work and out
+SESSIONS = "/v2/sandboxes/sessions"
 VCPUS = 2  # Vercel's default size; memory is 2 GB per vCPU
 # Vercel's published prices (providers.md): active CPU $0.128 per vCPU-hour, memory $0.0212 per GB-hour.
 CPU_PER_HOUR = Decimal("0.128")
@@ -43,20 +57,48 @@ MEMORY_GB_PER_HOUR = Decimal("0.0212")
 # Room past a command's own limit before Vercel's own timeout stops the VM: files in, collect, stop.
 MARGIN = 60.0
 LOG_RECONNECTS = 3
-# The runtime each language needs: node24 has no Python, python3.13 no Node; both have Bash.
-RUNTIMES = {"python3": "python3.13", "python": "python3.13", "node": "node24"}
-DEFAULT_RUNTIME = "python3.13"
 PROGRAMS = {"python": "python3", "python3": "python3", "node": "node", "bash": "bash"}
+SIGTERM = 15
+# What we read of an out archive at most, past the files limit: tar headers and gzip's worst case.
+ARCHIVE_SLACK = 8 * 1024 * 1024
+
+# Every command runs under this fixed script (no caller text is ever spliced into it; everything comes as
+# arguments): the code in its own session and process group (``setsid``), so that its whole tree can be
+# killed by group. Vercel's kill reaches one process (the command's, ``cmd/{id}/kill``); the driver sends
+# it SIGTERM, which the script traps to SIGKILL the code's group. When the code exits, whatever it left in
+# its group is killed too, and in a one-shot run the out folder is archived (``tar`` stores links as links,
+# never following them) so one read brings every out file back. Its exit status is the code's (128 + N for
+# signal N, the shell's convention).
+# Bash itself adds PWD, OLDPWD, SHLVL and _ to what its children get; ``env -u`` takes back those the caller did
+# not give, so the code's environment holds only what was given (plus the image's own). The script's own tools
+# are found with ``command -p`` (the system's default PATH), so a PATH given to the code cannot replace them.
+#   $0 root, $1 stdin file, $2 archive path or "", $3 the names to take back, then the program and its arguments
+WRAPPER = (
+    'root=$0 stdin=$1 archive=$2 drop=; for n in $3; do drop="$drop -u $n"; done; shift 3\n'
+    "trap 'kill -KILL -- -$! 2>/dev/null || kill -KILL $! 2>/dev/null; exit 143' TERM\n"
+    'command -p mkdir -p "$root/work" "$root/out" "$root/.mainsdk" 2>/dev/null\n'
+    'cd "$root/work" || exit 125\n'
+    'command -p setsid "$(command -pv env)" $drop "$@" <"$stdin" &\n'
+    "wait $!; rc=$?\n"
+    "kill -KILL -- -$! 2>/dev/null\n"
+    'if [ -n "$archive" ]; then command -p tar -czf "$archive" -C "$root/out" . 2>/dev/null; fi\n'
+    "exit $rc\n"
+)
+# The out folder archived on its own, when the command did not get to it (a timeout, a cancel, the output limit).
+ARCHIVE_ONLY = 'command -p tar -czf "$1" -C "$0/out" . 2>/dev/null; exit 0'
 
 
 def vercel_network_policy(hosts: Sequence[str]) -> dict[str, Any]:
-    """The ``networkPolicy`` for hosts: ``deny-all`` with none, else ``custom`` allowing exactly those domains.
+    """The ``networkPolicy`` for hosts: ``deny-all`` with none, else exactly those domains allowed.
 
-    Vercel takes ``*.example.com`` wildcards in ``allowedDomains`` as they are.
+    The form is the v2 one the official clients send (vercel-sandbox 0.10.0,
+    ``models._serialize_network_policy``: ``{"allow": {domain: [rules]}}``;
+    the TypeScript SDK's ``toAPINetworkPolicy`` passes ``{"allow": [...]}``
+    through): anything not allowed is denied. ``*.example.com`` wildcards pass as they are.
     """
     if not hosts:
         return {"mode": "deny-all"}
-    return {"mode": "custom", "allowedDomains": list(hosts)}
+    return {"allow": {host: [] for host in hosts}}
 
 
 def default_price(vcpus: int = VCPUS) -> Decimal:
@@ -67,17 +109,26 @@ def default_price(vcpus: int = VCPUS) -> Decimal:
 
 @attrs.define(eq=False)
 class VercelBox:
-    """A box: its spec, and the sandbox behind it once created (``sandbox_id``)."""
+    """A box: its spec, and the sandbox behind it once created (``session_id``, ``name``)."""
 
     id: str
     spec: BoxSpec
     session: bool
-    runtime: str | None = None
-    sandbox_id: str | None = None
+    session_id: str | None = None
+    name: str | None = None
     expires: float = 0.0  # monotonic time Vercel's own timeout stops the sandbox
-    gone: bool = False  # stopped (by us, or under us): nothing more to ask of it
+    gone: bool = False  # known stopped (by us, or Vercel said so): nothing more to ask of it
     commands: int = 0  # commands sent so far: names per command, unique in the VM and the same on every run
+    archive: str | None = None  # the out archive the last command finished writing (one-shot runs)
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+
+
+@attrs.define
+class _Run:
+    """What a command's stream told so far: its id, and its exit code once it ended."""
+
+    cmd_id: str | None = None
+    exit_code: int | None = None
 
 
 class VercelDriver:
@@ -97,7 +148,7 @@ class VercelDriver:
     ) -> None:
         self._api = VercelApi(token=token, team=team, base_url=base_url, client=client)
         self._project = project
-        self._runtime = runtime
+        self._image = runtime  # sandbox.vercel.runtime names an image (v3 has no runtimes); None: Vercel's default
         self._vcpus = vcpus
         self._price = price if price is not None else default_price(vcpus)
 
@@ -116,6 +167,10 @@ class VercelDriver:
             sessions=True,
             production=True,
             price_per_second=self._price,
+            # Vercel's egress firewall matches a domain by the TLS SNI; other traffic falls back to IP rules
+            # (providers.md, "Checked against the providers' own sources"). Only HTTPS on 443 is declared:
+            # whether SNI is matched on other ports, and plain HTTP by Host, is unverified (README).
+            network_reach=NetworkReach(filtered=(("https", 443),)),
         )
 
     @hookimpl
@@ -128,90 +183,82 @@ class VercelDriver:
             raise SandboxError(
                 INVALID_OPTION, "sandbox.vercel.project is not set; set it to the Vercel project id (prj_...)"
             )
-        # No request yet: the first command picks the runtime (see the module docstring).
-        return VercelBox(spec.id, spec, session=spec.idle is not None)
+        box = VercelBox(spec.id, spec, session=spec.idle is not None)
+        await self._create(box)
+        return box
 
     @hookimpl
     async def mainsdk_driver_exec(self, box: VercelBox, command: Command, output: OutputSink) -> ExecOutcome:
-        await self._ensure(box, command.program)
-        assert box.sandbox_id is not None
+        await self._ensure(box)
         program = PROGRAMS.get(command.program, command.program)
-        args = list(command.args)
-        env = dict(command.env)
         box.commands += 1
+        box.archive = None
+        stdin = "/dev/null"
         if command.stdin is not None:
-            # v1 commands take no stdin: the bytes go in a file the command reads, through a fixed script.
-            path = f"{PRIVATE}/stdin-{box.commands}"
-            await self._write(box, {path.removeprefix(ROOT + "/"): command.stdin})
-            program, args = "bash", ["-c", 'exec "$@" <"$0"', path, program, *args]
-        marker = ""
-        if box.session:
-            # Marks the command's whole tree, so a kill can reach what it left in the background.
-            marker = f"command-{box.commands}"
-            env["MAINSDK_COMMAND"] = marker
+            # The bytes go in a file the wrapper feeds to the code (a command with attached stdin costs a
+            # request per chunk).
+            stdin = f"{PRIVATE}/stdin-{box.commands}"
+            await self._write(box, {stdin.removeprefix(ROOT + "/"): command.stdin})
+        archive = "" if box.session else f"{PRIVATE}/out-{box.commands}.tgz"
+        args = ["-c", WRAPPER, ROOT, stdin, archive, _bash_added(command.env), program, *command.args]
         loop = asyncio.get_running_loop()
         started = loop.time()
-        cmd_id: str | None = None
+        run = _Run()
         try:
             async with asyncio.timeout(command.timeout):
-                cmd_id = await self._start_command(box, program, args, env)
-                await self._stream_logs(box, cmd_id, output)
-                exit_code = await self._wait(box, cmd_id)
+                await self._run(box, "bash", args, dict(command.env), run, output)
         except TimeoutError:
-            await self._kill(box, cmd_id, marker)
+            await self._kill(box, run.cmd_id)
             return ExecOutcome(exit_code=None, stop="timeout", duration=loop.time() - started)
         except asyncio.CancelledError:
-            await asyncio.shield(self._kill(box, cmd_id, marker))
+            await asyncio.shield(self._kill(box, run.cmd_id))
             raise
         except VercelError as exc:
-            if exc.vercel_status in GONE:
-                box.gone = True  # stopped under us: nothing runs there any more
-            elif cmd_id is not None:
-                await self._kill(box, cmd_id, marker)
+            if session_ended(exc):
+                box.gone = True  # Vercel said the session stopped (or is stopping): nothing runs there any more
+            else:
+                await self._kill(box, run.cmd_id)
             raise
-        return ExecOutcome(exit_code=exit_code, duration=loop.time() - started)
+        assert run.exit_code is not None
+        box.archive = archive or None
+        return ExecOutcome(exit_code=run.exit_code, duration=loop.time() - started)
 
     @hookimpl
     async def mainsdk_driver_write_file(self, box: VercelBox, path: str, data: bytes) -> None:
-        await self._ensure(box, None)
+        await self._ensure(box)
         await self._write(box, {f"work/{path}": data})
 
     @hookimpl
     async def mainsdk_driver_read_file(self, box: VercelBox, path: str) -> bytes:
-        await self._ensure(box, None)
+        await self._ensure(box)
         return await self._read(box, posixpath.normpath(posixpath.join(WORK, path)), path)
 
     @hookimpl
     async def mainsdk_driver_collect(self, box: VercelBox, max_bytes: int) -> Collected:
-        if box.sandbox_id is None or box.gone:
+        if box.session_id is None or box.gone:
             return Collected()  # never created, or stopped to kill a command it could not address
-        listing = await self._list_out(box)
-        files: list[OutFile] = []
-        skipped: list[tuple[str, str]] = []
-        total = 0
-        truncated = False
-        for kind, size, name in listing:
-            if kind != "f":
-                if kind != "d":
-                    skipped.append((name, "not a regular file"))
-                continue
-            if total + size > max_bytes:
-                truncated = True
-                skipped.append((name, "past limits.files"))
-                continue
-            total += size
-            files.append(OutFile(name, await self._read(box, f"{OUT}/{name}", f"../out/{name}")))
-        return Collected(files=tuple(files), truncated=truncated, skipped=tuple(skipped))
+        archive = box.archive
+        if archive is None:
+            # The command did not get to archive out/ (stopped at a limit, or cancelled): one command does it.
+            box.commands += 1
+            archive = f"{PRIVATE}/out-{box.commands}.tgz"
+            await self._run(box, "bash", ["-c", ARCHIVE_ONLY, ROOT, archive], {}, _Run(), None)
+        try:
+            data = await self._read_capped(box, archive, max_bytes + ARCHIVE_SLACK)
+        except NotFound:
+            return Collected()  # no archive: the out folder could not be read (nothing to bring back)
+        return _unpack_out(data, max_bytes)
 
     @hookimpl
     async def mainsdk_driver_stop(self, box: VercelBox) -> None:
-        if box.sandbox_id is None or box.gone:
+        if box.session_id is None or box.gone:
             return
         box.gone = True
         try:
-            await self._api.request("POST", f"/v1/sandboxes/{box.sandbox_id}/stop", "stop", idempotent=True)
+            await self._api.request("POST", f"{SESSIONS}/{box.session_id}/stop", "stop", json_body={}, idempotent=True)
         except VercelError as exc:
-            if exc.vercel_status not in GONE:  # already stopped is stopped
+            # Already stopped (410), stopping (422), or no longer there (404): each is as good as stopped.
+            if not (session_ended(exc) or exc.vercel_status == 404):
                 raise
 
     @hookimpl
@@ -225,51 +272,61 @@ class VercelDriver:
         """Seconds the sandbox must live from now: this command, the session's idle time, and room to collect."""
         return command_timeout + (box.spec.idle or 0.0) + MARGIN
 
-    async def _ensure(self, box: VercelBox, program: str | None) -> None:
-        """Create the box's sandbox on first use (with its files), or extend a session's timeout when short."""
+    async def _create(self, box: VercelBox) -> None:
+        """Create the box's sandbox (not persistent: its stop leaves no snapshot behind), and write its files."""
+        needed = self._lifetime(box, box.spec.limits.timeout)
+        lease = needed * (2 if box.session else 1)
+        body: dict[str, Any] = {
+            "projectId": self._project,
+            "timeout": int(lease * 1000),
+            "resources": {"vcpus": self._vcpus},
+            "persistent": False,
+            "networkPolicy": box.spec.network_policy or vercel_network_policy(box.spec.hosts),
+        }
+        if self._image:
+            body["image"] = self._image
+        answer = await self._api.json("POST", "/v3/sandboxes", "create", json_body=body, idempotent=False)
+        try:
+            box.session_id = str(answer["session"]["id"])
+            box.name = str(answer["sandbox"]["name"])
+        except (KeyError, TypeError):
+            raise self._api.error("create", None, cause="the answer names no session id") from None
+        box.expires = time.monotonic() + lease
+        if box.spec.files:
+            try:
+                await self._write(box, {f"work/{name}": data for name, data in box.spec.files.items()})
+            except SandboxError:
+                await self._stop_quietly(box)
+                raise
+
+    async def _ensure(self, box: VercelBox) -> None:
+        """Refuse a stopped box; extend a session's timeout when less than one command's lease is left.
+
+        A one-shot box's lease already covers its one command, files in and out, and the stop.
+        """
         async with box.lock:
-            if box.gone:
+            if box.gone or box.session_id is None:
                 raise SandboxError(DRIVER_UNAVAILABLE, f"the Vercel sandbox of box {box.id} has stopped")
             needed = self._lifetime(box, box.spec.limits.timeout)
-            if box.sandbox_id is not None:
-                # A session outliving its first lease: extend by a whole lease, in a fixed amount, so the
-                # requests (and cassettes) do not depend on timing, and extensions stay rare.
-                if box.expires - time.monotonic() < needed:
-                    await self._api.json(
-                        "POST",
-                        f"/v1/sandboxes/{box.sandbox_id}/extend-timeout",
-                        "extend-timeout",
-                        json_body={"duration": int(needed * 1000)},
-                        idempotent=False,
-                    )
-                    box.expires += needed
-                return
-            runtime = self._runtime or RUNTIMES.get(PROGRAMS.get(program or "", program or ""), DEFAULT_RUNTIME)
-            body: dict[str, Any] = {
-                "projectId": self._project,
-                "runtime": runtime,
-                "resources": {"vcpus": self._vcpus},
-                "timeout": int(needed * (2 if box.session else 1) * 1000),
-                "networkPolicy": box.spec.network_policy or vercel_network_policy(box.spec.hosts),
-            }
-            answer = await self._api.json("POST", "/v1/sandboxes", "create", json_body=body, idempotent=False)
-            try:
-                box.sandbox_id = str(answer["sandbox"]["id"])
-            except (KeyError, TypeError):
-                raise self._api.error("create", None, cause="the answer names no sandbox id") from None
-            box.runtime = runtime
-            box.expires = time.monotonic() + needed * (2 if box.session else 1)
-            # The work and out folders, and the files, in one request.
-            files = {f"work/{name}": data for name, data in box.spec.files.items()}
-            await self._write(box, files, folders=("work", "out"))
+            # Extend by a whole lease, in a fixed amount, so the requests (and cassettes) do not depend on timing,
+            # and extensions stay rare.
+            if box.session and box.expires - time.monotonic() < needed:
+                await self._api.json(
+                    "POST",
+                    f"{SESSIONS}/{box.session_id}/extend-timeout",
+                    "extend-timeout",
+                    json_body={"duration": int(needed * 1000)},
+                    idempotent=False,
+                )
+                box.expires += needed
 
-    async def _write(self, box: VercelBox, files: Mapping[str, bytes], folders: Sequence[str] = ()) -> None:
+    async def _write(self, box: VercelBox, files: Mapping[str, bytes]) -> None:
         """Write files (paths relative to ``ROOT``) as one gzipped tar, extracted by Vercel at ``ROOT``."""
         await self._api.request(
             "POST",
-            f"/v1/sandboxes/{box.sandbox_id}/fs/write",
+            f"{SESSIONS}/{box.session_id}/fs/write",
             "fs/write",
-            content=_targz(files, folders),
+            content=_targz(files, ()),
             headers={"content-type": "application/gzip", "x-cwd": ROOT},
             idempotent=True,  # the same bytes to the same paths
         )
@@ -277,140 +334,221 @@ class VercelDriver:
     async def _read(self, box: VercelBox, path: str, shown: str) -> bytes:
         try:
             answer = await self._api.request(
-                "POST",
-                f"/v1/sandboxes/{box.sandbox_id}/fs/read",
-                "fs/read",
-                json_body={"path": path},
-                idempotent=True,
+                "POST", f"{SESSIONS}/{box.session_id}/fs/read", "fs/read", json_body={"path": path}, idempotent=True
             )
         except NotFound:
             raise SandboxError(NO_SESSION, f"no file {shown!r} in the box", status=404, retryable=False) from None
         return answer.content
 
+    async def _read_capped(self, box: VercelBox, path: str, cap: int) -> bytes:
+        """A file's first ``cap`` bytes (an out archive can be as large as the code made it)."""
+        chunks: list[bytes] = []
+        size = 0
+        async with self._api.stream(
+            "POST", f"{SESSIONS}/{box.session_id}/fs/read", "fs/read", json_body={"path": path}
+        ) as answer:
+            async for chunk in answer.aiter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size >= cap:
+                    break
+        return b"".join(chunks)[:cap]
+
+    async def _stop_quietly(self, box: VercelBox) -> None:
+        try:
+            await self.mainsdk_driver_stop(box)
+        except SandboxError as exc:
+            log.warning("could not stop Vercel sandbox %s: %s", box.name, exc.message)
+
     # --- commands ---------------------------------------------------------------------------------------------------
 
-    async def _start_command(self, box: VercelBox, program: str, args: list[str], env: dict[str, str]) -> str:
-        answer = await self._api.json(
-            "POST",
-            f"/v1/sandboxes/{box.sandbox_id}/cmd",
-            "cmd",
-            json_body={"command": program, "args": args, "cwd": WORK, "env": env, "sudo": False},
-            idempotent=False,  # never send a command twice
-        )
-        try:
-            return str(answer["command"]["id"])
-        except (KeyError, TypeError):
-            raise self._api.error("cmd", None, cause="the answer names no command id") from None
+    async def _run(
+        self,
+        box: VercelBox,
+        program: str,
+        args: list[str],
+        env: dict[str, str],
+        run: _Run,
+        output: OutputSink | None,
+    ) -> None:
+        """Run a command and stream its output until it exits, in one request (``cmd?wait=true&logs=true``).
 
-    async def _stream_logs(self, box: VercelBox, cmd_id: str, output: OutputSink) -> None:
-        """Send the command's output to ``output`` until it ends; reconnect when the stream breaks.
-
-        Vercel replays a command's logs from its start on every connection, so
-        a reconnect skips as many bytes of each stream as were already delivered.
+        The answer is NDJSON: the command, its log lines, then the command with
+        its ``exitCode`` (vercel-sandbox 0.10.0, ``SandboxApiClient.run_process``).
+        If the stream breaks after the command started, it is followed with its
+        logs and its wait, never sent again; ``run`` tells the caller what is known.
         """
+        body = {
+            "command": program,
+            "args": args,
+            "cwd": ROOT,
+            "env": env,
+            "sudo": False,
+            "wait": True,
+            "logs": True,
+        }
         delivered = {"stdout": 0, "stderr": 0}
-        sinks = {"stdout": output.stdout, "stderr": output.stderr}
-        path = f"/v1/sandboxes/{box.sandbox_id}/cmd/{cmd_id}/logs"
+        seen = {"stdout": 0, "stderr": 0}
+        try:
+            async with self._api.stream(
+                "POST",
+                f"{SESSIONS}/{box.session_id}/cmd",
+                "cmd",
+                json_body=body,
+                query={"wait": "true", "logs": "true"},
+            ) as answer:
+                async for entry in _ndjson(answer):
+                    if "command" in entry:
+                        command = entry.get("command") or {}
+                        if run.cmd_id is None:
+                            run.cmd_id = str(command.get("id") or "") or None
+                            if run.cmd_id is None:
+                                raise self._api.error("cmd", None, cause="the answer names no command id")
+                        else:
+                            run.exit_code = _exit_code(command, self._api)
+                        continue
+                    self._deliver(entry, output, seen, delivered)
+        except VercelError as exc:
+            # A break mid-stream after the command started is followed below; anything else is the answer.
+            if run.cmd_id is None or exc.vercel_status is not None or "network:" not in exc.message:
+                raise
+        except (httpx.TransportError, ValueError) as exc:
+            if run.cmd_id is None:
+                raise self._api.error("cmd", None, cause=f"the stream broke: {type(exc).__name__}") from None
+        if run.exit_code is not None:
+            return
+        if run.cmd_id is None:
+            raise self._api.error("cmd", None, cause="the stream ended before the command started")
+        # Started, but the stream ended early: follow it, as vercel-sandbox's run_process does (_RunProcessInterrupted).
+        await self._follow_logs(box, run.cmd_id, output, delivered)
+        run.exit_code = await self._wait(box, run.cmd_id)
+
+    def _deliver(
+        self, entry: dict[str, Any], output: OutputSink | None, seen: dict[str, int], delivered: dict[str, int]
+    ) -> None:
+        """One log line to ``output``, skipping what an earlier connection already delivered (Vercel replays)."""
+        stream = entry.get("stream")
+        if stream == "error":
+            detail = entry.get("data") or {}
+            raise self._api.error("logs", None, cause=f"{detail.get('code')}: {detail.get('message')}")
+        if stream not in ("stdout", "stderr"):
+            return
+        data = str(entry.get("data", "")).encode("utf-8")
+        start = seen[stream]
+        seen[stream] += len(data)
+        fresh = data[max(delivered[stream] - start, 0) :]
+        if fresh and output is not None:
+            delivered[stream] += len(fresh)
+            (output.stdout if stream == "stdout" else output.stderr)(fresh)
+        elif fresh:
+            delivered[stream] += len(fresh)
+
+    async def _follow_logs(
+        self, box: VercelBox, cmd_id: str, output: OutputSink | None, delivered: dict[str, int]
+    ) -> None:
+        """Read a started command's logs until it ends; reconnect when the stream breaks (replayed from the start)."""
+        path = f"{SESSIONS}/{box.session_id}/cmd/{cmd_id}/logs"
         for attempt in range(LOG_RECONNECTS + 1):
             seen = {"stdout": 0, "stderr": 0}
             try:
                 async with self._api.stream("GET", path, "logs") as answer:
-                    async for line in answer.aiter_lines():
-                        if not line.strip():
-                            continue
-                        entry = json.loads(line)
-                        stream = entry.get("stream")
-                        if stream == "error":
-                            detail = entry.get("data") or {}
-                            raise self._api.error("logs", None, cause=f"{detail.get('code')}: {detail.get('message')}")
-                        if stream not in sinks:
-                            continue
-                        data = str(entry.get("data", "")).encode("utf-8")
-                        start = seen[stream]
-                        seen[stream] += len(data)
-                        fresh = data[max(delivered[stream] - start, 0) :]
-                        if fresh:
-                            delivered[stream] += len(fresh)
-                            sinks[stream](fresh)
+                    async for entry in _ndjson(answer):
+                        self._deliver(entry, output, seen, delivered)
                 return
             except (httpx.TransportError, ValueError) as exc:
                 if attempt == LOG_RECONNECTS:
                     raise self._api.error("logs", None, cause=f"the stream broke: {type(exc).__name__}") from None
-            except SandboxError as exc:
+            except VercelError as exc:
                 # A network failure to reach the stream is retried like a break; an answer from Vercel is not.
-                if "network:" not in exc.message or attempt == LOG_RECONNECTS:
+                if exc.vercel_status is not None or "network:" not in exc.message or attempt == LOG_RECONNECTS:
                     raise
 
     async def _wait(self, box: VercelBox, cmd_id: str) -> int:
         answer = await self._api.json(
             "GET",
-            f"/v1/sandboxes/{box.sandbox_id}/cmd/{cmd_id}",
+            f"{SESSIONS}/{box.session_id}/cmd/{cmd_id}",
             "cmd wait",
             query={"wait": "true"},
             idempotent=True,
         )
-        try:
-            return int(answer["command"]["exitCode"])
-        except (KeyError, TypeError, ValueError):
-            raise self._api.error("cmd wait", None, cause="the answer has no exitCode") from None
+        return _exit_code(answer.get("command") if isinstance(answer, dict) else None, self._api)
 
-    async def _kill(self, box: VercelBox, cmd_id: str | None, marker: str) -> None:
-        """Kill a command: SIGKILL by id, and in a session whatever its tree left behind; else stop the sandbox."""
-        if box.gone or box.sandbox_id is None:
+    async def _kill(self, box: VercelBox, cmd_id: str | None) -> None:
+        """Kill a command's whole tree: SIGTERM to its wrapper, which SIGKILLs the code's group; else stop the box."""
+        if box.gone or box.session_id is None:
+            return
+        if cmd_id is None:
+            # The command request got no answer: it may run, and has no id to kill by. Only stopping reaches it.
+            await self._stop_quietly(box)
             return
         try:
-            if cmd_id is None:
-                # The command request got no answer: it may run, and has no id to kill by. Only stopping reaches it.
-                await self.mainsdk_driver_stop(box)
-                return
             await self._api.request(
                 "POST",
-                f"/v1/sandboxes/{box.sandbox_id}/cmd/{cmd_id}/kill",
+                f"{SESSIONS}/{box.session_id}/cmd/{cmd_id}/kill",
                 "kill",
-                json_body={"signal": 9},
+                json_body={"signal": SIGTERM},
                 idempotent=True,
             )
-            if marker:
-                await self._kill_tree(box, marker)
         except SandboxError:
             # The command could not be killed: stop the sandbox rather than leave it running.
-            try:
-                await self.mainsdk_driver_stop(box)
-            except SandboxError as exc:
-                log.warning("could not stop Vercel sandbox %s: %s", box.sandbox_id, exc.message)
+            await self._stop_quietly(box)
 
-    async def _kill_tree(self, box: VercelBox, marker: str) -> None:
-        """Kill every process carrying the command's marker in its environment (its background children too)."""
-        script = (
-            'for p in /proc/[0-9]*; do grep -qz "^MAINSDK_COMMAND=$0\\$" "$p/environ" 2>/dev/null '
-            '&& kill -9 "${p#/proc/}" 2>/dev/null; done; true'
-        )
-        cmd_id = await self._start_command(box, "bash", ["-c", script, marker], {})
-        await self._wait(box, cmd_id)
 
-    async def _list_out(self, box: VercelBox) -> list[tuple[str, int, str]]:
-        """The out folder as (type, size, name) by ``find``, which does not follow links: v1 has no list endpoint."""
-        cmd_id = await self._start_command(box, "find", [OUT, "-mindepth", "1", "-printf", "%y %s %P\\0"], {})
-        chunks: list[bytes] = []
+def _bash_added(env: Mapping[str, str]) -> str:
+    """The variables bash adds that the caller did not give, for the wrapper to take back (fixed names only)."""
+    return " ".join(name for name in ("OLDPWD", "PWD", "SHLVL", "_") if name not in env)
 
-        class _Collect:
-            def stdout(self, data: bytes) -> None:
-                chunks.append(data)
 
-            def stderr(self, data: bytes) -> None:
-                pass
+async def _ndjson(answer: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of an NDJSON answer, one per non-empty line."""
+    async for line in answer.aiter_lines():
+        if line.strip():
+            entry = json.loads(line)
+            if isinstance(entry, dict):
+                yield entry
 
-            def host_refused(self, host: str) -> None:
-                pass
 
-        await self._stream_logs(box, cmd_id, _Collect())
-        entries = []
-        for record in b"".join(chunks).split(b"\0"):
-            if not record:
-                continue
-            kind, size, name = record.decode("utf-8", "replace").split(" ", 2)
-            entries.append((kind, int(size), name))
-        return sorted(entries, key=lambda e: e[2])
+def _exit_code(command: Any, api: VercelApi) -> int:
+    try:
+        return int(command["exitCode"])
+    except (KeyError, TypeError, ValueError):
+        raise api.error("cmd", None, cause="the answer has no exitCode") from None
+
+
+def _unpack_out(data: bytes, max_bytes: int) -> Collected:
+    """The regular files of an out archive, by name, within ``max_bytes``; links and the rest are skipped.
+
+    The archive may be cut (it was read up to a cap): what could be read counts, the rest is ``truncated``.
+    """
+    found: dict[str, bytes] = {}
+    skipped: list[tuple[str, str]] = []
+    truncated = False
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r|gz") as archive:
+            for member in archive:
+                name = posixpath.normpath(member.name)
+                if name in (".", "") or name.startswith(".."):
+                    continue
+                if member.isdir():
+                    continue
+                if not member.isfile():
+                    skipped.append((name, "not a regular file"))
+                    continue
+                extracted = archive.extractfile(member)
+                found[name] = extracted.read() if extracted is not None else b""
+    except (tarfile.TarError, EOFError, OSError, zlib.error):
+        truncated = True  # read up to the cap, or cut: what came before counts
+    files: list[OutFile] = []
+    total = 0
+    for name in sorted(found):
+        size = len(found[name])
+        if total + size > max_bytes:
+            truncated = True
+            skipped.append((name, "past limits.files"))
+            continue
+        total += size
+        files.append(OutFile(name, found[name]))
+    return Collected(files=tuple(files), truncated=truncated, skipped=tuple(sorted(skipped)))
 
 
 def _targz(files: Mapping[str, bytes], folders: Sequence[str]) -> bytes:

@@ -79,9 +79,10 @@ def finish(simulated: bool, durations: dict[str, float] | None = None) -> None:
         data = _ids(_load(path), project, team)
         if simulated:
             data["meta"]["made"] = "authored"
-            data["meta"]["api"] = "v1"
+            data["meta"]["api"] = "v3 create, v2 sessions"
             data["meta"]["how"] = (
-                "recorded against tests/conformance/simulator.py, written from the v1 docs and vercel 0.5.9"
+                "recorded against tests/conformance/simulator.py, "
+                "written from vercel-sandbox 0.10.0 and @vercel/sandbox"
             )
         _hold_abandoned_streams(data)
         if durations:
@@ -93,8 +94,8 @@ def finish(simulated: bool, durations: dict[str, float] | None = None) -> None:
         _faults()
 
 
-_LOGS = re.compile(r"^/v1/sandboxes/[^/]+/cmd/([^/]+)/logs$")
-_WAIT = re.compile(r"^/v1/sandboxes/[^/]+/cmd/([^/]+)$")
+_LOGS = re.compile(r"^/v2/sandboxes/sessions/[^/]+/cmd/([^/]+)/logs$")
+_WAIT = re.compile(r"^/v2/sandboxes/sessions/[^/]+/cmd/([^/]+)$")
 HELD = "authored: Vercel keeps a command's log stream open until the command ends, here at the kill"
 PACED = "authored: Vercel answers the wait when the command exits; it ran this long in the simulator"
 
@@ -116,26 +117,43 @@ def _next_in_lane(data: dict[str, Any], index: int, steps: list[tuple[str, int]]
     return next((j for j in range(index + 1, len(steps)) if steps[j][0] == lane), None)
 
 
+_CMD = re.compile(r"^/v2/sandboxes/sessions/[^/]+/cmd$")
+
+
+def _stream_command(interaction: dict[str, Any]) -> str | None:
+    """The command a stream belongs to: a logs path names it; a ``cmd`` run's first line carries it."""
+    request = interaction["request"]
+    match = _LOGS.match(request["path"])
+    if match:
+        return match.group(1)
+    if request["method"] == "POST" and _CMD.match(request["path"]):
+        lines = ((interaction.get("response") or {}).get("body") or {}).get("ndjson") or []
+        first = (lines[0].get("json") or {}) if lines else {}
+        command = first.get("command") if isinstance(first, dict) else None
+        return str(command["id"]) if isinstance(command, dict) and command.get("id") else None
+    return None
+
+
 def _hold_abandoned_streams(data: dict[str, Any]) -> None:
-    """Keep open, until the kill, a log stream the driver stopped reading (a timeout, a cancel, the output limit).
+    """Keep open, until the kill, a stream the driver stopped reading (a timeout, a cancel, the output limit).
 
     The recorder writes no time for the end of a stream, only for its frames,
-    so a stream the driver hung up on would replay as ending at once and the
-    driver would go on to wait for the exit code. A last, empty line held
-    until the next request of the sandbox (the kill) keeps it open as it was.
+    so a stream the driver hung up on would replay as ending at once. A last,
+    empty line held until the next request of the sandbox (the kill) keeps it
+    open as it was. Streams are a command run with ``wait`` and its logs.
     """
     steps = _lane_steps(data)
     for index, interaction in enumerate(data["interactions"]):
-        match = _LOGS.match(interaction["request"]["path"])
         body = (interaction.get("response") or {}).get("body") or {}
-        if not match or interaction.get("fault") or body.get("end_newline") is False:
+        cmd_id = _stream_command(interaction)
+        if cmd_id is None or interaction.get("fault") or body.get("end_newline") is False:
             continue
         following = _next_in_lane(data, index, steps)
         if following is None:
             continue
         nxt = data["interactions"][following]["request"]
-        if nxt["method"] != "POST" or nxt["path"] != interaction["request"]["path"].removesuffix("/logs") + "/kill":
-            continue  # the stream ended with the command: the driver went on to the exit code, or the next step
+        if nxt["method"] != "POST" or not nxt["path"].endswith(f"/cmd/{cmd_id}/kill"):
+            continue  # the stream ended with the command: the driver went on to the next step
         lines = body.setdefault("ndjson", [])
         if lines and lines[-1].get("note") == HELD:
             continue
@@ -166,11 +184,11 @@ def _pace(data: dict[str, Any], durations: dict[str, float]) -> None:
 
 
 def _set_stdout(path: Path, text: str) -> None:
-    """Replace the code's stdout in a recorded run (the first command's logs) with ``text``."""
+    """Replace the code's stdout in a recorded run (the log lines of the first command's stream) with ``text``."""
     data = _load(path)
-    logs = data["interactions"][_find(data, "GET", "/logs")]
-    logs["response"]["body"] = {"ndjson": [{"json": {"stream": "stdout", "data": text}}]}
-    data["meta"]["edited"] = "stdout: what Vercel's egress policy gives (the simulator has no internet)"
+    frames = data["interactions"][_find(data, "POST", "/cmd")]["response"]["body"]["ndjson"]
+    frames[1:-1] = [{"json": {"stream": "stdout", "data": text}}]
+    data["meta"]["edited"] = ["stdout: what Vercel's egress policy gives (the stand-in has no internet)"]
     _save(path, data)
 
 
@@ -196,18 +214,54 @@ def _faults() -> None:
     base = _load(CASSETTES / "TestRun" / "test_python_prints.json")
     text = json.dumps(base).replace(json.dumps("print(1 + 1)"), json.dumps("print('fault')"))
     base = json.loads(text)
-    logs_body = base["interactions"][_find(base, "GET", "/logs")]["response"]["body"]
-    logs_body["ndjson"] = [{"json": {"stream": "stdout", "data": "fault\n"}}]
-    base["meta"]["made"] = "authored"
-    create = _find(base, "POST", "/v1/sandboxes")
-    stop = _find(base, "POST", "/stop")
+    create = _find(base, "POST", "/v3/sandboxes")
     cmd = _find(base, "POST", "/cmd")
-    logs = _find(base, "GET", "/logs")
+    read = _find(base, "POST", "/fs/read")
+    stop = _find(base, "POST", "/stop")
+    frames = base["interactions"][cmd]["response"]["body"]["ndjson"]
+    frames[1:-1] = [{"json": {"stream": "stdout", "data": "fault\n"}}]
+    base["meta"]["made"] = "authored"
+    base["meta"].pop("edited", None)
+    session = base["interactions"][cmd]["request"]["path"].removesuffix("/cmd")
+    cmd_id = frames[0]["json"]["command"]["id"]
 
     def keep(data: dict[str, Any], *indexes: int) -> dict[str, Any]:
         out = copy.deepcopy(data)
         out["interactions"] = [copy.deepcopy(data["interactions"][i]) for i in indexes]
         return out
+
+    def save(path: Path, data: dict[str, Any], fault: str) -> None:
+        data["meta"]["fault"] = fault
+        data["meta"]["edited"] = [f"fault: {fault}"]
+        _save(path, data)
+
+    def follow(data: dict[str, Any], at: int) -> None:
+        """Insert, at ``at``, the requests that follow a started command whose stream broke: logs, then wait."""
+        logs = {
+            "upstream": "api",
+            "request": {"method": "GET", "path": f"{session}/cmd/{cmd_id}/logs", "query": [["teamId", TEAM]]},
+            "response": {
+                "status": 200,
+                "headers": {"content-type": "application/x-ndjson"},
+                "body": {
+                    "ndjson": [
+                        {"json": {"stream": "stdout", "data": "fa"}},
+                        {"json": {"stream": "stdout", "data": "ult\n"}},
+                    ]
+                },
+            },
+        }
+        finished = copy.deepcopy(frames[-1]["json"])
+        wait = {
+            "upstream": "api",
+            "request": {
+                "method": "GET",
+                "path": f"{session}/cmd/{cmd_id}",
+                "query": [["teamId", TEAM], ["wait", "true"]],
+            },
+            "response": {"status": 200, "headers": {"content-type": "application/json"}, "body": {"json": finished}},
+        }
+        data["interactions"][at:at] = [logs, wait]
 
     everything = list(range(len(base["interactions"])))
     # 429 at create (the concurrency limit), with Retry-After: 1; then the same create succeeds.
@@ -215,90 +269,126 @@ def _faults() -> None:
     refused = copy.deepcopy(data["interactions"][create])
     refused["response"] = _error(429, "too_many_requests", "Too many concurrent sandboxes", {"retry-after": "1"})
     data["interactions"].insert(create, refused)
-    data["meta"]["fault"] = "429 with Retry-After at create"
-    _save(folder / "test_429_with_retry_after_is_retried_after_the_wait.json", data)
+    save(folder / "test_429_with_retry_after_is_retried_after_the_wait.json", data, "429 with Retry-After at create")
     # 503 at create: not idempotent, so not retried.
     data = keep(base, create)
     data["interactions"][0]["response"] = _error(503, "internal_server_error", "Service unavailable")
-    data["meta"]["fault"] = "503 at create"
-    _save(folder / "test_503_is_0006_and_retryable.json", data)
-    # The command request reset before any answer: it may have started, so it is never sent again.
-    data = keep(base, create, create + 1, cmd, stop)
-    data["interactions"][2].pop("response")
-    data["interactions"][2]["fault"] = {"kind": "reset"}
-    data["meta"]["fault"] = "connection reset on the command request"
-    _save(folder / "test_a_reset_mid_stream_is_0006_and_the_command_is_not_sent_again.json", data)
-    # 404 on the logs: the sandbox vanished mid-run; nothing to stop.
-    data = keep(base, create, create + 1, cmd, logs)
-    data["interactions"][3]["response"] = _error(404, "sandbox_not_found", "Sandbox not found")
-    data["meta"]["fault"] = "404 mid-run"
-    _save(folder / "test_a_sandbox_that_vanished_mid_run_is_0006.json", data)
+    save(folder / "test_503_is_0006_and_retryable.json", data, "503 at create")
+    # The command request reset before any answer: it may have started, so it is never sent again; no id to
+    # kill it by, so the sandbox is stopped.
+    data = keep(base, create, cmd, stop)
+    data["interactions"][1].pop("response")
+    data["interactions"][1]["fault"] = {"kind": "reset"}
+    save(
+        folder / "test_a_reset_mid_stream_is_0006_and_the_command_is_not_sent_again.json",
+        data,
+        "connection reset on the command request",
+    )
+    # 404 on the command: the sandbox vanished mid-run. 404 is no proof it stopped (a 404 names a command or a
+    # file too), so the driver still stops it, and the stop answers 404 as well.
+    data = keep(base, create, cmd, stop)
+    data["interactions"][1]["response"] = _error(404, "sandbox_not_found", "Sandbox not found")
+    data["interactions"][2]["response"] = _error(404, "sandbox_not_found", "Sandbox not found")
+    save(folder / "test_a_sandbox_that_vanished_mid_run_is_0006.json", data, "404 mid-run")
     # The command's answer comes 5 s late: the driver cannot address it, so it stops the sandbox.
-    data = keep(base, create, create + 1, cmd, stop)
+    data = keep(base, create, cmd, stop)
     data["interactions"][0]["request"]["body"]["json"]["timeout"] = int((1 + MARGIN) * 1000)  # the test's 1 s limit
-    data["interactions"][2]["fault"] = {"kind": "delay", "seconds": 5}
-    data["meta"]["fault"] = "the command's answer 5 s past a 1 s limit"
-    _save(folder / "test_a_response_past_the_deadline_stops_the_run_at_its_time_limit.json", data)
-    _own_faults(base, keep, everything, create, cmd, logs, stop)
+    data["interactions"][1]["fault"] = {"kind": "delay", "seconds": 5}
+    save(
+        folder / "test_a_response_past_the_deadline_stops_the_run_at_its_time_limit.json",
+        data,
+        "the command's answer 5 s past a 1 s limit",
+    )
+    _own_faults(base, keep, save, follow, everything, create, cmd, read, stop)
 
 
 def _own_faults(
-    base: dict[str, Any], keep: Any, everything: list[int], create: int, cmd: int, logs: int, stop: int
+    base: dict[str, Any],
+    keep: Any,
+    save: Any,
+    follow: Any,
+    everything: list[int],
+    create: int,
+    cmd: int,
+    read: int,
+    stop: int,
 ) -> None:
-    for status, code, message in (
-        (401, "forbidden", "Not authorized"),
-        (402, "payment_required", "Billing limit reached"),
-        (403, "forbidden", "Project not accessible"),
+    for name, status, code, message, extra in (
+        ("create_401", 401, "unauthorized", "Not authorized", {}),
+        ("create_402", 402, "payment_required", "Billing limit reached", {}),
+        ("create_403", 403, "forbidden", "Not authorized: Trying to access resource under scope", {}),
+        ("create_403_invalid_token", 403, "forbidden", "Not authorized", {"invalidToken": True}),
     ):
         data = keep(base, create)
         data["interactions"][0]["response"] = _error(status, code, message)
-        data["meta"]["fault"] = f"{status} at create"
-        _save(OWN / f"create_{status}.json", data)
-    # 410 mid-run: the sandbox stopped (its timeout) while the command's logs were read.
-    data = keep(base, create, create + 1, cmd, logs)
-    data["interactions"][3]["response"] = _error(410, "sandbox_stopped", "Sandbox is stopped")
-    data["meta"]["fault"] = "410 mid-run"
-    _save(OWN / "stopped_mid_run.json", data)
-    # The log stream cut after its first line; the reconnect replays from the start.
+        data["interactions"][0]["response"]["body"]["json"]["error"].update(extra)
+        save(OWN / f"{name}.json", data, f"{status} {code}{' invalidToken' if extra else ''} at create")
+    # 410 on the command: the session stopped (its timeout). Known stopped: no stop is sent.
+    data = keep(base, create, cmd)
+    data["interactions"][1]["response"] = _error(410, "sandbox_stopped", "Sandbox is stopped")
+    save(OWN / "stopped_mid_run.json", data, "410 sandbox_stopped on the command")
+    # The command's stream cut after its first line and "fa": followed by its logs (replayed from the start,
+    # "fa" skipped) and its wait, never sent again.
     data = keep(base, *everything)
-    first = data["interactions"][logs]
-    lines = first["response"]["body"]["ndjson"]
-    whole = [{"json": {"stream": "stdout", "data": "fa"}}, {"json": {"stream": "stdout", "data": "ult\n"}}]
-    assert "".join(x["json"]["data"] for x in lines) == "fault\n", lines
-    first["response"]["body"]["ndjson"] = copy.deepcopy(whole)
-    first["fault"] = {"kind": "reset", "after_frames": 1}
-    again = copy.deepcopy(first)
-    again.pop("fault")
-    data["interactions"].insert(logs + 1, again)
-    data["meta"]["fault"] = "log stream cut after one line; the reconnect replays it from the start"
-    _save(OWN / "cut_log_stream.json", data)
+    run = data["interactions"][cmd]
+    run["response"]["body"]["ndjson"][1:-1] = [
+        {"json": {"stream": "stdout", "data": "fa"}},
+        {"json": {"stream": "stdout", "data": "ult\n"}},
+    ]
+    run["fault"] = {"kind": "reset", "after_frames": 2}
+    follow(data, cmd + 1)
+    save(OWN / "cut_log_stream.json", data, "the command's stream cut after 2 lines; followed by logs and wait")
+    # A command-level 404 is not the sandbox gone: the cut stream's logs answer 404 command_not_found, the kill
+    # too; the driver still stops the sandbox (never left billed).
+    data = keep(base, create, cmd, stop)
+    run = data["interactions"][1]
+    run["response"]["body"]["ndjson"][1:-1] = [{"json": {"stream": "stdout", "data": "fa"}}]
+    run["fault"] = {"kind": "reset", "after_frames": 2}
+    follow(data, 2)
+    del data["interactions"][3]  # no wait: the logs already failed
+    data["interactions"][2]["response"] = _error(404, "command_not_found", "Command not found")
+    kill = {
+        "upstream": "api",
+        "request": {
+            "method": "POST",
+            "path": data["interactions"][2]["request"]["path"].removesuffix("/logs") + "/kill",
+            "query": [["teamId", TEAM]],
+            "body": {"json": {"signal": 15}},
+        },
+        "response": _error(404, "command_not_found", "Command not found"),
+    }
+    data["interactions"].insert(3, kill)
+    save(OWN / "command_404_still_stops.json", data, "404 command_not_found on logs and kill; the sandbox is stopped")
     # 429 at create with a Retry-After past what the driver waits (10 s): reported at once, create sent once.
     data = keep(base, create)
     data["interactions"][0]["response"] = _error(
         429, "too_many_requests", "Too many concurrent sandboxes", {"retry-after": "120"}
     )
-    data["meta"]["fault"] = "429 at create, Retry-After: 120"
-    _save(OWN / "create_429_retry_after_120.json", data)
+    save(OWN / "create_429_retry_after_120.json", data, "429 at create, Retry-After: 120")
     # 429 with Retry-After: 1 on the command: refused without acting, so sent again after the wait.
     data = keep(base, *everything)
     refused = copy.deepcopy(data["interactions"][cmd])
     refused["response"] = _error(429, "too_many_requests", "Rate limit exceeded", {"retry-after": "1"})
     data["interactions"].insert(cmd, refused)
-    data["meta"]["fault"] = "429 with Retry-After: 1 on the command request"
-    _save(OWN / "cmd_429_retry_after_1.json", data)
+    save(OWN / "cmd_429_retry_after_1.json", data, "429 with Retry-After: 1 on the command request")
     # 503 on the command: a command is never sent twice, so it is 0006; the sandbox is stopped.
-    data = keep(base, create, create + 1, cmd, stop)
-    data["interactions"][2]["response"] = _error(503, "internal_server_error", "Service unavailable")
-    data["meta"]["fault"] = "503 on the command request"
-    _save(OWN / "cmd_503.json", data)
-    # 503 on the wait (a read, idempotent): retried, and the run succeeds.
-    wait = _find(base, "GET", base["interactions"][logs]["request"]["path"].removesuffix("/logs"))
+    data = keep(base, create, cmd, stop)
+    data["interactions"][1]["response"] = _error(503, "internal_server_error", "Service unavailable")
+    save(OWN / "cmd_503.json", data, "503 on the command request")
+    # 503 on the wait (a read, idempotent) of a command whose stream broke: retried, and the run succeeds.
     data = keep(base, *everything)
-    failed = copy.deepcopy(data["interactions"][wait])
+    run = data["interactions"][cmd]
+    run["response"]["body"]["ndjson"][1:-1] = []
+    run["fault"] = {"kind": "reset", "after_frames": 1}
+    follow(data, cmd + 1)
+    failed = copy.deepcopy(data["interactions"][cmd + 2])
     failed["response"] = _error(503, "internal_server_error", "Service unavailable")
-    data["interactions"].insert(wait, failed)
-    data["meta"]["fault"] = "503 on the wait for the exit code, then its answer"
-    _save(OWN / "wait_503_then_ok.json", data)
+    data["interactions"].insert(cmd + 2, failed)
+    save(
+        OWN / "wait_503_then_ok.json",
+        data,
+        "the stream cut after the command's first line; 503 on its wait, then its answer",
+    )
 
 
 def record() -> tuple[int, dict[str, float]]:
@@ -307,7 +397,8 @@ def record() -> tuple[int, dict[str, float]]:
 
     sim = importlib.import_module("simulator").Simulator()
     sim.start()
-    os.environ.setdefault("VERCEL_TOKEN", "simulator-token")
+    # The simulator's account: its token, and the placeholder project and team the cassettes replay with.
+    os.environ.update(VERCEL_TOKEN=sim.token, VERCEL_PROJECT_ID=PROJECT, VERCEL_TEAM_ID=TEAM)
     try:
         status = int(
             pytest.main(

@@ -1,9 +1,9 @@
 """The vercel-sandbox driver runs the conformance suite on cassettes, replayed on loopback.
 
 Replay: `pytest mainsdk_vercel/tests/conformance`. Re-record live (a Vercel account):
-`VERCEL_TOKEN=... VERCEL_PROJECT_ID=... mainsdk-conformance record --driver vercel-sandbox
---tests mainsdk_vercel/tests/conformance`, then `python mainsdk_vercel/tests/conformance/author.py --ids`
-to put the placeholder project and team back.
+`VERCEL_TOKEN=... VERCEL_PROJECT_ID=... [VERCEL_TEAM_ID=...] mainsdk-conformance record --driver vercel-sandbox
+--tests mainsdk_vercel/tests/conformance`, then `python mainsdk_vercel/tests/conformance/author.py --finish`
+(``--finish``) to put the placeholder project and team back.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ REPLAY_TOKEN = "replay-token-not-a-secret"
 
 @pytest.fixture
 def conformance_profile() -> Profile:
-    """Vercel Sandbox API v1."""
+    """Vercel Sandbox: v3 create, v2 sessions."""
     return VERCEL
 
 
@@ -45,8 +45,15 @@ def conformance_target(conformance_replay: Any, request: pytest.FixtureRequest) 
         # Port 9 (discard) on loopback: nothing listens, the connection is refused.
         return driver_from_config(config, token=REPLAY_TOKEN, base_url="http://127.0.0.1:9")
 
-    project = os.environ.get("VERCEL_PROJECT_ID", PROJECT) if recording else PROJECT
-    team = os.environ.get("VERCEL_TEAM_ID", TEAM) if recording else TEAM
+    if recording:
+        # Only what the recorder was given: a placeholder sent to a live API would be refused (or worse, be
+        # someone's team). No team is a personal account: no teamId is sent.
+        project: str | None = os.environ.get("VERCEL_PROJECT_ID")
+        team: str | None = os.environ.get("VERCEL_TEAM_ID") or None
+        if not project:
+            raise pytest.UsageError("recording vercel-sandbox needs VERCEL_PROJECT_ID (and VERCEL_TEAM_ID for a team)")
+    else:
+        project, team = PROJECT, TEAM
     return ConformanceTarget(
         driver_id="vercel-sandbox",
         driver=build,

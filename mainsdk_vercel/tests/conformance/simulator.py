@@ -1,16 +1,30 @@
-"""A stand-in for Vercel Sandbox REST API v1 on loopback, used only to author cassettes.
+"""A stand-in for Vercel Sandbox's REST API (v3 create, v2 sessions) on loopback, used to author cassettes.
 
 We have no Vercel account, so the conformance cassettes are authored: the
 suite runs in record mode with its recorder forwarding here instead of to
-api.vercel.com, and ``author.py`` marks what it wrote ``made: authored``. The
-shapes (paths, bodies, answers, NDJSON logs, errors) follow the v1 docs and
-Vercel's own v1 client (``vercel`` 0.5.9, ``vercel/_internal/sandbox``);
-``test_vercel_sdk.py`` replays the cassettes through that client to check it.
+api.vercel.com, and ``author.py`` marks what it wrote ``made: authored``.
+
+Every shape follows the current official clients, read for this:
+
+- ``vercel-sandbox`` 0.10.0 (PyPI), ``vercel/sandbox/_internal/api_client.py``:
+  create is ``POST /v3/sandboxes`` answering ``{sandbox, session, routes}``;
+  everything after it is keyed by the session id, ``/v2/sandboxes/sessions/{id}/...``;
+  ``run_process`` posts ``cmd?wait=true&logs=true`` and reads one NDJSON stream:
+  the command, its log lines, the command again with ``exitCode``;
+  ``kill_command`` posts ``cmd/{cmdId}/kill`` ``{signal}`` and validates a
+  ``{command}`` answer; ``stop_runtime_session`` posts ``stop`` ``{}``.
+- ``@vercel/sandbox`` (github vercel/sandbox, ``packages/vercel-sandbox/src/api-client/api-client.ts``,
+  commit 087d659 "Use the V2 endpoints instead of V1"): the same paths; a 410
+  means the session is stopped and a 422 ``sandbox_stopping`` that it is
+  stopping (``sandbox.ts``, ``isSandboxStoppedError`` / ``isSandboxStoppingError``).
+
+A kill signals the command's one process (the API names a command, not a
+process group); stop kills everything. A wrong token is answered as Vercel's
+API does: 403 with ``invalidToken`` (providers.md, checked 2026-11-30).
 
 Commands run as plain host processes in a private temporary folder standing
-for ``/vercel/sandbox``, in their own mount namespace with a private
-``/tmp`` (the host's files are not the VM's). A kill signals the one process,
-as Vercel documents; stop kills everything. Not a sandbox: test code only.
+for ``/vercel/sandbox``, in their own mount namespace with a private ``/tmp``
+(the host's files are not the VM's). Not a sandbox: test code only.
 """
 
 from __future__ import annotations
@@ -36,6 +50,7 @@ from urllib.parse import parse_qs, urlsplit
 ROOT = "/vercel/sandbox"
 PYTHON = os.path.realpath(sys.executable)
 BASE = "/var/tmp"  # not under /tmp, which each command gets empty
+SESSIONS = "/v2/sandboxes/sessions/"
 
 
 class Command:
@@ -43,6 +58,7 @@ class Command:
 
     def __init__(self, cmd_id: str, sandbox: Sandbox, body: dict[str, Any]) -> None:
         self.id = cmd_id
+        self.session_id = sandbox.session_id
         self.body = body
         self.started = int(time.time() * 1000)
         self.began = time.monotonic()
@@ -85,32 +101,31 @@ class Command:
             self.exit_code = code if code >= 0 else 128 - code
             self.cond.notify_all()
 
-    def view(self, sandbox_id: str, finished: bool) -> dict[str, Any]:
-        view = {
+    def view(self, finished: bool) -> dict[str, Any]:
+        return {
             "id": self.id,
             "name": self.body["command"],
             "args": self.body.get("args", []),
             "cwd": self.body.get("cwd", ROOT),
-            "sandboxId": sandbox_id,
+            "sessionId": self.session_id,
             "exitCode": self.exit_code if finished else None,
             "startedAt": self.started,
         }
-        return view
 
 
 class Sandbox:
-    """A folder standing for a sandbox's ``/vercel/sandbox``."""
+    """A named sandbox and its one session: a folder standing for the session's ``/vercel/sandbox``."""
 
-    def __init__(self, sandbox_id: str, body: dict[str, Any]) -> None:
-        self.id = sandbox_id
+    def __init__(self, name: str, session_id: str, body: dict[str, Any]) -> None:
+        self.name = name
+        self.session_id = session_id
         self.body = body
         self.dir = tempfile.mkdtemp(prefix="vercel-sim-", dir=BASE)
         self.bin = tempfile.mkdtemp(prefix="vercel-sim-bin-", dir=BASE)
-        for name, target in (("python3", PYTHON), ("node", shutil.which("node")), ("bash", "/bin/bash")):
-            if target and (name != "node" or body.get("runtime", "").startswith("node")):
-                os.symlink(target, os.path.join(self.bin, name))
-        if body.get("runtime", "").startswith("python"):
-            os.symlink(PYTHON, os.path.join(self.bin, "python3.13"))
+        # The default image (vercel/sandbox/universal) has Node 24, Python and Bash (sandbox.ts, Sandbox.create).
+        for name_, target in (("python3", PYTHON), ("node", shutil.which("node")), ("bash", "/bin/bash")):
+            if target:
+                os.symlink(target, os.path.join(self.bin, name_))
         self.commands: dict[str, Command] = {}
         self.status = "running"
         self.created = int(time.time() * 1000)
@@ -119,13 +134,14 @@ class Sandbox:
         """A sandbox path in the host folder."""
         return self.dir + path[len(ROOT) :] if path == ROOT or path.startswith(ROOT + "/") else path
 
-    def view(self) -> dict[str, Any]:
+    def session_view(self) -> dict[str, Any]:
         return {
-            "id": self.id,
+            "id": self.session_id,
+            "sourceSandboxName": self.name,
+            "projectId": self.body.get("projectId"),
             "memory": 4096,
             "vcpus": self.body.get("resources", {}).get("vcpus", 2),
             "region": "iad1",
-            "runtime": self.body.get("runtime", "node24"),
             "timeout": self.body.get("timeout", 300000),
             "status": self.status,
             "requestedAt": self.created,
@@ -133,7 +149,19 @@ class Sandbox:
             "createdAt": self.created,
             "updatedAt": self.created,
             "cwd": ROOT,
-            "networkPolicy": self.body.get("networkPolicy", {"mode": "allow-all"}),
+            "networkPolicy": _policy_readback(self.body.get("networkPolicy")),
+        }
+
+    def sandbox_view(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "currentSessionId": self.session_id,
+            "projectId": self.body.get("projectId"),
+            "persistent": self.body.get("persistent", True),
+            "status": self.status,
+            "tags": self.body.get("tags") or {},
+            "createdAt": self.created,
+            "updatedAt": self.created,
         }
 
     def stop(self) -> None:
@@ -149,12 +177,27 @@ class Sandbox:
         shutil.rmtree(self.bin, ignore_errors=True)
 
 
-class Simulator:
-    """The v1 endpoints the driver and Vercel's v1 client use, on 127.0.0.1."""
+def _policy_readback(policy: Any) -> Any:
+    """The policy as the API reads it back: modes as they are; an ``allow`` list or record as ``custom``.
 
-    def __init__(self) -> None:
-        self.sandboxes: dict[str, Sandbox] = {}
+    The request takes ``{"mode": ...}`` or ``{"allow": ..., "subnets": ...}``
+    (``NetworkPolicyRequestValidator``); the answer uses the legacy readback
+    ``{"mode": "custom", "allowedDomains": [...]}`` (``NetworkPolicyResponseValidator``).
+    """
+    if not isinstance(policy, dict) or "mode" in policy:
+        return policy or {"mode": "allow-all"}
+    allow = policy.get("allow") or []
+    return {"mode": "custom", "allowedDomains": list(allow)}
+
+
+class Simulator:
+    """The endpoints our driver and Vercel's own clients use, on 127.0.0.1."""
+
+    def __init__(self, token: str = "simulator-token") -> None:
+        self.token = token
+        self.sandboxes: dict[str, Sandbox] = {}  # by session id
         self.ids = itertools.count(1)
+        self.requests: list[dict[str, Any]] = []  # every request, for comparing clients: method, path, query, body
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
 
@@ -169,6 +212,7 @@ class Simulator:
         for sandbox in self.sandboxes.values():
             sandbox.stop()
         self.server.shutdown()
+        self.server.server_close()
 
     def durations(self) -> dict[str, float]:
         """Each finished command's run time, by command id (ids are unique within one simulator)."""
@@ -192,40 +236,91 @@ class Simulator:
                 sim.handle(self)
 
             do_POST = do_GET
+            do_DELETE = do_GET
 
         return Handler
 
     def handle(self, h: http.server.BaseHTTPRequestHandler) -> None:
         parts = urlsplit(h.path)
         query = parse_qs(parts.query)
-        body = h.rfile.read(int(h.headers.get("content-length") or 0))
-        segments = parts.path.strip("/").split("/")
-        if segments[:2] != ["v1", "sandboxes"]:
+        body = self._body(h)
+        self.requests.append(
+            {
+                "method": h.command,
+                "path": parts.path,
+                "query": {k: v[0] for k, v in query.items()},
+                "headers": {k.lower(): v for k, v in h.headers.items()},
+                "body": body,
+            }
+        )
+        if h.headers.get("authorization") != f"Bearer {self.token}":
+            # What Vercel's API answers a token it does not know (providers.md): 403, not 401.
+            return _json(h, 403, {"error": {"code": "forbidden", "message": "Not authorized", "invalidToken": True}})
+        path = parts.path
+        if path == "/v3/sandboxes" and h.command == "POST":
+            return self._create(h, json.loads(body))
+        if path.startswith("/v2/sandboxes/") and not path.startswith(SESSIONS):
+            name = path.removeprefix("/v2/sandboxes/")
+            found = next((s for s in self.sandboxes.values() if s.name == name), None)
+            if found is None:
+                return _json(h, 404, _error("sandbox_not_found", "Sandbox not found"))
+            return _json(h, 200, {"sandbox": found.sandbox_view(), "session": found.session_view(), "routes": []})
+        if not path.startswith(SESSIONS):
             return _json(h, 404, _error("not_found", "no such endpoint"))
-        if len(segments) == 2 and h.command == "POST":
-            request = json.loads(body)
-            created = Sandbox(f"sbx_sim{next(self.ids):04d}", request)
-            self.sandboxes[created.id] = created
-            return _json(h, 200, {"sandbox": created.view(), "routes": []})
-        sandbox = self.sandboxes.get(segments[2])
+        segments = path.removeprefix(SESSIONS).split("/")
+        sandbox = self.sandboxes.get(segments[0])
         if sandbox is None:
             return _json(h, 404, _error("sandbox_not_found", "Sandbox not found"))
-        rest = segments[3:]
+        return self._session(h, sandbox, segments[1:], query, body)
+
+    @staticmethod
+    def _body(h: http.server.BaseHTTPRequestHandler) -> bytes:
+        if h.headers.get("transfer-encoding", "").lower() == "chunked":
+            data = b""
+            while True:
+                size = int(h.rfile.readline().strip() or b"0", 16)
+                if size == 0:
+                    h.rfile.readline()
+                    return data
+                data += h.rfile.read(size)
+                h.rfile.readline()
+        return h.rfile.read(int(h.headers.get("content-length") or 0))
+
+    def _create(self, h: http.server.BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        number = next(self.ids)
+        name = request.get("name") or f"sbx-sim{number:04d}"
+        if any(s.name == name for s in self.sandboxes.values()):
+            return _json(h, 409, _error("sandbox_exists", "A sandbox with this name already exists"))
+        created = Sandbox(name, f"sess_sim{number:04d}", request)
+        self.sandboxes[created.session_id] = created
+        return _json(h, 200, {"sandbox": created.sandbox_view(), "session": created.session_view(), "routes": []})
+
+    def _session(
+        self,
+        h: http.server.BaseHTTPRequestHandler,
+        sandbox: Sandbox,
+        rest: list[str],
+        query: dict[str, list[str]],
+        body: bytes,
+    ) -> None:
+        if rest == []:
+            return _json(h, 200, {"session": sandbox.session_view(), "routes": []})
         if sandbox.status == "stopped" and rest != ["stop"]:
             return _json(h, 410, _error("sandbox_stopped", "Sandbox is stopped"))
         if rest == ["stop"]:
             sandbox.stop()
-            return _json(h, 200, {"sandbox": sandbox.view()})
+            return _json(h, 200, {"session": sandbox.session_view(), "sandbox": sandbox.sandbox_view()})
         if rest == ["extend-timeout"]:
             sandbox.body["timeout"] = sandbox.body.get("timeout", 300000) + json.loads(body)["duration"]
-            return _json(h, 200, {"sandbox": sandbox.view()})
+            return _json(h, 200, {"session": sandbox.session_view()})
         if rest == ["fs", "write"]:
-            base = sandbox.map(h.headers.get("x-cwd", ROOT))
+            cwd = h.headers.get("x-cwd", ROOT)
             with tarfile.open(fileobj=io.BytesIO(gzip.decompress(body))) as archive:
-                archive.extractall(base, filter="data")
+                archive.extractall(sandbox.dir, filter=_under_root(cwd, sandbox))
             return _json(h, 200, {})
         if rest == ["fs", "read"]:
-            path = Path(sandbox.map(json.loads(body)["path"]))
+            request = json.loads(body)
+            path = Path(sandbox.map(os.path.join(request.get("cwd") or ROOT, request["path"])))
             if not path.is_file():
                 return _json(h, 404, _error("file_not_found", "File not found"))
             data = path.read_bytes()
@@ -235,10 +330,13 @@ class Simulator:
             h.end_headers()
             h.wfile.write(data)
             return None
-        if rest == ["cmd"]:
-            started = Command(f"cmd_sim{next(self.ids):04d}", sandbox, json.loads(body))
+        if rest == ["cmd"] and h.command == "POST":
+            request = json.loads(body)
+            started = Command(f"cmd_sim{next(self.ids):04d}", sandbox, request)
             sandbox.commands[started.id] = started
-            return _json(h, 200, {"command": started.view(sandbox.id, False)})
+            if request.get("wait"):
+                return self._run(h, started, logs=bool(request.get("logs")))
+            return _json(h, 200, {"command": started.view(False)})
         command = sandbox.commands.get(rest[1]) if len(rest) >= 2 and rest[0] == "cmd" else None
         if command is None:
             return _json(h, 404, _error("command_not_found", "Command not found"))
@@ -246,34 +344,74 @@ class Simulator:
             if query.get("wait") == ["true"]:
                 with command.cond:
                     command.cond.wait_for(lambda: command.exit_code is not None)
-            return _json(h, 200, {"command": command.view(sandbox.id, command.exit_code is not None)})
+            return _json(h, 200, {"command": command.view(command.exit_code is not None)})
         if rest[2:] == ["kill"]:
+            # The one process the command started: the API kills a command, not its process group.
             if command.proc.poll() is None:
-                command.proc.send_signal(int(json.loads(body or b"{}").get("signal", signal.SIGTERM)))
-            return _json(h, 200, {})
+                os.kill(_inner_pid(command.proc.pid), int(json.loads(body or b"{}").get("signal", signal.SIGTERM)))
+            return _json(h, 200, {"command": command.view(command.exit_code is not None)})
         if rest[2:] == ["logs"]:
-            return self._logs(h, command)
+            return self._stream(h, command, lines=True, ends=False)
         return _json(h, 404, _error("not_found", "no such endpoint"))
 
-    def _logs(self, h: http.server.BaseHTTPRequestHandler, command: Command) -> None:
+    def _run(self, h: http.server.BaseHTTPRequestHandler, command: Command, logs: bool) -> None:
+        """``cmd`` with ``wait``: the command, (with ``logs``) its log lines, then the command with its exit code."""
+        self._stream(h, command, lines=logs, ends=True)
+
+    def _stream(self, h: http.server.BaseHTTPRequestHandler, command: Command, *, lines: bool, ends: bool) -> None:
         h.send_response(200)
         h.send_header("content-type", "application/x-ndjson")
         h.send_header("transfer-encoding", "chunked")
         h.end_headers()
-        sent = 0
-        while True:
-            with command.cond:
-                command.cond.wait_for(lambda s=sent: len(command.lines) > s or command.exit_code is not None)  # type: ignore[misc]
-                lines = command.lines[sent:]
-                done = command.exit_code is not None and len(command.lines) == sent + len(lines)
-            for line in lines:
-                data = (json.dumps(line) + "\n").encode()
-                h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        def send(value: Any) -> None:
+            data = (json.dumps(value) + "\n").encode()
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        try:
+            if ends:
+                send({"command": command.view(False)})
+            sent = 0
+            while True:
+                with command.cond:
+                    command.cond.wait_for(lambda s=sent: len(command.lines) > s or command.exit_code is not None)  # type: ignore[misc]
+                    fresh = command.lines[sent:]
+                    done = command.exit_code is not None and len(command.lines) == sent + len(fresh)
+                if lines:
+                    for line in fresh:
+                        send(line)
+                h.wfile.flush()
+                sent += len(fresh)
+                if done:
+                    break
+            if ends:
+                send({"command": command.view(True)})
+            h.wfile.write(b"0\r\n\r\n")
             h.wfile.flush()
-            sent += len(lines)
-            if done:
-                break
-        h.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client hung up (a timeout): the command runs on, as on Vercel
+
+
+def _inner_pid(pid: int) -> int:
+    """The command's own process: the child of our ``unshare`` (which stands for the VM's process launcher)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return pid
+    return int(children[0]) if children else pid
+
+
+def _under_root(cwd: str, sandbox: Sandbox) -> Any:
+    """A tar filter extracting at ``cwd`` (``x-cwd``) inside the sandbox folder; nothing lands outside it."""
+
+    def keep(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+        full = os.path.normpath(os.path.join(cwd, member.name))
+        if full != ROOT and not full.startswith(ROOT + "/"):
+            return None  # outside /vercel/sandbox: the stand-in keeps only its one folder
+        member = member.replace(name=full[len(ROOT) :].lstrip("/") or ".", deep=False)
+        return tarfile.data_filter(member, sandbox.dir)
+
+    return keep
 
 
 def _error(code: str, message: str) -> dict[str, Any]:

@@ -1,0 +1,45 @@
+"""Round trips per run, counted from the cassettes (the figure README.md states)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mainsdk_conformance.cassette import load
+
+CASSETTES = Path(__file__).parent / "conformance" / "cassettes"
+# README.md, "Round trips per run": a run is 4 requests (create, the command with its output, the out archive,
+# stop), plus 1 with files in. The issue's ceiling is 6 (+1 with files in).
+PLAIN_RUN = 4
+FILES_IN = 1
+
+
+def _steps(name: str) -> list[str]:
+    steps = []
+    for interaction in load(CASSETTES / name).interactions:
+        request = interaction["request"]
+        steps.append(f"{request['method']} {request['path'].rsplit('/', 1)[-1]}")
+    return steps
+
+
+def test_a_run_is_four_requests() -> None:
+    steps = _steps("TestRun/test_python_prints.json")
+    assert steps == ["POST sandboxes", "POST cmd", "POST read", "POST stop"]
+    assert len(steps) == PLAIN_RUN <= 6
+
+
+def test_files_in_add_one_request_and_out_files_none() -> None:
+    # A file in (one write), the out files back in one read, however many.
+    steps = _steps("TestFiles/test_out_files_come_back_as_file_refs.json")
+    assert steps == ["POST sandboxes", "POST write", "POST cmd", "POST read", "POST stop"]
+    assert len(steps) == PLAIN_RUN + FILES_IN <= 7
+
+
+def test_every_plain_run_costs_the_stated_figure() -> None:
+    # Every one-shot run of TestRun, TestIsolation and TestFiles that ran to its end: 4, or 5 with a write.
+    for folder in ("TestRun", "TestIsolation", "TestFiles"):
+        for path in sorted((CASSETTES / folder).glob("*.json")):
+            steps = _steps(f"{folder}/{path.name}")
+            if not steps:
+                continue  # refused before any request, or live only
+            writes = steps.count("POST write")
+            assert len(steps) == PLAIN_RUN + writes and writes <= 1, (path.name, steps)
