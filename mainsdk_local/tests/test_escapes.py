@@ -796,6 +796,29 @@ def test_socket_buffers_are_charged_to_the_memory_limit(make_sandbox: Callable[.
     assert all(value <= 1.5 * limit_mb for value in held.values()), held
 
 
+def test_a_sessions_files_count_against_its_memory_limit(make_sandbox: Callable[..., Any], local_config: str) -> None:
+    # Must hold: /work and /out are a tmpfs, RAM. Files an earlier command of a session left there count
+    # against every later command's memory limit, so a session box never holds its memory limit of code
+    # *and* its disk limit of files in RAM. Deleting the files gives the memory back.
+    launcher = Launcher()
+    try:
+        if launcher.memory_enforcement == "rlimit":
+            pytest.skip("no writable memory cgroup here: the memory limit is per process (RLIMIT_AS)")
+    finally:
+        launcher.close()
+    assert "memory: 256MB" in local_config
+    sandbox = make_sandbox(local_config.replace("memory: 256MB", "memory: 64MB")).sandbox
+    hold = ["-c", "b = b'x' * (40 << 20)\nprint('held', len(b) >> 20)"]
+    with sandbox.create() as session:
+        written = session.run("bash", ["-c", "head -c 41943040 /dev/zero > big && echo written"])
+        assert (written.stdout, written.stop) == ("written\n", None), written.stderr
+        over = session.run("python3", hold)  # 40 MiB of files + 40 MiB of code > 64 MiB
+        assert (over.stop, over.stdout) == ("memory", ""), over
+        assert session.run("bash", ["-c", "rm big"]).exit_code == 0
+        again = session.run("python3", hold)
+        assert (again.stdout, again.stop) == ("held 40\n", None), again.stderr
+
+
 def test_filling_the_disk_stops_at_the_boxs_own_limit(sandbox: Sandbox) -> None:
     # Must hold: writing without end fills only the box's own tmpfs (permissions.disk.temp.max, 64MB here)
     # and fails there with ENOSPC or EFBIG; the host's disk does not move and the next run has room.

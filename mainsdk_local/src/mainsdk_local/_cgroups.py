@@ -30,6 +30,29 @@ CGROUP_PREFIX = "mainsdk-local-"
 Limits = tuple[int | None, int] | None
 
 
+# The least memory limit a command gets when its session's files already fill the box's memory: enough
+# for the limit to be written while C sits in its cgroup; the code itself is then stopped with "memory".
+SESSION_FLOOR = 4 << 20
+
+
+def session_allowance(memory_bytes: int, box_fs: str) -> int:
+    """The memory limit for a command in a box whose tmpfs ``box_fs`` already holds files.
+
+    The box's /work and /out are a tmpfs: RAM. A page written there is charged to the
+    command that wrote it, and stays when that command's cgroup is gone, charged to no
+    later command. So a session could hold its memory limit *and* its disk limit in RAM.
+    Each command's limit is the memory limit less what the box's files hold now, which
+    keeps the box's code and files together within the memory limit (``SESSION_FLOOR``
+    aside). Files the app writes with ``write_file`` count too.
+    """
+    try:
+        fs = os.statvfs(box_fs)
+    except OSError:
+        return memory_bytes
+    held = (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+    return max(memory_bytes - held, min(memory_bytes, SESSION_FLOOR))
+
+
 class RunCgroup:
     """The cgroup directories of one exec."""
 

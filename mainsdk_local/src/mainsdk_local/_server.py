@@ -597,6 +597,8 @@ class Server:
         ctx.memory_version = cgroup.memory_version if cgroup else 0
         ctx.pids_dir = cgroup.pids_dir if cgroup else None
         ctx.memory_bytes = spec.memory_bytes
+        if ctx.namespaces and ctx.memory_dir is not None and spec.memory_bytes is not None:
+            ctx.memory_bytes = G.session_allowance(spec.memory_bytes, ctx.box_dir)  # the box's files are RAM
         ctx.max_processes = spec.max_processes + (1 if ctx.namespaces else 0)
         ctx.memory_rlimit = spec.memory_bytes if ctx.memory_dir is None else None
         ctx.nproc_rlimit = spec.max_processes if ctx.pids_dir is None else None
