@@ -275,8 +275,9 @@ class EgressProxy:
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            # One connection's failure is that connection's; the proxy goes on.
-            log.debug("sandbox proxy %s: connection failed", self.label, exc_info=task.exception())
+            # One connection's failure is that connection's; the proxy goes on. Its type only: the message
+            # of an error raised on the code's bytes could quote them, and they may carry a secret.
+            log.debug("sandbox proxy %s: connection failed (%s)", self.label, type(task.exception()).__name__)
 
     def _accept(self, listener: socket.socket) -> None:
         for _ in range(16):  # bounded, so a flood of connections cannot starve the loop
