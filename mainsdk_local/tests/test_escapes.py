@@ -15,6 +15,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -258,6 +259,53 @@ def test_a_writable_mount_under_a_read_only_tree_is_read_only_nosuid_nodev_in_th
     result = sandbox.run(f"import sys; sys.argv[1:] = [{path!r}]\n{code}")
     assert result.stdout.splitlines() == ["EROFS", "['nodev', 'nosuid', 'ro']"], result.stderr
     assert not os.path.exists(os.path.join(path, "x"))
+
+
+REMOUNT_FALLBACK = """
+import errno, json, os, tempfile
+from mainsdk_local import _linux as L
+L.unshare(L.CLONE_NEWNS)
+L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
+base = tempfile.mkdtemp()
+src, dst = os.path.join(base, "src"), os.path.join(base, "dst")
+os.mkdir(src); os.mkdir(dst)
+L.mount("tmpfs", src, "tmpfs", 0, "size=1m")
+os.mkdir(os.path.join(src, "sub"))
+L.mount("tmpfs", os.path.join(src, "sub"), "tmpfs", L.MS_NOEXEC, "size=1m")  # a writable submount
+
+
+def no_mount_setattr(target, attr_set, *, recursive):  # a kernel before 5.12
+    raise OSError(errno.ENOSYS, "mount_setattr: Function not implemented")
+
+
+L.mount_setattr = no_mount_setattr
+L.bind_readonly(src, dst)
+out = {}
+for line in open("/proc/self/mountinfo"):
+    fields = line.split()
+    if fields[4].startswith(dst):
+        out[fields[4][len(dst):] or "/"] = sorted(set(fields[5].split(",")) & {"ro", "rw", "nosuid", "nodev", "noexec"})
+try:
+    open(os.path.join(dst, "sub", "x"), "w")
+except OSError as exc:
+    out["write"] = errno.errorcode[exc.errno]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting in a private mount namespace needs root")
+def test_without_mount_setattr_every_submount_is_remounted_read_only() -> None:
+    # Must hold on kernels without mount_setattr (before 5.12) too: the fallback remounts each submount of a
+    # read-only bind read-only, nosuid and nodev, keeping the flags it had (noexec here).
+    done = subprocess.run(
+        [sys.executable, "-c", REMOUNT_FALLBACK], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "/": ["nodev", "nosuid", "ro"],
+        "/sub": ["nodev", "noexec", "nosuid", "ro"],
+        "write": "EROFS",
+    }
 
 
 def test_links_in_out_never_carry_a_host_files_content(

@@ -11,6 +11,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import re
 import socket
 import struct
 
@@ -134,12 +135,17 @@ def mount_setattr(target: str, attr_set: int, *, recursive: bool) -> None:
 _MOUNT_OPTIONS = {"noexec": MS_NOEXEC, "noatime": 1024, "nodiratime": 2048, "relatime": 1 << 21}
 
 
+def _unescape(field: str) -> str:
+    """A mountinfo path: the kernel writes space, tab, newline and backslash as octal escapes (\\040)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def submounts(target: str) -> list[str]:
     """``target`` and every mount point under it, parents first, from /proc/self/mountinfo."""
     found = []
     with open("/proc/self/mountinfo") as fh:
         for line in fh:
-            point = line.split()[4].encode().decode("unicode_escape")  # \040 and friends
+            point = _unescape(line.split()[4])
             if point == target or point.startswith(target.rstrip("/") + "/"):
                 found.append(point)
     return sorted(set(found), key=lambda p: p.count("/"))
@@ -151,7 +157,7 @@ def remount_readonly(point: str) -> None:
     with open("/proc/self/mountinfo") as fh:
         for line in fh:
             fields = line.split()
-            if fields[4].encode().decode("unicode_escape") == point:
+            if _unescape(fields[4]) == point:
                 keep = 0
                 for option in fields[5].split(","):
                     keep |= _MOUNT_OPTIONS.get(option, 0)
