@@ -10,7 +10,15 @@ from typing import Any
 
 import httpx
 import pytest
-from mainsdk_conformance.cassette import SCRUBBED, find_credentials, load
+from mainsdk_conformance.cassette import (
+    SCRUBBED,
+    CassetteError,
+    authored_meta,
+    find_credentials,
+    keep_on_record,
+    load,
+    mark_edited,
+)
 from mainsdk_conformance.profiles import Profile
 from mainsdk_conformance.replay import ReplayServer
 from standin import ACCESS_TOKEN, API_KEY, BINARY, StandIn, envelope
@@ -135,3 +143,63 @@ def test_record_mode_writes_a_scrubbed_cassette_that_replays_identically(provide
     scrubbed_create = live[0][2].replace(ACCESS_TOKEN.encode(), SCRUBBED.encode())
     assert replayed == [(live[0][0], live[0][1], scrubbed_create), *live[1:]]
     assert replayer.commands_sent() == 1
+
+
+# --- Record safety and labels ------------------------------------------------------------------------------------
+
+
+def _cassette(tmp_path: Path, meta: dict[str, Any], interactions: list[dict[str, Any]] | None = None) -> Path:
+    path = tmp_path / "c.json"
+    base = {"provider": "p", "api": "v1", "date": "2026-11-30"}
+    path.write_text(
+        json.dumps({"format": "mainsdk-cassette/1", "meta": base | meta, "interactions": interactions or []})
+    )
+    return path
+
+
+GET = {"request": {"method": "GET", "path": "/x"}, "response": {"status": 200}}
+
+
+def test_recording_keeps_authored_faults_and_hand_edits(tmp_path: Path) -> None:
+    fault = {**GET, "fault": {"kind": "reset"}}
+    edited = keep_on_record(_cassette(tmp_path, {"made": "authored", "edited": ["stdout: by hand"]}, [GET]))
+    assert edited is not None and "stdout: by hand" in edited and "cannot reproduce" in edited
+    faulty = keep_on_record(_cassette(tmp_path, {"made": "authored"}, [GET, fault]))
+    assert faulty is not None and "faults (reset)" in faulty
+
+
+def test_recording_may_replace_plain_authored_and_recorded_cassettes(tmp_path: Path) -> None:
+    assert keep_on_record(_cassette(tmp_path, {"made": "authored"}, [GET])) is None
+    # A real provider's reset, recorded as the fault it was, is a recording: the next recording may replace it.
+    assert keep_on_record(_cassette(tmp_path, {"made": "recorded"}, [{**GET, "fault": {"kind": "reset"}}])) is None
+    assert keep_on_record(tmp_path / "absent.json") is None
+
+
+def test_edited_must_be_a_list_of_what_was_changed(tmp_path: Path) -> None:
+    with pytest.raises(CassetteError, match=r"meta\.edited must be a list"):
+        load(_cassette(tmp_path, {"made": "authored", "edited": "stdout"}))
+    assert load(_cassette(tmp_path, {"made": "authored", "edited": ["stdout: x"]})).meta["edited"] == ["stdout: x"]
+
+
+def test_labels_of_a_cassette_derived_from_a_recording_are_its_own() -> None:
+    recorded: dict[str, Any] = {
+        "provider": "p",
+        "api": "v2",
+        "date": "2026-11-30",
+        "made": "recorded",
+        "sdk": "e2b 2.63.0",
+    }
+    meta = authored_meta(recorded, test="test_503", how="from the documented errors", edited=["fault: 503"])
+    assert meta == {
+        "provider": "p",
+        "api": "v2",
+        "date": "2026-11-30",
+        "made": "authored",
+        "test": "test_503",
+        "how": "from the documented errors",
+        "edited": ["fault: 503"],
+    }
+    # mark_edited on a recording without any note (E2B's finish.py crashed there with KeyError 'note').
+    mark_edited(recorded, "stdout: what the policy gives")
+    mark_edited(recorded, "stdout: what the policy gives")
+    assert recorded["edited"] == ["stdout: what the policy gives"] and recorded["made"] == "recorded"

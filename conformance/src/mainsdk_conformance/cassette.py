@@ -472,6 +472,11 @@ def check(data: Mapping[str, Any], where: str) -> None:
         raise CassetteError(f"{where}: meta lacks {', '.join(missing)}")
     if meta["made"] not in MADE:
         raise CassetteError(f"{where}: meta.made must be recorded or authored, not {meta['made']!r}")
+    edited = meta.get("edited")
+    if edited is not None and not (isinstance(edited, list) and all(isinstance(e, str) and e for e in edited)):
+        raise CassetteError(
+            f"{where}: meta.edited must be a list saying what was changed by hand, e.g. ['stdout: ...'], not {edited!r}"
+        )
     interactions = data.get("interactions")
     if not isinstance(interactions, list):
         raise CassetteError(f"{where}: interactions must be a list")
@@ -491,6 +496,56 @@ def check(data: Mapping[str, Any], where: str) -> None:
             f"{where} holds credentials; re-record it (the recorder scrubs them) or replace each with "
             f"{SCRUBBED!r}:\n  " + "\n  ".join(found)
         )
+
+
+def mark_edited(meta: dict[str, Any], what: str) -> None:
+    """Say in ``meta.edited`` that ``what`` was changed by hand (once; the list keeps its order)."""
+    edited = meta.get("edited")
+    listed: list[str] = list(edited) if isinstance(edited, list) else ([edited] if isinstance(edited, str) else [])
+    if what not in listed:
+        listed.append(what)
+    meta["edited"] = listed
+
+
+def authored_meta(base: Mapping[str, Any], *, test: str, how: str, edited: Sequence[str] = ()) -> dict[str, Any]:
+    """The meta of a cassette written by hand from ``base`` (a recording or another authored cassette).
+
+    Never a copy of the base's labels: ``made`` is ``authored``, what the base
+    was made by (``sdk``, ``how``, its edits) is dropped, and ``edited`` lists
+    only what this cassette changed.
+    """
+    meta = {key: base[key] for key in ("provider", "api", "date") if key in base}
+    meta.update(made="authored", test=test, how=how)
+    if edited:
+        meta["edited"] = list(edited)
+    return meta
+
+
+def keep_on_record(path: Path) -> str | None:
+    """Why recording must not replace the cassette at ``path``, or None when it may.
+
+    A live run cannot reproduce an authored cassette that holds faults or was
+    edited by hand (``meta.edited``): recording over it would lose it. A
+    cassette that is not there, or is not a cassette, may be written.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    meta = data.get("meta") if isinstance(data, Mapping) else None
+    if not isinstance(meta, Mapping) or meta.get("made") != "authored":
+        return None
+    interactions = data.get("interactions") if isinstance(data.get("interactions"), list) else []
+    faults = sorted(
+        {str((i.get("fault") or {}).get("kind")) for i in interactions if isinstance(i, Mapping) and i.get("fault")}
+    )
+    edited = meta.get("edited")
+    reasons = []
+    if edited:
+        reasons.append("edited by hand: " + "; ".join(edited if isinstance(edited, list) else [str(edited)]))
+    if faults or meta.get("fault"):
+        reasons.append("holds authored faults" + (f" ({', '.join(faults)})" if faults else ""))
+    return f"{path.name} is authored and {' and '.join(reasons)}; a live run cannot reproduce it" if reasons else None
 
 
 def load(path: Path | str) -> Cassette:

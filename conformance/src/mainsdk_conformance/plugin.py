@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from mainsdk import Capabilities
 
+from mainsdk_conformance.cassette import keep_on_record
 from mainsdk_conformance.marks import CAPABILITY_FLAGS, LIVE, MEMORY_LIMIT_TREE, REPLAY, UNAVAILABLE
 from mainsdk_conformance.suite._helpers import ORIGIN_BODY
 from mainsdk_conformance.target import Conformance, ConformanceTarget
@@ -33,6 +34,7 @@ from mainsdk_conformance.target import Conformance, ConformanceTarget
 REPLAY_KEY = pytest.StashKey[Any]()
 CAPS_KEY = pytest.StashKey[dict[str, Capabilities]]()
 REPORTED_KEY = pytest.StashKey[bool]()
+PASSED_KEY = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -96,7 +98,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
 
 
-def _missing(need: str, caps: Capabilities, target: ConformanceTarget, replayed: bool) -> str | None:
+def _missing(
+    need: str, caps: Capabilities, target: ConformanceTarget, replayed: bool, recording: bool = False
+) -> str | None:
     """Why the driver cannot take a test needing ``need``, or None when it can."""
     driver = target.driver_id
     if need in CAPABILITY_FLAGS:
@@ -111,6 +115,9 @@ def _missing(need: str, caps: Capabilities, target: ConformanceTarget, replayed:
         language = need.split(":", 1)[1]
         return None if language in caps.languages else f"driver {driver} declares no language {language}"
     if need == REPLAY:
+        if recording:
+            # A provider cannot be made to fail on cue: fault cassettes are authored, and recording keeps them.
+            return "recording: this test replays an authored fault cassette, which recording keeps as it is"
         return None if replayed else f"driver {driver} is not replayed from cassettes; this test needs a fault cassette"
     if need == LIVE:
         return f"driver {driver} is replayed; this test needs the driver live on this host" if replayed else None
@@ -152,19 +159,27 @@ class _Origin(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def conformance_origin_port(conformance: Conformance) -> Iterator[int]:
+def conformance_origin_port(request: pytest.FixtureRequest, conformance: Conformance) -> Iterator[int]:
     """The port of the origin the network tests reach, on 127.0.0.1 of this machine (never anywhere else).
 
-    A replayed driver reaches nothing: its cassette answers, so no server runs.
+    Replayed, nothing is served: the cassette answers, and the code names the
+    port the recording served on (``meta.origin_port``; 8080 for authored
+    cassettes that name none). Live and while recording, a real origin
+    answers; a recording notes its port, so replay sends the same code.
     """
-    if conformance.replayed:
-        yield REPLAYED_ORIGIN_PORT
+    recording = _recording(request.config)
+    if conformance.replayed and not recording:
+        meta = conformance.replay.cassette.meta if conformance.replay is not None else {}
+        yield int(meta.get("origin_port") or REPLAYED_ORIGIN_PORT)
         return
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    port = int(server.server_address[1])
+    if recording and conformance.replay is not None:
+        conformance.replay.cassette.meta["origin_port"] = port
     try:
-        yield server.server_address[1]
+        yield port
     finally:
         server.shutdown()
         server.server_close()
@@ -200,7 +215,7 @@ def _conformance_gate(request: pytest.FixtureRequest) -> None:
     caps: Capabilities = request.getfixturevalue("conformance_capabilities")
     for marker in request.node.iter_markers("conformance_requires"):
         for need in marker.args:
-            reason = _missing(need, caps, target, builder.replayed)
+            reason = _missing(need, caps, target, builder.replayed, _recording(request.config))
             if reason is not None:
                 pytest.skip(reason)
     key = f"{owner.__name__}::{name}"
@@ -249,7 +264,10 @@ def conformance_replay(
     from mainsdk_conformance.replay import ReplayServer, parse_upstreams
 
     path = conformance_cassette_dir / cassette_name(request.node)
-    if request.config.getoption("conformance_record"):
+    if _recording(request.config):
+        kept = keep_on_record(path)
+        if kept is not None:
+            pytest.skip(f"recording keeps the cassette: {kept}")
         upstreams = parse_upstreams(request.config.getoption("conformance_upstream"))
         secrets = [os.environ[name] for name in conformance_profile.credential_env if os.environ.get(name)]
         server = ReplayServer.recorder(conformance_profile, path, upstreams=upstreams, secrets=secrets)
@@ -261,12 +279,27 @@ def conformance_replay(
         yield server
     finally:
         server.stop()
-    if server.recording:
+    # Only a test that passed is a recording worth keeping: a failed or skipped one would replace a good
+    # cassette with what went wrong, or with nothing.
+    if server.recording and request.node.stash.get(PASSED_KEY, False) and server.cassette.interactions:
         server.save()
     problems = server.problems(final=True)
     # A test that already failed on a request the cassette lacks is not failed twice for what followed from it.
     if problems and not request.node.stash.get(REPORTED_KEY, False):
         pytest.fail("\n".join(problems), pytrace=False)
+
+
+def _recording(config: pytest.Config) -> bool:
+    return bool(config.getoption("conformance_record"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """Note whether the test itself passed, for record mode (which saves only passing tests' cassettes)."""
+    report = yield
+    if report.when == "call":
+        item.stash[PASSED_KEY] = report.passed
+    return report
 
 
 @pytest.hookimpl(wrapper=True)

@@ -4,8 +4,8 @@
 
 The recorder (``mainsdk-conformance``'s record mode) sits between the real e2b
 SDK and the stand-in, so each request is byte for byte what the SDK sends.
-Then ``faults.py`` writes the fault cassettes and ``fixups.py`` corrects the
-answers the stand-in cannot give (hosts on the internet). Re-record live
+Then ``finish.py`` writes the fault cassettes and corrects the answers the
+stand-in cannot give (hosts on the internet). Re-record live
 instead with ``mainsdk-conformance record --driver e2b --tests mainsdk_e2b/tests/conformance``.
 """
 

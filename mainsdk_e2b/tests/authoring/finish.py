@@ -24,6 +24,7 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))
 
 from mainsdk.driver import Command  # noqa: E402
 from mainsdk.engine import code_command  # noqa: E402
+from mainsdk_conformance.cassette import authored_meta, mark_edited  # noqa: E402
 from mainsdk_e2b.driver import shell_line  # noqa: E402
 
 
@@ -62,9 +63,8 @@ def fix_network() -> None:
         code = start["request"]["body"]["connect"][0]["json"]["process"]["args"][2]
         hosts = json.loads(re.search(r"for host in (\[.*?\]):", code).group(1))  # type: ignore[union-attr]
         set_stdout(start, "".join(f"{h} {'reached' if i == 0 else 'refused'}\n" for i, h in enumerate(hosts)))
-        note = "; stdout set to what the egress policy allows (the stand-in has no network)"
-        if note not in data["meta"]["note"]:
-            data["meta"]["note"] += note
+        # Structured, and safe on a recorded cassette (which has no note): recording then keeps this one.
+        mark_edited(data["meta"], "stdout: set to what the egress policy allows (the stand-in has no network)")
         save(name, data)
 
 
@@ -100,7 +100,9 @@ def faults() -> None:
     note = "authored by hand from E2B's documented errors and the SDK's source (e2b 2.63.0)"
 
     def cassette(test: str, interactions: list[dict[str, Any]]) -> None:
-        data = {"format": base["format"], "meta": {**base["meta"], "test": test, "note": note}}
+        # Authored, whatever the base was made by: never the base's labels (a recording's "recorded").
+        meta = authored_meta(base["meta"], test=test, how=note, edited=["fault: written by hand (see how)"])
+        data = {"format": base["format"], "meta": meta}
         data["interactions"] = interactions
         save(f"TestFaults/{test}.json", data)
 

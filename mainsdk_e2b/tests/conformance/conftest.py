@@ -18,7 +18,7 @@ from mainsdk_conformance.profiles import E2B, Profile
 
 from mainsdk_e2b import E2BDriver, e2b_sandbox_driver
 
-# What replay sends as the key: made up, and proved absent from every cassette and error (test_secrets.py).
+# What replay sends as the key: made up, and proved absent from every cassette and error (tests/test_driver.py).
 REPLAY_KEY = "e2b_" + "5eed" * 10
 # A loopback port nothing listens on: the backend that is down.
 DEAD_URL = "http://127.0.0.1:9"

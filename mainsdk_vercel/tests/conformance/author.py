@@ -26,6 +26,7 @@ CASSETTES = HERE / "cassettes"
 OWN = HERE.parent / "cassettes"  # the driver's own fault tests (tests/test_faults.py)
 sys.path.insert(0, str(HERE))
 
+from mainsdk_conformance.cassette import authored_meta, mark_edited  # noqa: E402
 from mainsdk_conformance.profiles import VERCEL  # noqa: E402
 from mainsdk_conformance.target import NetworkHosts  # noqa: E402
 from mainsdk_vercel.driver import MARGIN  # noqa: E402
@@ -159,6 +160,8 @@ def _hold_abandoned_streams(data: dict[str, Any]) -> None:
             continue
         lines.append({"json": {"stream": "stdout", "data": ""}, "after": steps[following][1], "note": HELD})
         interaction["response"]["body"] = body
+        if data["meta"].get("made") == "recorded":
+            mark_edited(data["meta"], "held: a stream the driver hung up on, kept open until its kill")
 
 
 def _pace(data: dict[str, Any], durations: dict[str, float]) -> None:
@@ -184,11 +187,16 @@ def _pace(data: dict[str, Any], durations: dict[str, float]) -> None:
 
 
 def _set_stdout(path: Path, text: str) -> None:
-    """Replace the code's stdout in a recorded run (the log lines of the first command's stream) with ``text``."""
+    """Replace the code's stdout in an authored run (the log lines of the first command's stream) with ``text``.
+
+    A live recording is the provider's own answer: it is left as it is.
+    """
     data = _load(path)
+    if data["meta"].get("made") == "recorded":
+        return
     frames = data["interactions"][_find(data, "POST", "/cmd")]["response"]["body"]["ndjson"]
     frames[1:-1] = [{"json": {"stream": "stdout", "data": text}}]
-    data["meta"]["edited"] = ["stdout: what Vercel's egress policy gives (the stand-in has no internet)"]
+    mark_edited(data["meta"], "stdout: what Vercel's egress policy gives (the stand-in has no internet)")
     _save(path, data)
 
 
@@ -220,7 +228,8 @@ def _faults() -> None:
     stop = _find(base, "POST", "/stop")
     frames = base["interactions"][cmd]["response"]["body"]["ndjson"]
     frames[1:-1] = [{"json": {"stream": "stdout", "data": "fault\n"}}]
-    base["meta"]["made"] = "authored"
+    # The faults' labels are their own, whatever the plain run was made by (never a recording's "recorded").
+    base["meta"] = authored_meta(base["meta"], test="", how="derived by hand from TestRun/test_python_prints")
     base["meta"].pop("edited", None)
     session = base["interactions"][cmd]["request"]["path"].removesuffix("/cmd")
     cmd_id = frames[0]["json"]["command"]["id"]
@@ -231,6 +240,7 @@ def _faults() -> None:
         return out
 
     def save(path: Path, data: dict[str, Any], fault: str) -> None:
+        data["meta"]["test"] = path.stem
         data["meta"]["fault"] = fault
         data["meta"]["edited"] = [f"fault: {fault}"]
         _save(path, data)
