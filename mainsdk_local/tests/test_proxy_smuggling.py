@@ -248,3 +248,45 @@ def test_fuzzed_requests_never_carry_a_second_request_upstream(net_sandbox: Any)
     answers, tally, found = fuzz_in_box(net_sandbox.sandbox, seed=11, count=240)
     assert found == [], found[:5]
     assert len(answers) == 240 and tally.get("HTTP/1.1 200", 0) >= 5 and tally.get("HTTP/1.1 400", 0) >= 50, tally
+
+
+# Weak mode: the proxy is on the host's loopback and wants the run's password (in HTTP_PROXY) on each request.
+WEAK_RAW = r"""
+import base64, json, os, socket, sys
+from urllib.parse import urlsplit
+proxy = urlsplit(os.environ["HTTP_PROXY"])
+auth = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
+for payload in json.loads(sys.argv[1]):
+    payload = payload.replace("\r\n", f"\r\nProxy-Authorization: Basic {auth}\r\n", 1)
+    s = socket.create_connection((proxy.hostname, proxy.port), timeout=10)
+    s.sendall(payload.encode("latin-1"))
+    answer = b""
+    while chunk := s.recv(65536):
+        answer += chunk
+    s.close()
+    print(json.dumps(answer.decode("latin-1").split("\r\n")[0]))
+"""
+
+
+@pytest.mark.skipif(
+    __import__("mainsdk_local._landlock", fromlist=["abi"]).abi() < 4,
+    reason="weak mode's proxy is reachable only under Landlock with TCP rules (ABI 4, Linux 6.7)",
+)
+def test_weak_mode_gets_the_same_one_request_per_connection(make_net_sandbox: Any, upstream: RecordingUpstream) -> None:
+    # A system python: a box's uid cannot enter an interpreter installed under root's home.
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs /usr/bin/python3")
+    weak = make_net_sandbox(force_weak=True, programs={"python": "/usr/bin/python3"})
+    port = upstream.port
+    forms = smuggling_forms(port)
+    pipelined = (
+        f"GET http://{API}:{port}/one HTTP/1.1\r\nHost: {API}:{port}\r\n\r\nGET /two HTTP/1.1\r\nHost: {EVIL}\r\n\r\n"
+    )
+    code = f"import sys; sys.argv[1:] = [{json.dumps(json.dumps([pipelined, forms['cl-te'], forms['bare-lf']]))}]\n"
+    result = weak.sandbox.run(code + WEAK_RAW, network=[API])
+    assert result.isolation == "weak"
+    statuses = [json.loads(line) for line in result.stdout.splitlines()]
+    assert statuses == ["HTTP/1.1 200 OK", "HTTP/1.1 400 Bad Request", "HTTP/1.1 400 Bad Request"], result.stderr
+    [data] = upstream.wait_idle()
+    assert request_lines(data) == [b"GET /one HTTP/1.1"] and host_lines(data) == [f"{API}:{port}".encode()]
+    assert b"/two" not in data and b"proxy-authorization" not in data.lower()  # the password stays in the proxy
