@@ -1,8 +1,15 @@
+import importlib.util
+import sys
+import tracemalloc
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mainsdk.config import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIG_NODES,
     AppConfig,
     E2BConfig,
     Limits,
@@ -15,6 +22,7 @@ from mainsdk.config import (
     parse_sandbox_config,
 )
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem
+from mainsdk.units import MAX_DISK, MAX_FILES, MAX_MEMORY, MAX_OUTPUT, MAX_TIMEOUT
 
 MB = 1024 * 1024
 
@@ -403,3 +411,215 @@ def test_yaml_syntax_error_in_a_file_has_its_line(tmp_path: Path) -> None:
         load_config(broken)
     problem = caught.value.problems[0]
     assert (problem.key, problem.line, problem.source) == ("main.yaml", 3, str(broken))
+
+
+# --- Merge keys, aliases and hostile YAML (issue 12) ----------------------------------------------------------------
+
+
+MERGED = """\
+defaults: &defaults
+  timeout: 10s
+  memory: 256MB
+sandbox:
+  limits:
+    <<: *defaults
+    output: 2MB
+"""
+
+
+def test_a_merge_key_fills_the_mapping_as_yaml_defines() -> None:
+    limits = load_config_text(MERGED).sandbox.limits
+    assert (limits.timeout, limits.memory, limits.output) == (10.0, 256 * MB, 2 * MB)
+
+
+def test_a_key_written_beside_the_merge_wins_over_the_merged_one() -> None:
+    text = MERGED.replace("    output: 2MB\n", "    timeout: 5s\n")
+    assert load_config_text(text).sandbox.limits.timeout == 5.0
+
+
+def test_a_merged_key_s_problem_is_placed_where_the_merged_mapping_writes_it() -> None:
+    text = MERGED.replace("  timeout: 10s\n", "  timeout: forever\n").replace("  memory: 256MB\n", "  memroy: 1GB\n")
+    assert problems_of(text) == [
+        (INVALID_OPTION, "sandbox.limits.timeout", 2),
+        (UNKNOWN_CONFIG_KEY, "sandbox.limits.memroy", 3),
+    ]
+
+
+def test_merging_a_list_of_mappings_and_aliasing_a_list() -> None:
+    text = (
+        "a: &a {timeout: 1s}\nb: &b {memory: 64MB, timeout: 9s}\nhosts: &hosts [pypi.org]\n"
+        "sandbox:\n  limits:\n    <<: [*a, *b]\n  network: *hosts\nnetwork:\n  allow: *hosts\n"
+    )
+    config = load_config_text(text)
+    assert (config.sandbox.limits.timeout, config.sandbox.limits.memory) == (1.0, 64 * MB)  # the first merge wins
+    assert config.sandbox.network == config.network_allow == ("pypi.org",)
+
+
+def test_merging_something_that_is_not_a_mapping_is_refused_with_its_line() -> None:
+    problem = only_problem("d: &d [1]\nsandbox:\n  <<: *d\n")
+    assert (problem.code, problem.line) == (INVALID_OPTION, 1)  # the YAML reader points at what was merged
+    assert "merg" in problem.message
+
+
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{name}: &{name} [{', '.join([f'*{previous}'] * 10)}]\n"
+    for previous, name in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+def test_an_alias_bomb_is_refused_at_its_line_without_building_it() -> None:
+    assert len(ALIAS_BOMB) < 420  # ten billion items once expanded
+    tracemalloc.start()
+    try:
+        problem = only_problem(ALIAS_BOMB)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert problem.code == INVALID_OPTION
+    assert problem.line == 4  # d: the first line whose aliases pass the bound
+    assert f"more than {MAX_CONFIG_NODES} values" in problem.message
+    assert peak < 20 * MB
+
+
+def test_an_alias_inside_its_own_anchor_is_refused() -> None:
+    problem = only_problem("sandbox:\n  network: &n [pypi.org, *n]\n")
+    assert (problem.code, problem.key, problem.line) == (INVALID_OPTION, "sandbox.network[1]", 2)
+    assert "repeat itself forever" in problem.message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "sandbox:\n  network: " + "[" * 40 + "]" * 40 + "\n",
+        "sandbox:\n  network: " + "[" * 60_000 + "\n",
+        "sandbox: " + "{a: " * 5000 + "x" + "}" * 5000 + "\n",
+        "sandbox:\n" + "".join(f"{'  ' * (depth + 1)}k{depth}:\n" for depth in range(200)),
+    ],
+)
+def test_deep_nesting_is_a_coded_error_not_a_recursion_error(text: str) -> None:
+    problem = only_problem(text)
+    assert problem.code == INVALID_OPTION and problem.line is not None
+    assert "deep" in problem.message or "opens more than" in problem.message
+
+
+def test_nesting_up_to_the_bound_is_read() -> None:
+    depth = MAX_CONFIG_DEPTH - 2  # the top-level mapping and sandbox: take two
+    config = load_config_text("sandbox:\n  e2b:\n    template: x\nother: " + "[" * depth + "]" * depth + "\n")
+    assert config.sandbox.e2b.template == "x"
+
+
+def test_a_file_over_the_size_bound_is_refused_before_it_is_parsed() -> None:
+    problem = only_problem("a: '" + "b" * MAX_CONFIG_BYTES + "'\n")
+    assert problem.code == INVALID_OPTION and "may be at most" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "line"),
+    [
+        ("sandbox:\n  limits:\n    timeout: " + "9" * 5000 + "\n", "sandbox.limits.timeout", 3),  # int() refuses
+        ("sandbox:\n  price: !!int '" + "9" * 5000 + "'\n", "sandbox.price", 2),
+        ("sandbox:\n  limits: {timeout: .nan, memory: .inf}\n", "sandbox.limits.timeout", 2),
+        ("sandbox:\n  limits:\n    memory: -.inf\n", "sandbox.limits.memory", 3),
+        ("sandbox: !!python/object/apply:os.system [echo pwned]\n", "sandbox", 1),
+        ("sandbox:\n  driver: !!binary aGVsbG8=\n", "sandbox.driver", 2),
+        ("sandbox: !!set {driver, local}\n", "sandbox", 1),
+        ("sandbox:\n  driver: !!timestamp 2001-12-14\n", "sandbox.driver", 2),
+        ("sandbox:\n  secrets: [!custom X]\n", "sandbox.secrets[0]", 2),
+        ("sandbox:\n  1: local\n", "sandbox.1", 2),
+        ("sandbox:\n  [a, b]: local\n", "sandbox.('a', 'b')", 2),
+        ("sandbox:\n  ~: local\n", "sandbox.None", 2),
+        ("sandbox:\n  limits: [30s]\n", "sandbox.limits", 2),
+        ("sandbox:\n  driver: 5\n", "sandbox.driver", 2),
+        ("sandbox:\n  local: {python: ~}\n", "sandbox.local.python", 2),
+        ("permissions: [python3]\n", "permissions", 1),
+        ("permissions:\n  processes: python3\n", "permissions.processes", 2),
+        ("network:\n  allow: {pypi.org: yes}\n", "network.allow", 2),
+        ("sandbox: {}\nsandbox: {}\n", "main.yaml", 2),
+        ("---\na: 1\n---\nb: 2\n", "main.yaml", 3),
+        ("sandbox: *nowhere\n", "main.yaml", 1),
+    ],
+)
+def test_malformed_files_are_coded_errors_with_the_key_and_line(text: str, key: str, line: int) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text)
+    problems = caught.value.problems
+    assert {p.code for p in problems} <= {INVALID_OPTION, UNKNOWN_CONFIG_KEY}
+    assert (problems[0].key, problems[0].line) == (key, line)
+
+
+@pytest.mark.parametrize("text", ["", "\n", "# a comment\n", "---\n", "sandbox:\n", "sandbox: ~\n"])
+def test_empty_files_and_sections_are_every_default(text: str) -> None:
+    assert load_config_text(text).sandbox == SandboxConfig()
+
+
+# --- Upper bounds on limits (issue 12) ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "maximum"),
+    [
+        ("sandbox.limits.timeout", "597h", "24h"),
+        ("sandbox.limits.timeout", "99999999999h", "24h"),
+        ("sandbox.limits.timeout", "1e300", "24h"),
+        ("sandbox.limits.timeout", "86401", "24h"),
+        ("sandbox.limits.memory", "2TB", "1TB"),
+        ("sandbox.limits.memory", "1e300", "1TB"),
+        ("sandbox.limits.output", "2GB", "1GB"),
+        ("sandbox.limits.files", "65GB", "64GB"),
+        ("sandbox.limits.max-cost", "$1000001", "$1,000,000"),
+        ("sandbox.price", "1e300", "$1,000,000"),
+        ("permissions.disk.temp.max", "1025GB", "1TB"),
+    ],
+)
+def test_a_limit_past_its_maximum_is_refused_with_the_key_and_line(key: str, value: str, maximum: str) -> None:
+    *sections, last = key.split(".")
+    text = "".join(f"{'  ' * depth}{section}:\n" for depth, section in enumerate(sections))
+    text += f"{'  ' * len(sections)}{last}: {value}\n"
+    problem = only_problem(text)
+    assert (problem.code, problem.key, problem.line) == (INVALID_OPTION, key, len(sections) + 1)
+    assert "too large: " in problem.message and f"at most {maximum}" in problem.message
+
+
+def test_every_limit_at_its_maximum_is_accepted() -> None:
+    config = load_config_text(
+        "sandbox:\n  limits: {timeout: 24h, memory: 1TB, output: 1GB, files: 64GB, max-cost: $1000000}\n"
+        "permissions: {disk: {temp: {max: 1TB}}}\n"
+    )
+    assert config.sandbox.limits == Limits(
+        timeout=MAX_TIMEOUT, memory=MAX_MEMORY, output=MAX_OUTPUT, files=MAX_FILES, max_cost=Decimal(1_000_000)
+    )
+    assert config.permissions.disk.temp_max == MAX_DISK
+
+
+def test_a_huge_string_value_is_cut_short_in_the_message() -> None:
+    problem = only_problem("sandbox:\n  limits:\n    timeout: " + "x" * 100_000 + "\n")
+    assert len(problem.message) < 300
+
+
+# --- The fuzz, a fixed-seed slice (benchmarks/fuzz_config.py runs it long) ------------------------------------------
+
+
+def _fuzz_module() -> Any:
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "fuzz_config.py"
+    spec = importlib.util.spec_from_file_location("fuzz_config", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fuzz_config"] = module  # attrs classes need their module registered
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_fixed_seed_slice_of_the_config_fuzz_has_no_raw_exception_and_no_misclassification(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MAINSDK_CONFIG", raising=False)
+    fuzz = _fuzz_module()
+    summary = fuzz.fuzz(seed=12, count=300, build=False, timed=False)
+    assert [(o.index, o.kind, o.detail) for o in summary.raw] == []
+    assert [(o.index, o.kind, o.detail, o.check_exit) for o in summary.misclassified] == []
+    # Time is the benchmark's to judge (2 shared cores here); an interrupted file or 100MB is never acceptable.
+    assert [(o.index, o.kind) for o in summary.outcomes if o.verdict == "hang"] == []
+    assert [(o.index, o.peak_bytes) for o in summary.outcomes if o.peak_bytes > fuzz.MEMORY_BUDGET] == []
+    kinds = {o.kind for o in summary.outcomes}
+    assert kinds == {name for name, *_ in fuzz.GENERATORS}
+    assert sum(o.verdict == "loaded" for o in summary.outcomes) > 20  # the slice reaches past the loader too

@@ -1,7 +1,21 @@
 from decimal import Decimal
 
 import pytest
-from mainsdk.units import format_duration, format_size, parse_duration, parse_money, parse_size
+from mainsdk.units import (
+    LIMIT_MAXIMUMS,
+    MAX_DISK,
+    MAX_FILES,
+    MAX_MEMORY,
+    MAX_MONEY,
+    MAX_OUTPUT,
+    MAX_TIMEOUT,
+    describe,
+    format_duration,
+    format_size,
+    parse_duration,
+    parse_money,
+    parse_size,
+)
 
 KB, MB, GB = 1024, 1024**2, 1024**3
 
@@ -162,3 +176,70 @@ def test_format_size_parses_back(size: int) -> None:
 @pytest.mark.parametrize("seconds", [0.001, 0.5, 1.5, 30.0, 90.0, 3600.0, 5400.0])
 def test_format_duration_parses_back(seconds: float) -> None:
     assert parse_duration(format_duration(seconds)) == seconds
+
+
+# --- Upper bounds (issue 12): past them a value is a typo, and some overflow the launcher's timers ------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("597h", '"597h" is too large: a duration must be at most 24h'),
+        ("99999999999h", '"99999999999h" is too large'),
+        (1e300, "1e+300 is too large"),
+        (10**40, "10000000000000000000000000000000000000000 is too large"),
+        ("24.001h", '"24.001h" is too large'),
+        (86400.001, "86400.001 is too large"),
+    ],
+)
+def test_parse_duration_refuses_more_than_a_day(value: object, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_duration(value)
+    assert str(caught.value).startswith(message)
+
+
+def test_the_maximums_are_accepted_and_can_be_chosen() -> None:
+    assert parse_duration("24h") == MAX_TIMEOUT == 86400.0
+    assert parse_size("1TB") == MAX_MEMORY
+    assert parse_money("$1000000") == MAX_MONEY
+    assert parse_duration("2h", maximum=7200) == 7200.0
+    with pytest.raises(ValueError, match="at most 1h"):
+        parse_duration("2h", maximum=3600)
+    with pytest.raises(ValueError, match="at most 1GB"):
+        parse_size("2GB", maximum=MAX_OUTPUT)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("2TB", '"2TB" is too large: a size must be at most 1TB'),
+        ("1e300", '"1e300" is not a size'),
+        (1e300, "1e+300 is too large"),
+        (2**70, f"{2**70} is too large"),
+        ("1" + "0" * 400 + "TB", "a string of"),
+    ],
+)
+def test_parse_size_refuses_more_than_a_terabyte(value: object, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_size(value)
+    text = str(caught.value)
+    if message == "a string of":  # a value too long to quote is cut short, never printed whole
+        assert text.startswith('"1000') and '..." is too large' in text and len(text) < 200
+    else:
+        assert text.startswith(message)
+
+
+def test_parse_money_refuses_more_than_a_million_dollars() -> None:
+    with pytest.raises(ValueError, match=r"is too large: an amount of money must be at most \$1,000,000"):
+        parse_money("$1000000.01")
+
+
+def test_the_limit_maximums_are_one_table() -> None:
+    assert LIMIT_MAXIMUMS == {"timeout": MAX_TIMEOUT, "memory": MAX_MEMORY, "output": MAX_OUTPUT, "files": MAX_FILES}
+    assert MAX_TIMEOUT * 1000 < 2**31  # select()/poll() take a timeout in milliseconds as a C int
+    assert MAX_DISK == MAX_MEMORY == 1024**4
+
+
+def test_describe_cuts_long_values() -> None:
+    assert describe("x" * 1000) == '"' + "x" * 57 + '..."'
+    assert describe(10**100) == "a 101-digit number"

@@ -27,11 +27,29 @@ from cattrs.gen import make_dict_structure_fn, override
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+)
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem
 from mainsdk.hosts import validate_host_pattern
-from mainsdk.units import describe, parse_duration, parse_money, parse_size
+from mainsdk.units import (
+    MAX_DISK,
+    MAX_FILES,
+    MAX_MEMORY,
+    MAX_OUTPUT,
+    MAX_TIMEOUT,
+    describe,
+    parse_duration,
+    parse_money,
+    parse_size,
+)
 
 __all__ = [
     "CONFIG_ENV_VAR",
@@ -47,10 +65,12 @@ __all__ = [
     "Permissions",
     "SandboxConfig",
     "VercelConfig",
+    "config_from_yaml",
     "load_config",
     "load_config_text",
     "parse_app_config",
     "parse_sandbox_config",
+    "read_yaml",
 ]
 
 DriverId = str
@@ -265,14 +285,17 @@ def _build_converter() -> cattrs.Converter:
     # The sections come before SandboxConfig so that its structure function finds their hooks.
     for cls in (LocalPrograms, VercelConfig, E2BConfig):
         section(cls, make_dict_structure_fn(cls, converter))
-    size = override(struct_hook=_hook(parse_size))
+
+    def size(maximum: int) -> Any:
+        return override(struct_hook=_hook(lambda value: parse_size(value, maximum=maximum)))
+
     limits = make_dict_structure_fn(
         Limits,
         converter,
-        timeout=override(struct_hook=_hook(parse_duration)),
-        memory=size,
-        output=size,
-        files=size,
+        timeout=override(struct_hook=_hook(lambda value: parse_duration(value, maximum=MAX_TIMEOUT))),
+        memory=size(MAX_MEMORY),
+        output=size(MAX_OUTPUT),
+        files=size(MAX_FILES),
         max_cost=override(rename="max-cost", struct_hook=_hook(_or_none(parse_money))),
     )
     section(Limits, limits)
@@ -412,7 +435,13 @@ def parse_app_config(
     processes = _read(issues, ("permissions", "processes"), _or_none(_text_list), permissions.get("processes"), None)
     disk = _subsection(issues, permissions, ("permissions", "disk"))
     temp = _subsection(issues, disk, ("permissions", "disk", "temp"))
-    temp_max = _read(issues, ("permissions", "disk", "temp", "max"), _or_none(parse_size), temp.get("max"), None)
+    temp_max = _read(
+        issues,
+        ("permissions", "disk", "temp", "max"),
+        _or_none(lambda value: parse_size(value, maximum=MAX_DISK)),
+        temp.get("max"),
+        None,
+    )
 
     if issues:
         raise _config_error(issues, source, lines)
@@ -425,19 +454,197 @@ def parse_app_config(
     )
 
 
+# Bounds on the YAML itself, checked on the event stream before anything is built, so that no file
+# can take long or much memory to refuse: a real main.yaml is a few hundred nodes, a few levels deep.
+MAX_CONFIG_BYTES = 64 * 1024  # the YAML reader takes about a second for 200KB here
+MAX_CONFIG_NODES = 5_000  # scalars and collections, counting each alias as the nodes it repeats
+MAX_CONFIG_DEPTH = 32
+_MAX_OPENERS_PER_LINE = 256
+_MAX_NUMBER_CHARS = 100  # a longer number is a typo; int() refuses past 4300 digits with a raw ValueError
+_NUMBER_LIKE = re.compile(r"[-+]?\.?[0-9][0-9a-fA-F_:.eExXoO+-]*")
+
+
+class _Frame:
+    """An open mapping or sequence in the event stream: its key path, anchor, size and depth so far."""
+
+    __slots__ = ("anchor", "depth", "is_mapping", "key", "nodes", "position", "slot")
+
+    def __init__(self, anchor: str | None, is_mapping: bool) -> None:
+        self.anchor = anchor
+        self.is_mapping = is_mapping
+        self.nodes = 1  # itself
+        self.depth = 1  # levels of collections, itself included
+        self.slot = 0  # the index of the next item (in a mapping: keys and values alternate)
+        self.key: str | int | None = None  # the key the next value belongs to
+
+
+def _structure_problem(message: str, mark: Any, path: KeyPath, source: str | os.PathLike[str] | None) -> ConfigError:
+    line = column = None
+    if mark is not None:
+        line, column = mark.line + 1, mark.column + 1
+    source_text = None if source is None else str(source)
+    key = _dotted(path[:12]) + ("..." if len(path) > 12 else "")
+    return ConfigError([ConfigProblem(INVALID_OPTION, key, message, line, column, source_text)])
+
+
+def _check_yaml_shape(text: str, source: str | os.PathLike[str] | None) -> None:
+    """Refuse, from the event stream alone, YAML too deep, too large or with aliases that expand too far.
+
+    An alias is counted as every node it repeats, so an alias bomb (each level
+    repeating the last ten times) is refused at the alias that passes the
+    bound, after reading a few hundred bytes, instead of being built in memory.
+    Also refuses an alias to a collection that is still open (it would
+    repeat itself forever) and numbers too long to be a value.
+    """
+    frames: list[_Frame] = []
+    anchors: dict[str, tuple[int, int]] = {}  # anchor -> (nodes it holds, depth)
+    total = 0
+
+    def path() -> KeyPath:
+        parts: list[str | int] = []
+        for frame in frames:
+            if not frame.is_mapping:
+                parts.append(frame.slot)
+            elif frame.key is not None:
+                parts.append(frame.key)
+            else:
+                break  # at a key of this mapping: the path ends at the mapping
+        return tuple(parts)
+
+    def refuse(message: str, event: Any) -> ConfigError:
+        return _structure_problem(message, event.start_mark, path(), source)
+
+    def added(nodes: int, depth: int, event: Any) -> None:
+        nonlocal total
+        total += nodes
+        if total > MAX_CONFIG_NODES:
+            how = "with what its aliases repeat, " if anchors else ""
+            raise refuse(
+                f"the file holds more than {MAX_CONFIG_NODES} values ({how}counted up to here); "
+                "a main.yaml needs far fewer: remove the repetition",
+                event,
+            )
+        if len(frames) + depth > MAX_CONFIG_DEPTH:
+            raise refuse(f"nested more than {MAX_CONFIG_DEPTH} levels deep; a main.yaml needs a few", event)
+        if frames:
+            frames[-1].nodes += nodes
+            frames[-1].depth = max(frames[-1].depth, depth + 1)
+
+    def item_done(key_text: str | None) -> None:
+        if not frames:
+            return
+        frame = frames[-1]
+        if frame.is_mapping:
+            if frame.slot % 2 == 0:
+                frame.key = key_text if key_text is not None else f"<key {frame.slot // 2}>"
+            else:
+                frame.key = None
+        frame.slot += 1
+
+    for event in YAML(typ="rt").parse(text):
+        if isinstance(event, ScalarEvent):
+            value = event.value or ""
+            plain_or_tagged = event.style is None or event.tag is not None
+            if plain_or_tagged and len(value) > _MAX_NUMBER_CHARS and _NUMBER_LIKE.fullmatch(value.strip()):
+                raise refuse(
+                    f"a number of {len(value)} characters is not a value any key takes; "
+                    "if it is text, put it in quotes",
+                    event,
+                )
+            added(1, 0, event)
+            if event.anchor:
+                anchors[event.anchor] = (1, 0)
+            item_done(value)
+        elif isinstance(event, AliasEvent):
+            if any(frame.anchor == event.anchor for frame in frames):
+                raise refuse(
+                    f"the alias *{event.anchor} is inside the &{event.anchor} it repeats, "
+                    "so it would repeat itself forever",
+                    event,
+                )
+            nodes, depth = anchors.get(event.anchor, (1, 0))  # an unknown anchor: the loader names it
+            added(nodes, depth, event)
+            item_done(None)
+        elif isinstance(event, (MappingStartEvent, SequenceStartEvent)):
+            added(1, 1, event)
+            frames.append(_Frame(event.anchor, isinstance(event, MappingStartEvent)))
+            frames[-1].nodes = 0  # counted in the parent already
+        elif isinstance(event, (MappingEndEvent, SequenceEndEvent)):
+            frame = frames.pop()
+            if frame.anchor:
+                anchors[frame.anchor] = (frame.nodes + 1, frame.depth)
+            item_done(None)
+
+
+def read_yaml(text: str, *, source: str | os.PathLike[str] | None = None) -> Any:
+    """The round-trip YAML tree of a ``main.yaml`` text, or a ``ConfigError`` saying why it cannot be read.
+
+    Refuses a file over ``MAX_CONFIG_BYTES``, nested deeper than
+    ``MAX_CONFIG_DEPTH``, or holding more than ``MAX_CONFIG_NODES`` values once
+    its aliases are expanded, each with the line; never a raw exception.
+    """
+    source_text = None if source is None else str(source)
+    if len(text) > MAX_CONFIG_BYTES:
+        message = f"the file is {len(text):,} characters; a main.yaml may be at most {MAX_CONFIG_BYTES:,}"
+        raise ConfigError([ConfigProblem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, source=source_text)])
+    for number, line in enumerate(text.splitlines(), 1):
+        # The YAML scanner looks up to 1024 characters ahead at every [ or { it meets on a line, so a line of
+        # thousands of them takes seconds to refuse; no real line opens more than a few.
+        if line.count("[") + line.count("{") > _MAX_OPENERS_PER_LINE:
+            message = f"line {number} opens more than {_MAX_OPENERS_PER_LINE} [ and {{; a main.yaml needs a few"
+            raise ConfigError([ConfigProblem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, number, 1, source_text)])
+    try:
+        _check_yaml_shape(text, source)
+        return YAML(typ="rt").load(text)
+    except YAMLError as exc:
+        raise ConfigError([_syntax_problem(exc, source)]) from None
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the YAML library's own failures on odd input, reported not raised
+        message = f"not valid YAML: the YAML reader failed ({type(exc).__name__}: {str(exc)[:200]})"
+        raise ConfigError([ConfigProblem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, source=source_text)]) from None
+
+
+def _node_position(node: CommentedMap | CommentedSeq) -> tuple[int, int]:
+    return node.lc.line or 0, node.lc.col or 0
+
+
+def _key_position(node: CommentedMap, key: object) -> tuple[int, int]:
+    """The 0-based (line, column) where ``key`` is written: in ``node``, or in the mapping a ``<<:`` merged in."""
+    data = node.lc.data or {}  # None for a mapping built from a tag such as !!omap
+    if key in data:
+        line, column = data[key][:2]
+        return line, column
+    for merged in node.merge:  # the mappings ``<<:`` merged in, as ruamel resolved them
+        if isinstance(merged, CommentedMap) and key in merged:
+            return _key_position(merged, key)
+    return _node_position(node)
+
+
+def _item_position(node: CommentedSeq, index: int) -> tuple[int, int]:
+    data = node.lc.data or {}
+    if index in data:
+        line, column = data[index][:2]
+        return line, column
+    return _node_position(node)
+
+
 def _plain(node: object, path: KeyPath, lines: dict[KeyPath, tuple[int, int]]) -> Any:
-    """Plain Python from ruamel's round-trip nodes, recording each key's and item's 1-based position in ``lines``."""
+    """Plain Python from ruamel's round-trip nodes, recording each key's and item's 1-based position in ``lines``.
+
+    Keys a ``<<:`` merge key brings in are placed where the merged mapping writes them.
+    """
     if isinstance(node, CommentedMap):
         mapping = {}
         for key, value in node.items():
-            line, column = node.lc.key(key)
+            line, column = _key_position(node, key)
             lines[(*path, str(key))] = (line + 1, column + 1)
             mapping[key] = _plain(value, (*path, str(key)), lines)
         return mapping
     if isinstance(node, CommentedSeq):
         items = []
         for index, value in enumerate(node):
-            line, column = node.lc.item(index)
+            line, column = _item_position(node, index)
             lines[(*path, index)] = (line + 1, column + 1)
             items.append(_plain(value, (*path, index), lines))
         return items
@@ -462,14 +669,21 @@ def _syntax_problem(exc: YAMLError, source: str | os.PathLike[str] | None) -> Co
 
 
 def load_config_text(text: str, *, source: str | os.PathLike[str] | None = None) -> AppConfig:
-    """Parse ``main.yaml`` text; every problem carries its line, and a YAML syntax error the line of the mistake."""
-    try:
-        document = YAML(typ="rt").load(text)
-    except YAMLError as exc:
-        raise ConfigError([_syntax_problem(exc, source)]) from None
+    """Parse ``main.yaml`` text; every problem carries its line, and a YAML syntax error the line of the mistake.
+
+    Merge keys (``<<: *defaults``) work as YAML defines them. Whatever the
+    text, the answer is an ``AppConfig`` or a ``ConfigError`` (see ``read_yaml``
+    for the bounds on size, depth and aliases).
+    """
+    return config_from_yaml(read_yaml(text, source=source), source=source)
+
+
+def config_from_yaml(document: Any, *, source: str | os.PathLike[str] | None = None) -> AppConfig:
+    """The config from a round-trip tree that ``read_yaml`` returned, with each problem at its line."""
     lines: dict[KeyPath, tuple[int, int]] = {}
     if isinstance(document, (CommentedMap, CommentedSeq)):
-        lines[()] = (document.lc.line + 1, document.lc.col + 1)
+        line, column = _node_position(document)
+        lines[()] = (line + 1, column + 1)
     raw = _plain(document, (), lines)
     return parse_app_config(raw, source=source, lines=lines)
 

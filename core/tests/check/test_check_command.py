@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from mainsdk.check import main, run_check
+from mainsdk.check.config_checks import CONFIG_FILE_NAME
 from mainsdk.config import CONFIG_ENV_VAR
 from mainsdk.errors import NETWORK_NOT_ALLOWED, UNSAFE_EVAL
+from ruamel.yaml import YAML
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -196,3 +199,106 @@ def test_the_project_s_own_code_has_no_unsilenced_findings() -> None:
     assert document["summary"]["errors"] == []
     assert done.returncode == 0
     assert document["summary"]["files"] > 10
+
+
+# --- A main.yaml the loader refuses: exit 2, not 1 (issue 12) -------------------------------------------------------
+
+
+def test_a_main_yaml_with_a_merge_key_is_checked_like_any_other(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(
+        project / "main.yaml",
+        "defaults: &defaults\n  timeout: 10s\nsandbox:\n  driver: e2b\n  limits:\n    <<: *defaults\n    memory: 1GB\n",
+    )
+    assert main([]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and captured.err == ""
+
+
+def test_a_main_yaml_the_loader_refuses_exits_2_and_still_lists_its_problems(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(project / "main.yaml", "defaults: &d\n  timeout: 99999999999h\nsandbox:\n  limits:\n    <<: *d\n")
+    assert main([]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.startswith("main.yaml:2:3: MAIN-SANDBOX-0001 sandbox.limits.timeout: ")
+    assert "too large" in captured.out
+    assert captured.err == (
+        "mainsdk check: main.yaml cannot be loaded: the app would refuse it at start (1 problem listed above)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)),
+        "sandbox:\n  network: " + "[" * 5000 + "\n",
+        "sandbox:\n" + "".join(f"{'  ' * (depth + 1)}k{depth}:\n" for depth in range(500)),
+        "sandbox:\n  limits:\n    timeout: " + "9" * 5000 + "\n",
+        "sandbox: !!python/object/apply:os.system [echo pwned]\n",
+        "- just\n- a list\n",
+    ],
+    ids=["alias-bomb", "deep-flow", "deep-block", "5000-digits", "python-tag", "list-root"],
+)
+def test_a_hostile_main_yaml_exits_2_with_a_coded_finding_and_no_traceback(
+    project: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    write(project / "main.yaml", text)
+    assert main([]) == 2
+    captured = capsys.readouterr()
+    assert "MAIN-SANDBOX-0001" in captured.out
+    assert "Traceback" not in captured.err and "cannot be loaded" in captured.err
+
+
+# --- The pre-commit hook runs on main*.yaml too (issue 12) ----------------------------------------------------------
+
+
+def _hook_selects(hook: dict[str, object], filename: str, tags: set[str]) -> bool:
+    """Whether pre-commit passes ``filename`` (with identify's ``tags``) to ``hook``.
+
+    As pre-commit's ``Classifier`` decides (pre_commit/commands/run.py: ``filter_by_include_exclude``, then
+    ``by_types``): ``files`` searched and ``exclude`` not, then all of ``types`` and one of ``types_or``.
+    """
+    files, exclude = str(hook.get("files", "")), str(hook.get("exclude", "^$"))
+    types, types_or = set(hook.get("types", ["file"])), set(hook.get("types_or", []))  # type: ignore[call-overload]
+    if not re.search(files, filename) or re.search(exclude, filename):
+        return False
+    return tags >= types and (not types_or or bool(tags & types_or))
+
+
+@pytest.mark.parametrize(
+    ("filename", "tags", "selected"),
+    [
+        ("main.yaml", {"file", "text", "yaml"}, True),
+        ("main.prod.yaml", {"file", "text", "yaml"}, True),
+        ("main.production.yml", {"file", "text", "yaml"}, True),
+        ("services/api/main.yaml", {"file", "text", "yaml"}, True),
+        ("app.py", {"file", "text", "python"}, True),
+        ("bin/tool", {"file", "text", "executable", "python"}, True),  # a script with a python #! line
+        (".github/workflows/ci.yaml", {"file", "text", "yaml"}, False),
+        ("docker-compose.yml", {"file", "text", "yaml"}, False),
+        ("config/domain.yaml", {"file", "text", "yaml"}, False),
+        ("README.md", {"file", "text", "markdown"}, False),
+    ],
+)
+def test_the_pre_commit_hook_runs_on_python_files_and_main_yaml_files(
+    filename: str, tags: set[str], selected: bool
+) -> None:
+    [hook] = YAML(typ="safe").load((REPO / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    assert hook["id"] == "mainsdk-check" and hook["entry"] == "mainsdk check"
+    assert _hook_selects(hook, filename, tags) is selected
+    if selected and "yaml" in tags:  # and the check reads every file the hook passes it as a config file
+        assert CONFIG_FILE_NAME.fullmatch(filename.rsplit("/", 1)[-1])
+
+
+def test_a_main_yaml_passed_by_the_hook_is_checked_even_away_from_the_working_directory(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(project / "main.yaml", "sandbox:\n  driver: e2b\n")
+    write(project / "services" / "api" / "main.yaml", "sandbox:\n  limits:\n    timeout: 597h\n")
+    assert main(["services/api/main.yaml"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.startswith("services/api/main.yaml:3:5: MAIN-SANDBOX-0001 sandbox.limits.timeout: ")
+    assert main(["main.yaml"]) == 0  # the config file itself is checked once, not twice

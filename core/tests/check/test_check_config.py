@@ -117,7 +117,9 @@ def test_every_loader_error_is_reported_with_its_line(tmp_path: Path) -> None:
     ]
     assert result.findings[0].message.startswith("sandbox.limits.timeout: ")
     assert 'did you mean "memory"' in result.findings[1].message
-    assert result.exit_status == 1
+    # The app would refuse this file at start: the check could not run on a working config, so 2, not 1.
+    assert result.errors == ("main.yaml cannot be loaded: the app would refuse it at start (3 problems listed above)",)
+    assert result.exit_status == 2
 
 
 def test_a_yaml_syntax_error_is_an_invalid_option_at_its_line(tmp_path: Path) -> None:

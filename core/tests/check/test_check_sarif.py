@@ -46,6 +46,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def validate(log: dict[str, Any]) -> None:
     import jsonschema  # test-only dependency, installed by tox; a missing one must fail, not skip
+
     schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
     validator_class = jsonschema.validators.validator_for(schema)
     validator_class.check_schema(schema)
@@ -68,7 +69,7 @@ def test_the_validator_rejects_a_broken_log(project: Path) -> None:
 
 
 def test_the_sarif_output_validates(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--format", "sarif", "--env", "prod"]) == 1
+    assert main(["--format", "sarif", "--env", "prod"]) == 2  # main.yaml has loader errors: the app cannot start
     log = json.loads(capsys.readouterr().out)
     validate(log)
     codes = {result["ruleId"] for result in log["runs"][0]["results"]}
@@ -81,7 +82,9 @@ def test_a_clean_run_and_a_run_with_errors_validate(project: Path) -> None:
     validate(failed)
     invocation = failed["runs"][0]["invocations"][0]
     assert invocation["executionSuccessful"] is False
-    assert invocation["toolExecutionNotifications"][0]["message"]["text"].startswith("cannot parse broken.py")
+    texts = [notification["message"]["text"] for notification in invocation["toolExecutionNotifications"]]
+    assert texts[0].startswith("main.yaml cannot be loaded: ")
+    assert texts[1].startswith("cannot parse broken.py")
     (project / "main.yaml").unlink()
     clean = sarif_log(run_check(["broken.py"], excludes=["broken.py"], cwd=project))
     validate(clean)

@@ -13,18 +13,17 @@ by the loader but not merged.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import YAMLError
 
 from mainsdk.check.findings import Finding, rule_for
 from mainsdk.checks import PRODUCTION_ENVS, is_production
-from mainsdk.config import DEFAULT_CONFIG_FILE, AppConfig, SandboxConfig, load_config
+from mainsdk.config import DEFAULT_CONFIG_FILE, AppConfig, SandboxConfig, config_from_yaml, read_yaml
 from mainsdk.errors import (
     INVALID_OPTION,
     LOCAL_IN_PRODUCTION,
@@ -35,15 +34,31 @@ from mainsdk.errors import (
 )
 from mainsdk.hosts import host_covered, validate_host_pattern
 
-__all__ = ["PRODUCTION_ENVS", "CannotCheck", "check_config", "is_production", "overlay_files"]
+__all__ = [
+    "PRODUCTION_ENVS",
+    "CannotCheck",
+    "ConfigCheck",
+    "check_config",
+    "check_config_files",
+    "is_config_file",
+    "is_production",
+    "overlay_files",
+]
 
 LOCAL_DRIVER = "local"
+CONFIG_FILE_NAME = re.compile(r"main[^/]*\.ya?ml")
+"""The names of config files and their overlays: ``main.yaml``, ``main.prod.yaml``, ``main.yml``."""
 
 Display = Callable[[Path], str]
 
 
 class CannotCheck(Exception):
     """The check could not run at all (a missing path, an unreadable config): exit status 2."""
+
+
+def is_config_file(path: Path) -> bool:
+    """Whether ``path`` is named like a ``main.yaml`` or an overlay of one (what the pre-commit hook passes)."""
+    return CONFIG_FILE_NAME.fullmatch(path.name) is not None and path.is_file()
 
 
 def overlay_files(config_file: Path, env: str) -> list[Path]:
@@ -70,16 +85,17 @@ def _read(path: Path) -> _Document:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else str(exc)
         raise CannotCheck(f"cannot read {path}: {reason}") from None
+    # The loader's own reader and bounds: a file it refuses (too deep, an alias bomb) is never built here either.
+    try:
+        tree = read_yaml(text, source=path)
+    except ConfigError as exc:
+        return _Document(path, None, None, exc.problems)
     config: AppConfig | None = None
     problems: tuple[ConfigProblem, ...] = ()
     try:
-        config = load_config(path)
+        config = config_from_yaml(tree, source=path)
     except ConfigError as exc:
         problems = exc.problems
-    try:
-        tree = YAML(typ="rt").load(text)
-    except YAMLError:
-        tree = None  # the loader has reported the syntax error with its line
     return _Document(path, tree, config, problems)
 
 
@@ -203,6 +219,38 @@ def _production_findings(base: _Document, overlays: Sequence[_Document], env: st
     return findings
 
 
+@attrs.frozen
+class ConfigCheck:
+    """The findings in a ``main.yaml`` and its overlays, and which of those files the loader refuses."""
+
+    findings: tuple[Finding, ...]
+    unloadable: tuple[str, ...]  # one line per refused file, for the check's errors
+
+
+def check_config_files(config_file: Path, env: str | None, display: Display) -> ConfigCheck:
+    """``check_config``, also saying which files the app could not load.
+
+    A file the loader refuses is listed in ``unloadable``: the app would not
+    start with it, so the check's exit status is 2 (could not run), not 1.
+    """
+    base = _read(config_file)
+    overlays = [_read(path) for path in overlay_files(config_file, env)] if env else []
+    findings = _problem_findings(base, display) + _network_findings(base, display)
+    for overlay in overlays:
+        findings += _problem_findings(overlay, display)
+    if env is not None and is_production(env):
+        findings += _production_findings(base, overlays, env, display)
+    unloadable = []
+    for document in (base, *overlays):
+        if document.problems:
+            count = len(document.problems)
+            unloadable.append(
+                f"{display(document.path)} cannot be loaded: the app would refuse it at start "
+                f"({count} problem{'' if count == 1 else 's'} listed above)"
+            )
+    return ConfigCheck(tuple(findings), tuple(unloadable))
+
+
 def check_config(config_file: Path, env: str | None, display: Display) -> list[Finding]:
     """Check one ``main.yaml`` (and its overlays for ``env``).
 
@@ -213,11 +261,4 @@ def check_config(config_file: Path, env: str | None, display: Display) -> list[F
     ``display`` turns a file path into the path put in findings. Raises
     ``CannotCheck`` when a file cannot be read.
     """
-    base = _read(config_file)
-    overlays = [_read(path) for path in overlay_files(config_file, env)] if env else []
-    findings = _problem_findings(base, display) + _network_findings(base, display)
-    for overlay in overlays:
-        findings += _problem_findings(overlay, display)
-    if env is not None and is_production(env):
-        findings += _production_findings(base, overlays, env, display)
-    return findings
+    return list(check_config_files(config_file, env, display).findings)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import attrs
 
-from mainsdk.check.config_checks import CannotCheck, check_config
+from mainsdk.check.config_checks import CannotCheck, check_config_files, is_config_file, overlay_files
 from mainsdk.check.findings import Finding
 from mainsdk.check.unsafe_eval import find_unsafe_eval
 from mainsdk.check.walk import Walker, find_root
@@ -27,8 +27,8 @@ class CheckResult:
     """What a check found.
 
     ``errors`` names each file that could not be checked (unreadable, not
-    valid Python); the other files are still checked, but the result is
-    incomplete and the exit status is 2.
+    valid Python) and each config file the loader refuses (its problems are
+    still findings); the other files are still checked, but the exit status is 2.
     """
 
     findings: tuple[Finding, ...]
@@ -126,11 +126,25 @@ def run_check(
 
     config_file = find_config(config, cwd)
     findings: list[Finding] = []
+    errors: list[str] = []
     if config_file is not None:
-        findings += check_config(config_file, env, shown)
+        checked = check_config_files(config_file, env, shown)
+        findings += checked.findings
+        errors += checked.unloadable
     walker = Walker(cwd, excludes)
     files = list(walker.files(paths or ["."]))
-    errors = list(walker.errors)
+    errors += walker.errors
+    # A main*.yaml named on the command line (the pre-commit hook passes the changed ones) is checked as a config
+    # file too, by the loader and for its hosts, unless it is the config file or an overlay checked above.
+    already: set[Path] = set()
+    if config_file is not None:
+        overlays = overlay_files(config_file, env) if env else []
+        already = {config_file.resolve(), *(path.resolve() for path in overlays)}
+    for given in sorted({(cwd / given).resolve() for given in paths}):
+        if given not in already and is_config_file(given):
+            checked = check_config_files(given, None, shown)
+            findings += checked.findings
+            errors += checked.unloadable
     for file in files:
         outcome = _check_file(file, shown(file))
         if isinstance(outcome, str):
