@@ -242,10 +242,15 @@ def local_sandbox_driver(
 
 
 def driver_from_config(config: AppConfig) -> LocalDriver:
-    """The entry point: the driver ``main.yaml`` describes. With no main.yaml, any program may be used."""
+    """The entry point: the driver ``main.yaml`` describes. With no main.yaml, any program may be used.
+
+    A main.yaml that does not set ``permissions.processes`` (an empty file, or one line listing a secret)
+    allows the driver's own interpreters, those of ``sandbox.local``, and nothing else; a
+    ``permissions.processes`` that is set is honoured exactly.
+    """
     local = config.sandbox.local
-    return LocalDriver(
-        permissions=config.permissions,
-        programs={"python": local.python, "node": local.node, "bash": local.bash},
-        restrict_processes=config.source is not None,
-    )
+    programs = {"python": local.python, "node": local.node, "bash": local.bash}
+    permissions = config.permissions
+    if permissions.processes is None:
+        permissions = attrs.evolve(permissions, processes=tuple(dict.fromkeys(programs.values())))
+    return LocalDriver(permissions=permissions, programs=programs, restrict_processes=config.source is not None)

@@ -1,0 +1,233 @@
+"""The README's examples, run as written: its command lines in a shell, its Python blocks in a fresh interpreter.
+
+Each example runs in an empty app folder with the README's tutorial ``main.yaml`` (Python) or no main.yaml
+(the command lines, which write their own), with real files, the real CLI and the real local driver, so a
+README that drifts from the code fails here. In a Python block, a line ending in a comment that is a Python
+value (``# '2\\n'``) is checked to give that value (``...`` stands for anything), and a line whose comment
+starts with an error code (``# MAIN-SANDBOX-0005 ...``) is checked to raise it.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import tokenize
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCK = re.compile(r"^```(?P<lang>\w+)\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
+CODE = re.compile(r"MAIN-[A-Z]+-\d{4}")
+
+
+def _section(title: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def _blocks(title: str, lang: str) -> list[str]:
+    return [m["body"] for m in BLOCK.finditer(_section(title)) if m["lang"] == lang]
+
+
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAINSDK_")}
+    # The mainsdk command of the interpreter running the tests (the venv's, or tox's).
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+# --- Command line ---------------------------------------------------------------------------------------------------
+
+
+def test_the_command_line_examples_run_as_written(tmp_path: Path) -> None:
+    [block] = _blocks("Command line", "sh")
+    # The files the examples name.
+    (tmp_path / "script.sh").write_text('echo "mode=$MODE key=${#KEY} rows=$(wc -l < data.csv)"\n')
+    (tmp_path / "data.csv").write_text("a\nb\n")
+    env = _clean_env()
+    outputs = []
+    for line in block.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        done = subprocess.run(
+            ["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert (done.returncode, done.stderr) == (0, ""), f"{line}\n{done.stderr}"
+        outputs.append(done.stdout)
+    first, *rest = outputs
+    assert first == "2\n"
+    assert "mode=fast key=6 rows=2\n" in rest  # the secret reached the run, its value is never printed
+    [as_json] = [json.loads(out) for out in rest if out.startswith("{")]
+    assert (as_json["stdout"], as_json["exit_code"], as_json["stop"]) == ("1\n", 0, None)
+    assert any(out.startswith("local ") or "\nlocal " in out for out in rest)
+
+
+def test_the_one_line_main_yaml_a_secret_refusal_asks_for_lets_every_language_run(tmp_path: Path) -> None:
+    env = _clean_env()
+    env["API_KEY"] = "s3cret"
+    command = ["mainsdk", "sandbox", "run", "--env", "KEY=secret:API_KEY"]
+    refused = subprocess.run(
+        [*command, "--code", "print(1)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert "MAIN-SANDBOX-0009" in refused.stderr and "list it there in main.yaml" in refused.stderr
+    (tmp_path / "main.yaml").write_text("sandbox: { secrets: [API_KEY] }\n")  # what the message asks for
+    for language, code, expected in [
+        ("python", "import os; print(len(os.environ['KEY']))", "6\n"),
+        ("node", "console.log(process.env.KEY.length)", "6\n"),
+        ("bash", "echo ${#KEY}", "6\n"),
+    ]:
+        done = subprocess.run(
+            [*command, "--language", language, "--code", code],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (0, expected, ""), language
+
+
+# --- Python ---------------------------------------------------------------------------------------------------------
+
+_PRELUDE = '''
+import mainsdk
+
+
+def _matches(actual, expected):
+    """``expected`` as the README writes it: ... is anything, a mapping lists only the keys it shows."""
+    if expected is ...:
+        return True
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(k in actual and _matches(actual[k], v) for k, v in expected.items())
+    if isinstance(expected, set) and expected == {...}:
+        return isinstance(actual, dict)
+    if isinstance(expected, (list, tuple)):
+        return len(actual) == len(expected) and all(_matches(a, e) for a, e in zip(actual, expected))
+    return actual == expected
+
+
+def _expect(actual, expected, line):
+    assert _matches(actual, expected), f"README line {line!r} gave {actual!r}"
+
+'''
+
+
+def _comment(line: str) -> tuple[str, str] | None:
+    """The code and the trailing comment of one line, or None when it has no comment."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    for token in tokens:
+        if token.type == tokenize.COMMENT and line[: token.start[1]].strip():
+            return line[: token.start[1]].rstrip(), token.string[1:].strip()
+    return None
+
+
+def _expected_value(comment: str) -> str | None:
+    """The Python value a comment shows (``'2\\n'``, ``b'2'``, ``{...}``), or None when it is prose."""
+    for candidate in (comment, comment.split(" — ", maxsplit=1)[0]):
+        try:
+            ast.literal_eval(candidate)
+        except (ValueError, SyntaxError):
+            continue
+        return candidate
+    return None
+
+
+def checked_python(block: str) -> str:
+    """The block with each value-showing or error-showing line turned into a check of it."""
+    lines = []
+    for line in block.splitlines():
+        split = _comment(line)
+        if split is None:
+            lines.append(line)
+            continue
+        code, comment = split
+        indent = code[: len(code) - len(code.lstrip())]
+        expression = code.strip()
+        if match := re.fullmatch(r"print\((.*)\)", expression):
+            expression = match[1]
+        code_match = CODE.match(comment)
+        value = _expected_value(comment)
+        if code_match:
+            lines += [
+                f"{indent}try:",
+                f"{indent}    {expression}",
+                f"{indent}except mainsdk.SandboxError as error:",
+                f"{indent}    assert error.code == {code_match[0]!r}, (error.code, {line!r})",
+                f"{indent}else:",
+                f"{indent}    raise AssertionError({line!r} + ' did not raise')",
+            ]
+        elif value is not None and "=" not in expression.split("(")[0]:
+            lines.append(f"{indent}_expect({expression}, {value}, {line.strip()!r})")
+        else:
+            lines.append(line)
+    return _PRELUDE + "\n".join(lines) + "\n"
+
+
+def _tutorial_config() -> str:
+    [config] = _blocks("The tutorial, in Python", "yaml")
+    return config
+
+
+@pytest.mark.parametrize(
+    ("section", "index"),
+    [("The tutorial, in Python", 0), ("Sessions: one box across commands", 0), ("Agents: a code-runner action", 0)],
+)
+def test_the_python_examples_run_as_written(tmp_path: Path, section: str, index: int) -> None:
+    block = _blocks(section, "python")[index]
+    script = checked_python(block)
+    checks = script[len(_PRELUDE) :]
+    assert "_expect(" in checks or "except mainsdk.SandboxError" in checks  # each block shows a value to check
+    (tmp_path / "main.yaml").write_text(_tutorial_config())
+    (tmp_path / "example.py").write_text(script)
+    done = subprocess.run(
+        [sys.executable, "example.py"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"{done.stderr}\n--- the example as run ---\n{script}"
+
+
+def test_the_checks_a_readme_line_becomes_can_fail(tmp_path: Path) -> None:
+    # Without this, a transformation that checks nothing would pass every README.
+    wrong = textwrap.dedent(
+        """\
+        from mainsdk import sandbox
+        sandbox.run("print(1 + 1)").stdout    # '3\\n'
+        """
+    )
+    (tmp_path / "main.yaml").write_text(_tutorial_config())
+    (tmp_path / "example.py").write_text(checked_python(wrong))
+    done = subprocess.run(
+        [sys.executable, "example.py"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1 and "gave '2\\n'" in done.stderr
