@@ -8,14 +8,24 @@ all), which is a lower bound for any run. Then the parent's memory growth over
 many runs.
 
     python benchmarks/run_latency.py [--rounds 200] [--memory-runs 1000]
+
+``--compare-with PYTHON`` measures this code against another checkout instead: PYTHON
+is the interpreter of a venv where that checkout is installed (for example a git
+worktree of the base commit with its own venv). Each side runs ``sandbox.run`` in a
+worker process of its own; the rounds alternate between them (and which goes first),
+and each worker times its own runs, so both see the same machine:
+
+    python benchmarks/run_latency.py --compare-with /work/wt/base/.venv/bin/python --rounds 400
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -27,6 +37,27 @@ from mainsdk_local import local_sandbox_driver
 CODE = "print(1 + 1)"
 TARGET_RATIO = 1.6
 TARGET_GROWTH_MB = 10
+TARGET_EXTRA_MS = 0.5  # a change may cost at most this at the median, against the code before it
+
+# A worker for --compare-with: runs sandbox.run once per line on stdin, answers with the milliseconds it took.
+_WORKER = """
+import json, sys, time
+from mainsdk import Sandbox, SandboxDeps
+from mainsdk_local import local_sandbox_driver
+import mainsdk_local
+sandbox = Sandbox(SandboxDeps(driver=local_sandbox_driver(), load_entrypoints=False))
+code = sys.argv[1]
+for _ in range(10):
+    sandbox.run(code)
+print(json.dumps({"ready": mainsdk_local.__file__}), flush=True)
+for line in sys.stdin:
+    started = time.perf_counter()
+    result = sandbox.run(code)
+    elapsed = (time.perf_counter() - started) * 1000
+    assert result.stdout == "2\\n", result
+    print(json.dumps(elapsed), flush=True)
+sandbox.close()
+"""
 
 
 def rss_mb() -> float:
@@ -43,11 +74,57 @@ def timed(call: Callable[[], object]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+class Worker:
+    """A process of its own running sandbox.run with the code installed for ``python``."""
+
+    def __init__(self, python: str) -> None:
+        self.proc = subprocess.Popen(
+            [python, "-c", _WORKER, CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        self.source = json.loads(self.stdout.readline())["ready"]
+
+    def run(self) -> float:
+        self.stdin.write("run\n")
+        self.stdin.flush()
+        return float(json.loads(self.stdout.readline()))
+
+    def close(self) -> None:
+        self.stdin.close()
+        self.proc.wait()
+
+
+def compare(old_python: str, rounds: int) -> None:
+    """Median sandbox.run latency of this code against the code installed for ``old_python``, interleaved."""
+    workers = {"new": Worker(sys.executable), "old": Worker(old_python)}
+    times: dict[str, list[float]] = {name: [] for name in workers}
+    try:
+        for i in range(rounds):
+            order = ("new", "old") if i % 2 == 0 else ("old", "new")
+            for name in order:
+                times[name].append(workers[name].run())
+    finally:
+        for worker in workers.values():
+            worker.close()
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    print(f"{rounds} rounds, interleaved, each side in its own worker process")
+    for name, worker in workers.items():
+        print(f"  {name}: median {medians[name]:7.2f} ms  ({worker.source})")
+    extra = medians["new"] - medians["old"]
+    verdict = "within" if extra <= TARGET_EXTRA_MS else "ABOVE"
+    print(f"  new - old: {extra:+.2f} ms at the median ({verdict} the {TARGET_EXTRA_MS} ms budget)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--memory-runs", type=int, default=1000)
+    parser.add_argument("--compare-with", metavar="PYTHON", help="an interpreter with the old code installed")
     args = parser.parse_args()
+    if args.compare_with:
+        compare(args.compare_with, args.rounds)
+        return
 
     python = resolve_program("python", "python3").executable
     sandbox = Sandbox(SandboxDeps(driver=local_sandbox_driver(), load_entrypoints=False))

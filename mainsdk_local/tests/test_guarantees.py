@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import os
 import secrets
+import signal
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -13,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mainsdk import AsyncSandbox, Sandbox, SandboxError, secret
+from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError, secret
 from mainsdk.audit import code_sha256
+from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION, LOCAL_IN_PRODUCTION, SECRET_NOT_ALLOWED
+from mainsdk.hookspecs import hookimpl
+from mainsdk_local.driver import LocalDriver
 
 
 def processes_matching(marker: str) -> list[int]:
@@ -259,3 +264,88 @@ def test_runs_in_parallel_threads_do_not_mix(sandbox: Sandbox) -> None:
     with ThreadPoolExecutor(4) as pool:
         outs = list(pool.map(lambda i: sandbox.run(f"print({i} * 2)").stdout, range(8)))
     assert outs == [f"{i * 2}\n" for i in range(8)]
+
+
+# -- out files and a stalled launcher: the run's output is kept -------------------------
+
+OUT_FILES_CAP = 1000  # the documented cap (README, "Out files")
+
+
+def test_a_deep_out_tree_is_cut_with_stop_output_and_the_run_kept(sandbox: Sandbox) -> None:
+    code = (
+        "import os, sys\n"
+        "open('../out/top.txt', 'w').write('top')\n"
+        "os.chdir('../out')\n"
+        "for _ in range(200):\n    os.mkdir('d'); os.chdir('d')\n"
+        "open('bottom.txt', 'w').write('bottom')\n"
+        "print('made'); sys.exit(3)\n"
+    )
+    result = sandbox.run(code)
+    assert (result.stop, result.stdout, result.exit_code) == ("output", "made\n", 3)
+    assert result.stop_code == "MAIN-SANDBOX-0004"
+    assert [f.name for f in result.files] == ["top.txt"]
+
+
+@pytest.mark.parametrize("count", [6000, 70000])
+def test_many_out_files_are_cut_at_the_cap_and_the_run_kept(sandbox: Sandbox, count: int) -> None:
+    # 65,000 files once made the collect reply pass the protocol's 1 MiB header: the run was lost as a 0006.
+    code = f"import sys\nfor i in range({count}): open(f'../out/{{i:05d}}.txt', 'w')\nprint('wrote'); sys.exit(5)"
+    result = sandbox.run(code)
+    assert (result.stop, result.stdout, result.exit_code) == ("output", "wrote\n", 5)
+    assert len(result.files) == OUT_FILES_CAP
+
+
+class _StopsItsLauncherBeforeCollecting(LocalDriver):
+    """The real local driver, whose launcher server is stopped (SIGSTOP) just before /out is collected, once."""
+
+    armed = False
+
+    @hookimpl
+    async def mainsdk_driver_collect(self, box: Any, max_bytes: int) -> Any:
+        if self.armed and self._launcher._proc is not None:
+            self.armed = False
+            os.kill(self._launcher._proc.pid, signal.SIGSTOP)
+        return await super().mainsdk_driver_collect(box, max_bytes)
+
+
+@pytest.mark.parametrize("phase", ["exec", "collect"])
+async def test_a_stopped_launcher_holds_no_run_past_its_timeout(phase: str, local_config: str, tmp_path: Path) -> None:
+    config = load_config_text(local_config, source=tmp_path / "main.yaml")
+    driver = _StopsItsLauncherBeforeCollecting(permissions=config.permissions, restrict_processes=True)
+    sandbox = AsyncSandbox(SandboxDeps(config=config, driver=driver, load_entrypoints=False))
+    try:
+        assert (await sandbox.run("print(1)")).exit_code == 0
+        assert driver._launcher._proc is not None
+        server = driver._launcher._proc.pid
+
+        def resume() -> None:  # a watchdog, so that the old code's hang ends and the test can fail
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server, signal.SIGCONT)
+
+        watchdog = asyncio.get_running_loop().call_later(20, resume)
+        marker = f"spin-{secrets.token_hex(4)}"
+        code = f"print('up', flush=True)\nwhile {phase == 'exec'}: pass  # {marker}\nprint('done')"
+        started = time.monotonic()
+        try:
+            driver.armed = phase == "collect"
+            task = asyncio.ensure_future(sandbox.run(code, limits={"timeout": "2s"}))
+            if phase == "exec":
+                while not processes_matching(marker) and not task.done():
+                    await asyncio.sleep(0.02)
+                os.kill(server, signal.SIGSTOP)  # the code runs: stop the launcher under it
+            result = await task
+        finally:
+            watchdog.cancel()
+            resume()
+        elapsed = time.monotonic() - started
+        if phase == "exec":
+            assert (result.stop, result.stdout, result.exit_code) == ("timeout", "up\n", None)
+        else:  # the run ended; its /out was lost with the stalled launcher, which is a cut
+            assert (result.stop, result.stdout, result.exit_code) == ("output", "up\ndone\n", 0)
+        assert elapsed < 2 + 5, elapsed
+        assert processes_matching(marker) == []
+        again = await sandbox.run("print('again')")  # the stalled launcher was replaced
+        assert (again.stdout, again.stop) == ("again\n", None)
+        assert driver._launcher._proc is not None and driver._launcher._proc.pid != server
+    finally:
+        sandbox.hooks.shutdown()

@@ -7,8 +7,10 @@ on most distributions, unprivileged).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -736,3 +738,169 @@ def test_unprivileged_server() -> None:
     assert memory == "rlimit"  # no cgroup of its own to write to
     assert (inner_uid, inner_pid) == (1000, 2)
     assert "root" not in root and "home" not in root
+
+
+# -- stalls: no box's work delays another box's deadline; every call has a backstop --------
+
+DEEP_TREE = (
+    "import os\nos.chdir('../out')\nfor _ in range({depth}):\n    os.mkdir('d'); os.chdir('d')\nopen('bottom', 'w')\n"
+)
+SPIN = "import subprocess; subprocess.Popen(['/usr/bin/sleep', '1000']); print('up', flush=True)\nwhile True: pass"
+OUT_FILES_CAP = 1000  # the documented cap (README, "Out files"); MAX_OUT_FILES in _boxes.py
+
+
+def _resume(pid: int) -> None:
+    """Let a server we stopped go on (a watchdog, so the old code's hang ends and the test can fail)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+async def _spin(box: Box, timeout: float) -> tuple[asyncio.Future[ExecResult], float]:
+    """Start code that spins with a background child; return once it runs, with its start time."""
+    up = asyncio.Event()
+    started = time.monotonic()
+    task = asyncio.ensure_future(box.exec(py(SPIN, timeout=timeout), on_stdout=lambda c: up.set(), on_stderr=len))
+    await asyncio.wait_for(up.wait(), 20)
+    return task, started
+
+
+async def test_a_deep_out_tree_does_not_delay_another_boxs_deadline(launcher: Launcher) -> None:
+    # Collecting a depth-3000 tree took the old server ~20 s on its only loop, which also kept deadlines.
+    deep = await launcher.open_box(disk_bytes=64 * MiB)
+    spinning = await launcher.open_box(disk_bytes=8 * MiB)
+    try:
+        result, output = await run(deep, py(DEEP_TREE.format(depth=3000)))
+        assert result.exit_code == 0, output.err
+        task, started = await _spin(spinning, 2.0)
+        collect = asyncio.ensure_future(deep.collect_out(max_bytes=MiB))
+        result = await task
+        elapsed = time.monotonic() - started
+        assert result.stop == "timeout"
+        assert elapsed < 2.0 + 5, elapsed
+        found = await collect
+        assert found.truncated and found.files == ()  # cut at the depth cap: the one file is deeper
+    finally:
+        await deep.close()
+        await spinning.close()
+
+
+async def test_the_deadline_holds_while_the_server_is_stopped() -> None:
+    own = Launcher()
+    try:
+        box = await own.open_box(disk_bytes=MiB)
+        assert own._proc is not None
+        server = own._proc.pid
+        task, started = await _spin(box, 2.0)
+        assert len(host_pids_of_uid(box.host_uid)) == 2
+        os.kill(server, signal.SIGSTOP)
+        watchdog = asyncio.get_running_loop().call_later(20, _resume, server)
+        try:
+            # B, pid 1 of the run, kills the tree at the deadline by itself, with the server stopped.
+            while host_pids_of_uid(box.host_uid) and time.monotonic() < started + 2.0 + 2.5:
+                await asyncio.sleep(0.05)
+            assert host_pids_of_uid(box.host_uid) == []
+            assert _stopped(server)
+            # The client's backstop returns the run as stopped at its timeout and drops the stalled server.
+            result = await task
+            elapsed = time.monotonic() - started
+            assert result.stop == "timeout" and result.exit_code is None
+            assert elapsed < 2.0 + 5, elapsed
+        finally:
+            watchdog.cancel()
+            _resume(server)
+        with pytest.raises(LauncherError):
+            await box.write_file("x", b"")  # that box died with its server
+        await box.close()
+        async with await own.open_box(disk_bytes=MiB) as again:  # a new server
+            result, output = await run(again, py("print('back')"))
+            assert output.out == b"back\n" and result.exit_code == 0
+        assert own._proc is not None and own._proc.pid != server
+    finally:
+        own.close()
+
+
+@pytest.mark.parametrize("call", ["write", "collect", "cancel"])
+async def test_a_stopped_server_fails_every_call_within_a_grace(call: str) -> None:
+    own = Launcher()
+    try:
+        box = await own.open_box(disk_bytes=MiB)
+        assert own._proc is not None
+        server = own._proc.pid
+        task = None
+        if call == "cancel":
+            task, _ = await _spin(box, 60.0)
+        os.kill(server, signal.SIGSTOP)
+        watchdog = asyncio.get_running_loop().call_later(30, _resume, server)
+        started = time.monotonic()
+        try:
+            if call == "write":
+                with pytest.raises(LauncherError, match="did not answer"):
+                    await box.write_file("x", b"1")
+            elif call == "collect":
+                with pytest.raises(LauncherError, match="did not answer"):
+                    await box.collect_out(max_bytes=MiB)
+            else:
+                assert task is not None
+                task.cancel()  # kill, then wait for the server to confirm the tree is dead: it never does
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                # The server was killed; each run's B has PDEATHSIG, and the tree dies with B.
+                while host_pids_of_uid(box.host_uid) and time.monotonic() < started + 15:
+                    await asyncio.sleep(0.02)
+                assert host_pids_of_uid(box.host_uid) == []
+            assert time.monotonic() - started < 15
+        finally:
+            watchdog.cancel()
+            _resume(server)
+        await box.close()
+        async with await own.open_box(disk_bytes=MiB) as again:
+            _, output = await run(again, py("print('back')"))
+            assert output.out == b"back\n"
+    finally:
+        own.close()
+
+
+# -- /out collection is bounded: depth, entries, files, header ----------------------------
+
+
+async def test_collect_stops_at_the_depth_cap(box: Box) -> None:
+    code = DEEP_TREE.format(depth=100) + "os.chdir('/out'); open('top', 'w').write('t')\n"
+    result, output = await run(box, py(code))
+    assert result.exit_code == 0, output.err
+    found = await box.collect_out(max_bytes=MiB)
+    assert found.truncated
+    assert [(f.name, f.data) for f in found.files] == [("top", b"t")]
+
+
+async def test_collect_stops_at_the_file_cap_in_name_order(box: Box) -> None:
+    code = "for i in range(5000): open(f'../out/f{i:05d}', 'w').write(str(i))"
+    result, output = await run(box, py(code))
+    assert result.exit_code == 0, output.err
+    found = await box.collect_out(max_bytes=MiB)
+    assert found.truncated
+    assert len(found.files) == OUT_FILES_CAP
+    assert [f.name for f in found.files] == [f"f{i:05d}" for i in range(OUT_FILES_CAP)]
+    assert found.files[-1].data == str(OUT_FILES_CAP - 1).encode()
+
+
+async def test_collect_keeps_its_header_bounded(box: Box) -> None:
+    # 900 names of 250 control characters: each is 1.5 KB of JSON; all of them would pass the 1 MiB frame limit.
+    code = (
+        "import os\n"
+        "for i in range(900): open('../out/%03d' % i + '\\x01' * 250, 'w')\n"
+        "for i in range(3000): os.symlink('/etc/passwd', '../out/-link%04d' % i)\n"
+    )
+    result, output = await run(box, py(code))
+    assert result.exit_code == 0, output.err
+    found = await box.collect_out(max_bytes=MiB)
+    assert found.truncated
+    assert 0 < len(found.files) < 900
+    assert len(json.dumps([f.name for f in found.files])) <= 600 * 1024
+    assert len(found.skipped) <= 101  # at most 100 reasons, then a count of the rest
+    _, output = await run(box, py("print('still here')"))
+    assert output.out == b"still here\n"

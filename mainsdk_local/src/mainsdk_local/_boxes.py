@@ -13,9 +13,12 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
+import json
 import os
 import socket
 import stat
+import time
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -197,89 +200,176 @@ def read_file(box: Box, path: object) -> bytes:
         raise C.RequestError("os", f"read {path}: {exc.strerror or exc}", exc.errno) from None
 
 
-def collect_out(box: Box, max_bytes: object) -> tuple[dict[str, Any], bytes]:
-    """The regular files under out/ in name order up to ``max_bytes``, and what was skipped and why."""
-    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
-        raise C.RequestError("value", "max_bytes must be a non-negative integer")
-    files: list[list[Any]] = []
-    skipped: list[list[str]] = []
-    chunks: list[bytes] = []
-    total = 0
-    truncated = False
-    pending = [""]
-    with AsBox(box):
-        while pending and not truncated:
-            prefix = pending.pop()
-            try:
-                dfd = _open_dir(box.out_fd, prefix)
-            except OSError as exc:
-                skipped.append([prefix.rstrip("/"), f"unreadable directory: {exc.strerror}"])
-                continue
-            subdirs: list[str] = []
-            try:
-                for name in sorted(os.listdir(dfd)):
-                    rel = prefix + name
-                    try:
-                        rel.encode()
-                    except UnicodeEncodeError:
-                        skipped.append([rel.encode(errors="replace").decode(), "name is not UTF-8"])
-                        continue
-                    try:
-                        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                    except OSError as exc:
-                        skipped.append([rel, f"unreadable: {exc.strerror}"])
-                        continue
-                    kind = entry_kind(st.st_mode)
-                    if kind == "dir":
-                        subdirs.append(rel + "/")
-                        continue
-                    if kind != "file":
-                        skipped.append([rel, kind])
-                        continue
-                    data = _read_out_file(dfd, name, rel, max_bytes - total, skipped)
-                    if data is None:
-                        continue
-                    if total + len(data) > max_bytes:
-                        truncated = True
-                        break
-                    total += len(data)
-                    files.append([rel, len(data)])
-                    chunks.append(data)
-            finally:
-                os.close(dfd)
-            pending.extend(reversed(subdirs))
-    return {"files": files, "truncated": truncated, "skipped": skipped}, b"".join(chunks)
+# Bounds on collecting out/ (the README's "Out files" says them). A cut sets ``truncated``: the
+# run then stops with "output" and keeps what fit. They also bound the reply's header, which
+# must stay under the protocol's MAX_HEADER whatever names the code chose.
+MAX_OUT_FILES = 1000  # files returned
+MAX_OUT_ENTRIES = 10_000  # directory entries looked at, of any kind
+MAX_OUT_DEPTH = 32  # folders below out/ that are entered
+MAX_OUT_NAME_BYTES = 512 * 1024  # the returned names, as JSON
+MAX_OUT_SKIPPED = 100  # skipped entries listed (then one more saying how many were not)
+SKIPPED_NAME_CHARS = 200  # a skipped entry's name is cut to this
+COLLECT_SECONDS = P.COLLECT_SECONDS  # wall time for one collection, across its slices
+_READ_STEP = 1 << 20  # a file is read in steps of this, so a large one does not hold the loop
 
 
-def _read_out_file(dfd: int, name: str, rel: str, budget: int, skipped: list[list[str]]) -> bytes | None:
-    """Read one regular file, or None (and a reason in ``skipped``); over budget gives budget+1 bytes."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
-    except OSError as exc:
-        skipped.append([rel, "symlink" if exc.errno == errno.ELOOP else f"unreadable: {exc.strerror}"])
-        return None
-    try:
-        fst = os.fstat(fd)
-        if not stat.S_ISREG(fst.st_mode):  # swapped after our lstat
-            skipped.append([rel, entry_kind(fst.st_mode)])
-            return None
-        if fst.st_size > budget:
-            return b"\0" * (budget + 1) if budget < 1 << 16 else read_all(fd, budget + 1)
-        return read_all(fd, budget + 1)
-    finally:
-        os.close(fd)
+class OutCollector:
+    """Collects the regular files under out/ in name order, a slice at a time.
 
+    The server runs ``step`` from its loop until it returns True, so collecting
+    a large or deep out/ never holds up other boxes (nor anything else the loop
+    does). The walk keeps one open descriptor per folder on its path (at most
+    MAX_OUT_DEPTH + 1), so it is O(entries), never O(depth²). Within a folder
+    its files come in name order, then its subfolders, each in name order.
+    """
 
-def _open_dir(base_fd: int, prefix: str) -> int:
-    """Open ``prefix`` under ``base_fd`` one directory at a time, never following a link."""
-    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=base_fd)
-    for part in [p for p in prefix.split("/") if p]:
+    def __init__(self, box: Box, max_bytes: object) -> None:
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+            raise C.RequestError("value", "max_bytes must be a non-negative integer")
+        self.box = box
+        self.max_bytes = max_bytes
+        self.files: list[list[Any]] = []
+        self.skipped: list[list[str]] = []
+        self.skipped_more = 0
+        self.chunks: list[bytes] = []
+        self.total = 0
+        self.truncated = False  # something was left out: the run stops with "output"
+        self.full = False  # a bound on what is returned was reached: take nothing more
+        self.entries = 0
+        self.name_bytes = 0
+        self.started = time.monotonic()
+        self._walk = self._walk_out()
+
+    def step(self, until: float) -> bool:
+        """Collect until ``until`` (monotonic); True once done. Call as the box's user (``AsBox``)."""
         try:
-            nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            for _ in self._walk:
+                now = time.monotonic()
+                if now >= self.started + COLLECT_SECONDS:
+                    self.truncated = self.full = True
+                    self.close()
+                    return True
+                if now >= until:
+                    return False
+        except OSError as exc:  # out/ itself: the code may have made it unreadable
+            self._skip("", f"unreadable directory: {exc.strerror}")
+        return True
+
+    def close(self) -> None:
+        """Stop: close the descriptors the walk holds."""
+        self._walk.close()
+
+    def reply(self) -> tuple[dict[str, Any], bytes]:
+        """The reply's header fields and payload (the files' bytes, in order)."""
+        skipped = list(self.skipped)
+        if self.skipped_more:
+            skipped.append(["...", f"{self.skipped_more} more skipped entries not listed"])
+        return {"files": self.files, "truncated": self.truncated, "skipped": skipped}, b"".join(self.chunks)
+
+    def _skip(self, rel: str, why: str) -> None:
+        if len(self.skipped) < MAX_OUT_SKIPPED:
+            name = rel if len(rel) <= SKIPPED_NAME_CHARS else rel[:SKIPPED_NAME_CHARS] + "..."
+            self.skipped.append([name, why])
+        else:
+            self.skipped_more += 1
+
+    def _walk_out(self) -> Generator[None, None, None]:
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self.box.out_fd)
+        try:
+            yield from self._walk_dir(fd, "", 0)
         finally:
             os.close(fd)
-        fd = nfd
-    return fd
+
+    def _walk_dir(self, dfd: int, prefix: str, depth: int) -> Generator[None, None, None]:
+        """Walk the folder open at ``dfd``; stops early (setting ``truncated``) at a bound."""
+        names: list[tuple[str, bool]] = []  # (name, is a folder)
+        with os.scandir(dfd) as listing:
+            for entry in listing:
+                if self.entries >= MAX_OUT_ENTRIES:
+                    self.truncated = True  # the entries listed so far are still taken
+                    break
+                self.entries += 1
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    is_dir = False  # the lstat below says why
+                names.append((entry.name, is_dir))
+                if self.entries % 256 == 0:
+                    yield
+        names.sort()
+        subdirs: list[str] = []
+        for name, is_dir in names:
+            yield  # one entry at a time: the loop checks the clock between them
+            rel = prefix + name
+            try:
+                rel.encode()
+            except UnicodeEncodeError:
+                self._skip(rel.encode(errors="replace").decode(), "name is not UTF-8")
+                continue
+            if is_dir:
+                subdirs.append(name)
+                continue
+            yield from self._take_file(dfd, name, rel)
+            if self.full:
+                return
+        for name in subdirs:
+            if depth + 1 > MAX_OUT_DEPTH or self.entries >= MAX_OUT_ENTRIES:
+                self.truncated = True  # deeper folders are not entered: a cut, like the byte limit
+                return
+            try:
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            except OSError as exc:
+                self._skip(prefix + name, f"unreadable directory: {exc.strerror}")
+                continue
+            try:
+                yield from self._walk_dir(sub, prefix + name + "/", depth + 1)
+            except OSError as exc:
+                self._skip(prefix + name, f"unreadable directory: {exc.strerror}")
+            finally:
+                os.close(sub)
+            if self.full:
+                return
+
+    def _take_file(self, dfd: int, name: str, rel: str) -> Generator[None, None, None]:
+        """Read one entry that is not a folder: a regular file is taken, anything else skipped with a reason."""
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError as exc:
+            try:  # a symlink (ELOOP), a socket (ENXIO): say what it is
+                kind = entry_kind(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode)
+            except OSError:
+                kind = "file"
+            self._skip(rel, kind if kind != "file" else f"unreadable: {exc.strerror}")
+            return
+        try:
+            st = os.fstat(fd)
+            kind = entry_kind(st.st_mode)
+            if kind != "file":
+                self._skip(rel, kind)
+                return
+            cost = len(json.dumps(rel, ensure_ascii=False).encode()) + 16
+            budget = self.max_bytes - self.total
+            if len(self.files) >= MAX_OUT_FILES or self.name_bytes + cost > MAX_OUT_NAME_BYTES or st.st_size > budget:
+                self.truncated = self.full = True  # one more regular file than may be returned
+                return
+            chunks: list[bytes] = []
+            size = 0
+            while size <= budget:
+                chunk = os.read(fd, min(_READ_STEP, budget + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                yield
+            if size > budget:  # it grew after our fstat
+                self.truncated = self.full = True
+                return
+        finally:
+            os.close(fd)
+        self.name_bytes += cost
+        self.total += size
+        self.files.append([rel, size])
+        self.chunks.append(b"".join(chunks))
 
 
 def entry_kind(mode: int) -> str:

@@ -4,6 +4,13 @@ The server (``_server.py``) is the only process that forks; this module never
 forks and never runs Python between fork and exec, so it is safe in an app
 with threads. Each box has its own socket to the server and is driven by the
 asyncio loop that opened it; one ``Launcher`` serves boxes on several loops.
+
+Every call waits for the server for a bounded time only (the backstop): an exec
+its timeout plus ``_EXEC_GRACE``, anything else ``_CALL_GRACE`` plus the time its
+own work may take. A server that does not answer in that time is stalled
+(stopped, starved, wedged): it is killed, which kills every run it holds (each
+run's pid 1 has PR_SET_PDEATHSIG), the call fails, or for an exec returns as
+stopped at its timeout, and the ``Launcher`` starts a new server on next use.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +36,12 @@ _SERVER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_server
 _START_TIMEOUT = 30.0
 _STOP_TIMEOUT = 10.0
 _DRAIN_TIMEOUT = 5.0  # after the tree is dead its pipes reach EOF at once; this only bounds a surprise
+# Backstop: how long past its own work a call waits for the server before the server counts as stalled.
+# An exec's grace stays under core's DEADLINE_GRACE, so the driver, not core, returns the timeout.
+_EXEC_GRACE = 3.0
+_CALL_GRACE = 3.0
+_TRANSFER_RATE = 256 << 20  # bytes a second a call's payload is allowed (well below what a socket and tmpfs do)
+_STALL_DRAIN = 1.0  # after killing a stalled server: its runs die at once, their pipes with them
 _STDERR_TAIL = 4096
 _READ_CHUNK = 1 << 16
 
@@ -125,6 +139,13 @@ def _stop_server(proc: subprocess.Popen[bytes] | None, boot: socket.socket | Non
     except subprocess.TimeoutExpired:
         proc.kill()  # its runs die with it: each run's pid 1 has PR_SET_PDEATHSIG
         proc.wait()
+
+
+def _kill_server(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a server (it may be stopped: SIGKILL still ends it); its runs die with it."""
+    with contextlib.suppress(OSError):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
 
 
 class Launcher:
@@ -253,8 +274,8 @@ class Launcher:
             frame = P.encode({"op": "box", "disk_bytes": disk_bytes, "fds": 1})
             with self._lock:
                 self._check_usable()
-                boot = self._boot
-                if boot is None:
+                boot, server = self._boot, self._proc
+                if boot is None or server is None:
                     raise LauncherError("the Launcher is closed")
                 try:
                     # Tiny and the server reads it at once; a blocking send under the lock is fine.
@@ -268,12 +289,22 @@ class Launcher:
             raise
         finally:
             theirs.close()
+        launcher = weakref.ref(self)  # a box must not keep its Launcher alive
+
+        def on_stall() -> None:
+            _kill_server(server)
+            owner = launcher()
+            if owner is not None:
+                owner._drop_stalled(server)
+
         box = Box(
             ours,
             asyncio.get_running_loop(),
             rlimit_memory=self._hello.get("memory") == "rlimit",
             namespaces=self._hello.get("isolation") == "namespace",
             node_preload=str(self._hello.get("node_preload") or "") or None,
+            disk_bytes=disk_bytes,
+            on_stall=on_stall,
         )
         try:
             await box._await_open()
@@ -281,6 +312,16 @@ class Launcher:
             box._teardown(LauncherError("box open failed"))
             raise
         return box
+
+    def _drop_stalled(self, server: subprocess.Popen[bytes]) -> None:
+        """``server`` (already sent SIGKILL) stalled: forget it, so the next box starts a new one."""
+        with self._lock:
+            if self._proc is not server:
+                return  # already replaced, or closed
+            finalizer, self._finalizer = self._finalizer, None
+            self._proc = self._boot = None
+        if finalizer is not None:
+            finalizer()  # closes its bootstrap socket and reaps it (dead already: no wait)
 
     def close(self) -> None:
         """Kill everything, stop the server and reap it. Safe to call twice; also runs at exit."""
@@ -306,6 +347,7 @@ class _Exec:
         self.drained = asyncio.Event()
         self.callback_error: BaseException | None = None
         self.stderr_tail = b""
+        self.stalled = False  # the backstop fired while this exec waited: the server was killed
 
 
 class Box:
@@ -319,8 +361,13 @@ class Box:
         rlimit_memory: bool,
         namespaces: bool,
         node_preload: str | None = None,
+        disk_bytes: int = 0,
+        on_stall: Callable[[], None] | None = None,
     ) -> None:
         self._rlimit_memory = rlimit_memory
+        self._disk_bytes = disk_bytes
+        self._on_stall = on_stall
+        self.stalled = False  # the server stopped answering and was killed: this box and its files are gone
         self.namespaces = namespaces  # each exec has its own network namespace (and proxy listener)
         self.node_preload = node_preload  # where the code finds the Node proxy preload
         self._listener_handlers: dict[int, Callable[[socket.socket], None]] = {}
@@ -339,7 +386,7 @@ class Box:
         loop.add_reader(sock.fileno(), self._on_readable)
 
     async def _await_open(self) -> None:
-        reply = await self._pending[0]
+        reply = await self._within(self._pending[0], _CALL_GRACE, "open box")
         self._pending.pop(0, None)
         if not reply.header.get("ok"):
             raise _error_from(reply.header, "open box")
@@ -445,20 +492,46 @@ class Box:
                 fut.exception()  # retrieved: no "never retrieved" warning for abandoned requests
         self._pending.clear()
 
+    async def _within(self, fut: asyncio.Future[P.Frame], seconds: float, what: str) -> P.Frame:
+        """Await a reply, at most ``seconds``: past that the server is stalled (see the module's docstring)."""
+        timer = self._loop.call_later(seconds, self._stall, what, seconds)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+
+    def _stall(self, what: str, seconds: float) -> None:
+        """The server did not answer in time: kill it and fail every call waiting on this box."""
+        if self._closed:
+            return
+        self.stalled = True
+        if self._on_stall is not None:
+            self._on_stall()
+        self._teardown(
+            LauncherError(
+                f"the launcher server did not answer {what} in {seconds:.1f}s; it was killed with its runs, "
+                "and the next box starts a new one"
+            )
+        )
+
     def _check_loop(self) -> None:
         if asyncio.get_running_loop() is not self._loop:
             raise LauncherError("a Box must be used from the event loop that opened it")
         if self._error is not None:
             raise self._error
 
-    async def _request(self, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> P.Frame:
+    async def _request(
+        self, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None, *, work: float = 0.0
+    ) -> P.Frame:
+        """Send a request and await its reply, within ``_CALL_GRACE`` plus ``work`` seconds (the backstop)."""
         rid = self._next_id
         self._next_id += 1
         fut: asyncio.Future[P.Frame] = self._loop.create_future()
         self._pending[rid] = fut
         try:
             self._send(dict(header, id=rid), payload, fds)
-            return await fut
+            seconds = _CALL_GRACE + work + len(payload) / _TRANSFER_RATE
+            return await self._within(fut, seconds, str(header.get("op")))
         finally:
             self._pending.pop(rid, None)
 
@@ -476,7 +549,7 @@ class Box:
         """Read the regular file at ``path`` under /work (or ``../out/...``) without following symlinks."""
         self._check_loop()
         _validate_box_path(path)
-        reply = await self._request({"op": "read", "path": path})
+        reply = await self._request({"op": "read", "path": path}, work=self._disk_bytes / _TRANSFER_RATE)
         if not reply.header.get("ok"):
             raise _error_from(reply.header, f"read {path}")
         return reply.payload
@@ -484,7 +557,8 @@ class Box:
     async def collect_out(self, *, max_bytes: int) -> Collected:
         """Regular files under /out, in name order, until ``max_bytes``; other entries are skipped with a reason."""
         self._check_loop()
-        reply = await self._request({"op": "collect", "max_bytes": max_bytes})
+        work = P.COLLECT_SECONDS + max(max_bytes, 0) / _TRANSFER_RATE
+        reply = await self._request({"op": "collect", "max_bytes": max_bytes}, work=work)
         h = reply.header
         if not h.get("ok"):
             raise _error_from(h, "collect /out")
@@ -538,10 +612,20 @@ class Box:
         header = {"op": "exec", "id": rid, "spec": _spec_json(spec), "stdin": spec.stdin is not None, "fds": 2}
         if spec.proxy and on_listener is not None:
             self._listener_handlers[rid] = on_listener  # the listener frame comes before the reply
+        sent = self._loop.time()
         try:
             self._send(header, spec.stdin or b"", child_ends)  # closes our copies of the write ends
             child_ends = []
-            reply = await self._await_exit(state, fut)
+            reply = await self._await_exit(
+                state, fut, spec.timeout + _EXEC_GRACE + len(spec.stdin or b"") / _TRANSFER_RATE
+            )
+            if reply is None and state.stalled:
+                # The server stalled past the deadline and was killed, and the tree with it: a timeout.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(state.drained.wait(), _STALL_DRAIN)
+                if state.callback_error is not None:
+                    raise state.callback_error
+                return ExecResult(None, signal.SIGKILL, "timeout", self._loop.time() - sent)
             if reply is None:
                 raise self._error or LauncherError("the launcher server went away during exec")
             h = reply.header
@@ -561,16 +645,25 @@ class Box:
             self._pending.pop(rid, None)
             self._listener_handlers.pop(rid, None)
 
-    async def _await_exit(self, state: _Exec, fut: asyncio.Future[P.Frame]) -> P.Frame | None:
+    async def _await_exit(self, state: _Exec, fut: asyncio.Future[P.Frame], seconds: float) -> P.Frame | None:
+        timer = self._loop.call_later(seconds, self._stall_exec, state, seconds)
         try:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:
             # Kill the tree and wait for the server's word that it is gone, then re-raise.
+            timer.cancel()
             self._send_kill(state)
             await self._wait_confirmed(fut)
             raise
         except LauncherError:
             return None
+        finally:
+            timer.cancel()
+
+    def _stall_exec(self, state: _Exec, seconds: float) -> None:
+        if not self._closed:
+            state.stalled = True
+            self._stall("an exec past its deadline", seconds)
 
     def _send_kill(self, state: _Exec) -> None:
         if state.kill_sent:
@@ -580,13 +673,18 @@ class Box:
             self._send({"op": "kill", "id": state.rid})
 
     async def _wait_confirmed(self, fut: asyncio.Future[P.Frame]) -> None:
-        while not fut.done():
-            try:
-                await asyncio.shield(fut)
-            except asyncio.CancelledError:
-                continue  # cancelled again: the tree still has to be confirmed dead
-            except LauncherError:
-                return
+        # Bounded too: a server that cannot confirm is killed, and the tree dies with it.
+        timer = self._loop.call_later(_CALL_GRACE, self._stall, "a kill", _CALL_GRACE)
+        try:
+            while not fut.done():
+                try:
+                    await asyncio.shield(fut)
+                except asyncio.CancelledError:
+                    continue  # cancelled again: the tree still has to be confirmed dead
+                except LauncherError:
+                    return
+        finally:
+            timer.cancel()
 
     def _on_output(self, state: _Exec, stream: int) -> None:
         fd = state.fds.get(stream)

@@ -27,6 +27,8 @@ RECV_SIZE = 1 << 18
 # Where the egress proxy listens inside a run's network namespace (127.0.0.1 there, not on the host).
 PROXY_PORT = 3128
 PROXY_BACKLOG = 128
+# The longest the server spends collecting one box's /out (in slices); the client's backstop allows for it.
+COLLECT_SECONDS = 2.0
 
 
 class ProtocolError(Exception):

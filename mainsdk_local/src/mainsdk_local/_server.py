@@ -102,6 +102,8 @@ else:
     from _spares import FAILED_SPARE_PAUSE, Spares
 
 WEAK_SWEEP_SECONDS = 2.0
+# Longest stretch the loop gives one /out collection before it looks at everything else again.
+COLLECT_SLICE = 0.005
 
 
 class Server:
@@ -119,6 +121,7 @@ class Server:
         self.workers: dict[int, Worker] = {}
         self.spares = Spares(self._spawn_worker, self._kill_worker, drop_uid=self.root)
         self.deadlines: list[tuple[float, int, Run]] = []
+        self.collecting: dict[tuple[int, int], tuple[Box, int, B.OutCollector]] = {}  # (slot, id): unfinished
         self.base = C.MOUNT_BASE
         self.mounted_base = False
         self.own_pidns = -1
@@ -229,11 +232,13 @@ class Server:
             wanted = self._spare_wanted()
             if wanted is not None and wanted[0] > 0:
                 timeout = wanted[0] if timeout is None else min(timeout, wanted[0])
-            idle = self._idle_work_pending()
+            idle = self._idle_work_pending() or bool(self.collecting)
             events = self.sel.select(0 if idle else timeout)
             for key, mask in events:
                 callback: Callable[[int], None] = key.data
                 callback(mask)
+            for box, rid, collector in list(self.collecting.values()):
+                self._collect_slice(box, rid, collector)
             if self._idle_work_pending():  # after the events: requests first, one spare per turn
                 self._idle_work()
             now = time.monotonic()
@@ -326,6 +331,7 @@ class Server:
 
     def _destroy_box(self, box: Box) -> None:
         """Last step of a box: every run is dead; remove its files and free the slot."""
+        self._stop_collecting(box)
         B.remove_box_fs(box, tmpfs=self.isolation == "namespace")
         box.decoder.close()
         box.destroyed = True
@@ -383,8 +389,9 @@ class Server:
             data = B.read_file(box, h.get("path"))
             self._send(box, {"id": rid, "ok": True}, data)
         elif op == "collect":
-            header, payload = B.collect_out(box, h.get("max_bytes"))
-            self._send(box, dict(header, id=rid, ok=True), payload)
+            if (box.slot, rid) in self.collecting:
+                raise C.RequestError("launcher", f"collect id {rid} already running")
+            self._collect_slice(box, rid, B.OutCollector(box, h.get("max_bytes")))
         elif op == "exec":
             if rid in box.runs:
                 raise C.RequestError("launcher", f"exec id {rid} already running")
@@ -404,8 +411,38 @@ class Server:
         else:
             raise C.RequestError("launcher", f"unknown op {op!r}")
 
+    def _collect_slice(self, box: Box, rid: int, collector: B.OutCollector) -> None:
+        """Collect for one slice (the first one at once: a small /out is done in it); reply when done.
+
+        Never more than COLLECT_SLICE at a time, so a huge or deep /out delays no other
+        box's requests; deadlines do not wait for it either (B keeps them, see _stages).
+        """
+        try:
+            with B.AsBox(box):
+                done = collector.step(time.monotonic() + COLLECT_SLICE)
+        except Exception as exc:  # noqa: BLE001 - a bug in one collection must not take the server down
+            traceback.print_exc()
+            collector.close()
+            self.collecting.pop((box.slot, rid), None)
+            self._reply_error(box, rid, C.RequestError("launcher", f"internal error: {exc!r}"))
+            return
+        if not done:
+            self.collecting[(box.slot, rid)] = (box, rid, collector)
+            return
+        self.collecting.pop((box.slot, rid), None)
+        header, payload = collector.reply()
+        self._send(box, dict(header, id=rid, ok=True), payload)
+
+    def _stop_collecting(self, box: Box) -> None:
+        """Drop the box's unfinished collections (it is closing): their descriptors must not pin its tmpfs."""
+        for key, (owner, _, collector) in list(self.collecting.items()):
+            if owner is box:
+                collector.close()
+                del self.collecting[key]
+
     def _begin_close(self, box: Box) -> None:
         box.closing = True
+        self._stop_collecting(box)
         self.spares.box_closing(box)
         for run in list(box.runs.values()):
             run.killed = True
@@ -514,6 +551,7 @@ class Server:
         ctx.uid, ctx.gid = box.uid, box.gid
         ctx.drop_uid = self.root
         ctx.argv, ctx.env = spec.argv, spec.env
+        ctx.timeout = spec.timeout
         ctx.stdout, ctx.stderr = fds
         ctx.disk_bytes = box.disk_bytes
         run = Run(rid, box, spec)
@@ -733,6 +771,8 @@ class Server:
                     run.error = frame.header
                 elif frame.header.get("op") == "status" and isinstance(frame.header.get("status"), int):
                     run.code_status = frame.header["status"]
+                    if frame.header.get("timeout") is True:
+                        run.timed_out = True  # B killed the tree at the deadline itself
 
     def _on_worker_exit(self, worker: Worker) -> None:
         """The worker's pidfd is readable: it has exited (after its pid namespace, if B)."""

@@ -5,7 +5,10 @@ the run's cgroups, unshares net, ipc, uts and cgroup namespaces, brings lo up,
 listens on the proxy's port there (the listener goes to the server, which hands
 it to the app's proxy or closes it), forks C, then reaps: once C exits it kills
 whatever C left and reports C's wait status, which therefore means "the whole
-tree is gone".
+tree is gone". B also keeps the run's deadline itself: C passes it the job's
+timeout, B arms a kernel timer (``setitimer``), and when it fires kills the tree
+and reports the status as a timeout. So a deadline holds even when the server's
+loop is busy, stalled or stopped; the server's own deadline is a second line.
 
 C (``code_main``) becomes the code. Before its job arrives it does what does
 not depend on the job (session, signals, OOM score, rlimits; in a hot spare
@@ -29,6 +32,7 @@ import resource
 import select
 import signal
 import socket
+import struct
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
@@ -56,6 +60,8 @@ else:  # imported by the server script, whose directory is on sys.path
 NOFILE_LIMIT = 4096
 TCP_INITIAL_RCVBUF = 16384  # the box's net.ipv4.tcp_rmem default (the kernel's is 128 KiB)
 CODE_OOM_SCORE_ADJ = 500
+_TIMEOUT = struct.Struct("d")  # C to B: the job's timeout in seconds
+MAX_TIMER_SECONDS = 1e8  # setitimer takes no more; a timeout beyond it is no deadline anyway
 
 # Signals the server ignores (Python ignores SIGPIPE and SIGXFSZ; the app may have ignored
 # others). An ignored signal stays ignored across execve, so C restores these to default.
@@ -78,6 +84,7 @@ class ChildContext:
         self.drop_uid = True
         self.argv: list[str] = []
         self.env: dict[str, str] = {}
+        self.timeout = 0.0  # B kills the tree this long after C has its job
         self.stdout = -1
         self.stderr = -1
         self.stdin: int | None = None
@@ -105,6 +112,7 @@ class ChildContext:
             "drop_uid": self.drop_uid,
             "argv": self.argv,
             "env": self.env,
+            "timeout": self.timeout,
             "stdin": self.stdin is not None,
             "disk_bytes": self.disk_bytes,
             "memory_rlimit": self.memory_rlimit,
@@ -123,6 +131,7 @@ class ChildContext:
             setattr(ctx, key, job[key])
         for key in ("memory_rlimit", "nproc_rlimit", "memory_dir", "memory_version", "pids_dir", "memory_bytes"):
             setattr(ctx, key, job[key])
+        ctx.timeout = job.get("timeout", 0.0)
         ctx.stdout, ctx.stderr = fds[0], fds[1]
         rest = fds[2:]
         if job["stdin"]:
@@ -195,19 +204,25 @@ def worker_main(
         listener.bind(("127.0.0.1", P.PROXY_PORT))
         listener.listen(P.PROXY_BACKLOG)
         stage = "fork"
+        timeout_r, timeout_w = os.pipe2(os.O_CLOEXEC)
         child = os.fork()
         if child == 0:
             listener.close()
-            code_main(report_fd, bound)
+            os.close(timeout_r)
+            code_main(report_fd, bound, timeout_w)
+        os.close(timeout_w)
         stage = "proxy listener"
         socket.send_fds(sock, [P.encode({"op": "listener", "fds": 1})], [listener.fileno()])
         listener.close()
+        stage = "deadline"
+        timed_out = _arm_deadline(timeout_r)  # once C has its job (or has died)
         stage = "reap"
         status = None
         while status is None:
             pid, st = os.waitpid(-1, 0)
             if pid == child:
                 status = st
+        signal.setitimer(signal.ITIMER_REAL, 0)  # C is gone: a timer firing now would mislabel its end
         # C is gone: end the run now. Kill whatever it left (background jobs, double forks,
         # setsid) and reap until we have no child; a pending SIGKILL makes fork fail, so
         # nothing new can appear. Only then report: the report means "all of it is dead".
@@ -216,19 +231,51 @@ def worker_main(
         with contextlib.suppress(ChildProcessError):
             while True:
                 os.waitpid(-1, 0)
-        os.write(report_fd, P.encode({"op": "status", "status": status}))
+        os.write(report_fd, P.encode({"op": "status", "status": status, "timeout": bool(timed_out)}))
         os._exit(0)
     except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
         report_failure(report_fd, stage, exc)
         os._exit(126)
 
 
-def code_main(report_fd: int, bound: dict[str, Any] | None) -> NoReturn:
+def _arm_deadline(timeout_r: int) -> list[bool]:
+    """B: wait for the job's timeout from C, then arm a timer that kills the tree when it fires.
+
+    Returns a list that holds True once the timer has fired. EOF (C died before its
+    job, or the spare was dropped) arms nothing: there is no code to stop.
+    """
+    fired: list[bool] = []
+    raw = b""
+    while len(raw) < _TIMEOUT.size:
+        chunk = os.read(timeout_r, _TIMEOUT.size - len(raw))
+        if not chunk:
+            break
+        raw += chunk
+    os.close(timeout_r)
+    if len(raw) < _TIMEOUT.size:
+        return fired
+    (timeout,) = _TIMEOUT.unpack(raw)
+    if not 0 < timeout < float("inf"):
+        return fired  # the server validates it; should it not, its own deadline still holds
+
+    def on_deadline(signum: int, frame: object) -> None:
+        # Runs as soon as waitpid is interrupted; nobody else can signal or delay B.
+        fired.append(True)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(-1, signal.SIGKILL)  # every process of the namespace but B
+
+    signal.signal(signal.SIGALRM, on_deadline)
+    signal.setitimer(signal.ITIMER_REAL, min(timeout, MAX_TIMER_SECONDS))
+    return fired
+
+
+def code_main(report_fd: int, bound: dict[str, Any] | None, timeout_w: int) -> NoReturn:
     """C in a spare: do what does not depend on the job, wait for the job, then run it.
 
     A spare bound to a box (``bound``: the box and root of the exec it expects) also
     pivots into that root ahead of time. It stays root until the job comes, so nothing
-    runs as the box's user between execs.
+    runs as the box's user between execs. With the job, C tells B (on ``timeout_w``)
+    the timeout B then keeps.
     """
     gc.disable()
     stage = ["prepare"]
@@ -250,6 +297,8 @@ def code_main(report_fd: int, bound: dict[str, Any] | None) -> NoReturn:
             decoder.feed(data, fds)
             frames = decoder.frames()
         ctx = ChildContext.from_job(frames[0].header, frames[0].fds, report_fd)
+        os.write(timeout_w, _TIMEOUT.pack(float(ctx.timeout)))  # 8 bytes into an empty pipe: never blocks
+        os.close(timeout_w)
         if not rooted:
             if not frames[0].header.get("limits_set"):
                 stage[0] = "cgroup limits"

@@ -179,7 +179,14 @@ class LocalDriver:
 
     @hookimpl
     async def mainsdk_driver_collect(self, box: LocalBox, max_bytes: int) -> Collected:
-        found = await box.box.collect_out(max_bytes=max_bytes)
+        try:
+            found = await box.box.collect_out(max_bytes=max_bytes)
+        except LauncherError:
+            if not box.box.stalled:
+                raise
+            # The launcher stalled and was killed (the backstop), taking the box's files with it. The run's
+            # output and exit stand; /out is reported as cut (stop "output" unless a limit stopped it first).
+            return Collected(files=(), truncated=True, skipped=(("", "lost: the launcher stalled and was replaced"),))
         return Collected(
             files=tuple(OutFile(f.name, f.data) for f in found.files), truncated=found.truncated, skipped=found.skipped
         )
