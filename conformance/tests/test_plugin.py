@@ -94,7 +94,7 @@ def test_a_subclass_that_overrides_nothing_runs_the_suite_tests(pytester: pytest
 # --- A replayed driver, end to end ------------------------------------------------------------------------------
 
 HTTP_DRIVER = '''
-import asyncio, json, time
+import asyncio, dataclasses, json, time
 import httpx, pytest
 from mainsdk import Capabilities
 from mainsdk.driver import Collected, ExecOutcome
@@ -106,6 +106,11 @@ from mainsdk_conformance.profiles import Profile
 pytest_plugins = ["mainsdk_conformance.plugin"]
 PROFILE = Profile(name="toy", upstreams={"api": "https://toy.invalid"}, api="v1",
                   lane_paths=(r"^/boxes/([^/]+)",), command_paths=(r"^/boxes/[^/]+/run$",))
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyBox:
+    id: str
 
 
 class Toy:
@@ -132,14 +137,14 @@ class Toy:
                     continue
                 if answer.status_code >= 400:
                     raise SandboxError(DRIVER_UNAVAILABLE, f"create answered {answer.status_code}")
-                return answer.json()["id"]
+                return ToyBox(answer.json()["id"])  # the hook returns a Box: core reads its ``id``
 
     @hookimpl
     async def mainsdk_driver_exec(self, box, command, output):
         started = time.monotonic()
         async def stream():
             async with httpx.AsyncClient(base_url=self.base, timeout=None) as client:
-                async with client.stream("POST", f"/boxes/{box}/run", json={"args": list(command.args)}) as answer:
+                async with client.stream("POST", f"/boxes/{box.id}/run", json={"args": list(command.args)}) as answer:
                     if answer.status_code >= 400:
                         raise SandboxError(DRIVER_UNAVAILABLE, f"run answered {answer.status_code}")
                     async for line in answer.aiter_lines():
@@ -163,7 +168,7 @@ class Toy:
     @hookimpl
     async def mainsdk_driver_stop(self, box):
         async with httpx.AsyncClient(base_url=self.base) as client:
-            await client.delete(f"/boxes/{box}")
+            await client.delete(f"/boxes/{box.id}")
 
 
 @pytest.fixture
