@@ -827,7 +827,8 @@ def test_socket_buffers_are_charged_to_the_memory_limit(make_sandbox: Callable[.
     # Must hold: kernel memory the code makes the kernel hold for it (socket buffers of loopback TCP
     # connections it never reads, accepted or not, and UDP datagrams it never reads) stays within about
     # the run's memory limit. With cgroup v1 they were charged to nothing: 300 connections held 1.18 GiB
-    # under a 64 MiB limit. Sends past the limit wait (here: EAGAIN), datagrams past it are dropped.
+    # under a 64 MiB limit. Sends past the limit wait (here: EAGAIN), datagrams past it are dropped; or the
+    # run is stopped with "memory".
     launcher = Launcher()
     try:
         if launcher.memory_enforcement == "rlimit":
@@ -838,6 +839,8 @@ def test_socket_buffers_are_charged_to_the_memory_limit(make_sandbox: Callable[.
     assert "memory: 256MB" in local_config
     built = make_sandbox(local_config.replace("memory: 256MB", f"memory: {limit_mb}MB"))
     result = built.sandbox.run(f"import sys; sys.argv[1:] = ['{limit_mb << 20}']\n{SOCKET_MEMORY}")
+    if result.stop == "memory":
+        return  # stopped at the limit (cgroup v2 may kill where v1 refuses): held no more than it
     assert result.exit_code == 0, result.stderr
     held = {kind: value / (1 << 20) for kind, value in json.loads(result.stdout).items()}
     # Measured here with the limit at 32 MiB: about 27, 42 and 31 MiB (before: 128 (the cap), 128 and 174).
