@@ -6,12 +6,14 @@ the app sees, never a silent switch to weak isolation.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 
 import pytest
 
@@ -24,9 +26,26 @@ APP = """
 import json, sys
 from mainsdk_local import _linux as L, _seccomp as SC
 if sys.argv[1] == "no-inodes":
+    import errno, os, sysconfig
+    import mainsdk, mainsdk_local, ruamel.yaml
+    # This checkout or its venv may itself live under /tmp (a CI clone): keep those folders reachable
+    # through binds, then use up every inode the new /tmp has left.
+    needed = (sys.prefix, sys.base_prefix, sysconfig.get_paths()["stdlib"], mainsdk.__file__, mainsdk_local.__file__)
+    kept = {path.split("/")[2] for path in needed if path.startswith("/tmp/")}
     L.unshare(L.CLONE_NEWNS)
     L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
-    L.mount("tmpfs", "/tmp", "tmpfs", 0, "size=1m,nr_inodes=1,mode=1777")  # the root directory takes the one inode
+    handles = {name: os.open("/tmp/" + name, os.O_PATH | os.O_DIRECTORY) for name in kept}  # this namespace's
+    L.mount("tmpfs", "/tmp", "tmpfs", 0, "size=1m,nr_inodes=16,mode=1777")
+    for name, handle in handles.items():
+        os.mkdir("/tmp/" + name)
+        L.mount(f"/proc/self/fd/{handle}", "/tmp/" + name, None, L.MS_BIND | L.MS_REC)
+    for filler in range(64):
+        try:
+            os.mkdir(f"/tmp/.filler-{filler}")
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            break
 else:  # as a container runtime's seccomp profile does: unshare, mount and the rest refused with EPERM
     L.prctl(L.PR_SET_NO_NEW_PRIVS, 1)
     SC.FILTER.install()
@@ -108,6 +127,46 @@ print(json.dumps({"caps": [caps.isolation, caps.memory_limit_scope], "scope": tr
 """
 
 
+def readable_copy_of_imports(purelib: str, *modules: str) -> str:
+    """A world-readable copy of the third-party packages that importing ``modules`` loads, with their metadata.
+
+    tox makes its envs mode 0700, a CI clone may sit under root's home, and editable installs live in the
+    checkout: nobody can read none of them. The copy sits in a fresh folder under /tmp, removed at exit.
+    """
+    stdlib = sysconfig.get_paths()["stdlib"]
+    listing = subprocess.run(
+        [sys.executable, "-c",
+         "import sys, importlib\n"
+         f"for name in {list(modules)!r}: importlib.import_module(name)\n"
+         "for name, m in list(sys.modules.items()):\n"
+         "    where = getattr(m, '__file__', None) or next(iter(getattr(m, '__path__', None) or ()), None)\n"
+         "    if '.' not in name and where: print(name, where)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    target = tempfile.mkdtemp(prefix="mainsdk-nobody-")
+    atexit.register(shutil.rmtree, target, True)
+    names = set()
+    for line in listing:
+        name, path = line.split(" ", 1)
+        if path.startswith(stdlib + os.sep) and not path.startswith(purelib + os.sep):
+            continue
+        names.add(name.lower())
+        if os.path.isdir(path):  # a namespace package (ruamel)
+            shutil.copytree(path, os.path.join(target, name), dirs_exist_ok=True)
+        elif os.path.basename(path) == "__init__.py":
+            shutil.copytree(os.path.dirname(path), os.path.join(target, name), dirs_exist_ok=True)
+        else:
+            shutil.copy(path, target)
+    for entry in os.listdir(purelib):
+        if entry.endswith(".dist-info") and entry.split("-")[0].lower().replace(".", "_") in names:
+            shutil.copytree(os.path.join(purelib, entry), os.path.join(target, entry))
+    for folder, _dirs, files in os.walk(target):
+        os.chmod(folder, 0o755)
+        for file in files:
+            os.chmod(os.path.join(folder, file), 0o644)
+    return target
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="running the app as another user needs root")
 def test_a_non_root_app_is_told_its_memory_limit_is_per_process() -> None:
     # Must hold: an app that is not root has no writable cgroup here (cgroup v1, no delegated v2 subtree), so
@@ -125,9 +184,10 @@ def test_a_non_root_app_is_told_its_memory_limit_is_per_process() -> None:
     ).stdout.strip()
     if version != str(sys.version_info[:2]):
         pytest.skip(f"/usr/bin/python3 is {version}, not this venv's Python: it cannot import the venv's packages")
+    readable = readable_copy_of_imports(purelib, "mainsdk", "mainsdk_local")
     done = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         "/usr/bin/python3", "-c", AS_NOBODY, purelib],
+         "/usr/bin/python3", "-c", AS_NOBODY, readable],
         capture_output=True, text=True, timeout=120, check=False, cwd="/",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
