@@ -61,6 +61,8 @@ PROGRAMS = {"python": "python3", "python3": "python3", "node": "node", "bash": "
 SIGTERM = 15
 # What we read of an out archive at most, past the files limit: tar headers and gzip's worst case.
 ARCHIVE_SLACK = 8 * 1024 * 1024
+# Entries of an out archive looked at, at most (each costs a tar header to read; the rest is truncated).
+MAX_OUT_ENTRIES = 10_000
 
 # Every command runs under this fixed script (no caller text is ever spliced into it; everything comes as
 # arguments): the code in its own session and process group (``setsid``), so that its whole tree can be
@@ -246,7 +248,9 @@ class VercelDriver:
         try:
             data = await self._read_capped(box, archive, max_bytes + ARCHIVE_SLACK)
         except NotFound:
-            return Collected()  # no archive: the out folder could not be read (nothing to bring back)
+            # The wrapper always leaves an archive (empty when out/ is): none means out/ could not be read,
+            # and the run's files would be silently lost.
+            raise self._api.error("collect", None, cause="the out folder could not be archived") from None
         return _unpack_out(data, max_bytes)
 
     @hookimpl
@@ -516,39 +520,101 @@ def _exit_code(command: Any, api: VercelApi) -> int:
 
 
 def _unpack_out(data: bytes, max_bytes: int) -> Collected:
-    """The regular files of an out archive, by name, within ``max_bytes``; links and the rest are skipped.
+    """The regular files of an out archive within ``max_bytes``, by name; links and the rest are skipped.
 
-    The archive may be cut (it was read up to a cap): what could be read counts, the rest is ``truncated``.
+    The archive is the code's to tamper with (a process it left in its own
+    session can rewrite it before it is read), so nothing in it is trusted: a
+    name must be a plain relative path, a file is read only while the total
+    stays within ``max_bytes`` (a gzip bomb costs no memory), and at most
+    ``MAX_OUT_ENTRIES`` entries are looked at. The archive may be cut (it was
+    read up to a cap): what came before counts, and the run is ``truncated``.
     """
-    found: dict[str, bytes] = {}
+    files: dict[str, bytes] = {}
     skipped: list[tuple[str, str]] = []
     truncated = False
+    total = 0
+    inflated = _Inflate(data, limit=max_bytes + ARCHIVE_SLACK)
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r|gz") as archive:
-            for member in archive:
-                name = posixpath.normpath(member.name)
-                if name in (".", "") or name.startswith(".."):
-                    continue
-                if member.isdir():
+        with tarfile.open(fileobj=inflated, mode="r|") as archive:
+            for count, member in enumerate(archive):
+                if count >= MAX_OUT_ENTRIES:
+                    truncated = True
+                    break
+                name = _out_name(member.name)
+                if name is None or member.isdir():
+                    if name is None and member.name.strip("./"):
+                        skipped.append((member.name[:200], "not a plain relative name"))
                     continue
                 if not member.isfile():
                     skipped.append((name, "not a regular file"))
                     continue
+                if total + member.size > max_bytes or name in files:
+                    truncated = truncated or name not in files
+                    skipped.append((name, "past limits.files" if name not in files else "twice in the archive"))
+                    continue
                 extracted = archive.extractfile(member)
-                found[name] = extracted.read() if extracted is not None else b""
-    except (tarfile.TarError, EOFError, OSError, zlib.error):
-        truncated = True  # read up to the cap, or cut: what came before counts
-    files: list[OutFile] = []
-    total = 0
-    for name in sorted(found):
-        size = len(found[name])
-        if total + size > max_bytes:
-            truncated = True
-            skipped.append((name, "past limits.files"))
-            continue
-        total += size
-        files.append(OutFile(name, found[name]))
-    return Collected(files=tuple(files), truncated=truncated, skipped=tuple(sorted(skipped)))
+                content = extracted.read(member.size) if extracted is not None else b""
+                total += len(content)
+                files[name] = content
+    except (tarfile.TarError, EOFError, OSError, zlib.error, TypeError, ValueError):
+        # Read up to the cap, cut, or garbage (tarfile's stream mode raises TypeError on a header cut short):
+        # what came before counts.
+        truncated = True
+    # tarfile ends quietly at a stream cut short: only a gzip stream read to its end is the whole archive.
+    while not truncated and inflated.read(65536):
+        pass  # the end-of-archive blocks and record padding, up to the gzip trailer
+    truncated = truncated or not inflated.complete
+    return Collected(
+        files=tuple(OutFile(name, files[name]) for name in sorted(files)),
+        truncated=truncated,
+        skipped=tuple(sorted(skipped)),
+    )
+
+
+class _Inflate(io.RawIOBase):
+    """A gzip stream inflated as it is read, never past ``limit`` bytes out (what a skipped bomb may cost)."""
+
+    def __init__(self, data: bytes, limit: int) -> None:
+        self._data = data
+        self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._pending = b""
+        self._fed = 0
+        self._out = 0
+        self._limit = limit
+
+    @property
+    def complete(self) -> bool:
+        """Whether the gzip stream was read to its end (its trailer checked) within the limit."""
+        return self._inflater.eof and not self._pending
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        while not self._pending and not self._inflater.eof and self._out < self._limit:
+            chunk = self._inflater.unconsumed_tail or self._data[self._fed : self._fed + 65536]
+            if not self._inflater.unconsumed_tail:
+                self._fed += len(chunk)
+            if not chunk:
+                break  # the data ends before the stream does: cut
+            self._pending = self._inflater.decompress(chunk, 65536)
+        size = min(len(view), len(self._pending), max(self._limit - self._out, 0))
+        view[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        self._out += size
+        return size
+
+
+def _out_name(raw: str) -> str | None:
+    """``raw`` as a name relative to out/ (``./a/b`` is ``a/b``), or None when it is not one (absolute, ``..``)."""
+    name = raw.removeprefix("./")
+    if not name or name.startswith("/") or "\0" in name:
+        return None
+    normal = posixpath.normpath(name)
+    if normal in (".", "") or normal == ".." or normal.startswith("../"):
+        return None
+    return normal
 
 
 def _targz(files: Mapping[str, bytes], folders: Sequence[str]) -> bytes:
