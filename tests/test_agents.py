@@ -65,6 +65,9 @@ def test_the_action_runs_code_and_returns_a_json_able_result(tmp_path: Path) -> 
     assert json.loads(json.dumps(result)) == result
     assert (result["stdout"], result["exit_code"], result["stop"], result["files"]) == ("ok\n", 0, None, ["r.txt"])
     assert action.risk == "write"
+    assert result["signal"] is None
+    crashed = action.run({"code": "import ctypes; ctypes.string_at(0)"})
+    assert (crashed["exit_code"], crashed["signal"], crashed["stop"]) == (139, "SIGSEGV", None)
     sandbox.close()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -44,6 +45,15 @@ def test_a_stop_is_said_on_stderr(app_dir: Callable[[str], Path]) -> None:
     assert done.stderr == "mainsdk: stopped: timeout (MAIN-SANDBOX-0002)\n"
 
 
+def test_a_crash_exits_128_plus_the_signal_and_says_so(app_dir: Callable[[str], Path]) -> None:
+    done = mainsdk("sandbox", "run", "--code", "import ctypes; ctypes.string_at(0)")
+    assert (done.stdout, done.returncode) == ("", 139)
+    assert done.stderr == "mainsdk: the code was killed by SIGSEGV (exit 139)\n"
+    done = mainsdk("sandbox", "run", "--json", "--language", "bash", "--code", "kill -9 $$")
+    result = json.loads(done.stdout)
+    assert (done.returncode, result["exit_code"], result["signal"], result["stop"]) == (137, 137, "SIGKILL", None)
+
+
 def test_json_prints_the_whole_result(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
     data = tmp_path / "rows.csv"
     data.write_text("a\nb\n")
@@ -67,4 +77,5 @@ def test_a_users_mistake_is_one_line_with_its_code_and_no_traceback(app_dir: Cal
 def test_drivers_lists_the_installed_drivers_with_versions(app_dir: Callable[[str], Path]) -> None:
     done = mainsdk("sandbox", "drivers")
     assert done.returncode == 0
-    assert any(line.split()[:3] == ["local", "mainsdk-local", "0.4.0"] for line in done.stdout.splitlines())
+    version = importlib.metadata.version("mainsdk-local")
+    assert any(line.split()[:3] == ["local", "mainsdk-local", version] for line in done.stdout.splitlines())

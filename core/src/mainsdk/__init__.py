@@ -5,6 +5,8 @@
 custom wiring.
 """
 
+import logging
+
 from mainsdk.config import AppConfig, SandboxConfig, load_config, parse_app_config, parse_sandbox_config
 from mainsdk.default import async_sandbox, sandbox
 from mainsdk.driver import Capabilities, NetworkReach
@@ -14,6 +16,13 @@ from mainsdk.files import FileRef
 from mainsdk.secrets import SecretRef, secret
 from mainsdk.sessions import AsyncSession, CommandResult
 from mainsdk.sync import Sandbox, Session, create_sandbox
+
+# The one place the version is written: every distribution's pyproject reads it (hatch's dynamic version).
+__version__ = "0.4.0"
+
+# A library never prints to the app's stderr on its own: with no logging configured, Python's last-resort
+# handler would show our warnings (a refused host, a driver that failed to stop). The app decides.
+logging.getLogger("mainsdk").addHandler(logging.NullHandler())
 
 __all__ = [
     "AppConfig",
@@ -31,6 +40,7 @@ __all__ = [
     "SandboxError",
     "SecretRef",
     "Session",
+    "__version__",
     "async_sandbox",
     "create_sandbox",
     "load_config",

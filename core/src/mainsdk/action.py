@@ -135,7 +135,7 @@ class CodeRunAction:
         return code, str(language), dict(files)
 
     async def arun(self, input: Mapping[str, Any], *, agent: str | None = None) -> dict[str, Any]:
-        """Run the input in the sandbox and return a JSON-able result (stdout, stderr, exit code, stop, file names)."""
+        """Run the input in the sandbox; return a JSON-able result (stdout, stderr, exit code, signal, stop, files)."""
         code, language, files = self.check_input(input)
         deps = self._sandbox.deps
         access: AccessRule | None = deps.access
@@ -160,7 +160,9 @@ def action_result(result: RunResult) -> dict[str, Any]:
         "stdout": result.stdout,
         "stderr": result.stderr,
         "exit_code": result.exit_code,
+        "signal": result.signal,
         "stop": result.stop,
         "files": [f.name for f in result.files],
+        "files_dropped": list(result.files_dropped),
         "cost": str(result.cost),
     }

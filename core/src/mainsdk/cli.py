@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mainsdk import __version__
 from mainsdk.config import load_config
 from mainsdk.engine import SandboxDeps
 from mainsdk.errors import SandboxError
@@ -27,6 +28,7 @@ class UsageError(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mainsdk", description="mainsdk sandbox: run code nobody reviewed.")
+    parser.add_argument("--version", action="version", version=f"mainsdk {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     sandbox = commands.add_parser("sandbox", help="run code in a sandbox, list drivers")
     sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True)
@@ -125,6 +127,8 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2))
     elif result.stop:
         print(f"mainsdk: stopped: {result.stop} ({result.stop_code})", file=sys.stderr)
+    elif result.signal:
+        print(f"mainsdk: the code was killed by {result.signal} (exit {result.exit_code})", file=sys.stderr)
     if result.stop:
         return STOP_EXIT[result.stop]
     return result.exit_code if result.exit_code is not None else 1

@@ -14,6 +14,8 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
+from mainsdk.errors import DEFAULT_OUTAGE_REMEDY
+
 Language = Literal["python", "node", "bash"]
 LANGUAGES: tuple[Language, ...] = ("python", "node", "bash")
 Isolation = Literal["microvm", "namespace", "weak"]
@@ -70,6 +72,12 @@ class Capabilities:
     sessions: bool = False
     production: bool = True  # False: refused when MAINSDK_ENV=production (MAIN-SANDBOX-0011)
     price_per_second: Decimal = Decimal(0)  # the driver's own estimate; ``sandbox.price`` overrides it
+    # Reports a command killed by a signal (``ExecOutcome.signal``), so a crash comes back as exit code 128+N with
+    # the signal's name, never as exit_code None. The conformance suite checks it on drivers that declare it.
+    reports_signals: bool = False
+    # What to check when the driver fails: core names it in MAIN-SANDBOX-0006's message. A provider driver names
+    # its account and token; the local driver its launcher, namespaces and /tmp. Core never guesses it.
+    outage_remedy: str = DEFAULT_OUTAGE_REMEDY
     # Where host filtering works and what extra reach the driver opens; None: it gives no hosts, or has not declared.
     network_reach: NetworkReach | None = None
 
@@ -118,12 +126,18 @@ class Command:
 
 @attrs.frozen
 class ExecOutcome:
-    """What a driver saw of one command. ``stop`` is set when the driver itself stopped it."""
+    """What a driver saw of one command. ``stop`` is set when the driver itself stopped it.
+
+    ``signal`` is the signal that ended the command, when one did: its Linux number (``11``) or its name
+    (``"SIGSEGV"``). Core turns it into ``exit_code = 128 + N`` and the name, as a shell would; the driver
+    may leave ``exit_code`` None then.
+    """
 
     exit_code: int | None
     stop: StopReason | None = None
     duration: float = 0.0
     hosts_refused: tuple[str, ...] = ()
+    signal: int | str | None = None
 
 
 @attrs.frozen

@@ -27,6 +27,7 @@ from mainsdk.driver import (
     Capabilities,
     Command,
     Isolation,
+    OutFile,
     StopReason,
     extra_reach,
 )
@@ -80,7 +81,12 @@ class SandboxDeps:
 
 @attrs.frozen
 class RunResult:
-    """What a run did. A stopped run has ``stop`` set; it is returned, not raised."""
+    """What a run did. A stopped run has ``stop`` set; it is returned, not raised.
+
+    ``exit_code`` is the code's exit status; when the code died of a signal (a crash, a kill from inside the
+    box) it is ``128 + N`` as in a shell, and ``signal`` names it (``"SIGSEGV"``). A run stopped at a limit
+    has ``stop`` set and ``signal`` None. ``ok`` is true only for a clean exit: no stop, exit code 0.
+    """
 
     id: str
     stdout: str
@@ -97,6 +103,13 @@ class RunResult:
     hosts_refused_dropped: int = 0  # how many more were refused than ``hosts_refused`` lists
     # What the memory limit held for (``Capabilities.memory_limit_scope``): "tree", "process", or None.
     memory_limit_scope: Literal["tree", "process"] | None = None
+    signal: str | None = None  # the signal the code died of ("SIGSEGV"); exit_code is then 128 + its number
+    files_dropped: tuple[str, ...] = ()  # out files the code wrote that the file store could not keep (disk full)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the code ran to a clean exit: not stopped, exit code 0."""
+        return self.stop is None and self.exit_code == 0
 
     @property
     def stop_code(self) -> str | None:
@@ -273,9 +286,7 @@ class AsyncSandbox:
         stop = outcome.stop
         if stop is None and collected.truncated:
             stop = "output"
-        # The code chose the names: redacted like its output before they leave the box.
-        redact_name = NameRedactor(plan.secret_values)
-        refs = tuple(self._store.put(tenant, redact_name(f.name), f.data) for f in collected.files)
+        refs, dropped = self._keep_files(tenant, collected.files, NameRedactor(plan.secret_values))
         return RunResult(
             id=run_id,
             stdout=executed.stdout,
@@ -291,7 +302,29 @@ class AsyncSandbox:
             hosts_refused=outcome.hosts_refused,
             hosts_refused_dropped=outcome.hosts_refused_dropped,
             memory_limit_scope=caps.memory_limit_scope,
+            signal=outcome.signal,
+            files_dropped=dropped,
         )
+
+    def _keep_files(
+        self, tenant: str, files: Sequence[OutFile], redact_name: Callable[[str], str]
+    ) -> tuple[tuple[FileRef, ...], tuple[str, ...]]:
+        """Put the out files in the store; one it cannot keep (disk full, too large) is named, not raised.
+
+        The run has finished by now: its output and exit code must reach the caller whatever the store says.
+        The code chose the names: redacted like its output before they leave the box, kept or dropped.
+        """
+        refs: list[FileRef] = []
+        dropped: list[str] = []
+        for file in files:
+            name = redact_name(file.name)
+            try:
+                refs.append(self._store.put(tenant, name, file.data))
+            except OSError as exc:
+                dropped.append(name)
+                # No name or path in the log: a file name is the code's text and may hold anything.
+                log.warning("the file store could not keep an out file of %d bytes (%s)", len(file.data), exc.strerror)
+        return tuple(refs), tuple(dropped)
 
     async def execute(
         self,
@@ -422,8 +455,15 @@ class AsyncSandbox:
             # Only the type: a driver's own message may carry a URL, a token or a value; the cause keeps it for logs.
             raise SandboxError(
                 errors.DRIVER_UNAVAILABLE,
-                f"the {self.driver_id!r} driver failed ({type(exc).__name__}); retry, and check the provider and token",
+                f"the {self.driver_id!r} driver failed ({type(exc).__name__}); retry, and {self._outage_remedy()}",
             ) from exc
+
+    def _outage_remedy(self) -> str:
+        """What the driver says to check when it fails (``Capabilities.outage_remedy``)."""
+        try:
+            return self.hooks.capabilities().outage_remedy
+        except Exception:  # noqa: BLE001 - the driver cannot even say what it can do; the outage stands
+            return errors.DEFAULT_OUTAGE_REMEDY
 
     def _audit(self, event: AuditEvent) -> None:
         self.hooks.audit(event, self.config)

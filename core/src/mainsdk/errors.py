@@ -40,6 +40,9 @@ _STATUS = {
     UNKNOWN_CONFIG_KEY: 400,
 }
 
+# What MAIN-SANDBOX-0006 says to check when a driver does not say (``Capabilities.outage_remedy``).
+DEFAULT_OUTAGE_REMEDY = "check that the driver's backend is up and reachable from this machine"
+
 # Which stop reason a run result carries for each limit code.
 STOP_CODES = {"timeout": TIMEOUT, "memory": MEMORY, "output": OUTPUT, "cost": COST}
 

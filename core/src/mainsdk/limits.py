@@ -23,6 +23,41 @@ log = logging.getLogger("mainsdk")
 # How long past its timeout core waits for a driver before cancelling the command itself.
 DEADLINE_GRACE = 5.0
 
+# Linux's signal numbers (every box is Linux, whatever the app's host): a crash reports 128 + N, as the shell does.
+LINUX_SIGNALS: dict[int, str] = {
+    1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
+    9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM",
+    16: "SIGSTKFLT", 17: "SIGCHLD", 18: "SIGCONT", 19: "SIGSTOP", 20: "SIGTSTP", 21: "SIGTTIN", 22: "SIGTTOU",
+    23: "SIGURG", 24: "SIGXCPU", 25: "SIGXFSZ", 26: "SIGVTALRM", 27: "SIGPROF", 28: "SIGWINCH", 29: "SIGIO",
+    30: "SIGPWR", 31: "SIGSYS",
+}  # fmt: skip
+_SIGNAL_NUMBERS = {name: number for number, name in LINUX_SIGNALS.items()} | {"SIGIOT": 6, "SIGPOLL": 29}
+SIGNAL_EXIT_BASE = 128  # the shell's convention: killed by signal N exits with 128 + N
+MAX_SIGNAL = 64  # SIGRTMAX on Linux
+
+
+def signal_status(
+    exit_code: int | None, signal: int | str | None, stop: StopReason | None
+) -> tuple[int | None, str | None]:
+    """The ``(exit_code, signal name)`` a result reports for a command a driver saw end.
+
+    Killed by signal N (a crash, or a kill from inside the box): ``128 + N`` and the name
+    (``"SIGSEGV"``; None for a real-time signal). Stopped at a limit (``stop`` set): the sandbox
+    ended it, so no signal is reported (which one a driver uses to stop is its own business) and the
+    exit code is what the driver gave (None when it killed the code). Otherwise the exit code as is.
+    """
+    if stop is not None:
+        return (exit_code if signal is None else None), None
+    number: int | None = None
+    if isinstance(signal, str):
+        number = _SIGNAL_NUMBERS.get(signal.upper() if signal.upper().startswith("SIG") else f"SIG{signal.upper()}")
+    elif isinstance(signal, int) and not isinstance(signal, bool) and 0 < signal <= MAX_SIGNAL:
+        number = signal
+    if number is None:
+        return exit_code, None
+    return SIGNAL_EXIT_BASE + number, LINUX_SIGNALS.get(number)
+
+
 Listener = Callable[[str, bytes], None]
 
 # Refused hosts are chosen by the code, so each bound below caps what one run can push into a result,
@@ -130,6 +165,7 @@ class LimitedOutcome:
     duration: float
     hosts_refused: tuple[str, ...] = ()
     hosts_refused_dropped: int = 0  # refused hosts past the ones kept in ``hosts_refused``
+    signal: str | None = None  # the signal that ended the code, when it died of one (see ``signal_status``)
 
 
 async def exec_within_limits(
@@ -156,7 +192,8 @@ async def exec_within_limits(
         for host in outcome.hosts_refused:  # a driver may report them here rather than as they happen
             collector.host_refused(host)
         refused = tuple(collector.hosts_refused)
-        return LimitedOutcome(outcome.exit_code, stop, outcome.duration, refused, collector.hosts_refused_dropped)
+        exit_code, signal = signal_status(outcome.exit_code, outcome.signal, stop)
+        return LimitedOutcome(exit_code, stop, outcome.duration, refused, collector.hosts_refused_dropped, signal)
     await _cancel_and_wait(task)
     cut_stop: StopReason = "output" if collector.cut else "timeout"
     duration = loop.time() - started

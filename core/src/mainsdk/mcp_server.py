@@ -16,6 +16,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
+from mainsdk import __version__
 from mainsdk.action import CodeRunAction
 from mainsdk.errors import SandboxError
 
@@ -37,7 +38,7 @@ def build_server(action: CodeRunAction) -> Server[Any]:
         text = json.dumps(result, indent=2)
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=result)
 
-    return Server("mainsdk-sandbox", version="0.4.0", on_list_tools=list_tools, on_call_tool=call_tool)
+    return Server("mainsdk-sandbox", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
 def _error(message: str) -> types.CallToolResult:

@@ -44,6 +44,12 @@ class CommandResult:
     cost: Decimal
     hosts_refused: tuple[str, ...] = ()  # redacted, at most 50
     hosts_refused_dropped: int = 0  # how many more were refused than ``hosts_refused`` lists
+    signal: str | None = None  # the signal the command died of ("SIGSEGV"); exit_code is then 128 + its number
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command ran to a clean exit: not stopped, exit code 0."""
+        return self.stop is None and self.exit_code == 0
 
     @property
     def stop_code(self) -> str | None:
@@ -180,6 +186,7 @@ class AsyncSession:
             cost=cost,
             hosts_refused=outcome.hosts_refused,
             hosts_refused_dropped=outcome.hosts_refused_dropped,
+            signal=outcome.signal,
         )
         self._sandbox._audit(
             attrs.evolve(

@@ -151,6 +151,7 @@ class E2BDriver:
             sessions=True,
             production=True,
             price_per_second=self._price,
+            outage_remedy="check E2B's status and the API key (sandbox.e2b.key, default secret:E2B_API_KEY)",
         )
 
     @hookimpl

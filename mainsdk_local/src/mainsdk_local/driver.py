@@ -37,6 +37,12 @@ from mainsdk_local.programs import Program, ProgramCache
 
 DRIVER_ID = "local"
 DEFAULT_MAX_PROCESSES = 256
+# What MAIN-SANDBOX-0006 tells the user to check for this driver: there is no provider and no token here.
+LOCAL_REMEDY = (
+    "check the local launcher: its messages on this process's stderr (mainsdk-local launcher: ...), that the "
+    "python3 running the app can start it, that user namespaces are enabled (sysctl user.max_user_namespaces > 0), "
+    "and that /tmp has free space"
+)
 # Which language a program name serves, to read sandbox.local.
 _PROGRAM_LANGUAGE = {program: language for language, program in LANGUAGE_PROGRAMS.items()}
 
@@ -78,7 +84,9 @@ class LocalDriver:
             isolation = self._launcher.isolation
             enforcement = self._launcher.memory_enforcement
         except LauncherError as exc:
-            raise SandboxError(DRIVER_UNAVAILABLE, f"the local driver's launcher did not start: {exc}") from exc
+            raise SandboxError(
+                DRIVER_UNAVAILABLE, f"the local driver's launcher did not start: {exc}; {LOCAL_REMEDY}"
+            ) from exc
         return Capabilities(
             isolation=isolation,
             network=True,
@@ -90,6 +98,8 @@ class LocalDriver:
             production=False,
             # The box's only way out is its proxy, which checks every request's or CONNECT's host, on any port.
             network_reach=NetworkReach(filtered=(("http", None), ("https", None))),
+            reports_signals=True,
+            outage_remedy=LOCAL_REMEDY,
         )
 
     @hookimpl
@@ -138,7 +148,11 @@ class LocalDriver:
                 proxy.close()  # the command's tree is dead: its proxy and connections go with it
         refused = tuple(proxy.refused) if proxy is not None else ()
         return ExecOutcome(
-            exit_code=result.exit_code, stop=result.stop, duration=result.duration, hosts_refused=refused
+            exit_code=result.exit_code,
+            stop=result.stop,
+            duration=result.duration,
+            hosts_refused=refused,
+            signal=result.signal,  # the launcher's waitpid status, in the box's (Linux) numbering
         )
 
     def _start_proxy(self, box: LocalBox, output: OutputSink, env: dict[str, str]) -> tuple[EgressProxy, int | None]:

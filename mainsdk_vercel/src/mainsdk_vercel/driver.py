@@ -173,6 +173,7 @@ class VercelDriver:
             # (providers.md, "Checked against the providers' own sources"). Only HTTPS on 443 is declared:
             # whether SNI is matched on other ports, and plain HTTP by Host, is unverified (README).
             network_reach=NetworkReach(filtered=(("https", 443),)),
+            outage_remedy="check Vercel's status and the token (sandbox.vercel.token, default secret:VERCEL_TOKEN)",
         )
 
     @hookimpl

@@ -21,7 +21,15 @@ class TestAction:
             {"code": "print(open('in.txt').read())\nopen('../out/r.txt', 'w').write('1')", "files": {"in.txt": "hi"}}
         )
         cost = Decimal(out.pop("cost"))
-        assert out == {"stdout": "hi\n", "stderr": "", "exit_code": 0, "stop": None, "files": ["r.txt"]}
+        assert out == {
+            "stdout": "hi\n",
+            "stderr": "",
+            "exit_code": 0,
+            "signal": None,
+            "stop": None,
+            "files": ["r.txt"],
+            "files_dropped": [],
+        }
         assert cost >= 0
         [event] = built.events
         assert (event.kind, event.feature) == ("run", "code.run")

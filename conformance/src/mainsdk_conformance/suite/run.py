@@ -19,6 +19,7 @@ from mainsdk_conformance.target import Conformance
 APP_MARKER = "_mainsdk_conformance_app_marker"
 APP_FILE = "/tmp/mainsdk-conformance-app-file.txt"  # a fixed path: the code sent must be the same on every run
 APP_FILE_CONTENT = "app-only-content"
+SEGFAULT_CODE = "import ctypes; ctypes.string_at(0)"  # reads address 0: SIGSEGV in any CPython
 
 
 class TestRun:
@@ -67,6 +68,37 @@ class TestRun:
                 await sandbox.aclose()
 
         assert asyncio.run(main()) == "42\n"
+
+    @requires("reports_signals")
+    def test_a_python_segfault_is_a_crash_not_a_success(self, conformance: Conformance) -> None:
+        # The shell's convention on every driver: killed by signal N exits 128 + N, and the result names it.
+        result = conformance.sandbox().run(SEGFAULT_CODE)
+        assert (result.exit_code, result.signal, result.stop, result.ok) == (139, "SIGSEGV", None, False)
+
+    @requires("reports_signals", "language:bash")
+    def test_bash_killing_itself_reports_the_signal(self, conformance: Conformance) -> None:
+        sandbox = conformance.sandbox()
+        killed = sandbox.run("echo before; kill -9 $$; echo after", "bash")
+        assert (killed.stdout, killed.exit_code, killed.signal, killed.stop) == ("before\n", 137, "SIGKILL", None)
+        crashed = sandbox.run("kill -SEGV $$", "bash")
+        assert (crashed.exit_code, crashed.signal, crashed.stop) == (139, "SIGSEGV", None)
+        # A plain non-zero exit is not a signal, even when its number looks like one.
+        plain = sandbox.run("exit 139", "bash")
+        assert (plain.exit_code, plain.signal, plain.ok) == (139, None, False)
+
+    @requires("reports_signals")
+    def test_a_run_stopped_at_its_time_limit_reports_the_stop_not_a_signal(self, conformance: Conformance) -> None:
+        # The sandbox ended it: ``stop`` says why; how a driver kills at a limit is not the code's signal.
+        result = conformance.sandbox().run("while True: pass", limits={"timeout": "1s"})
+        assert (result.stop, result.exit_code, result.signal, result.ok) == ("timeout", None, None, False)
+
+    @requires("reports_signals", "sessions")
+    def test_a_session_command_that_crashes_reports_the_signal(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            crashed = session.run("python3", ["-c", SEGFAULT_CODE])
+            assert (crashed.exit_code, crashed.signal, crashed.stop, crashed.ok) == (139, "SIGSEGV", None, False)
+            after = session.run("python3", ["-c", "print('alive')"])
+            assert (after.stdout, after.exit_code, after.signal, after.ok) == ("alive\n", 0, None, True)
 
     @requires("live")
     def test_runs_in_parallel_threads_do_not_mix(self, conformance: Conformance) -> None:

@@ -80,6 +80,9 @@ class ExampleDriver:
             sessions=True,
             production=False,
             network_reach=None,  # it gives no hosts: no filtering to declare, no extra reach
+            reports_signals=True,  # a crash comes back as 128 + N and the signal's name (see exec below)
+            # Named in MAIN-SANDBOX-0006: what could fail here is local, not a provider.
+            outage_remedy="check that the temp folder has free space and that python3 and bash can be started",
         )
 
     @hookimpl
@@ -136,8 +139,14 @@ class ExampleDriver:
             await asyncio.wait(readers, timeout=DRAIN_TIMEOUT)
             for reader in readers:
                 reader.cancel()
-        exit_code = None if stop else proc.returncode
-        return ExecOutcome(exit_code=exit_code, stop=stop, duration=time.monotonic() - started)
+        returncode = proc.returncode
+        if stop or returncode is None:
+            return ExecOutcome(exit_code=None, stop=stop, duration=time.monotonic() - started)
+        # asyncio gives -N for a child killed by signal N; core wants the signal, by name (the host's numbering
+        # may not be Linux's), and reports 128 + N as a shell would.
+        if returncode >= 0:
+            return ExecOutcome(exit_code=returncode, duration=time.monotonic() - started)
+        return ExecOutcome(exit_code=None, duration=time.monotonic() - started, signal=_signal_name(-returncode))
 
     @hookimpl
     async def mainsdk_driver_write_file(self, box: ExampleBox, path: str, data: bytes) -> None:
@@ -182,6 +191,14 @@ async def _pump(stream: asyncio.StreamReader, sink: Callable[[bytes], None]) -> 
     """Pass output on as it arrives: core cuts it at the limit and redacts it."""
     while chunk := await stream.read(READ_CHUNK):
         sink(chunk)
+
+
+def _signal_name(number: int) -> int | str:
+    """The signal's name (``SIGSEGV``), else its number (a real-time signal has no name of its own)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return number
 
 
 def _kill_group(pid: int) -> None:
