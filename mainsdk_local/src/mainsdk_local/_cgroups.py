@@ -124,8 +124,13 @@ class Cgroups:
             return "rlimit"
         return f"cgroup-v{self.memory[1]}"
 
-    def setup(self) -> None:
-        """Find our own cgroups, clean dead servers' leftovers, make our directories."""
+    def setup(self, *, delegated: bool = False) -> None:
+        """Find our own cgroups, clean dead servers' leftovers, make our directories.
+
+        ``delegated``: a server that is not root may also use a delegated v2 subtree above its own
+        cgroup. A root server never leaves its own cgroup (it would take its runs out of, say, its
+        systemd service).
+        """
         v1_mounts: dict[str, str] = {}
         v2_mount: str | None = None
         try:
@@ -158,7 +163,7 @@ class Cgroups:
                 found = self._make(v1_mounts[controller] + own_v1[controller].rstrip("/"), 1, controller)
             if found is None and v2_mount is not None and own_v2 is not None:
                 found = self._make(v2_mount + own_v2.rstrip("/"), 2, controller)
-                if found is None:
+                if found is None and delegated:
                     found = self._make_delegated(v2_mount, own_v2, controller)
             if controller == "memory":
                 self.memory = found

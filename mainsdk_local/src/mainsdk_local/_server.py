@@ -167,7 +167,7 @@ class Server:
             R.write_node_preload(self.node_preload)
             self.landlock_abi = LL.abi()
         if self.root or self.isolation == "namespace":
-            self.cgroups.setup()
+            self.cgroups.setup(delegated=not self.root)
         if not self.root:
             # One uid for every box: ours (0 in our user namespace when we have one).
             self.uid_base = 0 if self.isolation == "namespace" else os.geteuid()
