@@ -79,3 +79,16 @@ def test_drivers_lists_the_installed_drivers_with_versions(app_dir: Callable[[st
     assert done.returncode == 0
     version = importlib.metadata.version("mainsdk-local")
     assert any(line.split()[:3] == ["local", "mainsdk-local", version] for line in done.stdout.splitlines())
+
+
+def test_a_merge_key_in_main_yaml_runs(app_dir: Callable[[str], Path]) -> None:
+    app_dir("defaults: &defaults\n  timeout: 10s\nsandbox:\n  limits:\n    <<: *defaults\n    memory: 256MB\n")
+    done = mainsdk("sandbox", "run", "--code", "print(1 + 1)")
+    assert (done.stdout, done.stderr, done.returncode) == ("2\n", "", 0)
+
+
+def test_a_limit_past_its_maximum_is_one_line_with_its_key_and_line(app_dir: Callable[[str], Path]) -> None:
+    app_dir("sandbox:\n  limits:\n    timeout: 99999999999h\n")
+    done = mainsdk("sandbox", "run", "--code", "print(1)")
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+    assert "line 3: sandbox.limits.timeout:" in done.stderr and "at most 24h (MAIN-SANDBOX-0001)" in done.stderr

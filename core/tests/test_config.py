@@ -11,6 +11,7 @@ from mainsdk.config import (
     MAX_CONFIG_DEPTH,
     MAX_CONFIG_NODES,
     AppConfig,
+    DiskPermissions,
     E2BConfig,
     Limits,
     LocalPrograms,
@@ -21,7 +22,7 @@ from mainsdk.config import (
     parse_app_config,
     parse_sandbox_config,
 )
-from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem
+from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem, SandboxError
 from mainsdk.units import MAX_DISK, MAX_FILES, MAX_MEMORY, MAX_OUTPUT, MAX_TIMEOUT
 
 MB = 1024 * 1024
@@ -623,3 +624,24 @@ def test_a_fixed_seed_slice_of_the_config_fuzz_has_no_raw_exception_and_no_miscl
     kinds = {o.kind for o in summary.outcomes}
     assert kinds == {name for name, *_ in fuzz.GENERATORS}
     assert sum(o.verdict == "loaded" for o in summary.outcomes) > 20  # the slice reaches past the loader too
+
+
+@pytest.mark.parametrize(
+    ("build", "key"),
+    [
+        (lambda: Limits(timeout=1e300), "sandbox.limits.timeout"),
+        (lambda: Limits(timeout=float("nan")), "sandbox.limits.timeout"),
+        (lambda: Limits(timeout=0), "sandbox.limits.timeout"),
+        (lambda: Limits(memory=2 * MAX_MEMORY), "sandbox.limits.memory"),
+        (lambda: Limits(memory=1.5), "sandbox.limits.memory"),  # type: ignore[arg-type]
+        (lambda: Limits(output="1MB"), "sandbox.limits.output"),  # type: ignore[arg-type]
+        (lambda: Limits(files=True), "sandbox.limits.files"),
+        (lambda: Limits(max_cost=Decimal("1e9")), "sandbox.limits.max-cost"),
+        (lambda: SandboxConfig(price=Decimal(-1)), "sandbox.price"),
+        (lambda: DiskPermissions(temp_max=2 * MAX_DISK), "permissions.disk.temp.max"),
+    ],
+)
+def test_a_limit_built_by_hand_past_its_bound_is_refused_too(build: Any, key: str) -> None:
+    with pytest.raises(SandboxError) as caught:
+        build()
+    assert caught.value.code == INVALID_OPTION and caught.value.message.startswith(f"{key}: ")

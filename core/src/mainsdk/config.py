@@ -37,12 +37,13 @@ from ruamel.yaml.events import (
 )
 from ruamel.yaml.scalarbool import ScalarBoolean
 
-from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem
+from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem, SandboxError
 from mainsdk.hosts import validate_host_pattern
 from mainsdk.units import (
     MAX_DISK,
     MAX_FILES,
     MAX_MEMORY,
+    MAX_MONEY,
     MAX_OUTPUT,
     MAX_TIMEOUT,
     describe,
@@ -80,15 +81,45 @@ CONFIG_ENV_VAR = "MAINSDK_CONFIG"
 MB = 1024 * 1024
 
 
+def _bounded(key: str, maximum: float | Decimal, shown: str, *, whole: bool = False, zero: bool = False) -> Any:
+    """An attrs validator: a number above 0 (or 0, with ``zero``) and at most ``maximum``, as the loader checks.
+
+    The loader refuses such values with their line before building these classes; this refuses them when the
+    classes are built by hand (``Limits(timeout=1e300)``), so no path reaches a driver with them.
+    """
+
+    def validate(_instance: object, _attribute: object, value: object) -> None:
+        if value is None and zero:  # an optional amount of money: not set
+            return
+        kinds: tuple[type, ...] = (int,) if whole else (int, float, Decimal)
+        number_ok = isinstance(value, kinds) and not isinstance(value, bool)
+        in_range = number_ok and ((value >= 0) if zero else (value > 0)) and value <= maximum  # type: ignore[operator]
+        if not in_range:  # NaN fails both comparisons
+            least = "0 or more" if zero else "more than 0"
+            kind = "a whole number" if whole else "a number"
+            raise SandboxError(INVALID_OPTION, f"{key}: {describe(value)} must be {kind}, {least} and at most {shown}")
+
+    return validate
+
+
 @attrs.frozen
 class Limits:
-    """``sandbox.limits``: the most any run may use. A call may lower each, never raise it."""
+    """``sandbox.limits``: the most any run may use. A call may lower each, never raise it.
 
-    timeout: float = 30.0  # seconds
-    memory: int = 512 * MB  # bytes
-    output: int = 1 * MB  # bytes, stdout and stderr together
-    files: int = 50 * MB  # bytes, files in and files out, each direction
-    max_cost: Decimal | None = None  # dollars; key ``max-cost``
+    Each is bounded (``mainsdk.units.LIMIT_MAXIMUMS``); building one past a bound raises MAIN-SANDBOX-0001.
+    """
+
+    timeout: float = attrs.field(default=30.0, validator=_bounded("sandbox.limits.timeout", MAX_TIMEOUT, "24h"))
+    memory: int = attrs.field(
+        default=512 * MB, validator=_bounded("sandbox.limits.memory", MAX_MEMORY, "1TB", whole=True)
+    )
+    output: int = attrs.field(
+        default=1 * MB, validator=_bounded("sandbox.limits.output", MAX_OUTPUT, "1GB", whole=True)
+    )
+    files: int = attrs.field(default=50 * MB, validator=_bounded("sandbox.limits.files", MAX_FILES, "64GB", whole=True))
+    max_cost: Decimal | None = attrs.field(  # dollars; key ``max-cost``
+        default=None, validator=_bounded("sandbox.limits.max-cost", MAX_MONEY, "$1,000,000", zero=True)
+    )
 
 
 @attrs.frozen
@@ -129,14 +160,18 @@ class SandboxConfig:
     local: LocalPrograms = attrs.field(factory=LocalPrograms)
     vercel: VercelConfig = attrs.field(factory=VercelConfig)
     e2b: E2BConfig = attrs.field(factory=E2BConfig)
-    price: Decimal | None = None  # dollars per second
+    price: Decimal | None = attrs.field(  # dollars per second
+        default=None, validator=_bounded("sandbox.price", MAX_MONEY, "$1,000,000", zero=True)
+    )
 
 
 @attrs.frozen
 class DiskPermissions:
     """``permissions.disk.temp.max``: the most a run's writable folders may hold."""
 
-    temp_max: int = 1024 * MB
+    temp_max: int = attrs.field(
+        default=1024 * MB, validator=_bounded("permissions.disk.temp.max", MAX_DISK, "1TB", whole=True)
+    )
 
 
 @attrs.frozen
