@@ -321,7 +321,9 @@ class Launcher:
             finalizer, self._finalizer = self._finalizer, None
             self._proc = self._boot = None
         if finalizer is not None:
-            finalizer()  # closes its bootstrap socket and reaps it (dead already: no wait)
+            # Close its bootstrap socket and reap it, off the caller's event loop: a process stuck in
+            # the kernel (uninterruptible sleep) would otherwise block it even after SIGKILL.
+            threading.Thread(target=finalizer, name="mainsdk-local-reap", daemon=True).start()
 
     def close(self) -> None:
         """Kill everything, stop the server and reap it. Safe to call twice; also runs at exit."""
