@@ -43,6 +43,14 @@ _CALL_GRACE = 3.0
 _TRANSFER_RATE = 256 << 20  # bytes a second a call's payload is allowed (well below what a socket and tmpfs do)
 _STALL_DRAIN = 1.0  # after killing a stalled server: its runs die at once, their pipes with them
 _STDERR_TAIL = 4096
+# What a runtime prints when an allocation fails under RLIMIT_AS: Python, V8 (node), C++ and libc's strerror.
+_OUT_OF_MEMORY = (
+    b"MemoryError",
+    b"JavaScript heap out of memory",
+    b"Fatal process out of memory",
+    b"std::bad_alloc",
+    b"Cannot allocate memory",
+)
 _READ_CHUNK = 1 << 16
 
 
@@ -735,10 +743,12 @@ class Box:
             stop is None
             and spec.memory_bytes is not None
             and self._rlimit_memory
-            and exit_code not in (None, 0)
-            and b"MemoryError" in state.stderr_tail
+            and (exit_code not in (None, 0) or sig is not None)
+            and any(marker in state.stderr_tail for marker in _OUT_OF_MEMORY)
         ):
-            stop = "memory"  # best effort: under RLIMIT_AS Python raises instead of being killed
+            # Best effort: under RLIMIT_AS an allocation fails and the code reports it (Python raises, V8 and
+            # C++ abort). Only that evidence makes a memory stop; a bare signal is a crash (128 + N, its name).
+            stop = "memory"
         return ExecResult(
             exit_code=exit_code if isinstance(exit_code, int) else None,
             signal=sig if isinstance(sig, int) else None,

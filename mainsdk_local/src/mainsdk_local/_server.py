@@ -885,13 +885,8 @@ class Server:
             stop = "timeout"
         elif oom:
             stop = "memory"
-        elif (
-            run.spec.memory_bytes is not None
-            and self.cgroups.memory is None
-            and not run.killed
-            and sig in (signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS)
-        ):
-            stop = "memory"  # best effort under RLIMIT_AS: no kernel record of why it died
+        # Under RLIMIT_AS (no memory cgroup) nothing records why a process died: a signal is reported as the
+        # crash it is, and the client calls it a memory stop only on the code's own out-of-memory error.
         return {
             "id": run.rid,
             "ok": True,
