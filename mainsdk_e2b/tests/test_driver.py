@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
+import subprocess
+import tarfile
+import time
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
@@ -14,7 +19,7 @@ from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION
 from mainsdk.plugins import load_driver
 from mainsdk_conformance.profiles import E2B
 from mainsdk_conformance.replay import ReplayServer
-from mainsdk_e2b.driver import resolve_key, shell_line
+from mainsdk_e2b.driver import extract_out_archive, killer_line, resolve_key, shell_line
 
 from mainsdk_e2b import E2BDriver, e2b_network_policy, e2b_sandbox_driver, estimate_price
 
@@ -63,8 +68,8 @@ def test_a_missing_key_is_0001_naming_the_secret_not_a_value(monkeypatch: pytest
 def test_the_command_line_names_variables_and_never_holds_their_values() -> None:
     line = shell_line(Command("python3", ("-c", "print('a  b'); x = '$HOME'"), env={"K": "value-of-k"}))
     assert "value-of-k" not in line and 'K="$K"' in line
-    assert line.endswith("python3 -c 'print('\"'\"'a  b'\"'\"'); x = '\"'\"'$HOME'\"'\"''")
-    assert "cd /home/user/work" in line and "/usr/bin/env -i" in line
+    assert "python3 -c 'print('\"'\"'a  b'\"'\"'); x = '\"'\"'$HOME'\"'\"'' 0<&3 3<&- &" in line
+    assert "cd /home/user/work" in line and "/usr/bin/setsid /usr/bin/env -i" in line
 
 
 def test_a_401_is_0006_and_the_key_is_in_no_error(tmp_path: Path) -> None:
@@ -100,16 +105,173 @@ def test_no_cassette_holds_a_key_or_the_replay_key() -> None:
             assert headers.get("x-access-token", "[scrubbed]") == "[scrubbed]", path
 
 
-def test_a_run_costs_no_more_round_trips_than_it_needs() -> None:
-    # create, upload (only with files), start, list out, read each out file, kill.
+def _requests_per_run(data: dict[str, Any]) -> list[int]:
+    """Requests of each sandbox in a cassette, from its create to its kill (the create's answer names it)."""
+    counts: dict[str, int] = {}
+    for interaction in data["interactions"]:
+        body = (interaction["response"].get("body") or {}).get("json")
+        if interaction["request"]["path"] == "/v2/sandboxes" and isinstance(body, dict) and "sandboxID" in body:
+            counts[body["sandboxID"]] = 0
+        lane = E2B.lane(interaction["request"]["path"], interaction["request"].get("headers") or {})
+        sandbox = lane or (body["sandboxID"] if isinstance(body, dict) and "sandboxID" in body else "")
+        counts[sandbox] = counts.get(sandbox, 0) + 1
+    return list(counts.values())
+
+
+def test_a_run_costs_four_round_trips_five_with_files_in_whatever_its_out_files() -> None:
+    # create, [upload], start, read out/'s archive, kill: the figure the README states.
+    cassettes = HERE / "conformance" / "cassettes"
     for name, expected in (
-        ("TestRun/test_python_prints.json", 4),
-        ("TestIsolation/test_files_passed_in_are_byte_exact.json", 5),
-        ("TestFiles/test_out_files_come_back_as_file_refs.json", 6),
+        ("TestRun/test_python_prints.json", [4]),
+        ("TestIsolation/test_files_passed_in_are_byte_exact.json", [5]),
+        ("TestFiles/test_out_files_come_back_as_file_refs.json", [5]),  # one file in, one out
+        ("TestFiles/test_nested_and_binary_out_files.json", [4]),  # two out files, nested
+        ("TestFiles/test_out_files_past_limits_files_stop_with_output.json", [4]),  # three out files
+        ("TestNetwork/test_one_host.json", [4, 4]),
     ):
-        data = json.loads((HERE / "conformance" / "cassettes" / name).read_text())
-        assert len(data["interactions"]) == expected, name
-    cassette = HERE / "conformance/cassettes/TestIsolation/test_files_passed_in_are_byte_exact.json"
-    isolation = json.loads(cassette.read_text())
+        data = json.loads((cassettes / name).read_text())
+        assert _requests_per_run(data) == expected, name
+    for path in sorted(cassettes.glob("Test[!FS]*/*.json")):  # every one-shot run but the faults and sessions
+        for count in _requests_per_run(json.loads(path.read_text())):
+            assert count in (4, 5), (path.name, count)
+    isolation = json.loads((cassettes / "TestIsolation/test_files_passed_in_are_byte_exact.json").read_text())
     uploads = [i for i in isolation["interactions"] if i["request"]["path"] == "/files"]
-    assert len(uploads) == 1 and len(uploads[0]["request"]["body"]["multipart"]) == 2
+    assert len(uploads) == 2 and len(uploads[0]["request"]["body"]["multipart"]) == 2  # the upload, the archive
+
+
+def test_e2b_declares_where_its_firewall_filters_and_the_nameserver_it_opens() -> None:
+    reach = e2b_sandbox_driver(api_key=KEY).mainsdk_driver_capabilities().network_reach
+    assert reach is not None and reach.filtered == (("http", 80), ("https", 443))
+    assert not reach.filters("http", 8080) and not reach.filters("https", 8443)
+    assert any("8.8.8.8" in extra for extra in reach.extra)
+
+
+def test_a_create_that_answered_502_leaves_no_sandbox() -> None:
+    # Each of the SDK's four tries made a sandbox and answered 502: the driver lists them by the run's id
+    # (metadata) and kills every one. The cassette fails the test if any recorded kill never comes.
+    server = ReplayServer.replayer(E2B, HERE / "cassettes" / "test_a_create_that_answered_502_leaves_no_sandbox.json")
+    server.start()
+    try:
+        driver = e2b_sandbox_driver(api_key=KEY, api_url=server.url("api"), sandbox_url=server.url("sandbox"))
+        config = load_config_text("sandbox: {driver: e2b, limits: {timeout: 10s, files: 1KB}}\n")
+        sandbox = Sandbox(SandboxDeps(config=config, driver=driver))
+        with pytest.raises(SandboxError) as caught:
+            sandbox.run("print(1)")
+        sandbox.close()
+    finally:
+        server.stop()
+    assert server.problems(final=True) == []
+    assert caught.value.code == DRIVER_UNAVAILABLE
+    creates = [r for r in server.received if r.method == "POST" and r.path == "/v2/sandboxes"]
+    kills = [r for r in server.received if r.method == "DELETE"]
+    assert len(creates) == 4 and len(kills) == 4
+
+
+def _tar(members: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for info, data in members:
+            info.size = len(data) if info.isreg() else 0
+            archive.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    return buffer.getvalue()
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    return info
+
+
+def test_the_out_archive_is_untrusted_input() -> None:
+    data = _tar(
+        [
+            (_member("out/a.txt"), b"a"),
+            (_member("out/s/t/b.bin"), bytes(range(256))),
+            (_member("out/../../etc/passwd"), b"escape"),
+            (_member("/etc/shadow"), b"absolute"),
+            (_member("work/x"), b"not out"),
+            (_member("out/l", tarfile.SYMTYPE, "/etc/hostname"), b""),
+            (_member("out/h", tarfile.LNKTYPE, "out/a.txt"), b""),
+            (_member("out/a.txt"), b"twice"),
+            (_member("out/big"), b"x" * 2000),
+            (_member("out/z"), b"z"),
+        ]
+    )
+    collected = extract_out_archive(data, 1024)
+    assert [(f.name, f.data) for f in collected.files] == [
+        ("a.txt", b"a"),
+        ("s/t/b.bin", bytes(range(256))),
+        ("z", b"z"),
+    ]
+    assert collected.truncated  # "big" did not fit
+    reasons = dict(collected.skipped)
+    assert (
+        reasons["out/../../etc/passwd"] == reasons["/etc/shadow"] == reasons["work/x"] == "not a plain name under out/"
+    )
+    assert reasons["l"] == reasons["h"] == "not a regular file" and reasons["big"] == "past limits.files"
+
+
+def test_a_cut_or_broken_archive_keeps_what_came_and_says_truncated() -> None:
+    data = _tar([(_member("out/a.txt"), b"a"), (_member("out/b.txt"), b"b" * 600)])
+    whole = extract_out_archive(data, 1 << 20)
+    assert [f.name for f in whole.files] == ["a.txt", "b.txt"] and not whole.truncated
+    cut = extract_out_archive(data[:1100], 1 << 20, cut=True)
+    assert [f.name for f in cut.files] == ["a.txt"] and cut.truncated
+    marked = extract_out_archive(_tar([(_member("truncated"), b"")]), 1 << 20)
+    assert marked.files == () and marked.truncated
+
+
+def _processes_in_session(sid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_the_killer_kills_the_whole_session_of_the_command_and_nothing_else() -> None:
+    # Real processes on this host: a parent (envd's child, the script) whose child leads a session holding a
+    # tree, a process that left the group (setpgid) but not the session, and a bystander in another session.
+    leaving = 'python3 -c "import os, time; os.setpgid(0, 0); time.sleep(300)"'
+    script = f"setsid bash -c 'sleep 300 & (sleep 300 &) ; {leaving} & wait' & wait"
+    parent = subprocess.Popen(["bash", "-c", script])
+    bystander = subprocess.Popen(["setsid", "sleep", "300"])
+    try:
+        deadline = time.monotonic() + 10
+        leader = None
+        while time.monotonic() < deadline:
+            children = [p for p in Path("/proc").glob("[0-9]*/stat") if f") S {parent.pid} " in _read(p)]
+            leaders = [int(p.parent.name) for p in children if _session_of(p) == int(p.parent.name)]
+            if leaders and len(_processes_in_session(leaders[0])) >= 4:
+                leader = leaders[0]
+                break
+            time.sleep(0.05)
+        assert leader is not None, "the test's process tree did not come up"
+        subprocess.run(["bash", "-c", killer_line(parent.pid)], check=True, timeout=30)
+        deadline = time.monotonic() + 10
+        while _processes_in_session(leader) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_in_session(leader) == []
+        parent.wait(timeout=10)  # its child was killed, so the script goes on and ends
+        assert bystander.poll() is None, "a process of another session was killed"
+    finally:
+        for proc in (parent, bystander):
+            proc.kill()
+            proc.wait()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _session_of(stat: Path) -> int:
+    text = _read(stat)
+    return int(text.rsplit(") ", 1)[1].split()[3]) if ") " in text else -1

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import http.server
 import os
+import shutil
+import ssl
+import subprocess
 import threading
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -180,6 +183,48 @@ def conformance_origin_port(request: pytest.FixtureRequest, conformance: Conform
         conformance.replay.cassette.meta["origin_port"] = port
     try:
         yield port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+# The port of the origin over TLS when the driver is replayed, for drivers that filter https on any port.
+REPLAYED_TLS_ORIGIN_PORT = 8443
+
+
+@pytest.fixture(scope="session")
+def _conformance_origin_certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A throwaway self-signed certificate for the TLS origin (the network tests check reach, not trust)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl on this machine to make the TLS origin's certificate")
+    folder = tmp_path_factory.mktemp("origin-tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    request = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=conformance.test"]
+    subprocess.run(
+        [openssl, *request, "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.fixture
+def conformance_tls_origin_port(conformance: Conformance, request: pytest.FixtureRequest) -> Iterator[int]:
+    """The port of the same origin over TLS (https), on 127.0.0.1 of this machine; a fixed one when replayed."""
+    if conformance.replayed:
+        yield REPLAYED_TLS_ORIGIN_PORT
+        return
+    cert, key = request.getfixturevalue("_conformance_origin_certificate")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
     finally:
         server.shutdown()
         server.server_close()

@@ -25,6 +25,9 @@ class Profile:
     the recorder's credentials, whose values are scrubbed wherever they appear.
     ``api``: the API version a cassette notes. ``ignore_json``: JSON pointers
     left out of body matching (values that change every run, such as a request id).
+    ``volatile``: patterns of values that change every run (core's random run and
+    session ids) wherever they appear in a query value or a JSON string: they
+    match any value of the same pattern, the rest of the value still counts.
     """
 
     name: str
@@ -35,6 +38,7 @@ class Profile:
     command_paths: tuple[str, ...] = ()
     credential_env: tuple[str, ...] = ()
     ignore_json: tuple[str, ...] = ()
+    volatile: tuple[str, ...] = ()
     sdk: str = ""  # the SDK distribution whose version a recorded cassette notes
 
     def lane(self, path: str, headers: Mapping[str, str]) -> str:
@@ -64,6 +68,8 @@ E2B = Profile(
     lane_paths=(r"^/(?:v2/)?sandboxes/([^/?]+)",),
     command_paths=(r"^/process\.Process/Start$",),
     credential_env=("E2B_API_KEY", "E2B_ACCESS_TOKEN"),
+    # The driver tags each sandbox with core's run or session id (metadata, a list's filter, the idempotency key).
+    volatile=(r"\b(?:run|ses)[_-][0-9a-f]{16,24}\b",),
 )
 
 # Vercel Sandbox as its current clients speak it: create with POST /v3/sandboxes, then everything keyed by the

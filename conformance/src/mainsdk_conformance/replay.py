@@ -21,6 +21,7 @@ import datetime
 import difflib
 import http.server
 import json
+import re
 import socket
 import struct
 import threading
@@ -265,13 +266,30 @@ class ReplayServer:
 
     def _meaning(self, upstream: str, request: Mapping[str, Any]) -> tuple[Any, ...]:
         query = sorted(
-            (str(k), str(v)) for k, v in request.get("query") or [] if str(k).lower() not in CREDENTIAL_QUERY
+            (str(k), self._steady(str(v)))
+            for k, v in request.get("query") or []
+            if str(k).lower() not in CREDENTIAL_QUERY
         )
         body = copy.deepcopy(body_meaning(request.get("body")))
         if body[0] == "json":
             for pointer in self.profile.ignore_json:
                 _drop_pointer(body[1], pointer)
+            body = (body[0], self._steady(body[1]), *body[2:])
         return (upstream, request["method"].upper(), request["path"], query, body)
+
+    def _steady(self, value: Any) -> Any:
+        """``value`` with the profile's volatile values (ids that change every run) replaced by one placeholder."""
+        if not self.profile.volatile:
+            return value
+        if isinstance(value, str):
+            for pattern in self.profile.volatile:
+                value = re.sub(pattern, "<volatile>", value)
+            return value
+        if isinstance(value, dict):
+            return {key: self._steady(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._steady(item) for item in value]
+        return value
 
     def _lane_of(self, index: int) -> str:
         interaction = self.cassette.interactions[index]
@@ -479,7 +497,9 @@ class ReplayServer:
         try:
             with self._client.stream(handler.command, url, headers=headers, content=body) as answer:
                 kept = {k: v for k, v in answer.headers.items() if k.lower() not in NOT_RECORDED}
-                _send_head(handler, answer.status_code, kept, length=None, chunked=True)
+                # A 204 or 304 has no body, not even a chunked terminator: stray bytes break the next answer.
+                bodiless = handler.command == "HEAD" or answer.status_code in (204, 304)
+                _send_head(handler, answer.status_code, kept, length=None, chunked=not bodiless)
                 got.responded = started = time.monotonic()
                 head_count = self._lanes.get(got.lane, 0)
                 response: dict[str, Any] = {"status": answer.status_code, "headers": kept}
@@ -489,8 +509,10 @@ class ReplayServer:
                 for chunk in answer.iter_bytes():
                     received += chunk
                     arrivals.append((len(received), time.monotonic() - started, self._lanes.get(got.lane, 0)))
-                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                handler.wfile.write(b"0\r\n\r\n")
+                    if not bodiless:
+                        handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                if not bodiless:
+                    handler.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             handler.close_connection = True  # the driver hung up (a cancel): keep what came until then
         except httpx.HTTPError as exc:

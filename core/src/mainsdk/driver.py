@@ -111,6 +111,7 @@ class BoxSpec:
     hosts: tuple[str, ...] = ()
     network_policy: Any = None  # what ``mainsdk_network_policy`` returned for ``hosts``
     idle: float | None = None  # sessions: close after this many idle seconds
+    tenant: str = ""  # whose box it is: a driver that can reach a session from another process keeps it with the box
 
 
 @attrs.frozen

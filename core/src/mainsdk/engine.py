@@ -274,7 +274,7 @@ class AsyncSandbox:
         caps: Capabilities,
         on_output: Listener | None,
     ) -> RunResult:
-        spec = self._box_spec(run_id, plan)
+        spec = self._box_spec(run_id, plan, tenant=tenant)
         command = code_command(language, code, plan.limits.timeout, plan.env)
         box = await self._driver_call(self.hooks.start(spec))
         try:
@@ -396,7 +396,7 @@ class AsyncSandbox:
         except SandboxError as exc:
             self._audit(attrs.evolve(event, error=exc.code, session_id=session_id))
             raise
-        spec = self._box_spec(session_id, plan, idle=idle_seconds)
+        spec = self._box_spec(session_id, plan, idle=idle_seconds, tenant=tenant)
         box = await self._driver_call(self.hooks.start(spec))
         session = AsyncSession(
             self, session_id, tenant, feature, box, plan, idle_seconds, caps.isolation, extra_reach(caps, plan.hosts)
@@ -431,11 +431,17 @@ class AsyncSandbox:
             max_cost=max_cost,
         )
 
-    def _box_spec(self, box_id: str, plan: checks.RunPlan, idle: float | None = None) -> BoxSpec:
+    def _box_spec(self, box_id: str, plan: checks.RunPlan, idle: float | None = None, *, tenant: str = "") -> BoxSpec:
         """The box a planned call starts, with the driver's egress policy for its hosts."""
         policy = self.hooks.network_policy(plan.hosts)
         return BoxSpec(
-            id=box_id, limits=plan.limits, files=plan.files, hosts=plan.hosts, network_policy=policy, idle=idle
+            id=box_id,
+            limits=plan.limits,
+            files=plan.files,
+            hosts=plan.hosts,
+            network_policy=policy,
+            idle=idle,
+            tenant=tenant,
         )
 
     async def _stop_box(self, box: Box) -> None:

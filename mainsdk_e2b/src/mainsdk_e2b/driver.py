@@ -1,22 +1,30 @@
 """The ``e2b`` driver: each box is one E2B sandbox (a Firecracker microVM), driven through the official SDK.
 
 A run is: create the sandbox with its egress policy, upload the work files in
-one multipart request, start the command (a Connect server stream), list and
-read the out folder, kill the sandbox. The deadline is kept here, on the
-client side, and the command is killed at it: the SDK's own ``timeout`` is not
-always enforced (E2B issue 500).
+one multipart request, start the command (a Connect server stream), read the
+out folder back as one tar archive the command made when the code ended, kill
+the sandbox: 4 requests, 5 with files in, whatever the number of out files.
+
+The deadline is kept here, on the client side: the SDK's own ``timeout`` is
+not always enforced (E2B issue 500). envd signals a single pid and never kills
+a process whose request was cancelled (e2b-dev/infra
+``packages/envd/internal/services/process/signal.go``, ``start.go``), so the
+code runs in a session of its own and the driver kills that whole session (see
+``shell_line`` and ``killer_line``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import math
 import os
 import posixpath
 import re
 import shlex
+import tarfile
 import time
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
@@ -33,7 +41,7 @@ from e2b.exceptions import (
     ServiceBusyException,
 )
 from e2b.sandbox.commands.command_handle import CommandExitException
-from e2b.sandbox.filesystem.filesystem import FileType
+from e2b.sandbox.sandbox_api import SandboxQuery
 from mainsdk.config import AppConfig
 from mainsdk.driver import (
     LANGUAGES,
@@ -42,6 +50,7 @@ from mainsdk.driver import (
     Collected,
     Command,
     ExecOutcome,
+    NetworkReach,
     OutFile,
     OutputSink,
 )
@@ -70,12 +79,21 @@ DEFAULT_MEMORY_MIB = 512
 
 # A sandbox outlives its deadline by this much at most if the driver itself dies: E2B kills it then.
 SANDBOX_MARGIN = 60
-# How long the driver waits for the stream's end once it killed a command; the sandbox goes anyway.
+# How long the driver waits for a killed command's stream to end; in a run the command archives out/ first.
 KILL_WAIT = 2.0
+ARCHIVE_WAIT = 10.0
+# The in-VM backstop kills the code this long past its deadline if the driver is gone (core's own grace).
+BACKSTOP_GRACE = 5
 # A command gets a refresh of the sandbox's lifetime only when less than its timeout and this is left.
 KEEP_ALIVE_SLACK = 10
 REQUEST_TIMEOUT = 30.0
-LIST_DEPTH = 32
+# The archive a run's command leaves: named after its pid (the start event's), so the driver knows it.
+ARCHIVE = "/tmp/mainsdk-out-{pid}.tar"
+# Bytes read of an archive past limits.files: tar headers and padding (512 B a member, more for long names).
+ARCHIVE_SLACK = 1024 * 1024
+# Metadata keys on every sandbox the driver creates: the run's or session's id and its tenant.
+META_BOX = "mainsdk_box"
+META_TENANT = "mainsdk_tenant"
 _SECRET_REF = re.compile(r"^secret:([A-Za-z_][A-Za-z0-9_]*)$")
 
 
@@ -102,8 +120,20 @@ class E2BBox:
     sandbox_id: str
     expires: float  # monotonic time E2B will kill it at unless told otherwise
     lifetime: int  # seconds E2B keeps it after a refresh
+    archive_limit: int | None = None  # a run: its command archives out/ up to this many bytes; None in a session
+    archive_pid: int | None = None  # the pid (start event) of the command whose archive ``collect`` reads
     stdin_files: int = 0
     stopped: bool = False
+
+
+# E2B's egress firewall matches names only on port 80 (HTTP Host) and 443 (TLS SNI); every other port is
+# CIDR-only (e2b-dev/infra packages/orchestrator/pkg/tcpfirewall/proxy.go). When any domain is allowed, the API
+# adds its nameserver 8.8.8.8 to the allowed addresses, on every port (packages/api/internal/orchestrator/
+# create_instance.go buildEgressConfig, packages/shared/pkg/sandbox-network/firewall.go DefaultNameserver).
+E2B_NETWORK_REACH = NetworkReach(
+    filtered=(("http", 80), ("https", 443)),
+    extra=("8.8.8.8/32 every port (E2B's nameserver, opened whenever a domain is allowed)",),
+)
 
 
 class E2BDriver:
@@ -152,6 +182,7 @@ class E2BDriver:
             production=True,
             price_per_second=self._price,
             outage_remedy="check E2B's status and the API key (sandbox.e2b.key, default secret:E2B_API_KEY)",
+            network_reach=E2B_NETWORK_REACH,
         )
 
     @hookimpl
@@ -164,18 +195,28 @@ class E2BDriver:
         """Create the sandbox with the egress policy and upload the work files in one request."""
         lifetime = math.ceil((spec.idle or 0) + spec.limits.timeout) + SANDBOX_MARGIN
         policy = spec.network_policy if spec.network_policy is not None else e2b_network_policy(spec.hosts)
-        opts: dict[str, Any] = {"request_timeout": self._request_timeout, "api_key": self._key()}
-        if self._api_url:
-            opts["api_url"] = self._api_url
-        if self._sandbox_url:
-            opts["sandbox_url"] = self._sandbox_url
+        metadata = {META_BOX: spec.id, META_TENANT: spec.tenant}
+        opts = self._opts()
         try:
             sandbox = await AsyncSandbox.create(
-                template=self._template, timeout=lifetime, network=cast("SandboxNetworkOpts", policy), **opts
+                template=self._template,
+                timeout=lifetime,
+                network=cast("SandboxNetworkOpts", policy),
+                metadata=metadata,
+                # The SDK resends a create on 429/502/503/504 with the same key (e2b retry.py); the key only helps
+                # where the API honours it, so a failed create also looks for what it may have left (below).
+                idempotency_key=idempotency_key(spec.id),
+                **opts,
             )
         except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
+            # A create that succeeded but answered 502/504 (or timed out), on any of the SDK's tries, leaves a
+            # billed sandbox: find it by the box's id in its metadata and kill it. A 401 refused them all.
+            if not isinstance(exc, AuthenticationException):
+                await self._kill_orphans(spec.id)
             raise self._unavailable("create a sandbox", exc) from None
         box = E2BBox(spec.id, sandbox, sandbox.sandbox_id, time.monotonic() + lifetime, lifetime)
+        if spec.idle is None:
+            box.archive_limit = spec.limits.files
         if spec.files:
             entries = [{"path": f"{WORK}/{name}", "data": bytes(data)} for name, data in sorted(spec.files.items())]
             try:
@@ -190,7 +231,7 @@ class E2BDriver:
 
     @hookimpl
     async def mainsdk_driver_exec(self, box: E2BBox, command: Command, output: OutputSink) -> ExecOutcome:
-        """Run ``command`` under its deadline, streaming its output; kill it at the deadline or on cancel."""
+        """Run ``command`` under its deadline, streaming its output; kill its whole tree at the deadline or cancel."""
         sandbox = box.sandbox
         await self._keep_alive(box, command.timeout)
         stdin_path = None
@@ -201,7 +242,8 @@ class E2BDriver:
                 await sandbox.files.write_files([{"path": stdin_path, "data": command.stdin}], use_octet_stream=False)
             except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
                 raise self._unavailable("upload the command's input", exc) from None
-        line = shell_line(command, stdin_path)
+        line = shell_line(command, stdin_path, archive_limit=box.archive_limit)
+        box.archive_pid = None
         started = time.monotonic()
         handle: Any = None
         waiter: asyncio.Future[Any] | None = None
@@ -214,10 +256,12 @@ class E2BDriver:
                     envs=dict(command.env),
                     on_stdout=lambda text: output.stdout(text.encode()),
                     on_stderr=lambda text: output.stderr(text.encode()),
-                    # The SDK's own bound is only a backstop behind this deadline.
+                    # envd kills (the one pid of) the command at this bound; the in-VM backstop and this deadline
+                    # come first.
                     timeout=command.timeout + SANDBOX_MARGIN,
                     request_timeout=self._request_timeout,
                 )
+                box.archive_pid = handle.pid
                 # Shielded: a cancel must reach this task, not the SDK's stream reader, which the kill ends.
                 waiter = asyncio.ensure_future(handle.wait())
                 try:
@@ -227,11 +271,11 @@ class E2BDriver:
         except TimeoutError:
             if not deadline.expired():
                 raise self._unavailable("run the command", TimeoutError("the request timed out")) from None
-            await self._kill_command(handle, waiter)
+            await self._kill_command(box, handle, waiter)
             return ExecOutcome(exit_code=None, stop="timeout", duration=time.monotonic() - started)
         except asyncio.CancelledError:
             # Core cancels at the output limit and at its own deadline: the command must not outlive that.
-            await self._kill_command(handle, waiter)
+            await self._kill_command(box, handle, waiter)
             raise
         except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
             raise self._unavailable("run the command", exc) from None
@@ -260,39 +304,26 @@ class E2BDriver:
 
     @hookimpl
     async def mainsdk_driver_collect(self, box: E2BBox, max_bytes: int) -> Collected:
-        """List the out folder once and read its regular files, at most ``max_bytes`` in all; links are skipped."""
+        """Read the archive the command made of the out folder (one request) and take its files, never its links."""
+        if box.archive_pid is None:
+            return Collected()  # the command never started: there is no out folder to read
+        path = ARCHIVE.format(pid=box.archive_pid)
+        cap = max_bytes + (box.archive_limit or max_bytes) + ARCHIVE_SLACK
+        data = bytearray()
         try:
-            entries = await box.sandbox.files.list(OUT, depth=LIST_DEPTH)
+            reader = await box.sandbox.files.read(path, format="stream", request_timeout=self._request_timeout)
+            async with contextlib.aclosing(reader):
+                async for chunk in reader:
+                    data += chunk
+                    if len(data) > cap:
+                        break  # more than the limit can hold: what came is enough, the rest is cut
         except FileNotFoundException:
-            return Collected()  # the command never got to make it
+            # The command was killed before it could archive out/ (the kill fell back to envd's one-pid SIGKILL).
+            log.warning("e2b: the out folder of sandbox %s was not archived; its files are lost", box.sandbox_id)
+            return Collected(truncated=True, skipped=(("", "the out folder was not archived"),))
         except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
-            raise self._unavailable("list the out folder", exc) from None
-        files: list[OutFile] = []
-        skipped: list[tuple[str, str]] = []
-        truncated = False
-        total = 0
-        for entry in sorted(entries, key=lambda e: e.path):
-            name = posixpath.relpath(entry.path, OUT)
-            if entry.type == FileType.SYMLINK or entry.symlink_target is not None:
-                skipped.append((name, "a link, not followed"))
-                continue
-            if entry.type != FileType.FILE:
-                continue
-            if total + entry.size > max_bytes:
-                truncated = True
-                skipped.append((name, "past limits.files"))
-                continue
-            try:
-                data = bytes(await box.sandbox.files.read(entry.path, format="bytes"))
-            except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
-                raise self._unavailable("read an out file", exc) from None
-            if total + len(data) > max_bytes:  # it grew since it was listed
-                truncated = True
-                skipped.append((name, "past limits.files"))
-                continue
-            total += len(data)
-            files.append(OutFile(name, data))
-        return Collected(tuple(files), truncated, tuple(skipped))
+            raise self._unavailable("read the out folder", exc) from None
+        return extract_out_archive(bytes(data[:cap]), max_bytes, cut=len(data) > cap)
 
     @hookimpl
     async def mainsdk_driver_stop(self, box: E2BBox) -> None:
@@ -311,6 +342,34 @@ class E2BDriver:
             raise SandboxError(INVALID_OPTION, self._missing_key)
         return self._api_key
 
+    def _opts(self) -> dict[str, Any]:
+        """The SDK's connection options: key, endpoints, request timeout."""
+        opts: dict[str, Any] = {"request_timeout": self._request_timeout, "api_key": self._key()}
+        if self._api_url:
+            opts["api_url"] = self._api_url
+        if self._sandbox_url:
+            opts["sandbox_url"] = self._sandbox_url
+        return opts
+
+    async def _kill_orphans(self, box_id: str) -> None:
+        """Kill every sandbox tagged with ``box_id``: what a create that failed may have started. Never raises."""
+        try:
+            # No retries of its own: the create's already took their time; one look, then E2B's timeout.
+            query = SandboxQuery(metadata={META_BOX: box_id})
+            paginator = AsyncSandbox.list(query=query, **{**self._opts(), "retries": 0})
+            found: list[Any] = []
+            while paginator.has_next and len(found) < 100:  # a handful at most: one per create the SDK sent
+                found += await paginator.next_items()
+        except Exception as exc:  # noqa: BLE001 - the create's own error is what the caller gets
+            log.warning("e2b: could not look for sandboxes a failed create left (%s)", type(exc).__name__)
+            return
+        for orphan in found:
+            log.warning("e2b: killing sandbox %s, left by a create that failed", orphan.sandbox_id)
+            try:
+                await AsyncSandbox.kill(orphan.sandbox_id, **self._opts())
+            except Exception as exc:  # noqa: BLE001 - one failure must not spare the others; E2B's timeout remains
+                log.warning("e2b: killing sandbox %s failed (%s)", orphan.sandbox_id, type(exc).__name__)
+
     async def _keep_alive(self, box: E2BBox, timeout: float) -> None:
         """Push the sandbox's end back only when the command could outlive it (a long session); else no request."""
         if box.expires - time.monotonic() >= timeout + KEEP_ALIVE_SLACK:
@@ -322,16 +381,28 @@ class E2BDriver:
             raise self._unavailable("keep the sandbox alive", exc) from None
         box.expires = time.monotonic() + lifetime
 
-    async def _kill_command(self, handle: Any, waiter: asyncio.Future[Any] | None) -> None:
-        """SIGKILL the command (one SendSignal), then give its stream a moment to end. Never raises."""
+    async def _kill_command(self, box: E2BBox, handle: Any, waiter: asyncio.Future[Any] | None) -> None:
+        """Kill the command's whole session (one more command, as root), then let its stream end. Never raises.
+
+        envd's SendSignal reaches one pid, so the code's children would live on;
+        the killer stops and kills every process of the code's session. The
+        command itself then archives out/ (a run) and ends.
+        """
         if handle is None:
             return  # not started yet: nothing to signal; the sandbox's kill ends it
         try:
-            await asyncio.wait_for(handle.kill(), KILL_WAIT)
-        except Exception as exc:  # noqa: BLE001 - the command is being stopped; the sandbox kill follows anyway
-            log.warning("e2b: killing a command failed: %s", type(exc).__name__)
+            await asyncio.wait_for(
+                box.sandbox.commands.run(
+                    killer_line(handle.pid), user="root", timeout=KILL_WAIT * 5, request_timeout=self._request_timeout
+                ),
+                KILL_WAIT * 5,
+            )
+        except Exception as exc:  # noqa: BLE001 - fall back to envd's one-pid SIGKILL; the sandbox kill follows a run
+            log.warning("e2b: killing a command's processes failed: %s", type(exc).__name__)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(handle.kill(), KILL_WAIT)
         if waiter is not None:
-            await asyncio.wait({waiter}, timeout=KILL_WAIT)
+            await asyncio.wait({waiter}, timeout=ARCHIVE_WAIT if box.archive_limit is not None else KILL_WAIT)
             if waiter.done() and not waiter.cancelled():
                 waiter.exception()  # retrieved: its end no longer matters
             else:
@@ -362,6 +433,10 @@ class E2BDriver:
             (NotFoundException, "the sandbox is gone"),
         )
         label = next((text for kind, text in kinds if isinstance(exc, kind)), None)
+        if label is None and "sandbox was not found" in str(exc):
+            # E2B's proxy answers 502 "The sandbox was not found" for a sandbox it lost (e2b-dev/infra
+            # packages/shared/pkg/proxy/template/sandbox_not_found.go), not a 404.
+            label = "the sandbox is gone"
         if label is None:
             label = "unreachable" if isinstance(exc, (OSError, httpx.TransportError)) else type(exc).__name__
         detail = " ".join(str(exc).split())[:200]
@@ -370,23 +445,144 @@ class E2BDriver:
         return f"{label}: {detail}" if detail else label
 
 
-def shell_line(command: Command, stdin_path: str | None = None) -> str:
-    """The one line envd's ``bash -l -c`` runs: make the folders, enter the work folder, run the program.
+def idempotency_key(box_id: str) -> str:
+    """The ``Idempotency-Key`` of a box's create: its id in the SDK's alphabet (lowercase, digits, hyphens)."""
+    return re.sub(r"[^a-z0-9-]", "-", box_id.lower())[:255] or "mainsdk"
 
-    ``env -i`` leaves the command only ``PATH``, ``HOME`` and the variables it
+
+# SIGSTOP every process of session $1 (so none can fork any more), a few passes, then SIGKILL them all. Plain
+# /proc, no procps: the session is the 4th field after the name's closing ") " in /proc/PID/stat (proc(5)).
+_KILL_SESSION = (
+    'mainsdk_kill() { local s=$1 n f l p; [ -n "$s" ] || return 0; '
+    "for n in STOP STOP STOP KILL KILL; do for f in /proc/[0-9]*/stat; do "
+    'read -r l 2>/dev/null < "$f" || continue; set -- ${l##*") "}; [ "$4" = "$s" ] || continue; '
+    'p=${f#/proc/}; kill -$n "${p%/stat}" 2>/dev/null; done; done; }'
+)
+
+
+def shell_line(command: Command, stdin_path: str | None = None, *, archive_limit: int | None = None) -> str:
+    """The script envd's ``bash -l -c`` runs: the program in a session of its own, then the clean-up.
+
+    The program starts under ``setsid``, so it and everything it starts share a
+    session no other process is in; when it ends (or at the in-VM backstop, a
+    few seconds past its deadline, should the driver be gone) that whole
+    session is killed, and with ``archive_limit`` (a run) the regular files of
+    the out folder, sorted, up to that many bytes, are archived into one tar
+    the driver reads in one request. The script exits with the program's status.
+
+    ``env -i`` leaves the program only ``PATH``, ``HOME`` and the variables it
     was given; their values travel in the request's ``envs``, so the line
     names them but never holds a value. Each argument is quoted: no shell
     ever reads one.
     """
     given = [f'{name}="${name}"' for name in sorted(command.env)]
-    line = f"mkdir -p {WORK} {OUT} && cd {WORK} && "
-    if stdin_path is not None:
-        # Open the input, then remove it, so the work and out folders hold nothing of it.
-        line += f"exec 0<{stdin_path} && rm -f {stdin_path} && "
-    else:
-        line += "exec 0</dev/null && "
-    words = ["exec", "/usr/bin/env", "-i", f"PATH={BASE_PATH}", f"HOME={HOME}", *given]
-    return line + " ".join(words) + " " + shlex.join([command.program, *command.args])
+    words = ["/usr/bin/setsid", "/usr/bin/env", "-i", f"PATH={BASE_PATH}", f"HOME={HOME}", *given]
+    program = " ".join(words) + " " + shlex.join([command.program, *command.args])
+    # Open the input, then remove it, so the work and out folders hold nothing of it.
+    stdin = f"exec 3<{stdin_path} && rm -f {stdin_path}" if stdin_path is not None else "exec 3</dev/null"
+    backstop = math.ceil(command.timeout) + BACKSTOP_GRACE
+    lines = [
+        f"mkdir -p {WORK} {OUT} && cd {WORK} && {stdin} || exit 125",
+        _KILL_SESSION,
+        # `&` without job control would give the program /dev/null as input: hence the explicit 0<&3.
+        f"{program} 0<&3 3<&- &",
+        "c=$!; exec 3<&-",
+        # The backstop's stdio is /dev/null: envd ends the stream only when every holder of its pipes is gone.
+        f"( sleep {backstop} & s=$!; trap 'kill $s; exit 0' TERM; wait $s; mainsdk_kill $c ) "
+        "</dev/null >/dev/null 2>&1 &",
+        "w=$!; wait $c; r=$?; kill $w 2>/dev/null; mainsdk_kill $c",
+    ]
+    if archive_limit is not None:
+        lines.append(archive_script(archive_limit))
+    lines.append("exit $r")
+    return "\n".join(lines)
+
+
+def archive_script(limit: int) -> str:
+    """Shell that archives the out folder's regular files, by name, up to ``limit`` bytes, as ``ARCHIVE``.
+
+    A file that would pass the limit is left out and a member ``truncated``
+    says so; links, devices and folders are never archived (``find -type f``
+    does not follow links, ``--hard-dereference`` stores hard links as files).
+    Every name is under ``out/``; the driver still checks each one.
+    """
+    archive = ARCHIVE.format(pid="$$")
+    return "\n".join(
+        [
+            f'a={archive}; rm -rf -- "$a.d" "$a"; mkdir -m 700 -- "$a.d" && : > "$a.d/list"',
+            f"if [ -d {OUT} ] && [ ! -L {OUT} ] && cd {OUT}; then",
+            "  find . -mindepth 1 -type f -printf '%s %P\\0' | LC_ALL=C sort -z -t ' ' -k 2 > \"$a.d/found\"; t=0",
+            "  while IFS= read -r -d '' e; do z=${e%% *}; n=${e#* }",
+            f'    if [ $((t + z)) -le {limit} ]; then t=$((t + z)); printf \'out/%s\\0\' "$n" >> "$a.d/list"',
+            '    else : > "$a.d/truncated"; fi',
+            '  done < "$a.d/found"',
+            "fi",
+            'set --; [ -e "$a.d/truncated" ] && set -- -C "$a.d" truncated',
+            f'tar -cf "$a.d/tar" -C {HOME} --null --no-recursion --hard-dereference -T "$a.d/list" "$@" 2>/dev/null',
+            'mv -fT -- "$a.d/tar" "$a"',
+        ]
+    )
+
+
+def killer_line(pid: int) -> str:
+    """The command that kills what command ``pid`` started: every session led by a child of ``pid``.
+
+    ``pid`` is the script of ``shell_line`` (the start event's pid); its one
+    child that leads a session is the program's. Killing it lets the script go
+    on to its clean-up and end.
+    """
+    return (
+        f"{_KILL_SESSION}\n"
+        'for f in /proc/[0-9]*/stat; do read -r l 2>/dev/null < "$f" || continue; p=${f#/proc/}; p=${p%/stat}; '
+        f'set -- ${{l##*") "}}; [ "$2" = {int(pid)} ] && [ "$4" = "$p" ] && mainsdk_kill "$p"; done; true'
+    )
+
+
+def extract_out_archive(data: bytes, max_bytes: int, *, cut: bool = False) -> Collected:
+    """The out files in an archive ``archive_script`` made, checked as untrusted input.
+
+    Only regular members under ``out/`` with a plain relative name are taken
+    (no ``..``, no absolute path, no empty part, no link), each once, at most
+    ``max_bytes`` in all. ``cut``: the archive was read only in part. A broken
+    archive keeps what came before the break and says it was truncated.
+    """
+    files: list[OutFile] = []
+    skipped: list[tuple[str, str]] = []
+    truncated = cut
+    total = 0
+    seen: set[str] = set()
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r|") as archive:
+            for member in archive:
+                if member.name == "truncated" and member.isreg():
+                    truncated = True
+                    continue
+                name = member.name[len("out/") :] if member.name.startswith("out/") else ""
+                parts = name.split("/")
+                if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
+                    skipped.append((member.name, "not a plain name under out/"))
+                    continue
+                if not member.isreg():
+                    skipped.append((name, "not a regular file"))
+                    continue
+                if name in seen:
+                    skipped.append((name, "archived twice"))
+                    continue
+                if total + member.size > max_bytes:
+                    truncated = True
+                    skipped.append((name, "past limits.files"))
+                    continue
+                stream = archive.extractfile(member)
+                content = stream.read() if stream is not None else b""
+                if len(content) != member.size:
+                    truncated = True
+                    break
+                seen.add(name)
+                total += len(content)
+                files.append(OutFile(name, content))
+    except (tarfile.TarError, EOFError, OSError):
+        truncated = True  # what came before the break stands
+    return Collected(tuple(files), truncated, tuple(skipped))
 
 
 def e2b_sandbox_driver(

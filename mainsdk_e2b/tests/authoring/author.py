@@ -4,9 +4,9 @@
 
 The recorder (``mainsdk-conformance``'s record mode) sits between the real e2b
 SDK and the stand-in, so each request is byte for byte what the SDK sends.
-Then ``finish.py`` writes the fault cassettes and corrects the answers the
-stand-in cannot give (hosts on the internet). Re-record live
-instead with ``mainsdk-conformance record --driver e2b --tests mainsdk_e2b/tests/conformance``.
+Then ``finish.py`` writes the fault cassettes and sets the answers the
+stand-in cannot give (an egress firewall), listing each edit in ``meta.edited``.
+Re-record live instead with ``mainsdk-conformance record --driver e2b``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ NOTE = "authored: the real e2b SDK's requests, recorded against fake_e2b.py (wri
 def main(argv: list[str]) -> int:
     sys.path.insert(0, str(HERE))
     import fake_e2b
+
+    if not argv:
+        # Re-author everything: record mode keeps an authored cassette with edits, and saves only tests that
+        # pass (the network ones cannot, without a firewall; finish.py derives them). These are all ours.
+        for path in CASSETTES.rglob("*.json"):
+            if json.loads(path.read_text())["meta"].get("made") == "authored":
+                path.unlink()
 
     api, sandbox = fake_e2b.serve()
     command = [
@@ -51,7 +58,7 @@ def main(argv: list[str]) -> int:
         data = json.loads(path.read_text())
         if data["meta"].get("made") == "recorded":
             data["meta"]["made"] = "authored"
-            data["meta"]["note"] = NOTE
+            data["meta"]["how"] = NOTE
             path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     return status
 

@@ -9,6 +9,27 @@ upload, ListDir entries). Commands really run, on this host, in a folder
 standing in for ``/home/user`` of the sandbox; a few answers (network,
 files of the host) are then corrected by hand in the cassettes, and say so.
 
+Process semantics follow envd (e2b-dev/infra ``packages/envd``), never kinder:
+- a command is ``cmd`` + ``args`` as sent, in no process group of its own
+  (``handler.go`` sets only credentials in ``SysProcAttr``);
+- ``SendSignal`` signals that one pid (``handler.go`` ``SendSignal``:
+  ``cmd.Process.Signal``) and stops streaming its output (``outCancel``);
+- a ``Start`` whose client went away does not kill the process (``start.go``:
+  "We do not want the command to be killed if the request context is
+  cancelled"); only ``Connect-Timeout-Ms`` does, again one pid
+  (``exec.CommandContext``);
+- a quiet stream gets ``keepalive`` events every ``Keepalive-Ping-Interval``
+  seconds (``permissions/keepalive.go``), the ``end`` event carries ``error``
+  ("exit status 3", "signal: killed"), and zero values are left out, as
+  protojson does;
+- a sandbox it does not know is E2B's proxy answer, 502 "The sandbox was not
+  found" (``packages/shared/pkg/proxy/template/sandbox_not_found.go``).
+The control plane keeps each sandbox's ``metadata`` and lists by it
+(``GET /v2/sandboxes?metadata=``, spec/openapi.yml). It does not honour
+``Idempotency-Key``: the open-source API does not read it. With
+``FAKE_E2B_CREATE_502=N`` the first N creates make their sandbox and then
+answer 502, as a gateway that lost the answer would.
+
 Run: python fake_e2b.py  (prints the two base URLs, api and sandbox)
 """
 
@@ -29,27 +50,46 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "conformance" / "src"))
 from mainsdk_conformance.cassette import parse_multipart
 
-ENVD_VERSION = "0.5.4"
+ENVD_VERSION = "0.6.13"  # packages/envd/pkg/version.go
 HOME = "/home/user"
 
 
 class Box:
     """One sandbox: a folder standing in for its filesystem, and its running processes."""
 
-    def __init__(self, sandbox_id: str) -> None:
+    def __init__(self, sandbox_id: str, template: str, metadata: dict[str, str]) -> None:
         self.id = sandbox_id
+        self.template = template
+        self.metadata = metadata
         self.root = Path(tempfile.mkdtemp(prefix=f"fake-e2b-{sandbox_id}-"))
         (self.root / "home/user").mkdir(parents=True)
         (self.root / "tmp").mkdir()
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.pids = itertools.count(400)
+        self.procs: dict[int, Proc] = {}
+
+    def listed(self) -> dict[str, Any]:
+        """The sandbox as ``GET /v2/sandboxes`` lists it (ListedSandbox in spec/openapi.yml)."""
+        return {
+            "templateID": self.template,
+            "alias": "base",
+            "sandboxID": self.id,
+            "clientID": "6532622b",
+            "startedAt": "2026-11-30T12:00:00Z",
+            "endAt": "2026-11-30T13:00:00Z",
+            "cpuCount": 2,
+            "memoryMB": 512,
+            "diskSizeMB": 512,
+            "metadata": self.metadata,
+            "state": "running",
+            "envdVersion": ENVD_VERSION,
+        }
 
     def map(self, path: str) -> Path:
         return self.root / path.lstrip("/")
@@ -59,10 +99,30 @@ class Box:
         return re.sub(r"/home/user|/tmp/", lambda m: f"{self.root}{m.group(0)}", line)
 
     def kill(self) -> None:
+        # The whole VM goes: every process it ran, whatever its group (the stand-in finds them by its root folder).
         for proc in self.procs.values():
             with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.kill(proc.popen.pid, signal.SIGKILL)
+        kill_under(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Proc:
+    """One process envd started: the process, and whether its output still streams."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.out_cancelled = threading.Event()
+
+
+def kill_under(root: Path) -> None:
+    """SIGKILL every process whose working folder is under ``root``: the sandbox's processes, on the host."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if str(root) in os.readlink(entry / "cwd"):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 class State:
@@ -70,6 +130,7 @@ class State:
         self.boxes: dict[str, Box] = {}
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
+        self.creates_to_fail = int(os.environ.get("FAKE_E2B_CREATE_502", "0"))
 
 
 STATE = State()
@@ -133,11 +194,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
             request = json.loads(body)
             with STATE.lock:
                 sandbox_id = f"i{next(STATE.ids):03d}fake{os.getpid() % 1000:03d}e2b"
-                STATE.boxes[sandbox_id] = Box(sandbox_id)
+                template = request.get("templateID", "base")
+                STATE.boxes[sandbox_id] = Box(sandbox_id, template, dict(request.get("metadata") or {}))
+                fail = STATE.creates_to_fail > 0
+                STATE.creates_to_fail -= 1 if fail else 0
+            if fail:
+                # The sandbox exists and is billed; the answer was lost on the way (a gateway's 502).
+                self.send(502, b"upstream connect error or disconnect/reset before headers", "text/plain")
+                return
             self.send_json(
                 201,
                 {
-                    "templateID": request.get("templateID", "base"),
+                    "templateID": template,
                     "sandboxID": sandbox_id,
                     "clientID": "6532622b",
                     "alias": "base",
@@ -147,11 +215,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 },
             )
             return
-        if path.startswith("/sandboxes/"):
-            sandbox_id = path.split("/")[2]
+        if method == "GET" and path == "/v2/sandboxes":
+            # metadata is itself a url-encoded query ("k=v&k2=v2"), each key and value url-encoded once more.
+            wanted = dict(parse_qsl(query.get("metadata", "")))
+            with STATE.lock:
+                found = [
+                    b.listed() for b in STATE.boxes.values() if all(b.metadata.get(k) == v for k, v in wanted.items())
+                ]
+            self.send_json(200, found)
+            return
+        if path.startswith("/sandboxes/") or path.startswith("/v2/sandboxes/"):
+            sandbox_id = path.split("/")[3 if path.startswith("/v2/") else 2]
             box = STATE.boxes.get(sandbox_id)
             if box is None:
-                self.send_json(404, {"code": 404, "message": f"sandbox {sandbox_id} not found"})
+                message = f"sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it"
+                self.send_json(404, {"code": 404, "message": message})
                 return
             if method == "DELETE":
                 STATE.boxes.pop(sandbox_id, None)
@@ -161,10 +239,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if path.endswith("/timeout"):
                 self.send(204)
                 return
-        # --- envd
+            if path.endswith("/connect"):
+                keys = ("templateID", "sandboxID", "clientID", "alias", "envdVersion")
+                answer = {k: v for k, v in box.listed().items() if k in keys}
+                self.send_json(200, {**answer, "envdAccessToken": "fake-envd-access", "domain": None})
+                return
+            if method == "GET":
+                self.send_json(200, {**box.listed(), "envdAccessToken": "fake-envd-access", "domain": None})
+                return
+        # --- envd, behind E2B's proxy
         box = self.box()
         if box is None:
-            self.send_json(502, {"code": 502, "message": "sandbox not found"})
+            sandbox_id = self.headers.get("E2b-Sandbox-Id", "")
+            self.send_json(502, {"sandboxId": sandbox_id, "message": "The sandbox was not found", "code": 502})
             return
         if path == "/health":
             self.send(204)
@@ -180,10 +267,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.list_dir(box, json.loads(body))
         elif path == "/process.Process/SendSignal":
             request = json.loads(body)
-            proc = box.procs.get(int(request["process"]["pid"]))
-            if proc is not None:
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+            pid = int(request["process"]["pid"])
+            proc = box.procs.get(pid)
+            if proc is None:
+                self.send_json(404, {"code": "not_found", "message": f"process with pid {pid} not found"})
+                return
+            proc.out_cancelled.set()
+            with contextlib.suppress(OSError):
+                os.kill(proc.popen.pid, signal.SIGKILL if request.get("signal") == "SIGNAL_SIGKILL" else signal.SIGTERM)
             self.send_json(200, {})
         elif path == "/process.Process/Start":
             self.start(box, body)
@@ -244,19 +335,30 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def start(self, box: Box, body: bytes) -> None:
         request = json.loads(body[5:])
         process = request["process"]
-        line = box.rewrite(process["args"][-1])
+        argv = [process["cmd"], *[box.rewrite(arg) for arg in process.get("args") or []]]
         env = dict(process.get("envs") or {})
         env.setdefault("PATH", os.environ.get("PATH", "/usr/bin:/bin"))
-        proc = subprocess.Popen(
-            ["/bin/bash", "-c", line],
+        # envd gives a command its user's HOME and USER; here the stand-in's home, so no profile of this host runs.
+        env.setdefault("HOME", str(box.map(HOME)))
+        env.setdefault("USER", "user")
+        popen = subprocess.Popen(
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
-            start_new_session=True,
+            cwd=box.map(HOME),
         )
-        pid = next(box.pids)
+        proc = Proc(popen)
+        pid = popen.pid  # the pid the sandbox's own ps would show; a later command may name it
         box.procs[pid] = proc
+        timeout_ms = int(self.headers.get("Connect-Timeout-Ms") or 0)
+        if timeout_ms:
+            # exec.CommandContext: at the request's timeout the one process is killed, nothing it started.
+            timer = threading.Timer(timeout_ms / 1000, lambda: _kill_one(popen))
+            timer.daemon = True
+            timer.start()
+        keepalive = float(self.headers.get("Keepalive-Ping-Interval") or 90)
         chunks: queue.Queue[tuple[str, bytes]] = queue.Queue()
 
         def pump(name: str, stream: Any) -> None:
@@ -264,38 +366,83 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 chunks.put((name, data))
             chunks.put((name, b""))
 
-        for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+        for name, stream in (("stdout", popen.stdout), ("stderr", popen.stderr)):
             threading.Thread(target=pump, args=(name, stream), daemon=True).start()
         self.send_response_only(200)
         self.send_header("Content-Type", "application/connect+json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        connected = True
 
         def frame(flags: int, value: Any) -> None:
+            nonlocal connected
+            if not connected:
+                return  # the client went away: the process runs on regardless (start.go)
             data = envelope(flags, value)
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
+            try:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                connected = False
 
-        try:
-            frame(0, {"event": {"start": {"pid": pid}}})
-            open_streams = 2
-            while open_streams:
-                name, data = chunks.get()
-                if not data:
-                    open_streams -= 1
-                    continue
-                frame(0, {"event": {"data": {name: base64.b64encode(data).decode()}}})
-            code = proc.wait()
-            if code < 0:
-                end = {"exitCode": -1, "status": "signal: killed"}
-            else:
-                end = {"exitCode": code, "exited": True, "status": f"exit status {code}"}
-            frame(0, {"event": {"end": end}})
-            frame(2, {})
-            self.wfile.write(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError):
+        frame(0, {"event": {"start": {"pid": pid}}})
+        open_streams = 2
+        quiet_since = time.monotonic()
+        while open_streams and not proc.out_cancelled.is_set():
+            try:
+                name, data = chunks.get(timeout=0.2)
+            except queue.Empty:
+                if time.monotonic() - quiet_since >= keepalive:
+                    frame(0, {"event": {"keepalive": {}}})
+                    quiet_since = time.monotonic()
+                continue
+            if not data:
+                open_streams -= 1
+                continue
+            frame(0, {"event": {"data": {name: base64.b64encode(data).decode()}}})
+            quiet_since = time.monotonic()
+        code = popen.wait()
+        frame(0, {"event": {"end": end_event(code)}})
+        frame(2, {})
+        if connected:
             with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
+                self.wfile.write(b"0\r\n\r\n")
+        box.procs.pop(pid, None)
+
+
+def _kill_one(popen: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(OSError):
+        popen.kill()
+
+
+# Go's names for the signals a command may die of (syscall.Signal.String()), as ProcessState.String() says them.
+GO_SIGNALS = {
+    signal.SIGKILL: "killed",
+    signal.SIGTERM: "terminated",
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGABRT: "aborted",
+    signal.SIGINT: "interrupt",
+    signal.SIGHUP: "hangup",
+    signal.SIGPIPE: "broken pipe",
+    signal.SIGBUS: "bus error",
+    signal.SIGFPE: "floating point exception",
+    signal.SIGILL: "illegal instruction",
+    signal.SIGXCPU: "CPU time limit exceeded",
+}
+
+
+def end_event(code: int) -> dict[str, Any]:
+    """envd's end event (handler.go ``Wait``) as protojson writes it: zero values (exitCode 0, exited false) omitted."""
+    if code < 0:
+        # A signal: ExitCode() is -1, Exited() false, and cmd.Wait's error names the signal.
+        status = f"signal: {GO_SIGNALS.get(signal.Signals(-code), f'signal {-code}')}"
+        return {"exitCode": -1, "status": status, "error": status}
+    status = f"exit status {code}"
+    event: dict[str, Any] = {"exited": True, "status": status}
+    if code:
+        event["exitCode"] = code
+        event["error"] = status
+    return event
 
 
 def serve() -> tuple[str, str]:

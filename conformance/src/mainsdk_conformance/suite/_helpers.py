@@ -35,19 +35,25 @@ def refused(built: Built, call: Callable[[], Any], code: str) -> SandboxError:
 ORIGIN_BODY = b"conformance origin"
 
 
-def reach_code(hosts: Sequence[str], port: int) -> str:
-    """Python that fetches ``http://host:port/`` from each host and prints one line each.
+def reach_code(hosts: Sequence[str], port: int, scheme: str = "http") -> str:
+    """Python that fetches ``scheme://host:port/`` from each host and prints one line each.
 
     urllib, so a driver that gives hosts through a proxy in the box's environment
     is reached the way code normally reaches the network. Only the suite's own
     origin's answer counts as reached: a proxy's refusal (403), a failed name
-    lookup or a closed port are all "refused".
+    lookup or a closed port are all "refused". Over https the origin's
+    certificate is a throwaway one: the test is about reach, not trust.
     """
+    if scheme == "http":
+        fetch = f"urllib.request.urlopen(f'http://{{host}}:{port}/', timeout=5)"
+        imports = "import urllib.request\n"
+    else:
+        fetch = f"urllib.request.urlopen(f'{scheme}://{{host}}:{port}/', timeout=5, context=context)"
+        imports = "import ssl, urllib.request\ncontext = ssl._create_unverified_context()\n"
     return (
-        "import urllib.request\n"
-        f"for host in {json.dumps(list(hosts))}:\n"
+        imports + f"for host in {json.dumps(list(hosts))}:\n"
         "    try:\n"
-        f"        body = urllib.request.urlopen(f'http://{{host}}:{port}/', timeout=5).read()\n"
+        f"        body = {fetch}.read()\n"
         f"        print(host, 'reached' if body == {ORIGIN_BODY!r} else 'refused')\n"
         "    except Exception:\n"
         "        print(host, 'refused')\n"
