@@ -93,7 +93,7 @@ def test_a_401_is_0006_and_the_key_is_in_no_error(tmp_path: Path) -> None:
 
 def test_no_cassette_holds_a_key_or_the_replay_key() -> None:
     paths = sorted(HERE.rglob("cassettes/**/*.json"))
-    assert len(paths) > 60
+    assert len(paths) > 50  # refused calls send no request: record mode writes no cassette for them
     for path in paths:
         text = path.read_text()
         assert KEY not in text and "5eed5eed" not in text, path

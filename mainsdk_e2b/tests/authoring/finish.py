@@ -97,14 +97,15 @@ def network() -> None:
     hosts = NetworkHosts()
     plain = shlex.quote("print(1 + 1)")
 
-    def run(number: int, given: str, tried: list[str], scheme: str, port: int) -> list[dict[str, Any]]:
+    def run(number: int, given: str | None, tried: list[str], scheme: str, port: int) -> list[dict[str, Any]]:
         code = reach_code(tried, port, scheme)
         text = json.dumps(base["interactions"]).replace(json.dumps(plain)[1:-1], json.dumps(shlex.quote(code))[1:-1])
         sandbox_id = base["interactions"][0]["response"]["body"]["json"]["sandboxID"]
         interactions: list[dict[str, Any]] = json.loads(text.replace(sandbox_id, f"i9{number:02d}fakee2b"))
         create = interactions[0]["request"]["body"]["json"]
-        create["network"] = {"allowOut": [given], "denyOut": ["0.0.0.0/0"]}
-        reached = E2B_NETWORK_REACH.filters(scheme, port)  # type: ignore[arg-type]
+        if given is not None:
+            create["network"] = {"allowOut": [given], "denyOut": ["0.0.0.0/0"]}
+        reached = given is not None and E2B_NETWORK_REACH.filters(scheme, port)  # type: ignore[arg-type]
         start = start_of({"interactions": interactions})
         set_stdout(
             start, "".join(f"{h} {'reached' if reached and i == 0 else 'refused'}\n" for i, h in enumerate(tried))
@@ -121,6 +122,9 @@ def network() -> None:
             (hosts.allowed, [hosts.allowed, hosts.denied], "https", 443),
         ],
         "test_a_wildcard_host": [(hosts.wildcard, [hosts.under_wildcard, hosts.denied], "https", 443)],
+        # No hosts: nothing out, the suite's origin on 127.0.0.1 included (deny_out 0.0.0.0/0; the stand-in
+        # reaches this machine's loopback, E2B's sandbox never does).
+        "test_no_host_is_reachable_without_network": [(None, [hosts.allowed, "127.0.0.1"], "http", 8080)],
         "test_a_given_host_is_refused_where_the_driver_does_not_filter": [
             (hosts.allowed, [hosts.allowed], "http", 8080),
             (hosts.allowed, [hosts.allowed], "https", 8443),
