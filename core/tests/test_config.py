@@ -645,3 +645,19 @@ def test_a_limit_built_by_hand_past_its_bound_is_refused_too(build: Any, key: st
     with pytest.raises(SandboxError) as caught:
         build()
     assert caught.value.code == INVALID_OPTION and caught.value.message.startswith(f"{key}: ")
+
+
+def test_a_huge_file_is_refused_without_reading_it_all(tmp_path: Path) -> None:
+    big = tmp_path / "main.yaml"
+    with big.open("wb") as file:
+        file.truncate(1024**3)  # 1GB of NUL bytes, sparse: no disk used
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError) as caught:
+            load_config(big)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    [problem] = caught.value.problems
+    assert problem.code == INVALID_OPTION and "may be at most" in problem.message
+    assert peak < 10 * MB

@@ -71,6 +71,7 @@ __all__ = [
     "load_config_text",
     "parse_app_config",
     "parse_sandbox_config",
+    "read_config_file",
     "read_yaml",
 ]
 
@@ -740,6 +741,20 @@ def _config_file(path: str | os.PathLike[str] | None) -> str | os.PathLike[str] 
     return DEFAULT_CONFIG_FILE if Path(DEFAULT_CONFIG_FILE).is_file() else None
 
 
+def read_config_file(path: str | os.PathLike[str]) -> str:
+    """The text of a config file, reading no more than a main.yaml may hold (never all of /dev/zero or 1GB).
+
+    Raises ``OSError`` or ``UnicodeDecodeError`` as reading does, and a ``ConfigError`` for a file too large.
+    """
+    limit = 4 * MAX_CONFIG_BYTES  # UTF-8 takes at most 4 bytes a character
+    with open(path, "rb") as file:
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        message = f"the file is over {limit:,} bytes; a main.yaml may be at most {MAX_CONFIG_BYTES:,} characters"
+        raise ConfigError([ConfigProblem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, source=str(path))])
+    return data.decode("utf-8")
+
+
 def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
     """Load ``main.yaml`` from ``path``, else ``$MAINSDK_CONFIG``, else ``./main.yaml``.
 
@@ -750,7 +765,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
     if file is None:
         return AppConfig()
     try:
-        text = Path(file).read_text(encoding="utf-8")
+        text = read_config_file(file)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else str(exc)
         problem = ConfigProblem(INVALID_OPTION, DEFAULT_CONFIG_FILE, f"cannot read {file}: {reason}", source=str(file))

@@ -302,3 +302,12 @@ def test_a_main_yaml_passed_by_the_hook_is_checked_even_away_from_the_working_di
     captured = capsys.readouterr()
     assert captured.out.startswith("services/api/main.yaml:3:5: MAIN-SANDBOX-0001 sandbox.limits.timeout: ")
     assert main(["main.yaml"]) == 0  # the config file itself is checked once, not twice
+
+
+def test_a_main_yaml_too_large_to_be_one_exits_2(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with (project / "main.yaml").open("wb") as file:
+        file.truncate(1024**3)  # sparse: no disk used, and never read whole
+    assert main([]) == 2
+    captured = capsys.readouterr()
+    assert "MAIN-SANDBOX-0001" in captured.out and "may be at most" in captured.out
+    assert "cannot be loaded" in captured.err

@@ -23,7 +23,14 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from mainsdk.check.findings import Finding, rule_for
 from mainsdk.checks import PRODUCTION_ENVS, is_production
-from mainsdk.config import DEFAULT_CONFIG_FILE, AppConfig, SandboxConfig, config_from_yaml, read_yaml
+from mainsdk.config import (
+    DEFAULT_CONFIG_FILE,
+    AppConfig,
+    SandboxConfig,
+    config_from_yaml,
+    read_config_file,
+    read_yaml,
+)
 from mainsdk.errors import (
     INVALID_OPTION,
     LOCAL_IN_PRODUCTION,
@@ -81,10 +88,12 @@ class _Document:
 
 def _read(path: Path) -> _Document:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_config_file(path)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else str(exc)
         raise CannotCheck(f"cannot read {path}: {reason}") from None
+    except ConfigError as exc:  # too large to be a main.yaml
+        return _Document(path, None, None, exc.problems)
     # The loader's own reader and bounds: a file it refuses (too deep, an alias bomb) is never built here either.
     try:
         tree = read_yaml(text, source=path)
