@@ -99,9 +99,9 @@ APP = textwrap.dedent(
 )
 
 
-def start_app(temp: Path) -> tuple[subprocess.Popen[str], Path]:
+def start_app(temp: Path, app: str = APP) -> tuple[subprocess.Popen[str], Path]:
     env = {**os.environ, "TMPDIR": str(temp)}
-    proc = subprocess.Popen([sys.executable, "-c", APP], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-c", app], stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     root = Path(proc.stdout.readline().strip())
     assert root.parent == temp and root.name.startswith(TEMP_PREFIX) and any(root.rglob("file_*"))
@@ -152,3 +152,15 @@ def test_a_reused_pid_does_not_protect_a_stale_folder(tmp_path: Path) -> None:
     assert sorted(Path(p).name for p in removed) == sorted([reused.name, other_boot.name])
     assert mine.exists() and other_namespace.exists() and not_ours.exists()
     assert (target / "precious").exists() and link.is_symlink()
+
+
+def test_an_app_that_left_through_os_exit_is_cleaned_up_too(tmp_path: Path) -> None:
+    # os._exit skips atexit just as SIGKILL does.
+    app, stale = start_app(tmp_path, APP.replace("time.sleep(120)", "import os; os._exit(0)"))
+    assert app.wait(30) == 0 and stale.exists()
+    if app.stdout:
+        app.stdout.close()
+    LocalDirectoryFileStore(tmp_path / "explicit")  # an explicit directory cleans nothing: it is the app's own
+    assert stale.exists()
+    assert remove_stale_folders(tmp_path) == [str(stale)]
+    assert not stale.exists()
