@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
+import collect_model
 import pytest
 from mainsdk_local._client import Box, ExecResult, ExecSpec, Launcher, LauncherError
 from mainsdk_local.programs import resolve_program
@@ -904,3 +906,18 @@ async def test_collect_keeps_its_header_bounded(box: Box) -> None:
     assert len(found.skipped) <= 101  # at most 100 reasons, then a count of the rest
     _, output = await run(box, py("print('still here')"))
     assert output.out == b"still here\n"
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_collect_matches_the_model_on_random_trees(box: Box, seed: int) -> None:
+    # A fixed-seed slice of benchmarks/fuzz_collect.py: names with spaces, tabs, control characters and
+    # non-ASCII, 255-byte names, links, FIFOs, chains past the depth bound, byte budgets that cut.
+    rng = random.Random(seed)
+    tree = collect_model.random_tree(rng)
+    max_bytes = rng.choice([MiB, 5000, 200, 0])
+    await box.write_file("tree.json", collect_model.tree_json(tree))
+    result, output = await run(box, py(collect_model.BUILD))
+    assert result.exit_code == 0, output.err
+    want = collect_model.expected(tree, max_bytes)
+    found = await box.collect_out(max_bytes=max_bytes)
+    assert collect_model.disagreement(found, want) is None
