@@ -32,6 +32,19 @@ class Stub:
     async def mainsdk_driver_start(self, spec):
         raise RuntimeError("the stub starts nothing")
 
+    # Never reached (nothing starts), but every driver has the required hooks: checked at load.
+    @hookimpl
+    async def mainsdk_driver_exec(self, box, command, output):
+        raise RuntimeError("the stub runs nothing")
+
+    @hookimpl
+    async def mainsdk_driver_collect(self, box, max_bytes):
+        raise RuntimeError("the stub collects nothing")
+
+    @hookimpl
+    async def mainsdk_driver_stop(self, box):
+        raise RuntimeError("the stub stops nothing")
+
 
 @pytest.fixture
 def conformance_target():

@@ -51,12 +51,14 @@ class Replayed:
         self.sandbox = Sandbox(SandboxDeps(config=load_config_text(CONFIG), driver=driver, load_entrypoints=False))
 
     def outage(self) -> SandboxError:
-        """Run the code, expecting MAIN-SANDBOX-0006 (503, retryable)."""
+        """Run the code, expecting MAIN-SANDBOX-0006 (503), retryable only if the command was never sent."""
         with pytest.raises(SandboxError) as caught:
             self.sandbox.run(CODE)
         error = caught.value
         assert_no_token(error)
-        assert (error.code, error.status, error.retryable) == (DRIVER_UNAVAILABLE, 503, True), error
+        sent = self.server.commands_sent() > 0
+        assert (error.code, error.status, error.retryable) == (DRIVER_UNAVAILABLE, 503, not sent), error
+        assert error.ran is (None if sent else False), error
         return error
 
     def close(self) -> list[str]:

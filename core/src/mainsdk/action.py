@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from mainsdk import errors
+from mainsdk import arguments, errors
 from mainsdk.driver import LANGUAGES
 from mainsdk.errors import SandboxError
 
@@ -56,10 +56,17 @@ class CodeRunAction:
         risk: Risk = "write",
         feature: str | None = None,
     ) -> None:
-        unknown = [lang for lang in languages if lang not in LANGUAGES]
+        name = arguments.text(name, "name", max_bytes=arguments.MAX_LABEL_CHARS)
+        intent = arguments.text(intent, "intent", max_bytes=4096)
+        feature = arguments.optional_text(feature, "feature")
+        if isinstance(languages, (str, bytes)) or not isinstance(languages, Sequence):
+            raise arguments.invalid(
+                "languages", f"must be a list like ['python'], not {arguments.type_name(languages)}"
+            )
+        unknown = [lang for lang in languages if not isinstance(lang, str) or lang not in LANGUAGES]
         if not languages or unknown:
             raise SandboxError(errors.INVALID_OPTION, f"action {name!r}: languages must be some of {list(LANGUAGES)}")
-        if risk not in ("read", "write", "destructive"):
+        if not isinstance(risk, str) or risk not in ("read", "write", "destructive"):
             raise SandboxError(errors.INVALID_OPTION, f"action {name!r}: risk must be read, write or destructive")
         self.name = name
         self.intent = intent
@@ -113,7 +120,7 @@ class CodeRunAction:
         """The input's code, language and files, or MAIN-SANDBOX-0001 saying what is wrong."""
         if not isinstance(input, Mapping):
             raise SandboxError(errors.INVALID_OPTION, f"{self.name}: input must be an object with code and language")
-        extra = set(input) - {"code", "language", "files"}
+        extra = {str(key) for key in input} - {"code", "language", "files"}
         if extra:
             raise SandboxError(
                 errors.INVALID_OPTION, f"{self.name}: unknown input {sorted(extra)}; use code, language, files"
@@ -122,7 +129,7 @@ class CodeRunAction:
         if not isinstance(code, str) or not code.strip():
             raise SandboxError(errors.INVALID_OPTION, f"{self.name}: code must be a non-empty string")
         language = input.get("language", self.languages[0])
-        if language not in self.languages:
+        if not isinstance(language, str) or language not in self.languages:
             raise SandboxError(
                 errors.INVALID_OPTION,
                 f"{self.name}: language {language!r} is not allowed for this action; use one of {list(self.languages)}",
@@ -137,6 +144,7 @@ class CodeRunAction:
     async def arun(self, input: Mapping[str, Any], *, agent: str | None = None) -> dict[str, Any]:
         """Run the input in the sandbox; return a JSON-able result (stdout, stderr, exit code, signal, stop, files)."""
         code, language, files = self.check_input(input)
+        agent = arguments.optional_text(agent, "agent")
         deps = self._sandbox.deps
         access: AccessRule | None = deps.access
         if access is not None and not access.approve(self.name, self.risk, input, agent):

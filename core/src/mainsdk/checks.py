@@ -8,23 +8,26 @@ worst-case cost, each checked against ``main.yaml`` and the driver.
 from __future__ import annotations
 
 import os
-import posixpath
-import re
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 import attrs
 
-from mainsdk import errors
+from mainsdk import arguments, errors
 from mainsdk.config import AppConfig, Limits
 from mainsdk.driver import LANGUAGES, Capabilities, RunLimits
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered, validate_host_pattern
 from mainsdk.secrets import SecretRef, SecretResolver
-from mainsdk.units import format_duration, format_size, parse_duration, parse_money, parse_size
+from mainsdk.units import describe, format_duration, format_size, parse_duration, parse_money, parse_size
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = arguments.ENV_NAME
+# Measured on the local driver: below 4 MiB a cgroup limit cannot even be set on a fresh run (EBUSY) and no
+# interpreter starts; below one page the box's tmpfs cannot be mounted. Both are mistakes, never outages.
+MIN_MEMORY = 4 * 1024 * 1024
+MIN_DISK = 4096
+PAGE = 4096
 PRODUCTION_ENVS = ("prod", "production")  # in the order their overlays are read
 HostMatcher = Callable[[str], bool]
 
@@ -71,12 +74,8 @@ def check_language(language: str, caps: Capabilities, driver_id: str) -> None:
 
 
 def check_code(code: object) -> str:
-    """Code is a non-empty string."""
-    if not isinstance(code, str):
-        raise _invalid(f"code must be a string, not {type(code).__name__}")
-    if not code.strip():
-        raise _invalid("code is empty; pass the source to run as code=...")
-    return code
+    """Code is non-empty text without NUL (see ``arguments.code``)."""
+    return arguments.code(code)
 
 
 def lower_limits(requested: Mapping[str, Any] | None, config: AppConfig) -> RunLimits:
@@ -95,21 +94,31 @@ def lower_limits(requested: Mapping[str, Any] | None, config: AppConfig) -> RunL
         "output": format_size,
         "files": format_size,
     }
-    for key, raw in (requested or {}).items():
+    for key, raw in arguments.limits(requested).items():
         if key in ("max-cost", "max_cost"):
             continue  # checked with the cost
-        if key not in parsers:
-            raise _invalid(f"limits.{key} is not a limit; the limits are timeout, memory, output, files and max-cost")
         try:
             value = parsers[key](raw)
-        except ValueError as exc:
+        except (ValueError, ArithmeticError) as exc:
             raise _invalid(f"limits.{key}: {exc}") from None
         if value > values[key]:
+            shown = formats[key](value) if value < 2**63 else describe(raw)
             raise _invalid(
-                f"limits.{key} {formats[key](value)} is above sandbox.limits.{key} {formats[key](values[key])}; "
+                f"limits.{key} {shown} is above sandbox.limits.{key} {formats[key](values[key])}; "
                 f"a call may lower a limit, never raise it: lower it, or raise sandbox.limits.{key} in main.yaml"
             )
         values[key] = value
+    if values["memory"] < MIN_MEMORY:
+        key = "limits.memory" if "memory" in (requested or {}) else "sandbox.limits.memory"
+        raise _invalid(
+            f"{key} {format_size(int(values['memory']))} is below the {format_size(MIN_MEMORY)} a run needs to "
+            f"start; give it at least {format_size(MIN_MEMORY)}"
+        )
+    if config.permissions.disk.temp_max < MIN_DISK:
+        raise _invalid(
+            f"permissions.disk.temp.max {format_size(config.permissions.disk.temp_max)} is below the "
+            f"{format_size(MIN_DISK)} a box needs to start; raise it in main.yaml, like 64MB"
+        )
     return RunLimits(
         timeout=values["timeout"],
         memory=int(values["memory"]),
@@ -119,33 +128,27 @@ def lower_limits(requested: Mapping[str, Any] | None, config: AppConfig) -> RunL
     )
 
 
-def check_files(files: Mapping[str, str | bytes] | None, limit: int) -> dict[str, bytes]:
-    """Files go into the work folder only, by a plain relative path, and fit ``limits.files``."""
-    checked: dict[str, bytes] = {}
-    for name, content in (files or {}).items():
-        checked[check_relative_path(name, "files")] = content.encode() if isinstance(content, str) else bytes(content)
+def check_files(files: object, limit: int, disk: int | None = None) -> dict[str, bytes]:
+    """Files go into the work folder only, by a plain relative path, and fit ``limits.files`` and the box's disk."""
+    checked = arguments.files(files)
     total = sum(len(data) for data in checked.values())
     if total > limit:
         raise _invalid(
             f"files hold {format_size(total)}, above limits.files {format_size(limit)}; pass less, or raise the limit"
         )
+    # tmpfs counts whole pages: each file takes at least one.
+    pages = sum(max(1, -(-len(data) // PAGE)) for data in checked.values()) * PAGE
+    if disk is not None and pages > disk:
+        raise _invalid(
+            f"files take {format_size(pages)} on disk, above permissions.disk.temp.max {format_size(disk)}; "
+            "pass less, or raise permissions.disk.temp.max in main.yaml"
+        )
     return checked
 
 
 def check_relative_path(name: object, what: str) -> str:
-    """A path inside the work folder: relative, no '..', no NUL, no empty segment."""
-    if not isinstance(name, str) or not name:
-        raise _invalid(f"{what}: a file name must be a non-empty string, not {name!r}")
-    if "\0" in name:
-        raise _invalid(f"{what}: {name!r} has a NUL byte")
-    if name.startswith("/") or "\\" in name:
-        raise _invalid(
-            f"{what}: {name!r} is absolute or uses '\\'; use a path relative to the work folder, like data.csv"
-        )
-    parts = name.split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        raise _invalid(f"{what}: {name!r} leaves the work folder or has an empty segment; use a plain relative path")
-    return posixpath.normpath(name)
+    """A path inside the work folder: relative, no '..', no NUL, no empty segment (see ``arguments.relative_path``)."""
+    return arguments.relative_path(name, what)
 
 
 def check_hosts(
@@ -191,9 +194,7 @@ def resolve_env(
     """
     resolved: dict[str, str] = {}
     secret_values: list[bytes] = []
-    for name, value in (env or {}).items():
-        if not isinstance(name, str) or not ENV_NAME.match(name):
-            raise _invalid(f"env: {name!r} is not a variable name; use letters, digits and _")
+    for name, value in arguments.env(env).items():
         if isinstance(value, SecretRef):
             if value.name not in config.sandbox.secrets:
                 raise SandboxError(
@@ -201,19 +202,28 @@ def resolve_env(
                     f"env.{name}: secret {value.name!r} is not under sandbox.secrets; list it there in main.yaml",
                 )
             secret_value = resolver(value.name)
+            if secret_value is not None and not isinstance(secret_value, str):
+                raise _invalid(
+                    f"env.{name}: the secret resolver (deps.secret) returned {type(secret_value).__name__} for "
+                    f"{value.name!r}; it must return the value as a string, or None"
+                )
             if secret_value is None:
                 raise SandboxError(
                     errors.SECRET_NOT_ALLOWED,
                     f"env.{name}: secret {value.name!r} is listed but has no value; set it in the app's environment",
                 )
+            # Never shown: the value is a secret. Only whether it could be passed at all.
+            if "\0" in secret_value or len(secret_value.encode("utf-8", "replace")) > arguments.MAX_ARG_BYTES:
+                raise _invalid(f"env.{name}: secret {value.name!r} holds a NUL byte or is too long to pass")
+            try:
+                secret_values.append(secret_value.encode())
+            except UnicodeEncodeError:
+                raise _invalid(f"env.{name}: secret {value.name!r} is not valid Unicode text") from None
             resolved[name] = secret_value
-            secret_values.append(secret_value.encode())
-        elif isinstance(value, str):
-            if "\0" in value:
-                raise _invalid(f"env.{name} has a NUL byte")
-            resolved[name] = value
         else:
-            raise _invalid(f"env.{name} must be a string or secret('NAME'), not {type(value).__name__}")
+            resolved[name] = value
+    if sum(len(k) + len(v.encode()) + 2 for k, v in resolved.items()) > arguments.MAX_ARGV_ENV_BYTES:
+        raise _invalid(f"env holds more than {arguments.MAX_ARGV_ENV_BYTES} bytes in all; pass large data as a file")
     return resolved, tuple(secret_values)
 
 
@@ -225,8 +235,8 @@ def check_cost(
     ceiling = config.sandbox.limits.max_cost
     if max_cost is not None:
         try:
-            requested = parse_money(max_cost)
-        except ValueError as exc:
+            requested = parse_money(arguments.limit_value(max_cost, "max_cost"))
+        except (ValueError, ArithmeticError) as exc:
             raise _invalid(f"max_cost: {exc}") from None
         if ceiling is not None and requested > ceiling:
             raise _invalid(
@@ -243,12 +253,18 @@ def check_cost(
     return price, ceiling
 
 
+MAX_IDLE = 7 * 24 * 3600.0  # a week: past it an idle box is forgotten, not kept
+
+
 def check_idle(idle: object) -> float:
-    """A session's idle timeout: a positive duration."""
+    """A session's idle timeout: a positive duration of at most a week."""
     try:
-        return parse_duration(idle)
-    except ValueError as exc:
+        seconds = parse_duration(arguments.limit_value(idle, "idle"))
+    except (ValueError, ArithmeticError) as exc:
         raise _invalid(f"idle: {exc}") from None
+    if seconds > MAX_IDLE:
+        raise _invalid(f"idle {describe(idle)} is above a week; close the session and open another instead")
+    return seconds
 
 
 def plan_run(
@@ -268,8 +284,8 @@ def plan_run(
     run_limits = lower_limits(limits, config)
     if max_cost is None and limits is not None:
         max_cost = limits.get("max-cost", limits.get("max_cost"))
-    checked_files = check_files(files, run_limits.files)
-    hosts = check_hosts(network, config, network_allow, caps, driver_id)
+    checked_files = check_files(files, run_limits.files, run_limits.disk)
+    hosts = check_hosts(arguments.hosts(network), config, network_allow, caps, driver_id)
     resolved_env, secret_values = resolve_env(env, config, resolver)
     price, ceiling = check_cost(max_cost, config, caps, run_limits.timeout)
     return RunPlan(

@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 import attrs
 
-from mainsdk import checks, errors
+from mainsdk import arguments, checks, errors
 from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
-from mainsdk.config import AppConfig
+from mainsdk.config import AppConfig, SandboxConfig
 from mainsdk.driver import (
     LANGUAGE_PROGRAMS,
     Box,
@@ -47,6 +47,94 @@ log = logging.getLogger("mainsdk")
 DEFAULT_TENANT = "default"
 
 
+def _app_config(value: object) -> AppConfig:
+    """``deps.config``: an ``AppConfig``, or the ``SandboxConfig`` that ``parse_sandbox_config`` returns."""
+    if isinstance(value, AppConfig):
+        return value
+    if isinstance(value, SandboxConfig):
+        return AppConfig(sandbox=value)  # the pairing the README shows: the sandbox section, nothing else
+    raise arguments.invalid(
+        "deps.config",
+        f"must be an AppConfig (load_config(), parse_app_config(...)) or a SandboxConfig (parse_sandbox_config(...)), "
+        f"not {arguments.type_name(value)}",
+    )
+
+
+def _optional_callable(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is not None and not callable(value):
+            raise arguments.invalid(f"deps.{name}", f"must be a function, not {arguments.type_name(value)}")
+
+    return check
+
+
+def _optional_protocol(name: str, *methods: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
+        missing = [m for m in methods if not callable(getattr(value, m, None))]
+        if value is not None and missing:
+            raise arguments.invalid(
+                f"deps.{name}",
+                f"a {arguments.type_name(value)} has no {' or '.join(missing)} method; pass an object with "
+                f"{', '.join(methods)}, or None",
+            )
+
+    return check
+
+
+def _optional_object(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
+        if isinstance(value, (str, bytes, int, float, Mapping, Sequence)):
+            raise arguments.invalid(
+                f"deps.{name}",
+                f"must be a driver plugin like local_sandbox_driver(...), or None to load sandbox.driver, "
+                f"not {arguments.type_name(value)}",
+            )
+
+    return check
+
+
+def _optional_text(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
+        arguments.optional_text(value, f"deps.{name}")
+
+    return check
+
+
+def _boolean(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
+        arguments.boolean(value, f"deps.{name}")
+
+    return check
+
+
+def _network_option(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not callable(value):
+        arguments.hosts(value, "deps.network")
+
+
+def _plugin_list(value: object) -> tuple[object, ...]:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (Sequence, set, frozenset)):
+        raise arguments.invalid("deps.plugins", f"must be a list of plugin objects, not {arguments.type_name(value)}")
+    return tuple(value)
+
+
+def sandbox_deps(deps: object) -> SandboxDeps:
+    """``deps`` as ``SandboxDeps``: None (every default), a ``SandboxDeps``, or a mapping of its fields."""
+    if deps is None:
+        return SandboxDeps()
+    if isinstance(deps, SandboxDeps):
+        return deps
+    if not isinstance(deps, Mapping):
+        raise arguments.invalid(
+            "deps", f"must be SandboxDeps(...) or a mapping of its fields, not {type(deps).__name__}"
+        )
+    fields = [f.name for f in attrs.fields(SandboxDeps)]
+    unknown = [key for key in deps if key not in fields]
+    if unknown:
+        raise arguments.invalid("deps", f"{unknown[0]!r} is not a field; the fields are {', '.join(fields)}")
+    return SandboxDeps(**deps)
+
+
 @attrs.frozen
 class SandboxDeps:
     """What a sandbox is built from; the seed's ``deps``.
@@ -65,18 +153,20 @@ class SandboxDeps:
     plugins; ``load_entrypoints=False`` loads no installed plugin (for tests).
     """
 
-    config: AppConfig = attrs.field(factory=AppConfig)
-    driver: object | None = None
-    network: Callable[[str], bool] | Sequence[str] | None = None
-    secret: SecretResolver | None = None
-    files: FileStore | None = None
-    log: Callable[[AuditEvent], None] | None = None
-    tenancy: Callable[[], str] | None = None
-    environment: str | None = None
-    agents: AgentBudget | None = None
-    access: AccessRule | None = None
-    plugins: Sequence[object] = ()
-    load_entrypoints: bool = True
+    config: AppConfig = attrs.field(factory=AppConfig, converter=_app_config)
+    driver: object | None = attrs.field(default=None, validator=_optional_object("driver"))
+    network: Callable[[str], bool] | Sequence[str] | None = attrs.field(default=None, validator=_network_option)
+    secret: SecretResolver | None = attrs.field(default=None, validator=_optional_callable("secret"))
+    files: FileStore | None = attrs.field(default=None, validator=_optional_protocol("files", "put", "read"))
+    log: Callable[[AuditEvent], None] | None = attrs.field(default=None, validator=_optional_callable("log"))
+    tenancy: Callable[[], str] | None = attrs.field(default=None, validator=_optional_callable("tenancy"))
+    environment: str | None = attrs.field(default=None, validator=_optional_text("environment"))
+    agents: AgentBudget | None = attrs.field(
+        default=None, validator=_optional_protocol("agents", "remaining", "charge")
+    )
+    access: AccessRule | None = attrs.field(default=None, validator=_optional_protocol("access", "approve"))
+    plugins: Sequence[object] = attrs.field(default=(), converter=_plugin_list)
+    load_entrypoints: bool = attrs.field(default=True, validator=_boolean("load_entrypoints"))
 
 
 @attrs.frozen
@@ -161,10 +251,7 @@ class AsyncSandbox:
     """The sandbox interface for ``asyncio`` code. ``Sandbox`` is its synchronous twin."""
 
     def __init__(self, deps: SandboxDeps | Mapping[str, Any] | None = None) -> None:
-        if deps is None:
-            deps = SandboxDeps()
-        elif not isinstance(deps, SandboxDeps):
-            deps = SandboxDeps(**deps)
+        deps = sandbox_deps(deps)
         self.deps = deps
         self.config = deps.config
         self.driver_id = deps.config.sandbox.driver
@@ -217,22 +304,27 @@ class AsyncSandbox:
         ``SandboxError`` and nothing runs.
         """
         run_id = f"run_{token.token_hex(8)}"
-        tenant = self._tenancy()
+        tenant = self._tenant()
         event = AuditEvent(
             id=run_id,
             kind="refused",
             driver=self.driver_id,
-            feature=feature,
+            feature=feature if isinstance(feature, str) else None,
             tenant=tenant,
-            language=language,
+            language=language if isinstance(language, str) else None,
             code_sha256=code_sha256(code) if isinstance(code, str) else None,
         )
         try:
+            arguments.optional_text(feature, "feature")
+            on_output = arguments.listener(on_output)
+            language = arguments.language(language)
+            code = checks.check_code(code)
             caps = self.hooks.capabilities()
             checks.check_driver_allowed(self.driver_id, caps, self.deps.environment)
             checks.check_language(language, caps, self.driver_id)
-            code = checks.check_code(code)
             plan = self._plan(caps, files, network, env, limits, max_cost)
+            command = code_command(language, code, plan.limits.timeout, plan.env)
+            self._check_command(command)
         except SandboxError as exc:
             self._audit(attrs.evolve(event, error=exc.code))
             raise
@@ -246,7 +338,7 @@ class AsyncSandbox:
         )
         started = time.monotonic()
         try:
-            result = await self._run_planned(run_id, tenant, language, code, plan, caps, on_output)
+            result = await self._run_planned(run_id, tenant, language, command, plan, caps, on_output)
         except BaseException as exc:
             error = exc.code if isinstance(exc, SandboxError) else type(exc).__name__
             self._audit(attrs.evolve(event, error=error, duration=time.monotonic() - started))
@@ -269,17 +361,19 @@ class AsyncSandbox:
         run_id: str,
         tenant: str,
         language: str,
-        code: str,
+        command: Command,
         plan: checks.RunPlan,
         caps: Capabilities,
         on_output: Listener | None,
     ) -> RunResult:
         spec = self._box_spec(run_id, plan, tenant=tenant)
-        command = code_command(language, code, plan.limits.timeout, plan.env)
         box = await self._driver_call(self.hooks.start(spec))
         try:
             executed = await self.execute(box, command, plan.limits.output, plan.secret_values, on_output)
-            collected = await self._driver_call(self.hooks.collect(box, plan.limits.files))
+            try:
+                collected = await self._driver_call(self.hooks.collect(box, plan.limits.files))
+            except SandboxError as exc:
+                raise exc.after_exec(ran=True) from exc.__cause__
         finally:
             await asyncio.shield(self._stop_box(box))
         outcome = executed.outcome
@@ -334,11 +428,33 @@ class AsyncSandbox:
         secret_values: Sequence[bytes],
         on_output: Listener | None = None,
     ) -> Executed:
-        """Run one command in a started box under core's limits: output cut and redacted, backstop deadline."""
-        collector = OutputCollector(output_limit, secret_values, on_output, label=box.id)
-        outcome = await exec_within_limits(
-            lambda: self._driver_call(self.hooks.exec(box, command, collector)), collector, command.timeout
+        """Run one command in a started box under core's limits: output cut and redacted, backstop deadline.
+
+        This is the one place an error escaping a driver's exec is judged: once the command may
+        have been sent, it is ``ran=None`` and not retryable unless the driver said nothing ran.
+        An exception raised by ``on_output`` itself is the app's, and is re-raised as it is.
+        """
+        listener_errors: list[Exception] = []
+
+        def guarded(stream: str, data: bytes) -> None:
+            assert on_output is not None
+            try:
+                on_output(stream, data)
+            except Exception as exc:
+                listener_errors.append(exc)
+                raise
+
+        collector = OutputCollector(
+            output_limit, secret_values, guarded if on_output is not None else None, label=box.id
         )
+        try:
+            outcome = await exec_within_limits(
+                lambda: self._driver_call(self.hooks.exec(box, command, collector)), collector, command.timeout
+            )
+        except SandboxError as exc:
+            if listener_errors:
+                raise listener_errors[0] from None
+            raise exc.after_exec() from exc.__cause__
         stdout, stderr = collector.finish()
         return Executed(outcome, stdout, stderr)
 
@@ -384,9 +500,11 @@ class AsyncSandbox:
         max_cost: object,
     ) -> AsyncSession:
         session_id = f"ses_{token.token_hex(12)}"
-        tenant = self._tenancy()
-        event = AuditEvent(id=session_id, kind="refused", driver=self.driver_id, feature=feature, tenant=tenant)
+        tenant = self._tenant()
+        shown_feature = feature if isinstance(feature, str) else None
+        event = AuditEvent(id=session_id, kind="refused", driver=self.driver_id, feature=shown_feature, tenant=tenant)
         try:
+            arguments.optional_text(feature, "feature")
             caps = self.hooks.capabilities()
             checks.check_driver_allowed(self.driver_id, caps, self.deps.environment)
             if not caps.sessions:
@@ -406,7 +524,28 @@ class AsyncSandbox:
 
     async def get(self, session_id: str) -> AsyncSession:
         """The open session ``session_id`` of the current tenant; ``MAIN-SANDBOX-0008`` otherwise."""
-        return find_session(self._sessions, session_id, self._tenancy())
+        return find_session(self._sessions, session_id, self._tenant())
+
+    def _tenant(self) -> str:
+        """The current tenant, from ``deps.tenancy``; a wrong answer is the app's mistake, named as such."""
+        return checked_tenant(self._tenancy)
+
+    def _check_command(self, command: Command) -> None:
+        """Let the driver refuse a command before anything starts (``mainsdk_driver_check``).
+
+        A refusal is the driver's ``SandboxError`` (a program not permitted is 0001); any other
+        exception is the driver failing before the command was sent, so nothing ran.
+        """
+        try:
+            self.hooks.check(command)
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise SandboxError(
+                errors.DRIVER_UNAVAILABLE,
+                f"the {self.driver_id!r} driver failed while checking the command ({type(exc).__name__})",
+                ran=False,
+            ) from exc
 
     def _plan(
         self,
@@ -479,6 +618,17 @@ class AsyncSandbox:
         self.hooks.shutdown()
 
 
+def checked_tenant(tenancy: Callable[[], str]) -> str:
+    """What ``tenancy()`` returns, which must be a non-empty string."""
+    tenant = tenancy()
+    if not isinstance(tenant, str) or not tenant:
+        raise SandboxError(
+            errors.INVALID_OPTION,
+            f"deps.tenancy returned {type(tenant).__name__} {tenant!r:.40}; it must return the tenant id as a string",
+        )
+    return arguments.text(tenant, "the tenant id from deps.tenancy", max_bytes=1024)
+
+
 class AsyncFiles:
     """The FileRefs of the current tenant."""
 
@@ -488,4 +638,5 @@ class AsyncFiles:
 
     async def read(self, ref: FileRef | str) -> bytes:
         """The bytes of a FileRef the current tenant owns; ``MAIN-SANDBOX-0008`` otherwise."""
-        return self._store.read(self._tenancy(), ref.id if isinstance(ref, FileRef) else ref)
+        file_id = arguments.file_ref_id(ref)
+        return self._store.read(checked_tenant(self._tenancy), file_id)

@@ -43,6 +43,16 @@ def mainsdk_driver_start(spec: BoxSpec) -> Awaitable[Box]:
 
 
 @hookspec(firstresult=True)
+def mainsdk_driver_check(command: Command) -> None:
+    """Refuse ``command`` before anything starts, by raising ``SandboxError`` (optional hook).
+
+    Called for every run before its box starts, and for every session command
+    before it is sent, so a refusal (a program the config does not permit is
+    ``MAIN-SANDBOX-0001``) is audited as ``refused`` and nothing runs.
+    """
+
+
+@hookspec(firstresult=True)
 def mainsdk_driver_exec(box: Box, command: Command, output: OutputSink) -> Awaitable[ExecOutcome]:
     """Run ``command`` in ``box``, sending its output to ``output`` as it arrives.
 

@@ -87,6 +87,7 @@ def make_plugin_manager(
 
     A hook implementation whose name matches no hook is an error here, not silence.
     """
+    check_driver(driver)
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     pm.register(driver, name="driver")
@@ -110,6 +111,61 @@ def make_plugin_manager(
     return pm
 
 
+# The hooks every driver implements; the others are optional (sessions need write_file and read_file).
+REQUIRED_DRIVER_HOOKS = (
+    "mainsdk_driver_capabilities",
+    "mainsdk_driver_start",
+    "mainsdk_driver_exec",
+    "mainsdk_driver_collect",
+    "mainsdk_driver_stop",
+)
+_HOOKIMPL_ATTRIBUTE = f"{hookspecs.PROJECT}_impl"  # where pluggy's HookimplMarker leaves its mark
+
+
+def check_driver(driver: object) -> None:
+    """Refuse a driver that lacks a required hook, or has a ``mainsdk_*`` method not marked ``@hookimpl``.
+
+    Checked when the driver is registered, so a driver that cannot work is a load-time error
+    naming the driver and the hook, never a run-time outage (``MAIN-SANDBOX-0006``) on every run.
+    """
+    name = getattr(driver, "__name__", None) or type(driver).__name__
+    unmarked = sorted(
+        attribute
+        for attribute in dir(driver)
+        if attribute.startswith("mainsdk_")
+        and callable(getattr(driver, attribute, None))
+        and not hasattr(getattr(driver, attribute), _HOOKIMPL_ATTRIBUTE)
+    )
+    known = {hook for hook in dir(hookspecs) if hook.startswith("mainsdk_")}
+    unknown = sorted(
+        attribute
+        for attribute in dir(driver)
+        if attribute.startswith("mainsdk_")
+        and attribute not in known
+        and hasattr(getattr(driver, attribute, None), _HOOKIMPL_ATTRIBUTE)
+    )
+    if unknown:
+        raise SandboxError(
+            INVALID_OPTION,
+            f"driver {name}: {', '.join(unknown)} is marked @hookimpl but is no hook of mainsdk.hookspecs; "
+            "check its spelling",
+        )
+    if unmarked:
+        raise SandboxError(
+            INVALID_OPTION,
+            f"driver {name}: {', '.join(unmarked)} is not marked as a hook; decorate it with @hookimpl "
+            "(from mainsdk.hookspecs import hookimpl), or rename it if it is not one",
+        )
+    missing = [hook for hook in REQUIRED_DRIVER_HOOKS if not callable(getattr(driver, hook, None))]
+    if missing:
+        raise SandboxError(
+            INVALID_OPTION,
+            f"driver {name} lacks the required hook{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
+            "a driver implements every hook in mainsdk.hookspecs.REQUIRED_DRIVER_HOOKS, each marked @hookimpl "
+            "(pass a driver plugin such as local_sandbox_driver(...), or None to load sandbox.driver)",
+        )
+
+
 class Hooks:
     """Typed calls into the hooks of one plugin manager, so call sites are checked."""
 
@@ -128,13 +184,23 @@ class Hooks:
         """Run a command in a box."""
         return cast("Awaitable[ExecOutcome]", self._hook.mainsdk_driver_exec(box=box, command=command, output=output))
 
+    def check(self, command: Command) -> None:
+        """Let the driver refuse a command before anything starts (an optional hook)."""
+        self._hook.mainsdk_driver_check(command=command)
+
     def write_file(self, box: Box, path: str, data: bytes) -> Awaitable[None]:
         """Write a file into a box's work folder."""
+        self._require("mainsdk_driver_write_file")
         return cast("Awaitable[None]", self._hook.mainsdk_driver_write_file(box=box, path=path, data=data))
 
     def read_file(self, box: Box, path: str) -> Awaitable[bytes]:
         """Read a file from a box."""
+        self._require("mainsdk_driver_read_file")
         return cast("Awaitable[bytes]", self._hook.mainsdk_driver_read_file(box=box, path=path))
+
+    def _require(self, hook: str) -> None:
+        if not getattr(self._hook, hook).get_hookimpls():
+            raise SandboxError(INVALID_OPTION, f"the driver does not implement {hook}, which sessions need", ran=False)
 
     def collect(self, box: Box, max_bytes: int) -> Awaitable[Collected]:
         """Collect a box's out folder."""

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from mainsdk import checks, errors
+from mainsdk import arguments, checks, errors
 from mainsdk.audit import AuditEvent
 from mainsdk.driver import Box, Command, StopReason
-from mainsdk.errors import SandboxError
+from mainsdk.errors import BoxGone, SandboxError
 from mainsdk.limits import Listener, cost_of
 
 if TYPE_CHECKING:
@@ -112,23 +112,34 @@ class AsyncSession:
         self._busy += 1
         try:
             yield
+        except BoxGone as exc:
+            # The driver knows the box is gone (its backend died): the session is over, not unavailable.
+            await self.close()
+            raise SandboxError(
+                errors.NO_SESSION,
+                f"sandbox session {self.id!r} is gone: {exc.message}; open a new session",
+                status=404,
+                ran=False,
+            ) from None
         finally:
             self._busy -= 1
             self._last_used = time.monotonic()
 
     async def write(self, path: str, data: str | bytes) -> None:
-        """Write a file into the session's work folder (a plain relative path)."""
-        checked = checks.check_relative_path(path, "write")
-        payload = data.encode() if isinstance(data, str) else bytes(data)
+        """Write a file into the session's work folder (a plain relative path; ``str`` or ``bytes``)."""
+        checked = arguments.relative_path(path, "path")
+        payload = arguments.file_data(data, "data")
         if len(payload) > self._plan.limits.files:
-            raise SandboxError(errors.INVALID_OPTION, f"write: {path!r} is larger than limits.files")
+            raise SandboxError(errors.INVALID_OPTION, f"data: {len(payload)} bytes for {path!r} is above limits.files")
         async with self._use():
             await self._sandbox._driver_call(self._sandbox.hooks.write_file(self._box, checked, payload))
 
     async def read(self, path: str) -> bytes:
         """Read a file from the work folder, or from the out folder as ``../out/name``."""
+        if not isinstance(path, str):
+            raise arguments.invalid("path", f"must be a string, not {arguments.type_name(path)}")
         checked = path[len("../out/") :] if path.startswith("../out/") else path
-        checks.check_relative_path(checked, "read")
+        arguments.relative_path(checked, "path")
         async with self._use():
             data: bytes = await self._sandbox._driver_call(self._sandbox.hooks.read_file(self._box, path))
             return data
@@ -156,7 +167,9 @@ class AsyncSession:
             env_names=self._plan.env_names,
         )
         try:
+            on_output = arguments.listener(on_output)
             command, cost_bound = self._command(program, args, timeout)
+            self._sandbox._check_command(command)
         except SandboxError as exc:
             self._sandbox._audit(attrs.evolve(event, kind="refused", error=exc.code))
             raise
@@ -205,10 +218,8 @@ class AsyncSession:
         """The command to send, its time limit cut to what the cost ceiling leaves (and whether it was)."""
         if self._closed:
             raise _no_session(self.id)
-        if not isinstance(program, str) or not program or "\0" in program:
-            raise SandboxError(errors.INVALID_OPTION, f"run: program must be a non-empty name, not {program!r}")
-        if isinstance(args, str) or not all(isinstance(a, str) and "\0" not in a for a in args):
-            raise SandboxError(errors.INVALID_OPTION, "run: args must be a list of strings, like ['-c', 'print(1)']")
+        program = arguments.program(program)
+        args = arguments.program_args(args)
         limit = self._plan.limits.timeout
         if timeout is not None:
             limit = checks.lower_limits({"timeout": timeout}, self._sandbox.config).timeout

@@ -313,6 +313,7 @@ class Launcher:
             node_preload=str(self._hello.get("node_preload") or "") or None,
             disk_bytes=disk_bytes,
             on_stall=on_stall,
+            server=self._proc,
         )
         try:
             await box._await_open()
@@ -373,7 +374,9 @@ class Box:
         node_preload: str | None = None,
         disk_bytes: int = 0,
         on_stall: Callable[[], None] | None = None,
+        server: subprocess.Popen[bytes] | None = None,
     ) -> None:
+        self._server = server  # the launcher server holding this box: its death is the box's
         self._rlimit_memory = rlimit_memory
         self._disk_bytes = disk_bytes
         self._on_stall = on_stall
@@ -394,6 +397,11 @@ class Box:
         sock.setblocking(False)
         self._pending[0] = loop.create_future()
         loop.add_reader(sock.fileno(), self._on_readable)
+
+    @property
+    def gone(self) -> bool:
+        """Whether the box is lost for good: its channel failed, or the server that held it has died."""
+        return self._error is not None or (self._server is not None and self._server.poll() is not None)
 
     async def _await_open(self) -> None:
         reply = await self._within(self._pending[0], _CALL_GRACE, "open box")

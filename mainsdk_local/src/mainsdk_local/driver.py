@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
-from mainsdk.config import AppConfig, Permissions
+from mainsdk import arguments
+from mainsdk.config import AppConfig, Permissions, parse_app_config
 from mainsdk.driver import (
     LANGUAGE_PROGRAMS,
     BoxSpec,
@@ -26,7 +27,7 @@ from mainsdk.driver import (
     OutFile,
     OutputSink,
 )
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, SandboxError
+from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, BoxGone, SandboxError
 from mainsdk.hookspecs import hookimpl
 
 from mainsdk_local._client import Box as LauncherBox
@@ -120,7 +121,13 @@ class LocalDriver:
         return LocalBox(spec.id, box, spec.limits.memory, egress)
 
     @hookimpl
+    def mainsdk_driver_check(self, command: Command) -> None:
+        # A program the config does not permit is refused before any box starts.
+        self._permitted_name(command.program)
+
+    @hookimpl
     async def mainsdk_driver_exec(self, box: LocalBox, command: Command, output: OutputSink) -> ExecOutcome:
+        _alive(box)
         program = await self._program(command.program)
         env = dict(command.env)
         proxy, weak_port = self._start_proxy(box, output, env) if box.egress is not None else (None, None)
@@ -181,10 +188,12 @@ class LocalDriver:
 
     @hookimpl
     async def mainsdk_driver_write_file(self, box: LocalBox, path: str, data: bytes) -> None:
+        _alive(box)
         await box.box.write_file(path, data)
 
     @hookimpl
     async def mainsdk_driver_read_file(self, box: LocalBox, path: str) -> bytes:
+        _alive(box)
         try:
             return await box.box.read_file(path)
         except OSError as exc:
@@ -213,8 +222,8 @@ class LocalDriver:
     def mainsdk_driver_shutdown(self) -> None:
         self._launcher.close()
 
-    async def _program(self, program: str) -> Program:
-        """The real interpreter for ``program``, if the config permits it."""
+    def _permitted_name(self, program: str) -> tuple[str, str]:
+        """The language and program name ``program`` maps to, if the config permits it."""
         language = _PROGRAM_LANGUAGE.get(program, program)
         name = self._programs.get(language, program)
         allowed = self._permissions.processes
@@ -224,7 +233,20 @@ class LocalDriver:
                 f"sandbox.local.{language} {name!r} is not under permissions.processes in main.yaml; "
                 f"add it: permissions: {{ processes: [{name}] }}",
             )
+        return language, name
+
+    async def _program(self, program: str) -> Program:
+        """The real interpreter for ``program``, if the config permits it."""
+        language, name = self._permitted_name(program)
         return await asyncio.to_thread(self._cache.get, language, name)
+
+
+def _alive(box: LocalBox) -> None:
+    """Refuse a call on a box the launcher no longer has (it was killed or crashed): the box is gone for good."""
+    if box.box.gone:
+        raise BoxGone(
+            "its box is gone with the local launcher, which stopped (killed or crashed); new runs start a new one"
+        )
 
 
 def _permitted(name: str, allowed: Sequence[str]) -> bool:
@@ -252,13 +274,27 @@ def local_sandbox_driver(
     lets a test allow a server it started on loopback by name. A host must still
     be given to a run to be reached.
     """
+    permissions = _permissions_argument(permissions)
     return LocalDriver(
         permissions=permissions,
-        programs=programs,
-        max_processes=max_processes,
-        force_weak=force_weak,
-        resolve=resolve,
+        programs=arguments.string_mapping(programs, "programs", "{'python': 'python3.12'}") or None,
+        max_processes=arguments.count(max_processes, "max_processes", minimum=1, maximum=1 << 20),
+        force_weak=arguments.boolean(force_weak, "force_weak"),
+        resolve=arguments.string_mapping(resolve, "resolve", "{'api.example.test': '127.0.0.1'}") or None,
         restrict_processes=permissions is not None and permissions.processes is not None,
+    )
+
+
+def _permissions_argument(permissions: object) -> Permissions | None:
+    """``permissions``: a ``Permissions``, or the ``permissions:`` mapping of main.yaml, checked as the loader does."""
+    if permissions is None or isinstance(permissions, Permissions):
+        return permissions
+    if isinstance(permissions, Mapping):
+        return parse_app_config({"permissions": dict(permissions)}).permissions
+    raise arguments.invalid(
+        "permissions",
+        f"must be config.permissions or a mapping like {{'processes': ['python3']}}, "
+        f"not {arguments.type_name(permissions)}",
     )
 
 

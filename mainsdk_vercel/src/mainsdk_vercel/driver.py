@@ -38,7 +38,7 @@ from mainsdk.driver import (
     OutFile,
     OutputSink,
 )
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, SandboxError
+from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, SandboxError, before_command
 from mainsdk.hookspecs import hookimpl
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
@@ -192,7 +192,7 @@ class VercelDriver:
 
     @hookimpl
     async def mainsdk_driver_exec(self, box: VercelBox, command: Command, output: OutputSink) -> ExecOutcome:
-        await self._ensure(box)
+        await before_command(self._ensure(box))  # a failure here sent nothing: retryable
         program = PROGRAMS.get(command.program, command.program)
         box.commands += 1
         box.archive = None
@@ -201,7 +201,7 @@ class VercelDriver:
             # The bytes go in a file the wrapper feeds to the code (a command with attached stdin costs a
             # request per chunk).
             stdin = f"{PRIVATE}/stdin-{box.commands}"
-            await self._write(box, {stdin.removeprefix(ROOT + "/"): command.stdin})
+            await before_command(self._write(box, {stdin.removeprefix(ROOT + "/"): command.stdin}))
         archive = "" if box.session else f"{PRIVATE}/out-{box.commands}.tgz"
         args = ["-c", WRAPPER, ROOT, stdin, archive, _bash_added(command.env), program, *command.args]
         loop = asyncio.get_running_loop()

@@ -1,5 +1,8 @@
 """Provider faults, replayed from fault cassettes: outages are MAIN-SANDBOX-0006, a command is never sent twice.
 
+An outage is ``retryable`` only when the command was never sent (``ran=False``); once it
+was sent, the code may have run, so the error says ``ran`` is not False and is not retryable.
+
 Each test's cassette is authored for the driver from the provider's documented
 protocol (``meta.made: authored``); the test checks that the cassette holds the
 fault it is about, so a wrong cassette cannot pass for nothing.
@@ -26,10 +29,19 @@ def _replay(conformance: Conformance) -> Any:
 
 
 def _outage(conformance: Conformance) -> SandboxError:
+    """Run into the cassette's fault: an outage, retryable exactly when the command was never sent."""
     with pytest.raises(SandboxError) as caught:
         conformance.sandbox().run(CODE)
-    assert (caught.value.code, caught.value.status, caught.value.retryable) == (DRIVER_UNAVAILABLE, 503, True)
-    return caught.value
+    error = caught.value
+    assert (error.code, error.status) == (DRIVER_UNAVAILABLE, 503), error
+    if _replay(conformance).commands_sent() == 0:
+        # Nothing was sent: a blind retry cannot run the code twice.
+        assert (error.ran, error.retryable) == (False, True), error
+    else:
+        # The command was sent: it may have run, and a retry could run it twice.
+        assert error.ran is not False and not error.retryable, error
+        assert "not retryable" in error.message
+    return error
 
 
 @requires("replay")
@@ -49,8 +61,9 @@ class TestFaults:
     def test_a_reset_mid_stream_is_0006_and_the_command_is_not_sent_again(self, conformance: Conformance) -> None:
         replay = _replay(conformance)
         assert replay.cassette.has_fault("reset"), "the cassette holds no reset"
-        _outage(conformance)
+        error = _outage(conformance)
         assert replay.commands_sent() == 1
+        assert (error.ran, error.retryable) == (None, False), "a cut stream may have run the code"
 
     def test_a_sandbox_that_vanished_mid_run_is_0006(self, conformance: Conformance) -> None:
         assert _replay(conformance).cassette.has_status(404), "the cassette holds no 404"

@@ -1,0 +1,281 @@
+"""The shape of every public argument, checked once at the boundary, before any policy or driver sees it.
+
+Each function takes what the caller passed and either returns it in the one
+form the rest of core uses, or raises ``MAIN-SANDBOX-0001`` naming the argument,
+what it got and what works. Policy (limits against ``main.yaml``, hosts
+against the allowlists, secrets against ``sandbox.secrets``) is ``checks``'s
+business; this module only makes sure no value of the wrong type, encoding or
+size reaches it, so nothing a caller can pass ends in a raw ``TypeError`` or
+in an outage (``MAIN-SANDBOX-0006``) that a retry would repeat forever.
+
+File contents are ``str`` (written as UTF-8) or ``bytes``. A ``pathlib.Path``
+is refused rather than read: a path in a run's files is far more often a
+mistake than a wish to upload the host file, and reading host files on the
+caller's behalf is not this library's to decide (pass ``path.read_bytes()``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import posixpath
+import re
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from mainsdk import errors
+from mainsdk.driver import LANGUAGES
+from mainsdk.errors import SandboxError
+from mainsdk.secrets import SecretRef
+from mainsdk.units import describe
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Linux refuses one argv or environment string of 128 KiB or more (MAX_ARG_STRLEN) with E2BIG, and all of
+# them together past ARG_MAX; refuse before that, as a mistake, not after as an outage.
+MAX_ARG_BYTES = 128 * 1024 - 1
+MAX_ARGV_ENV_BYTES = 1024 * 1024
+MAX_NAME_SEGMENT_BYTES = 255  # NAME_MAX
+MAX_PATH_BYTES = 4095  # PATH_MAX less its NUL
+MAX_LABEL_CHARS = 256  # a feature or action name, kept in audit events
+LIMIT_KEYS = ("timeout", "memory", "output", "files", "max-cost", "max_cost")
+
+
+def invalid(argument: str, message: str) -> SandboxError:
+    """``MAIN-SANDBOX-0001`` for ``argument``: ``"<argument>: <message>"``."""
+    return SandboxError(errors.INVALID_OPTION, f"{argument}: {message}")
+
+
+def type_name(value: object) -> str:
+    """The type of a value as a message says it: ``int``, ``NoneType``, ``PosixPath``."""
+    return type(value).__name__
+
+
+def _utf8(value: str, argument: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise invalid(
+            argument,
+            f"holds {value[exc.start : exc.end]!r} at position {exc.start}, which is not valid Unicode text "
+            "(a lone surrogate); pass valid text, or bytes where bytes are allowed",
+        ) from None
+
+
+def text(value: object, argument: str, *, empty: bool = False, nul: bool = False, max_bytes: int | None = None) -> str:
+    """A ``str`` that encodes as UTF-8; by default non-empty and without NUL."""
+    if not isinstance(value, str):
+        raise invalid(argument, f"must be a string, not {type_name(value)}")
+    encoded = _utf8(value, argument)
+    if not empty and not value:
+        raise invalid(argument, "is empty")
+    if not nul and "\0" in value:
+        raise invalid(argument, "holds a NUL byte, which no program can receive; remove it")
+    if max_bytes is not None and len(encoded) > max_bytes:
+        raise invalid(argument, f"is {len(encoded)} bytes, above the {max_bytes} a program can receive")
+    return value
+
+
+def optional_text(value: object, argument: str, *, max_chars: int = MAX_LABEL_CHARS) -> str | None:
+    """None, or a short one-line label (a feature, an agent)."""
+    if value is None:
+        return None
+    checked = text(value, argument)
+    if len(checked) > max_chars or any(c in checked for c in "\r\n"):
+        raise invalid(argument, f"must be one line of at most {max_chars} characters")
+    return checked
+
+
+def code(value: object) -> str:
+    """The code of a run: non-empty text, without NUL (no interpreter accepts it in source)."""
+    if not isinstance(value, str):
+        raise invalid("code", f"must be a string of source, not {type_name(value)}")
+    checked = text(value, "code", empty=True)
+    if not checked.strip():
+        raise invalid("code", "is empty; pass the source to run as code=...")
+    return checked
+
+
+def language(value: object) -> str:
+    """One of the languages core knows."""
+    if not isinstance(value, str) or value not in LANGUAGES:
+        shown = repr(value) if isinstance(value, str) else f"a value of type {type_name(value)}"
+        raise invalid("language", f"{shown} is not a language; use one of {', '.join(LANGUAGES)}")
+    return value
+
+
+def mapping(value: object, argument: str, example: str) -> Mapping[Any, Any]:
+    """A mapping (None is empty); a list or a string is the usual mistake and is named."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise invalid(argument, f"must be a mapping like {example}, not {type_name(value)}")
+    return value
+
+
+def relative_path(name: object, argument: str) -> str:
+    """A path inside the work folder: relative, no '..', '.', empty segment, NUL or backslash, and not too long."""
+    if not isinstance(name, str) or not name:
+        raise invalid(argument, f"a file name must be a non-empty string, not {name!r}")
+    encoded = _utf8(name, argument)
+    if "\0" in name:
+        raise invalid(argument, f"{name!r} has a NUL byte")
+    if name.startswith("/") or "\\" in name:
+        raise invalid(
+            argument, f"{name!r} is absolute or uses '\\'; use a path relative to the work folder, like data.csv"
+        )
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise invalid(argument, f"{name!r} leaves the work folder or has an empty segment; use a plain relative path")
+    if len(encoded) > MAX_PATH_BYTES or any(len(p.encode()) > MAX_NAME_SEGMENT_BYTES for p in parts):
+        raise invalid(
+            argument,
+            f"{name[:40]!r}... is too long: at most {MAX_NAME_SEGMENT_BYTES} bytes a name, {MAX_PATH_BYTES} in all",
+        )
+    return posixpath.normpath(name)
+
+
+def file_data(value: object, argument: str) -> bytes:
+    """File contents: ``str`` (written as UTF-8) or ``bytes``/``bytearray``; anything else is refused."""
+    if isinstance(value, str):
+        return _utf8(value, argument)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, os.PathLike):
+        raise invalid(
+            argument,
+            f"is a path ({type_name(value)}), which is not read for you; pass its contents, like path.read_bytes()",
+        )
+    raise invalid(argument, f"must be str or bytes, not {type_name(value)}")
+
+
+def files(value: object, argument: str = "files") -> dict[str, bytes]:
+    """A run's or session's files: relative path to contents, no path both a file and a folder."""
+    checked: dict[str, bytes] = {}
+    for name, content in mapping(value, argument, "{'data.csv': 'a,b'}").items():
+        path = relative_path(name, argument)
+        if path in checked:
+            raise invalid(argument, f"{name!r} is given twice")
+        checked[path] = file_data(content, f"{argument}[{name!r}]")
+    for path in checked:
+        parent = posixpath.dirname(path)
+        while parent:
+            if parent in checked:
+                raise invalid(
+                    argument,
+                    f"{parent!r} is a file and also the folder of {path!r}; a path cannot be both, rename one",
+                )
+            parent = posixpath.dirname(parent)
+    return checked
+
+
+def hosts(value: object, argument: str = "network") -> tuple[str, ...]:
+    """A list of host names (the checks then hold each against the allowlists)."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, set, frozenset)):
+        raise invalid(argument, f"must be a list of hosts, like ['pypi.org'], not {type_name(value)}")
+    for host in value:
+        text(host, f"{argument} host", max_bytes=253)
+    return tuple(value)
+
+
+def env(value: object) -> dict[str, str | SecretRef]:
+    """Variable name to a string or ``secret('NAME')``; names are letters, digits and _, values text without NUL."""
+    checked: dict[str, str | SecretRef] = {}
+    for name, item in mapping(value, "env", "{'MODE': 'fast'}").items():
+        if not isinstance(name, str) or not ENV_NAME.match(name) or len(name) > 255:
+            raise invalid("env", f"{name!r} is not a variable name; use letters, digits and _, like MODE")
+        if isinstance(item, SecretRef):
+            checked[name] = item
+        elif isinstance(item, str):
+            checked[name] = text(item, f"env.{name}", empty=True, max_bytes=MAX_ARG_BYTES - len(name) - 1)
+        else:
+            raise invalid(f"env.{name}", f"must be a string or secret('NAME'), not {type_name(item)}")
+    return checked
+
+
+def limits(value: object) -> dict[str, Any]:
+    """The limits a call lowers: known keys, each a number (not a yes/no) or a string with a unit."""
+    checked: dict[str, Any] = {}
+    for key, item in mapping(value, "limits", "{'timeout': '5s'}").items():
+        if not isinstance(key, str) or key not in LIMIT_KEYS:
+            raise invalid(f"limits.{key}", "is not a limit; the limits are timeout, memory, output, files and max-cost")
+        checked[key] = limit_value(item, f"limits.{key}")
+    return checked
+
+
+def limit_value(value: object, argument: str) -> Any:
+    """One limit value: a string, or a finite number that is not a bool (``True`` is not one second)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float, Decimal)):
+        raise invalid(
+            argument, f"{describe(value)} is not a limit value; use a string with a unit, like '5s' or '64MB'"
+        )
+    if isinstance(value, str):
+        if len(value) > 64:
+            raise invalid(argument, f"{value[:20]!r}... is too long for a limit; use a number with a unit, like '5s'")
+        return text(value, argument)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise invalid(argument, f"{value} is not a finite number")
+    if isinstance(value, Decimal) and not value.is_finite():
+        raise invalid(argument, f"{value} is not a finite number")
+    if isinstance(value, int) and value.bit_length() > 64:
+        raise invalid(argument, f"a number of {value.bit_length()} bits is far too large")
+    return value
+
+
+def listener(value: object, argument: str = "on_output") -> Callable[[str, bytes], None] | None:
+    """None, or a callable taking (stream, chunk)."""
+    if value is not None and not callable(value):
+        raise invalid(argument, f"must be a function taking (stream, data), not {type_name(value)}")
+    return value
+
+
+def program(value: object) -> str:
+    """A session command's program: a name like ``python3``."""
+    return text(value, "program", max_bytes=MAX_PATH_BYTES)
+
+
+def program_args(value: object) -> tuple[str, ...]:
+    """A session command's arguments: a list of strings, one argument each, within what Linux passes."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise invalid("args", f"must be a list of strings, like ['-c', 'print(1)'], not {type_name(value)}")
+    checked = tuple(text(arg, f"args[{i}]", empty=True, max_bytes=MAX_ARG_BYTES) for i, arg in enumerate(value))
+    if sum(len(arg.encode()) + 1 for arg in checked) > MAX_ARGV_ENV_BYTES:
+        raise invalid("args", f"hold more than {MAX_ARGV_ENV_BYTES} bytes in all; pass large data as a file")
+    return checked
+
+
+def file_ref_id(value: object) -> str:
+    """What ``files.read`` takes: a FileRef or its id string."""
+    from mainsdk.files import FileRef
+
+    if isinstance(value, FileRef):
+        return value.id
+    if isinstance(value, str):
+        return text(value, "ref", max_bytes=256)
+    raise invalid("ref", f"must be a FileRef or its id, not {type_name(value)}")
+
+
+def boolean(value: object, argument: str) -> bool:
+    """A real ``True``/``False`` (not 0, 1 or a string)."""
+    if not isinstance(value, bool):
+        raise invalid(argument, f"must be True or False, not {type_name(value)}")
+    return value
+
+
+def count(value: object, argument: str, *, minimum: int, maximum: int) -> int:
+    """A whole number in [minimum, maximum] that is not a bool."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(argument, f"must be a whole number, not {type_name(value)}")
+    if not minimum <= value <= maximum:
+        raise invalid(argument, f"{value} is out of range; use {minimum} to {maximum}")
+    return value
+
+
+def string_mapping(value: object, argument: str, example: str) -> dict[str, str]:
+    """A mapping of non-empty strings to non-empty strings (program names, host to address)."""
+    checked: dict[str, str] = {}
+    for key, item in mapping(value, argument, example).items():
+        checked[text(key, f"{argument} key")] = text(item, f"{argument}[{key!r}]")
+    return checked
