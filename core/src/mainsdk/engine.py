@@ -445,7 +445,7 @@ class AsyncSandbox:
                 raise
 
         collector = OutputCollector(
-            output_limit, secret_values, guarded if on_output is not None else None, label=box.id
+            output_limit, secret_values, guarded if on_output is not None else None, label=str(getattr(box, "id", box))
         )
         try:
             outcome = await exec_within_limits(
