@@ -103,12 +103,11 @@ def test_call_limits_are_bounded_below_and_never_overflow() -> None:
     assert "sandbox.limits.memory" in refusal(lambda: lower_limits(None, tiny)).message
     no_disk = load_config_text("permissions: { disk: { temp: { max: 1KB } } }\n")
     assert "permissions.disk.temp.max" in refusal(lambda: lower_limits(None, no_disk)).message
-    assert (
-        "is above sandbox.limits.timeout" in refusal(lambda: lower_limits({"timeout": "9" * 40 + "h"}, CONFIG)).message
-    )
+    huge = refusal(lambda: lower_limits({"timeout": "9" * 40 + "h"}, CONFIG)).message
+    assert huge.startswith("limits.timeout: ") and "too large" in huge
     refusal(lambda: lower_limits({"timeout": Decimal("Infinity")}, CONFIG))
     refusal(lambda: lower_limits({"timeout": -1}, CONFIG))
-    assert "a week" in refusal(lambda: check_idle("99999999h")).message
+    assert refusal(lambda: check_idle("99999999h")).message.startswith("idle: ")
     refusal(lambda: check_idle(float("inf")))
 
 

@@ -20,7 +20,7 @@ from mainsdk.driver import LANGUAGES, Capabilities, RunLimits
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered, validate_host_pattern
 from mainsdk.secrets import SecretRef, SecretResolver
-from mainsdk.units import describe, format_duration, format_size, parse_duration, parse_money, parse_size
+from mainsdk.units import MAX_IDLE, describe, format_duration, format_size, parse_duration, parse_money, parse_size
 
 ENV_NAME = arguments.ENV_NAME
 # Measured on the local driver: below 4 MiB a cgroup limit cannot even be set on a fresh run (EBUSY) and no
@@ -253,18 +253,12 @@ def check_cost(
     return price, ceiling
 
 
-MAX_IDLE = 7 * 24 * 3600.0  # a week: past it an idle box is forgotten, not kept
-
-
 def check_idle(idle: object) -> float:
-    """A session's idle timeout: a positive duration of at most a week."""
+    """A session's idle timeout: a positive duration of at most ``units.MAX_IDLE``."""
     try:
-        seconds = parse_duration(arguments.limit_value(idle, "idle"))
+        return parse_duration(arguments.limit_value(idle, "idle"), maximum=MAX_IDLE)
     except (ValueError, ArithmeticError) as exc:
         raise _invalid(f"idle: {exc}") from None
-    if seconds > MAX_IDLE:
-        raise _invalid(f"idle {describe(idle)} is above a week; close the session and open another instead")
-    return seconds
 
 
 def plan_run(
