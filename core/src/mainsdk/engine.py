@@ -600,7 +600,7 @@ class AsyncSandbox:
             # Only the type: a driver's own message may carry a URL, a token or a value; the cause keeps it for logs.
             raise SandboxError(
                 errors.DRIVER_UNAVAILABLE,
-                f"the {self.driver_id!r} driver failed ({type(exc).__name__}); retry, and {self._outage_remedy()}",
+                f"the {self.driver_id!r} driver failed ({type(exc).__name__}); {self._outage_remedy()}",
             ) from exc
 
     def _outage_remedy(self) -> str:
