@@ -232,9 +232,11 @@ def _with_anchors(rng: random.Random) -> str:
 
 def _bomb(rng: random.Random) -> str:
     width, depth = rng.randint(2, 12), rng.randint(3, 12)
+    # Each level's aliases, bare or wrapped in collections (which must count as much).
+    wrap = rng.choice(["[{}]", "[{}]", "[[{}]]", "{{k: [{}]}}", "[a, {{b: [[{}]]}}]"])
     lines = [f"l0: &l0 [{', '.join(['lol'] * width)}]"]
     for level in range(1, depth):
-        lines.append(f"l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * width)}]")
+        lines.append(f"l{level}: &l{level} " + wrap.format(", ".join([f"*l{level - 1}"] * width)))
     if rng.random() < 0.5:  # the bomb under a key the loader reads, or as a merge
         lines.append(rng.choice([f"sandbox:\n  network: *l{depth - 1}", f"sandbox:\n  <<: *l{depth - 1}"]))
     if rng.random() < 0.3:  # mappings instead of lists

@@ -482,6 +482,21 @@ def test_an_alias_bomb_is_refused_at_its_line_without_building_it() -> None:
     assert peak < 20 * MB
 
 
+@pytest.mark.parametrize(
+    "wrap",
+    ["[{}]", "[[[{}]]]", "{{k: [{}]}}", "[a, {{b: [{}]}}]"],
+    ids=["bare", "in-lists", "in-a-mapping", "mixed"],
+)
+def test_an_alias_bomb_wrapped_in_collections_is_refused_too(wrap: str) -> None:
+    levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    for level in range(1, 8):
+        repeated = ", ".join([f"*l{level - 1}"] * 10)
+        levels.append(f"l{level}: &l{level} " + wrap.format(repeated))
+    problem = only_problem("\n".join(levels) + "\n")
+    assert problem.code == INVALID_OPTION and problem.line is not None and problem.line <= 5
+    assert f"more than {MAX_CONFIG_NODES} values" in problem.message
+
+
 def test_an_alias_inside_its_own_anchor_is_refused() -> None:
     problem = only_problem("sandbox:\n  network: &n [pypi.org, *n]\n")
     assert (problem.code, problem.key, problem.line) == (INVALID_OPTION, "sandbox.network[1]", 2)

@@ -503,12 +503,12 @@ _NUMBER_LIKE = re.compile(r"[-+]?\.?[0-9][0-9a-fA-F_:.eExXoO+-]*")
 class _Frame:
     """An open mapping or sequence in the event stream: its key path, anchor, size and depth so far."""
 
-    __slots__ = ("anchor", "depth", "is_mapping", "key", "nodes", "position", "slot")
+    __slots__ = ("anchor", "depth", "is_mapping", "key", "nodes", "slot")
 
     def __init__(self, anchor: str | None, is_mapping: bool) -> None:
         self.anchor = anchor
         self.is_mapping = is_mapping
-        self.nodes = 1  # itself
+        self.nodes = 0  # the nodes inside it, aliases expanded (itself is counted in its parent)
         self.depth = 1  # levels of collections, itself included
         self.slot = 0  # the index of the next item (in a mapping: keys and values alternate)
         self.key: str | int | None = None  # the key the next value belongs to
@@ -604,11 +604,13 @@ def _check_yaml_shape(text: str, source: str | os.PathLike[str] | None) -> None:
         elif isinstance(event, (MappingStartEvent, SequenceStartEvent)):
             added(1, 1, event)
             frames.append(_Frame(event.anchor, isinstance(event, MappingStartEvent)))
-            frames[-1].nodes = 0  # counted in the parent already
         elif isinstance(event, (MappingEndEvent, SequenceEndEvent)):
             frame = frames.pop()
             if frame.anchor:
                 anchors[frame.anchor] = (frame.nodes + 1, frame.depth)
+            if frames:  # what it holds counts in every collection around it, an anchored one above all
+                frames[-1].nodes += frame.nodes
+                frames[-1].depth = max(frames[-1].depth, frame.depth + 1)
             item_done(None)
 
 
