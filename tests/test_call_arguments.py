@@ -157,13 +157,14 @@ def test_local_sandbox_driver_takes_the_permissions_mapping_and_refuses_wrong_ty
         assert caught.value.code == errors.INVALID_OPTION and "permissions.processes" in caught.value.message
     finally:
         sandbox.close()
-    for options, argument in [
+    mistakes: list[tuple[dict[str, Any], str]] = [
         ({"permissions": ["python3"]}, "permissions"),
         ({"permissions": {"processes": "python3"}}, "permissions.processes"),
         ({"max_processes": True}, "max_processes"),
         ({"programs": {"python": None}}, "programs"),
         ({"force_weak": "no"}, "force_weak"),
-    ]:
+    ]
+    for options, argument in mistakes:
         with pytest.raises(SandboxError) as caught:
             local_sandbox_driver(**options)
         assert caught.value.code in (errors.INVALID_OPTION, errors.UNKNOWN_CONFIG_KEY)

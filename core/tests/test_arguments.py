@@ -118,7 +118,7 @@ def test_a_secret_resolver_that_returns_no_string_is_named() -> None:
 
 
 def test_sandbox_deps_refuse_a_wrong_type_naming_the_field() -> None:
-    assert "deps.config" in refusal(lambda: SandboxDeps(config={"sandbox": {}})).message  # type: ignore[arg-type]
+    assert "deps.config" in refusal(lambda: SandboxDeps(config={"sandbox": {}})).message
     assert "deps.tenancy" in refusal(lambda: SandboxDeps(tenancy="t1")).message  # type: ignore[arg-type]
     assert "deps.files" in refusal(lambda: SandboxDeps(files=object())).message  # type: ignore[arg-type]
     assert "deps.network" in refusal(lambda: SandboxDeps(network="pypi.org")).message

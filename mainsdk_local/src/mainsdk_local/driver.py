@@ -256,7 +256,7 @@ def _permitted(name: str, allowed: Sequence[str]) -> bool:
 
 def local_sandbox_driver(
     *,
-    permissions: Permissions | None = None,
+    permissions: Permissions | Mapping[str, Any] | None = None,
     programs: Mapping[str, str] | None = None,
     max_processes: int = DEFAULT_MAX_PROCESSES,
     force_weak: bool = False,
@@ -264,7 +264,8 @@ def local_sandbox_driver(
 ) -> LocalDriver:
     """The ``local`` driver: a limited subprocess for development and tests.
 
-    ``permissions`` is ``permissions`` of ``main.yaml`` (the programs must be
+    ``permissions`` is ``permissions`` of ``main.yaml`` (``config.permissions``, or
+    the mapping itself, like ``{"processes": ["python3"]}``; the programs must be
     under ``processes`` when it is given); ``programs`` sets the ``python``,
     ``node`` and ``bash`` programs. ``max_processes`` caps the processes one
     command may have at once. ``force_weak`` runs without namespaces even where
@@ -280,9 +281,18 @@ def local_sandbox_driver(
         programs=arguments.string_mapping(programs, "programs", "{'python': 'python3.12'}") or None,
         max_processes=arguments.count(max_processes, "max_processes", minimum=1, maximum=1 << 20),
         force_weak=arguments.boolean(force_weak, "force_weak"),
-        resolve=arguments.string_mapping(resolve, "resolve", "{'api.example.test': '127.0.0.1'}") or None,
+        resolve=_resolve_argument(resolve),
         restrict_processes=permissions is not None and permissions.processes is not None,
     )
+
+
+def _resolve_argument(resolve: object) -> dict[str, str] | None:
+    """``resolve``: host name to IP address, each checked (a wildcard, an IP as a name, a non-IP are refused)."""
+    mapping = arguments.string_mapping(resolve, "resolve", "{'api.example.test': '127.0.0.1'}")
+    try:
+        return check_resolve_mapping(mapping) or None
+    except ValueError as exc:
+        raise arguments.invalid("resolve", str(exc).removeprefix("resolve: ")) from None
 
 
 def _permissions_argument(permissions: object) -> Permissions | None:
@@ -290,6 +300,11 @@ def _permissions_argument(permissions: object) -> Permissions | None:
     if permissions is None or isinstance(permissions, Permissions):
         return permissions
     if isinstance(permissions, Mapping):
+        unknown = [key for key in permissions if key not in ("processes", "disk")]
+        if unknown:
+            raise arguments.invalid(
+                f"permissions.{unknown[0]}", "is not a key the local driver reads; use processes and disk"
+            )
         return parse_app_config({"permissions": dict(permissions)}).permissions
     raise arguments.invalid(
         "permissions",
