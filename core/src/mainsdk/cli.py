@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from mainsdk.sync import Sandbox
 # Exit statuses for a stopped run, after the conventions of timeout(1) and the shell.
 STOP_EXIT = {"timeout": 124, "memory": 137, "output": 141, "cost": 142}
 ERROR_EXIT = 2
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what the shell reports for a command whose reader closed the pipe
 EXTENSIONS = {".py": "python", ".js": "node", ".mjs": "node", ".cjs": "node", ".sh": "bash", ".bash": "bash"}
 
 
@@ -177,6 +179,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ERROR_EXIT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``| head -1``): stop quietly, as a CLI killed by SIGPIPE would (128 + 13).
+        # The run was stopped when its output could not be written; stdout now goes nowhere, so that the
+        # interpreter's last flush at exit cannot raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return BROKEN_PIPE_EXIT
 
 
 if __name__ == "__main__":  # pragma: no cover
