@@ -7,6 +7,7 @@ custom wiring.
 
 import logging
 
+from mainsdk.cells import CellError, CellResult, RichResult
 from mainsdk.config import AppConfig, SandboxConfig, load_config, parse_app_config, parse_sandbox_config
 from mainsdk.default import async_sandbox, sandbox
 from mainsdk.driver import Capabilities, NetworkReach
@@ -29,10 +30,13 @@ __all__ = [
     "AsyncSandbox",
     "AsyncSession",
     "Capabilities",
+    "CellError",
+    "CellResult",
     "CommandResult",
     "ConfigError",
     "FileRef",
     "NetworkReach",
+    "RichResult",
     "RunResult",
     "Sandbox",
     "SandboxConfig",

@@ -1,4 +1,4 @@
-"""The audit event: one per run, per session command and per refused call.
+"""The audit event: one per run, per session command or cell, and per refused call.
 
 It holds the SHA-256 of the code and the names of what the run was given,
 never the code, its output or a secret value.
@@ -16,7 +16,7 @@ import attrs
 
 log = logging.getLogger("mainsdk.audit")
 
-EventKind = Literal["run", "command", "refused"]
+EventKind = Literal["run", "command", "cell", "refused"]
 
 
 def code_sha256(code: str) -> str:
@@ -52,6 +52,7 @@ class AuditEvent:
     env_names: tuple[str, ...] = ()
     cost: Decimal | None = None
     session_id: str | None = None
+    cell: int | None = None  # a session cell's number (1, 2, ...), counted across interpreter restarts
     time: str = attrs.field(factory=_now)
 
     def to_dict(self) -> dict[str, Any]:

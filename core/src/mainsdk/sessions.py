@@ -25,6 +25,7 @@ from mainsdk.errors import BoxGone, SandboxError
 from mainsdk.limits import Listener, cost_of
 
 if TYPE_CHECKING:
+    from mainsdk.cells import CellResult, Interpreter
     from mainsdk.engine import AsyncSandbox
 
 DEFAULT_IDLE = 300.0
@@ -90,6 +91,7 @@ class AsyncSession:
         self._closed = False
         self._busy = 0
         self._last_used = time.monotonic()
+        self._interpreter: Interpreter | None = None
         self._watchdog = asyncio.get_running_loop().create_task(self._close_when_idle())
 
     @property
@@ -214,6 +216,23 @@ class AsyncSession:
         )
         return result
 
+    async def run_code(
+        self, code: str, language: str = "python", *, timeout: object = None, on_output: Listener | None = None
+    ) -> CellResult:
+        """Run ``code`` as a cell in the session's interpreter: variables, imports and open files stay.
+
+        The interpreter starts with the first cell and lives as long as the session. ``timeout``
+        lowers the session's time limit for this cell: at it the cell gets ``KeyboardInterrupt``
+        (the state is kept), and a cell that does not stop within a second more ends the
+        interpreter (``state_kept`` False; the next cell starts an empty one, ``restarted`` True).
+        See ``mainsdk.cells.CellResult`` for what comes back.
+        """
+        from mainsdk.cells import Interpreter
+
+        if self._interpreter is None:
+            self._interpreter = Interpreter(self)
+        return await self._interpreter.run(code, language, timeout, on_output)
+
     def _command(self, program: str, args: Sequence[str], timeout: object) -> tuple[Command, bool]:
         """The command to send, its time limit cut to what the cost ceiling leaves (and whether it was)."""
         if self._closed:
@@ -244,7 +263,13 @@ class AsyncSession:
         self._sandbox._sessions.pop(self.id, None)
         if self._watchdog is not asyncio.current_task():
             self._watchdog.cancel()
-        await asyncio.shield(self._sandbox._stop_box(self._box))
+        await asyncio.shield(self._stop_everything())
+
+    async def _stop_everything(self) -> None:
+        # The interpreter's command first (the driver kills its tree), then the box with whatever is left.
+        if self._interpreter is not None:
+            await self._interpreter.kill()
+        await self._sandbox._stop_box(self._box)
 
     async def __aenter__(self) -> AsyncSession:
         return self

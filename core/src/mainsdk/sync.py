@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from mainsdk.action import CodeRunAction
+from mainsdk.cells import CellResult
 from mainsdk.driver import Capabilities
 from mainsdk.engine import AsyncSandbox, SandboxDeps
 from mainsdk.files import FileRef
@@ -161,6 +162,10 @@ class Session:
     def run(self, program: str, args: Sequence[str] = (), **options: Any) -> CommandResult:
         """Run ``program`` with ``args``, never through a shell; see ``AsyncSession.run``."""
         return _LOOP.call(self._async.run(program, args, **options))
+
+    def run_code(self, code: str, language: str = "python", **options: Any) -> CellResult:
+        """Run ``code`` as a cell in the session's interpreter; see ``AsyncSession.run_code``."""
+        return _LOOP.call(self._async.run_code(code, language, **options))
 
     def close(self) -> None:
         """Close the session and remove what it held."""

@@ -1,0 +1,529 @@
+"""Cells: Python code run in an interpreter that lives as long as its session, as a notebook runs it.
+
+The interpreter is ``mainsdk/_kernel.py`` (standard library only), started in the session's box with the
+driver's ordinary exec hook and left running; each cell is a file the app writes with the driver's
+write-file hook. So any driver that can keep one command running in a session gets cells, and the
+interpreter is a process in the box under the box's limits. See ``_kernel.py`` for the protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import importlib.resources
+import json
+import secrets as token
+import time
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from mainsdk import arguments, checks, errors
+from mainsdk.audit import AuditEvent, code_sha256
+from mainsdk.driver import Command, ExecOutcome, StopReason
+from mainsdk.errors import SandboxError
+from mainsdk.files import FileRef
+from mainsdk.limits import Listener, OutputCollector, cost_of
+from mainsdk.redact import NameRedactor
+from mainsdk.units import MAX_TIMEOUT
+
+if TYPE_CHECKING:
+    from mainsdk.sessions import AsyncSession
+
+INLINE_LIMIT = 64 * 1024  # a rich result up to this many bytes comes inline; a larger one as a FileRef
+GRACE = 1.0  # after KeyboardInterrupt, how long a cell has to stop before the interpreter is ended
+BACKSTOP = 3.0  # past the grace, how long the app waits before it kills the interpreter itself
+TEXT_LIMIT = 64 * 1024  # an error's value and traceback are cut to this many characters in the box
+CELL_FOLDER = ".mainsdk-cells"  # in the work folder; the interpreter deletes each cell file as it takes it
+WATCHDOG_EXIT = 124  # the kernel's exit status when it ended itself at a cell's timeout + grace
+MIME_TYPES = ("image/png", "image/svg+xml", "text/html", "application/json", "text/plain")
+_EXTENSIONS = {
+    "image/png": "png",
+    "image/svg+xml": "svg",
+    "text/html": "html",
+    "application/json": "json",
+    "text/plain": "txt",
+}
+
+
+@attrs.frozen
+class CellError:
+    """The exception a cell raised: its class name, its ``str`` and the traceback text (the cell's frames)."""
+
+    name: str
+    value: str
+    traceback: str
+
+
+@attrs.frozen
+class RichResult:
+    """One form of a value a cell produced, or a figure it drew.
+
+    ``data`` holds it inline (``bytes`` for ``image/png``, ``str`` for the text forms) when it is at most
+    64 KiB; a larger one is kept in the file store and ``file`` is its ``FileRef`` (``data`` is None).
+    """
+
+    mime: str
+    data: str | bytes | None = None
+    file: FileRef | None = None
+
+    def bytes(self) -> bytes | None:
+        """The inline data as bytes (text forms UTF-8 encoded), or None when it is a FileRef."""
+        if self.data is None:
+            return None
+        return self.data if isinstance(self.data, bytes) else self.data.encode()
+
+
+@attrs.frozen
+class CellResult:
+    """What one cell did. A stopped cell has ``stop`` set; it is returned, not raised.
+
+    ``results``: the final expression's forms (its ``repr`` as ``text/plain``, and ``image/png``,
+    ``image/svg+xml``, ``text/html``, ``application/json`` when the value has ``_repr_png_`` ...) and every
+    matplotlib figure the cell showed or left open, as ``image/png``. ``error``: the exception the cell
+    raised. ``state_kept``: whether the interpreter (variables, imports, open files) survived the cell.
+    ``restarted``: the interpreter had died (a kill at a limit, a crash) and this cell ran in a new, empty one.
+    """
+
+    id: str
+    session_id: str
+    number: int
+    stdout: str
+    stderr: str
+    results: tuple[RichResult, ...]
+    error: CellError | None
+    stop: StopReason | None
+    state_kept: bool
+    restarted: bool
+    duration: float
+    cost: Decimal
+    results_dropped: int = 0  # rich results that did not fit in ``limits.files``
+    hosts_refused: tuple[str, ...] = ()
+    hosts_refused_dropped: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the cell ran to its end: no stop, no error."""
+        return self.stop is None and self.error is None
+
+    @property
+    def text(self) -> str | None:
+        """The final expression's ``repr`` (its ``text/plain`` form), or None when it had no value."""
+        for result in self.results:
+            if result.mime == "text/plain" and isinstance(result.data, str):
+                return result.data
+        return None
+
+    @property
+    def stop_code(self) -> str | None:
+        """The seed's code for the stop, or None."""
+        return errors.STOP_CODES[self.stop] if self.stop else None
+
+
+def kernel_source() -> str:
+    """The text of the kernel the box runs."""
+    return importlib.resources.files("mainsdk").joinpath("_kernel.py").read_text("utf-8")
+
+
+class _KernelStream:
+    """The interpreter's output: the current cell's stdout and stderr, and the frame that ends each cell.
+
+    Output made between cells (a thread the last cell left running) goes to the next cell, up to its limit.
+    """
+
+    def __init__(self, mark_out: bytes, end_err: bytes, frame_limit: int) -> None:
+        self._mark_out = mark_out
+        self._end_err = end_err
+        self._frame_limit = frame_limit
+        self._held = {"stdout": b"", "stderr": b""}
+        self._frame: bytearray | None = None
+        self._stray: list[tuple[str, bytes]] = []
+        self._stray_bytes = 0
+        self.collector: OutputCollector | None = None
+        self.frames: list[bytes] = []
+        self.frame_ready = asyncio.Event()
+        self.err_ready = asyncio.Event()
+        self.frame_too_large = asyncio.Event()
+
+    def begin(self, collector: OutputCollector) -> None:
+        """Start a cell: its output goes to ``collector`` (the stray output first)."""
+        self.collector = collector
+        self.frames.clear()
+        self.frame_ready.clear()
+        self.err_ready.clear()
+        for stream, data in self._stray:
+            self._emit(stream, data)
+        self._stray.clear()
+        self._stray_bytes = 0
+
+    def end(self) -> None:
+        """The cell is over: what comes now is stray output."""
+        self.collector = None
+
+    def _emit(self, stream: str, data: bytes) -> None:
+        if not data:
+            return
+        if self.collector is not None:
+            getattr(self.collector, stream)(data)
+        elif self._stray_bytes < self._frame_limit:
+            self._stray.append((stream, data))
+            self._stray_bytes += len(data)
+
+    def stdout(self, data: bytes) -> None:
+        """Take a chunk of the interpreter's stdout."""
+        while data:
+            if self._frame is not None:
+                newline = data.find(b"\n")
+                part = data if newline < 0 else data[:newline]
+                self._frame += part
+                if len(self._frame) > self._frame_limit:
+                    self._frame = None
+                    self.frame_too_large.set()
+                    return
+                if newline < 0:
+                    return
+                self.frames.append(bytes(self._frame))
+                self._frame = None
+                self.frame_ready.set()
+                data = data[newline + 1 :]
+                continue
+            held = self._held["stdout"] + data
+            at = held.find(self._mark_out)
+            if at < 0:
+                keep = len(self._mark_out) - 1
+                self._emit("stdout", held[:-keep] if len(held) > keep else b"")
+                self._held["stdout"] = held[-keep:] if len(held) > keep else held
+                return
+            self._emit("stdout", held[:at])
+            self._held["stdout"] = b""
+            self._frame = bytearray()
+            data = held[at + len(self._mark_out) :]
+
+    def stderr(self, data: bytes) -> None:
+        """Take a chunk of the interpreter's stderr."""
+        held = self._held["stderr"] + data
+        while True:
+            at = held.find(self._end_err)
+            if at < 0:
+                break
+            self._emit("stderr", held[:at])
+            self.err_ready.set()
+            held = held[at + len(self._end_err) :]
+        keep = len(self._end_err) - 1
+        self._emit("stderr", held[:-keep] if len(held) > keep else b"")
+        self._held["stderr"] = held[-keep:] if len(held) > keep else held
+
+    def flush(self) -> None:
+        """Release what was held back while looking for a mark (the interpreter is gone)."""
+        for stream in ("stdout", "stderr"):
+            self._emit(stream, self._held[stream])
+            self._held[stream] = b""
+
+    def host_refused(self, host: str) -> None:
+        """A host the interpreter tried and was not given: the current cell's."""
+        if self.collector is not None:
+            self.collector.host_refused(host)
+
+
+class Interpreter:
+    """One live kernel in a session's box: started on the first cell, restarted after it died."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+        self._task: asyncio.Task[ExecOutcome] | None = None
+        self._stream: _KernelStream | None = None
+        self._folder = ""
+        self._sent = 0  # cells sent to the current kernel
+        self._started_before = False
+        self.cells = 0  # cells run in the session, across restarts
+        self._lock = asyncio.Lock()
+
+    @property
+    def alive(self) -> bool:
+        """Whether a kernel is running."""
+        return self._task is not None and not self._task.done()
+
+    def _start(self) -> None:
+        session = self._session
+        secret = token.token_hex(16)
+        self._folder = f"{CELL_FOLDER}/{token.token_hex(6)}"
+        self._stream = _KernelStream(
+            f"\x1e{secret}:".encode(), f"\x1e{secret}:end\n".encode(), 6 * session._plan.limits.files + (1 << 20)
+        )
+        # The token goes on stdin, not argv: it never shows in the box's /proc/<pid>/cmdline.
+        command = Command(
+            "python3",
+            ("-E", "-s", "-u", "-c", kernel_source(), self._folder),
+            stdin=f"{secret}\n".encode(),
+            timeout=MAX_TIMEOUT,
+            env=session._plan.env,
+        )
+        sandbox = session._sandbox
+        self._task = asyncio.ensure_future(
+            sandbox._driver_call(sandbox.hooks.exec(session._box, command, self._stream))
+        )
+        self._sent = 0
+        self._started_before = True
+
+    async def kill(self) -> None:
+        """End the kernel (the driver kills its whole process tree); its state is gone."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+
+    async def run(self, code: object, language: object, timeout: object, on_output: Listener | None) -> CellResult:
+        """Run one cell; see ``AsyncSession.run_code``."""
+        async with self._lock:
+            return await self._run(code, language, timeout, on_output)
+
+    async def _run(self, code: object, language: object, timeout: object, on_output: Listener | None) -> CellResult:
+        session = self._session
+        sandbox = session._sandbox
+        self.cells += 1
+        number = self.cells
+        cell_id = f"cell_{token.token_hex(8)}"
+        event = AuditEvent(
+            id=cell_id,
+            kind="refused",
+            driver=sandbox.driver_id,
+            feature=session.feature,
+            tenant=session.tenant,
+            session_id=session.id,
+            cell=number,
+            language=language if isinstance(language, str) else None,
+            code_sha256=code_sha256(code) if isinstance(code, str) else None,
+        )
+        try:
+            on_output = arguments.listener(on_output)
+            language = arguments.language(language)
+            if language != "python":
+                raise arguments.invalid(
+                    "language", f"cells run Python only, not {language!r}; run other languages with session.run(...)"
+                )
+            code = checks.check_code(code)
+            command, cost_bound = session._command("python3", (), timeout)
+            sandbox._check_command(command)
+        except SandboxError as exc:
+            sandbox._audit(attrs.evolve(event, error=exc.code))
+            raise
+        event = attrs.evolve(
+            event,
+            kind="cell",
+            isolation=session._isolation,
+            hosts=session._plan.hosts,
+            extra_reach=session._extra_reach,
+            env_names=session._plan.env_names,
+        )
+        try:
+            async with session._use():
+                result = await self._exchange(cell_id, number, code, command.timeout, cost_bound, on_output)
+        except BaseException as exc:
+            sandbox._audit(attrs.evolve(event, error=exc.code if isinstance(exc, SandboxError) else type(exc).__name__))
+            raise
+        session.cost += result.cost
+        sandbox._audit(
+            attrs.evolve(
+                event,
+                duration=result.duration,
+                stop=result.stop,
+                cost=result.cost,
+                error=None,
+                hosts_refused=result.hosts_refused,
+                hosts_refused_dropped=result.hosts_refused_dropped,
+            )
+        )
+        return result
+
+    async def _exchange(
+        self, cell_id: str, number: int, code: str, limit: float, cost_bound: bool, on_output: Listener | None
+    ) -> CellResult:
+        session = self._session
+        sandbox = session._sandbox
+        plan = session._plan
+        restarted = False
+        if not self.alive:
+            restarted = self._started_before
+            await self.kill()
+            self._start()
+        assert self._task is not None and self._stream is not None
+        stream = self._stream
+        collector = OutputCollector(plan.limits.output, plan.secret_values, on_output, label=cell_id)
+        stream.begin(collector)
+        self._sent += 1
+        request = {"code": code, "timeout": limit, "grace": GRACE, "max_results": plan.limits.files}
+        started = time.monotonic()
+        try:
+            await sandbox._driver_call(
+                sandbox.hooks.write_file(
+                    session._box, f"{self._folder}/{self._sent}.json", json.dumps(request).encode()
+                )
+            )
+            waits = {
+                asyncio.ensure_future(stream.frame_ready.wait()),
+                asyncio.ensure_future(collector.full.wait()),
+                asyncio.ensure_future(stream.frame_too_large.wait()),
+            }
+            try:
+                await asyncio.wait(
+                    {*waits, self._task}, timeout=limit + GRACE + BACKSTOP, return_when=asyncio.FIRST_COMPLETED
+                )
+                if stream.frame_ready.is_set() and not stream.err_ready.is_set() and not self._task.done():
+                    # The frame is out; its stderr mark follows right behind it.
+                    await asyncio.wait(
+                        {asyncio.ensure_future(stream.err_ready.wait()), self._task},
+                        timeout=BACKSTOP,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+            finally:
+                for waiter in waits:
+                    waiter.cancel()
+            outcome = await self._settle(collector, stream)
+        finally:
+            stream.end()
+        duration = time.monotonic() - started
+        stop, error, frame, state_kept = outcome
+        if frame is not None:
+            duration = (
+                float(frame.get("duration", duration)) if isinstance(frame.get("duration"), (int, float)) else duration
+            )
+        if stop == "timeout" and cost_bound:
+            stop = "cost"
+        stdout, stderr = collector.finish()
+        redact = NameRedactor(plan.secret_values)
+        results, dropped = self._results(frame, number, redact)
+        if frame is not None and isinstance(frame.get("error"), dict):
+            error = _cell_error(frame["error"], redact)
+        return CellResult(
+            id=cell_id,
+            session_id=session.id,
+            number=number,
+            stdout=stdout,
+            stderr=stderr,
+            results=results,
+            error=error,
+            stop=stop,
+            state_kept=state_kept,
+            restarted=restarted,
+            duration=duration,
+            cost=cost_of(plan.price, duration),
+            results_dropped=dropped,
+            hosts_refused=tuple(collector.hosts_refused),
+            hosts_refused_dropped=collector.hosts_refused_dropped,
+        )
+
+    async def _settle(
+        self, collector: OutputCollector, stream: _KernelStream
+    ) -> tuple[StopReason | None, CellError | None, dict[str, Any] | None, bool]:
+        """How the cell ended: (stop, error when the interpreter died, the kernel's frame, state kept)."""
+        assert self._task is not None
+        task = self._task
+        if collector.cut:
+            await self.kill()
+            return "output", None, None, False
+        if stream.frame_too_large.is_set():
+            await self.kill()
+            return "output", None, None, False
+        if stream.frame_ready.is_set() and not task.done():
+            frame = _parse_frame(stream.frames[-1])
+            if frame is None:
+                await self.kill()
+                error = CellError("KernelError", "the interpreter answered with a malformed frame", "")
+                return None, error, None, False
+            stop = frame.get("stop")
+            return ("timeout" if stop == "timeout" else None), None, frame, True
+        if not task.done():
+            # Neither an answer nor an exit past the timeout and its grace: the interpreter is stuck.
+            await self.kill()
+            stream.flush()
+            return "timeout", None, None, False
+        # The interpreter ended during the cell: a kill at a limit, a crash, os._exit.
+        self._task = None
+        stream.flush()
+        outcome = task.result()  # a driver failure is raised here, as a session command's would be
+        from mainsdk.limits import signal_status
+
+        if outcome.stop is not None:
+            return outcome.stop, None, None, False
+        exit_code, signal = signal_status(outcome.exit_code, outcome.signal, None)
+        if exit_code == WATCHDOG_EXIT:
+            return "timeout", None, None, False
+        how = f"died of {signal}" if signal else f"exited with status {exit_code}"
+        return (
+            None,
+            CellError("InterpreterExited", f"the interpreter {how}; the next cell starts a new one", ""),
+            None,
+            False,
+        )
+
+    def _results(
+        self, frame: dict[str, Any] | None, number: int, redact: NameRedactor
+    ) -> tuple[tuple[RichResult, ...], int]:
+        if frame is None:
+            return (), 0
+        items = frame.get("results")
+        dropped = frame.get("results_dropped")
+        dropped = dropped if isinstance(dropped, int) and not isinstance(dropped, bool) else 0
+        out: list[RichResult] = []
+        for index, item in enumerate(items if isinstance(items, list) else ()):
+            result = self._rich(item, number, index, redact)
+            if result is None:
+                dropped += 1
+            else:
+                out.append(result)
+        return tuple(out), dropped
+
+    def _rich(self, item: object, number: int, index: int, redact: NameRedactor) -> RichResult | None:
+        if not isinstance(item, dict):
+            return None
+        mime, text, encoding = item.get("mime"), item.get("data"), item.get("encoding")
+        if mime not in MIME_TYPES or not isinstance(text, str):
+            return None
+        data: str | bytes
+        if encoding == "base64":
+            try:
+                data = base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError):
+                return None
+            if mime != "image/png":
+                data = redact(data.decode("utf-8", "replace"))
+        else:
+            data = redact(text)
+        raw = data if isinstance(data, bytes) else data.encode()
+        if len(raw) <= INLINE_LIMIT:
+            return RichResult(mime, data)
+        session = self._session
+        name = f"cell-{number}-{index}.{_EXTENSIONS[mime]}"
+        try:
+            ref = session._sandbox._store.put(session.tenant, name, raw)
+        except OSError:
+            return None
+        return RichResult(mime, None, ref)
+
+
+def _parse_frame(raw: bytes) -> dict[str, Any] | None:
+    try:
+        frame = json.loads(raw)
+    except ValueError:
+        return None
+    return frame if isinstance(frame, dict) else None
+
+
+def _cell_error(data: dict[str, Any], redact: NameRedactor) -> CellError:
+    def text(key: str) -> str:
+        value = data.get(key)
+        return redact(value[:TEXT_LIMIT]) if isinstance(value, str) else ""
+
+    return CellError(text("name"), text("value"), text("traceback"))
+
+
+def cell_names(results: Sequence[RichResult]) -> tuple[str, ...]:
+    """The MIME types of ``results``, in order (for logs and tests)."""
+    return tuple(r.mime for r in results)

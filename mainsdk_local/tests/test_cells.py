@@ -1,0 +1,182 @@
+"""Cells on the local driver: one interpreter per session, real code in the real box."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from mainsdk import AsyncSandbox, SandboxError
+from mainsdk.audit import code_sha256
+from mainsdk.cells import INLINE_LIMIT
+from mainsdk.errors import INVALID_OPTION
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+def test_variables_imports_and_open_files_stay_across_cells(make_sandbox: Callable[..., Any]) -> None:
+    with make_sandbox().sandbox.create() as session:
+        first = session.run_code("import json\nx = 41\nlog = open('log.txt', 'w')\nprint('set')")
+        assert first.ok and first.stdout == "set\n" and first.results == () and not first.restarted
+        second = session.run_code("x += 1\nlog.write('kept'); log.flush()\njson.dumps({'x': x})")
+        assert second.ok and second.state_kept and second.text == "'{\"x\": 42}'"
+        assert session.read("log.txt") == b"kept"
+        assert (first.number, second.number) == (1, 2)
+
+
+def test_an_error_comes_back_as_name_value_and_the_cells_traceback(make_sandbox: Callable[..., Any]) -> None:
+    with make_sandbox().sandbox.create() as session:
+        session.run_code("def f(n):\n    return 10 // n")
+        result = session.run_code("print('before')\nf(0)")
+        assert result.error is not None and not result.ok and result.state_kept
+        assert (result.error.name, result.error.value) == ("ZeroDivisionError", "integer division or modulo by zero")
+        assert '"<cell-2>", line 2' in result.error.traceback and "<cell-1>" in result.error.traceback
+        assert "_kernel" not in result.error.traceback and "<string>" not in result.error.traceback
+        assert result.stdout == "before\n"
+        syntax = session.run_code("def (:")
+        assert syntax.error is not None and syntax.error.name == "SyntaxError"
+        exited = session.run_code("import sys; sys.exit(3)")
+        assert exited.error is not None and exited.error.name == "SystemExit" and exited.state_kept
+        assert session.run_code("f(5)").text == "2"
+
+
+def test_a_timeout_interrupts_the_cell_and_keeps_the_state(make_sandbox: Callable[..., Any]) -> None:
+    with make_sandbox().sandbox.create() as session:
+        session.run_code("x = 'kept'")
+        result = session.run_code("import time\nprint('start', flush=True)\ntime.sleep(30)", timeout="1s")
+        assert result.stop == "timeout" and result.stop_code == "MAIN-SANDBOX-0002"
+        assert result.state_kept and result.error is not None and result.error.name == "KeyboardInterrupt"
+        assert result.stdout == "start\n"
+        after = session.run_code("x")
+        assert after.text == "'kept'" and not after.restarted
+
+
+def test_a_cell_that_ignores_the_interrupt_loses_the_interpreter_which_restarts_empty(
+    make_sandbox: Callable[..., Any],
+) -> None:
+    with make_sandbox().sandbox.create() as session:
+        session.run_code("x = 1")
+        stubborn = (
+            "import time\nwhile True:\n    try:\n        time.sleep(0.01)\n    except KeyboardInterrupt:\n        pass"
+        )
+        result = session.run_code(stubborn, timeout="1s")
+        assert result.stop == "timeout" and not result.state_kept
+        after = session.run_code("'x' in globals()")
+        assert after.restarted and after.text == "False" and after.state_kept
+        assert session.run_code("1").restarted is False
+
+
+def test_memory_and_output_limits_hold_for_the_interpreter(make_sandbox: Callable[..., Any]) -> None:
+    config = """
+sandbox:
+  driver: local
+  local: { python: python3 }
+  limits: { timeout: 20s, memory: 128MB, output: 10KB }
+permissions:
+  processes: [python3]
+  disk: { temp: { max: 16MB } }
+"""
+    with make_sandbox(config).sandbox.create() as session:
+        session.run_code("x = 1")
+        memory = session.run_code("blocks = []\nwhile True: blocks.append(bytearray(8 << 20))")
+        assert memory.stop == "memory" or (memory.error is not None and memory.error.name == "MemoryError")
+        if memory.stop == "memory":
+            assert not memory.state_kept and session.run_code("1").restarted
+        session.run_code("del blocks" if memory.state_kept else "x = 1")
+        flood = session.run_code("while True: print('y' * 1000)")
+        assert flood.stop == "output" and not flood.state_kept and len(flood.stdout) <= 10 * 1024
+        assert session.run_code("'x' in globals()").text == "False"
+
+
+def test_output_that_looks_like_a_frame_is_only_output(make_sandbox: Callable[..., Any]) -> None:
+    with make_sandbox().sandbox.create() as session:
+        fake = "\\x1e" + "0" * 32 + ':{"cell": 1, "results": [], "error": null, "stop": "timeout"}'
+        result = session.run_code(f"import sys\nprint('{fake}')\nsys.stderr.write('\\x1eabc:end\\n')\n'real'")
+        assert result.ok and result.text == "'real'"
+        assert '"stop": "timeout"' in result.stdout and result.stderr == "\x1eabc:end\n"
+        # The token is not in the cell's reach by ordinary means: not argv, not the environment, not its globals.
+        probe = session.run_code("import sys, os\n(sys.argv, sorted(k for k in globals() if not k.startswith('__')))")
+        assert probe.text is not None and "'sys'" in probe.text and "token" not in probe.text
+
+
+def test_rich_results_carry_their_mime_types(make_sandbox: Callable[..., Any]) -> None:
+    code = f"""
+import base64
+class Chart:
+    def _repr_png_(self): return base64.b64decode({base64.b64encode(PNG).decode()!r})
+    def _repr_svg_(self): return '<svg xmlns="http://www.w3.org/2000/svg"/>'
+    def _repr_html_(self): return '<table><tr><td>1</td></tr></table>'
+    def _repr_json_(self): return {{"rows": 1}}
+    def __repr__(self): return 'Chart()'
+Chart()
+"""
+    with make_sandbox().sandbox.create() as session:
+        result = session.run_code(code)
+        forms = {r.mime: r.data for r in result.results}
+        assert forms == {
+            "image/png": PNG,
+            "image/svg+xml": '<svg xmlns="http://www.w3.org/2000/svg"/>',
+            "text/html": "<table><tr><td>1</td></tr></table>",
+            "application/json": '{"rows": 1}',
+            "text/plain": "Chart()",
+        }
+
+
+def test_a_large_rich_result_comes_as_a_file_ref(make_sandbox: Callable[..., Any]) -> None:
+    built = make_sandbox()
+    with built.sandbox.create() as session:
+        result = session.run_code(f"class Big:\n    def _repr_html_(self): return 'a' * {INLINE_LIMIT + 1}\nBig()")
+        html = next(r for r in result.results if r.mime == "text/html")
+        assert html.data is None and html.file is not None and html.file.size == INLINE_LIMIT + 1
+        assert built.sandbox.files.read(html.file) == b"a" * (INLINE_LIMIT + 1)
+
+
+def test_a_secret_in_a_cells_output_and_values_is_redacted(
+    make_sandbox: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mainsdk import secret
+
+    monkeypatch.setenv("TEST_API_KEY", "sk-cell-secret-value-123")
+    with make_sandbox().sandbox.create(env={"KEY": secret("TEST_API_KEY")}) as session:
+        result = session.run_code("import os\nk = os.environ['KEY']\nprint(k)\nk")
+        assert "sk-cell-secret-value-123" not in result.stdout + (result.text or "")
+        failed = session.run_code("raise ValueError(k)")
+        assert (
+            failed.error is not None and "sk-cell-secret-value-123" not in failed.error.value + failed.error.traceback
+        )
+
+
+def test_each_cell_is_one_audit_event_with_the_codes_hash_and_its_number(make_sandbox: Callable[..., Any]) -> None:
+    built = make_sandbox()
+    with built.sandbox.create(feature="notebook") as session:
+        session.run_code("x = 1")
+        session.run_code("x + 1")
+        with pytest.raises(SandboxError) as refused:
+            session.run_code("x", language="node")
+        assert refused.value.code == INVALID_OPTION and "Python" in refused.value.message
+    cells = [e for e in built.events if e.kind == "cell"]
+    assert [(e.cell, e.code_sha256, e.session_id) for e in cells] == [
+        (1, code_sha256("x = 1"), session.id),
+        (2, hashlib.sha256(b"x + 1").hexdigest(), session.id),
+    ]
+    assert all(e.feature == "notebook" and e.error is None for e in cells)
+    assert [e.kind for e in built.events if e.cell == 3] == ["refused"]
+
+
+def test_closing_the_session_ends_the_interpreter(make_sandbox: Callable[..., Any]) -> None:
+    session = make_sandbox().sandbox.create()
+    session.run_code("x = 1")
+    session.close()
+    with pytest.raises(SandboxError):
+        session.run_code("x")
+
+
+async def test_cells_on_async_sandbox(async_sandbox: AsyncSandbox) -> None:
+    async with async_sandbox.create() as session:
+        await session.run_code("import math\nr = 2")
+        result = await session.run_code("math.pi * r ** 2")
+        assert result.ok and result.text is not None and result.text.startswith("12.56")
