@@ -21,7 +21,7 @@ TOKENS = (
 
 
 def test_there_are_cassettes_to_check() -> None:
-    assert len(CASSETTE_FILES) > 70
+    assert len(CASSETTE_FILES) > 60  # every cassette with a request (a refusal sends none, so has none)
 
 
 @pytest.mark.parametrize("path", CASSETTE_FILES, ids=lambda p: str(p.relative_to(TESTS)))

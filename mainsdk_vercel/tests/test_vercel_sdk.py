@@ -53,6 +53,7 @@ TOKEN = "sdk-check-token-not-a-secret"
 # Operations by method and path; ids become placeholders.
 OPERATIONS = (
     ("create", "POST", re.compile(r"^/v3/sandboxes$")),
+    ("get", "GET", re.compile(r"^/v2/sandboxes/(?!sessions$)[^/]+$")),
     ("write", "POST", re.compile(r"^/v2/sandboxes/sessions/[^/]+/fs/write$")),
     ("read", "POST", re.compile(r"^/v2/sandboxes/sessions/[^/]+/fs/read$")),
     ("run", "POST", re.compile(r"^/v2/sandboxes/sessions/[^/]+/cmd$")),
@@ -64,7 +65,7 @@ OPERATIONS = (
 )
 # Every operation the driver uses; the check must cover each (the issue: "kill included"). A session's
 # extend-timeout comes only after a whole lease (minutes), so no cassette holds one: checked on its own below.
-OURS = {"create", "write", "read", "run", "wait", "logs", "kill", "stop"}
+OURS = {"create", "get", "write", "read", "run", "wait", "logs", "kill", "stop"}
 
 
 def operation(method: str, path: str) -> str | None:
@@ -123,6 +124,17 @@ def theirs() -> Iterator[dict[str, list[dict[str, Any]]]]:
             assert await sandbox.fs.read_bytes(f"{ROOT}/work/a.txt") == b"hello"
             await sandbox.extend_execution_time_limit(60)
             await sandbox.stop()
+            # A session's sandbox: named and tagged, then found by its name (another worker's sandbox.get).
+            named = await client.create_sandbox(
+                name="mainsdk-ses-0123456789abcdef01234567",
+                tags={"mainsdk-session": "ses_0123456789abcdef01234567", "mainsdk-tenant": "t1"},
+                execution_time_limit=70,
+                resources=SandboxResources(vcpus=2),
+                persistent=False,
+                network_policy=NetworkPolicy.deny_all(),
+            )
+            await client.get_sandbox(name=named.name)
+            await named.stop()
         finally:
             await client.aclose()
 
@@ -158,6 +170,10 @@ def test_our_requests_agree_with_vercels_client(name: str, theirs: dict[str, lis
     reference = theirs[name][0]
     their_query = dict(reference["query"])
     their_body = _their_body(reference)
+    # Create: a one-shot run's sandbox is plain, a session's named and tagged; each must be one of Vercel's.
+    their_creates = [
+        shape({k: v for k, v in _their_body(r).items() if k != "networkPolicy"}) for r in theirs.get("create", [])
+    ]
     checked = 0
     for cassette, op, request in our_requests():
         if op != name:
@@ -170,8 +186,7 @@ def test_our_requests_agree_with_vercels_client(name: str, theirs: dict[str, lis
         if name == "create":
             # The policy by value, from the same hosts; the rest by shape.
             assert ours.pop("networkPolicy") in _policies(), f"{where}: networkPolicy"
-            their_body = {k: v for k, v in their_body.items() if k != "networkPolicy"}
-            assert shape(ours) == shape(their_body), where
+            assert shape(ours) in their_creates, where
         elif name == "write":
             headers = {k.lower(): v for k, v in (request.get("headers") or {}).items()}
             assert headers.get("content-type") == reference["headers"]["content-type"] == "application/gzip", where
@@ -231,3 +246,34 @@ def test_extend_timeout_is_the_request_vercels_client_sends(theirs: dict[str, li
     [reference] = theirs["extend"]
     assert reference["method"] == "POST" and reference["query"] == {"teamId": TEAM}
     assert shape(json.loads(reference["body"])) == shape({"duration": 60000})
+
+
+def test_reconnecting_a_session_is_the_get_vercels_client_sends(theirs: dict[str, list[dict[str, Any]]]) -> None:
+    # Our driver's reconnect (sandbox.get from another worker), against the stand-in: GET /v2/sandboxes/{name}.
+    from mainsdk import Sandbox, SandboxDeps
+    from mainsdk.config import load_config_text
+
+    from mainsdk_vercel import vercel_sandbox_driver
+
+    sim = Simulator(token=TOKEN)
+    sim.start()
+    config = load_config_text("sandbox: {driver: vercel-sandbox, vercel: {team: team_conformance}}\n")
+
+    def sandbox() -> Sandbox:
+        driver = vercel_sandbox_driver(token=TOKEN, project=PROJECT, team=TEAM, base_url=sim.url)
+        return Sandbox(SandboxDeps(config=config, driver=driver, load_entrypoints=False, tenancy=lambda: "t1"))
+
+    opener, other = sandbox(), sandbox()
+    try:
+        session = opener.create()
+        other.get(session.id)
+        session.close()
+    finally:
+        opener.close()
+        other.close()
+        sim.stop()
+    [ours] = [r for r in sim.requests if operation(r["method"], r["path"]) == "get"]
+    [reference] = theirs["get"]
+    assert ours["method"] == reference["method"] == "GET"
+    assert ours["query"] == reference["query"] == {"projectId": PROJECT, "resume": "false", "teamId": TEAM}
+    assert ours["body"] == reference["body"] == b""

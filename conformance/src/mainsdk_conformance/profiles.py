@@ -81,6 +81,8 @@ VERCEL = Profile(
     lane_paths=(r"^/v2/sandboxes/sessions/([^/?]+)",),
     command_paths=(r"^/v2/sandboxes/sessions/[^/]+/cmd$",),
     credential_env=("VERCEL_TOKEN", "VERCEL_OIDC_TOKEN"),
+    # A session's sandbox is named and tagged after the session id, which is new on every run.
+    ignore_json=("/name", "/tags/mainsdk-session"),
 )
 
 PROFILES = {profile.name: profile for profile in (E2B, VERCEL)}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets as token
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -247,6 +248,11 @@ def code_command(language: str, code: str, timeout: float, env: Mapping[str, str
     return Command(program, (*prefix, code_flag, code), timeout=timeout, env=env)
 
 
+# What a session id looks like (``ses_`` and 24 hex digits): anything else is never sent to a driver.
+SESSION_ID = re.compile(r"ses_[0-9a-f]{24}")
+ENDED_KEPT = 10_000
+
+
 class AsyncSandbox:
     """The sandbox interface for ``asyncio`` code. ``Sandbox`` is its synchronous twin."""
 
@@ -274,6 +280,8 @@ class AsyncSandbox:
         self._tenancy = deps.tenancy or (lambda: DEFAULT_TENANT)
         self.files = AsyncFiles(self._store, self._tenancy)
         self._sessions: dict[str, AsyncSession] = {}
+        # Sessions closed in this process (the newest ENDED_KEPT): never looked up at the driver again.
+        self._ended: dict[str, None] = {}
 
     def capabilities(self) -> Capabilities:
         """What this sandbox's driver can do."""
@@ -523,8 +531,49 @@ class AsyncSandbox:
         return session
 
     async def get(self, session_id: str) -> AsyncSession:
-        """The open session ``session_id`` of the current tenant; ``MAIN-SANDBOX-0008`` otherwise."""
-        return find_session(self._sessions, session_id, self._tenant())
+        """The open session ``session_id`` of the current tenant; ``MAIN-SANDBOX-0008`` otherwise.
+
+        A session another process opened (a web app's other worker) is reached
+        through the driver, when it can (``mainsdk_driver_reconnect``): the
+        driver checks the tenant it recorded at start. The reconnected session
+        runs with ``main.yaml``'s default limits and no secrets, since what its
+        opener passed stays with the opener.
+        """
+        tenant = self._tenant()
+        try:
+            return find_session(self._sessions, session_id, tenant)
+        except SandboxError:
+            session = await self._reconnect(session_id, tenant)
+            if session is None:
+                raise
+            return session
+
+    def _session_ended(self, session_id: str) -> None:
+        """Note that a session closed in this process, so ``get`` never asks the driver for it."""
+        self._sessions.pop(session_id, None)
+        self._ended[session_id] = None
+        while len(self._ended) > ENDED_KEPT:
+            del self._ended[next(iter(self._ended))]
+
+    async def _reconnect(self, session_id: object, tenant: str) -> AsyncSession | None:
+        """The session ``session_id`` of ``tenant`` from the driver, if another process opened it; else None."""
+        if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
+            return None
+        if session_id in self._sessions or session_id in self._ended:
+            return None  # held here (another tenant's), or closed here: closed everywhere
+        caps = self.hooks.capabilities()
+        if not caps.sessions:
+            return None
+        idle = checks.check_idle(DEFAULT_IDLE)
+        plan = self._plan(caps, None, (), None, None, None)
+        spec = self._box_spec(session_id, plan, idle=idle, tenant=tenant)
+        found = self.hooks.reconnect(spec)
+        box = await self._driver_call(found) if found is not None else None
+        if box is None:
+            return None
+        session = AsyncSession(self, session_id, tenant, None, box, plan, idle, caps.isolation, detached=True)
+        self._sessions[session_id] = session
+        return session
 
     def _tenant(self) -> str:
         """The current tenant, from ``deps.tenancy``; a wrong answer is the app's mistake, named as such."""

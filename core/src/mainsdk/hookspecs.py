@@ -66,6 +66,21 @@ def mainsdk_driver_exec(box: Box, command: Command, output: OutputSink) -> Await
 
 
 @hookspec(firstresult=True)
+def mainsdk_driver_reconnect(spec: BoxSpec) -> Awaitable[Box | None]:
+    """The running box of session ``spec.id`` that another process started, if it belongs to ``spec.tenant``.
+
+    Called by ``sandbox.get(id)`` for a session this process does not hold
+    (a web app's other worker). Return None when there is no such running
+    box, or it is another tenant's: core then answers ``MAIN-SANDBOX-0008``,
+    the same as for an unknown id. ``spec`` carries the id, the tenant and
+    the limits of the ``main.yaml`` defaults, which the reconnected session
+    uses (never more than the config allows). A driver without this hook
+    keeps its sessions to the process that made them.
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
 def mainsdk_driver_write_file(box: Box, path: str, data: bytes) -> Awaitable[None]:
     """Write ``data`` to ``path`` (relative to the work folder, already checked by core)."""
     raise NotImplementedError

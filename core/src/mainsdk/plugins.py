@@ -206,6 +206,10 @@ class Hooks:
         """Collect a box's out folder."""
         return cast("Awaitable[Collected]", self._hook.mainsdk_driver_collect(box=box, max_bytes=max_bytes))
 
+    def reconnect(self, spec: BoxSpec) -> Awaitable[Box | None] | None:
+        """A session's box started by another process; None when the driver has no such hook."""
+        return cast("Awaitable[Box | None] | None", self._hook.mainsdk_driver_reconnect(spec=spec))
+
     def stop(self, box: Box) -> Awaitable[None]:
         """Stop a box."""
         return cast("Awaitable[None]", self._hook.mainsdk_driver_stop(box=box))

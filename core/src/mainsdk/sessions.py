@@ -77,6 +77,7 @@ class AsyncSession:
         idle: float,
         isolation: str,
         extra_reach: tuple[str, ...] = (),
+        detached: bool = False,
     ) -> None:
         self.id = session_id
         self.tenant = tenant
@@ -89,6 +90,9 @@ class AsyncSession:
         self._isolation = isolation
         self._extra_reach = extra_reach
         self._closed = False
+        # Reconnected from another process (``sandbox.get``): going idle here only lets go of it, since the
+        # opener (or another worker) may still be using it; ``close()`` still stops it.
+        self._detached = detached
         self._busy = 0
         self._last_used = time.monotonic()
         self._interpreter: Interpreter | None = None
@@ -103,7 +107,11 @@ class AsyncSession:
         while not self._closed:
             remaining = self._last_used + self._idle - time.monotonic()
             if remaining <= 0 and not self._busy:
-                await self.close()
+                if self._detached:
+                    self._closed = True
+                    self._sandbox._sessions.pop(self.id, None)
+                else:
+                    await self.close()
                 return
             await asyncio.sleep(max(remaining, 0.05))
 
@@ -260,7 +268,7 @@ class AsyncSession:
         if self._closed:
             return
         self._closed = True
-        self._sandbox._sessions.pop(self.id, None)
+        self._sandbox._session_ended(self.id)
         if self._watchdog is not asyncio.current_task():
             self._watchdog.cancel()
         await asyncio.shield(self._stop_everything())

@@ -59,6 +59,8 @@ MARGIN = 60.0
 LOG_RECONNECTS = 3
 PROGRAMS = {"python": "python3", "python3": "python3", "node": "node", "bash": "bash"}
 SIGTERM = 15
+TAG_SESSION = "mainsdk-session"  # the tags a session's sandbox carries (see mainsdk_driver_reconnect)
+TAG_TENANT = "mainsdk-tenant"
 # What we read of an out archive at most, past the files limit: tar headers and gzip's worst case.
 ARCHIVE_SLACK = 8 * 1024 * 1024
 # Entries of an out archive looked at, at most (each costs a tar header to read; the rest is truncated).
@@ -88,6 +90,11 @@ WRAPPER = (
 )
 # The out folder archived on its own, when the command did not get to it (a timeout, a cancel, the output limit).
 ARCHIVE_ONLY = 'command -p tar -czf "$1" -C "$0/out" . 2>/dev/null; exit 0'
+
+
+def session_name(session_id: str) -> str:
+    """The Vercel sandbox name of a mainsdk session: lowercase letters, digits and dashes."""
+    return "mainsdk-" + session_id.lower().replace("_", "-")
 
 
 def vercel_network_policy(hosts: Sequence[str]) -> dict[str, Any]:
@@ -191,6 +198,45 @@ class VercelDriver:
         return box
 
     @hookimpl
+    async def mainsdk_driver_reconnect(self, spec: BoxSpec) -> VercelBox | None:
+        """The running sandbox of session ``spec.id`` another process created, if ``spec.tenant``'s; else None.
+
+        Sessions are created named after their id, with the session and the
+        tenant in their tags; ``GET /v2/sandboxes/{name}`` (as vercel-sandbox's
+        ``get_sandbox``, never resuming) finds it, and the tags must match.
+        """
+        if not self._project or not spec.tenant:
+            return None
+        try:
+            answer = await self._api.json(
+                "GET",
+                f"/v2/sandboxes/{session_name(spec.id)}",
+                "get",
+                query={"projectId": self._project, "resume": "false"},
+                idempotent=True,
+            )
+        except NotFound:
+            return None
+        sandbox = answer.get("sandbox") if isinstance(answer, dict) else None
+        session = answer.get("session") if isinstance(answer, dict) else None
+        if not isinstance(sandbox, dict) or not isinstance(session, dict):
+            return None
+        tags = sandbox.get("tags")
+        if not isinstance(tags, dict) or tags.get(TAG_SESSION) != spec.id or tags.get(TAG_TENANT) != spec.tenant:
+            return None  # another tenant's (or not ours): the same 0008 as an unknown id
+        if session.get("status") != "running" or not session.get("id"):
+            return None
+        # expires now: the first use extends the lease, as no clock here knows how much of it is left.
+        return VercelBox(
+            spec.id,
+            spec,
+            session=True,
+            session_id=str(session["id"]),
+            name=str(sandbox.get("name")),
+            expires=time.monotonic(),
+        )
+
+    @hookimpl
     async def mainsdk_driver_exec(self, box: VercelBox, command: Command, output: OutputSink) -> ExecOutcome:
         await before_command(self._ensure(box))  # a failure here sent nothing: retryable
         program = PROGRAMS.get(command.program, command.program)
@@ -290,6 +336,11 @@ class VercelDriver:
         }
         if self._image:
             body["image"] = self._image
+        if box.session:
+            # Named and tagged so another process (a web app's other worker) finds it by the session id, and only
+            # for the same tenant (mainsdk_driver_reconnect).
+            body["name"] = session_name(box.id)
+            body["tags"] = {TAG_SESSION: box.id, TAG_TENANT: box.spec.tenant}
         answer = await self._api.json("POST", "/v3/sandboxes", "create", json_body=body, idempotent=False)
         try:
             box.session_id = str(answer["session"]["id"])

@@ -68,8 +68,12 @@ class Command:
         self.exit_code: int | None = None
         args = [sandbox.map(a) for a in body.get("args", [])]
         env = {"PATH": f"{sandbox.bin}:/usr/bin:/bin", "HOME": sandbox.dir, **body.get("env", {})}
-        # A private /tmp: the VM does not share the app's files.
-        wrapper = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs none /tmp && unset PWD && exec "$@"', "sh"]
+        # A private /tmp: the VM does not share the app's files. No network unless the policy is allow-all: a
+        # deny-all VM reaches nothing, and a custom policy reaches named hosts only by TLS SNI, which this
+        # stand-in has no firewall to tell (so it reaches nothing: where it errs, it errs on the strict side).
+        policy = sandbox.body.get("networkPolicy") or {"mode": "allow-all"}
+        isolate = [] if policy == {"mode": "allow-all"} else ["-n"]
+        wrapper = ["unshare", "-m", *isolate, "sh", "-c", 'mount -t tmpfs none /tmp && unset PWD && exec "$@"', "sh"]
         self.proc = subprocess.Popen(
             [*wrapper, body["command"], *args],
             cwd=sandbox.map(body.get("cwd", ROOT)),
