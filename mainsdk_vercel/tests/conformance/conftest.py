@@ -21,8 +21,6 @@ from mainsdk_vercel import driver_from_config
 # The project and team the cassettes name (author.py puts these back after a live recording).
 PROJECT = "prj_conformance"
 TEAM = "team_conformance"
-# Why the plain-HTTP reach tests fail on Vercel (providers.md: domains are matched by TLS SNI only).
-PLAIN_HTTP = "Vercel's firewall matches a named host by TLS SNI; plain HTTP to it falls back to IP rules and is refused"
 # Replay needs a token of some kind; it is not matched, and not a secret.
 REPLAY_TOKEN = "replay-token-not-a-secret"
 
@@ -63,9 +61,4 @@ def conformance_target(conformance_replay: Any, request: pytest.FixtureRequest) 
         config={"sandbox": {"vercel": {"project": project, "team": team}}},
         # What a Vercel command's environment holds before ours: the runtime's PATH and HOME.
         baseline_env=frozenset({"PATH", "HOME", "LC_CTYPE"}),
-        expected_failures={
-            # Capabilities.network_reach declares HTTPS on 443 only: the suite's code reaches hosts over plain HTTP.
-            "TestNetwork::test_one_host": PLAIN_HTTP,
-            "TestNetwork::test_a_wildcard_host": PLAIN_HTTP,
-        },
     )
