@@ -395,6 +395,9 @@ def _load(path: Path, build: bool) -> tuple[str, str]:
     try:
         config = load_config(path)
     except ConfigError as exc:
+        unprintable = [p for p in exc.problems if not (p.key + p.message).isprintable()]
+        if unprintable:  # a value quoted back raw could repaint a terminal or forge a line
+            return "raw", f"load_config: unprintable text in a message: {unprintable[0]!r}"[:300]
         return "refused", ",".join(sorted({p.code for p in exc.problems}))
     except Exception as exc:  # noqa: BLE001 - a raw exception is what this counts
         return "raw", f"load_config: {type(exc).__name__}: {str(exc)[:200]}"
@@ -417,9 +420,13 @@ def _check(path: Path, empty: Path) -> int | str:
     out, err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            return check_main(["--config", str(path), str(empty)])
+            status = check_main(["--config", str(path), str(empty)])
     except Exception as exc:  # noqa: BLE001
         return f"mainsdk check: {type(exc).__name__}: {str(exc)[:200]}"
+    for text in (out.getvalue(), err.getvalue()):
+        if not all(line.isprintable() for line in text.splitlines()):  # a terminal would act on it, or cannot show it
+            return f"mainsdk check: unprintable output {text[:200]!r}"
+    return status
 
 
 def _timed(run: Callable[[], object]) -> float:

@@ -676,3 +676,25 @@ def test_a_huge_file_is_refused_without_reading_it_all(tmp_path: Path) -> None:
     [problem] = caught.value.problems
     assert problem.code == INVALID_OPTION and "may be at most" in problem.message
     assert peak < 10 * MB
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ('sandbox:\n  driver: "\\e[31mred"\n', '"\\x1b[31mred" is not a driver id'),
+        ('sandbox:\n  driver: "a\\nmain.yaml:1:1: MAIN-SANDBOX-0000 forged"\n', '"a\\x0amain.yaml:1:1'),
+        ('sandbox:\n  secrets: ["\\ud800"]\n', '"\\ud800" is not a secret name'),
+        ('sandbox:\n  "k\\e[2J": 1\n', "sandbox.k\\x1b[2J"),
+    ],
+    ids=["escape-sequence", "newline", "lone-surrogate", "in-a-key"],
+)
+def test_values_quoted_back_in_a_problem_are_escaped(text: str, shown: str) -> None:
+    [problem] = load_problems(text)
+    assert shown in f"{problem.key}: {problem.message}"
+    assert (problem.key + problem.message).isprintable()
+
+
+def load_problems(text: str) -> tuple[ConfigProblem, ...]:
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text)
+    return caught.value.problems

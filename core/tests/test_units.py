@@ -15,6 +15,7 @@ from mainsdk.units import (
     parse_duration,
     parse_money,
     parse_size,
+    printable,
 )
 
 KB, MB, GB = 1024, 1024**2, 1024**3
@@ -243,3 +244,9 @@ def test_the_limit_maximums_are_one_table() -> None:
 def test_describe_cuts_long_values() -> None:
     assert describe("x" * 1000) == '"' + "x" * 57 + '..."'
     assert describe(10**100) == "a 101-digit number"
+
+
+def test_printable_escapes_what_a_terminal_would_act_on() -> None:
+    assert printable("plain ünïcødé 😀") == "plain ünïcødé 😀"
+    assert printable("\x1b[2J\n\t\x00\ud800\u202e") == "\\x1b[2J\\x0a\\x09\\x00\\ud800\\u202e"
+    assert describe("a\x1bb") == '"a\\x1bb"'

@@ -50,6 +50,7 @@ from mainsdk.units import (
     parse_duration,
     parse_money,
     parse_size,
+    printable,
 )
 
 __all__ = [
@@ -216,6 +217,13 @@ _DRIVER_ID = re.compile(r"[a-z0-9-]+")
 _SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def _problem(
+    code: str, key: str, message: str, line: int | None = None, column: int | None = None, source: str | None = None
+) -> ConfigProblem:
+    """A problem whose key and message show unprintable characters escaped (they may quote the file's text)."""
+    return ConfigProblem(code, printable(key), printable(message), line, column, source)
+
+
 def _yaml_keys(cls: type[attrs.AttrsInstance]) -> list[str]:
     renames = _RENAMES.get(cls, {})
     return [renames.get(field.name, field.name) for field in attrs.fields(cls)]
@@ -235,7 +243,7 @@ def _driver_id(value: object) -> str:
     text = _text(value)
     if not _DRIVER_ID.fullmatch(text):
         raise ValueError(
-            f'"{text}" is not a driver id: use lowercase letters, digits and -, like vercel-sandbox or e2b'
+            f"{describe(text)} is not a driver id: use lowercase letters, digits and -, like vercel-sandbox or e2b"
         )
     return text
 
@@ -244,7 +252,8 @@ def _secret_name(value: object) -> str:
     text = _text(value)
     if not _SECRET_NAME.fullmatch(text):
         raise ValueError(
-            f'"{text}" is not a secret name: use letters, digits and _, not starting with a digit, like OPENWEATHER_KEY'
+            f"{describe(text)} is not a secret name: use letters, digits and _, not starting with a digit, "
+            "like OPENWEATHER_KEY"
         )
     return text
 
@@ -418,7 +427,7 @@ def _config_error(issues: list[_Issue], source: str | os.PathLike[str] | None, l
                 break
         line, column = position or (None, None)
         source_text = None if source is None else str(source)
-        problems.append(ConfigProblem(code, _dotted(path), message, line, column, source_text))
+        problems.append(_problem(code, _dotted(path), message, line, column, source_text))
     problems.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))
     return ConfigError(problems)
 
@@ -520,7 +529,7 @@ def _structure_problem(message: str, mark: Any, path: KeyPath, source: str | os.
         line, column = mark.line + 1, mark.column + 1
     source_text = None if source is None else str(source)
     key = _dotted(path[:12]) + ("..." if len(path) > 12 else "")
-    return ConfigError([ConfigProblem(INVALID_OPTION, key, message, line, column, source_text)])
+    return ConfigError([_problem(INVALID_OPTION, key, message, line, column, source_text)])
 
 
 def _check_yaml_shape(text: str, source: str | os.PathLike[str] | None) -> None:
@@ -624,13 +633,13 @@ def read_yaml(text: str, *, source: str | os.PathLike[str] | None = None) -> Any
     source_text = None if source is None else str(source)
     if len(text) > MAX_CONFIG_BYTES:
         message = f"the file is {len(text):,} characters; a main.yaml may be at most {MAX_CONFIG_BYTES:,}"
-        raise ConfigError([ConfigProblem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, source=source_text)])
+        raise ConfigError([_problem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, source=source_text)])
     for number, line in enumerate(text.splitlines(), 1):
         # The YAML scanner looks up to 1024 characters ahead at every [ or { it meets on a line, so a line of
         # thousands of them takes seconds to refuse; no real line opens more than a few.
         if line.count("[") + line.count("{") > _MAX_OPENERS_PER_LINE:
             message = f"line {number} opens more than {_MAX_OPENERS_PER_LINE} [ and {{; a main.yaml needs a few"
-            raise ConfigError([ConfigProblem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, number, 1, source_text)])
+            raise ConfigError([_problem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, number, 1, source_text)])
     try:
         _check_yaml_shape(text, source)
         return YAML(typ="rt").load(text)
@@ -640,7 +649,7 @@ def read_yaml(text: str, *, source: str | os.PathLike[str] | None = None) -> Any
         raise
     except Exception as exc:  # noqa: BLE001 - the YAML library's own failures on odd input, reported not raised
         message = f"not valid YAML: the YAML reader failed ({type(exc).__name__}: {str(exc)[:200]})"
-        raise ConfigError([ConfigProblem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, source=source_text)]) from None
+        raise ConfigError([_problem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, source=source_text)]) from None
 
 
 def _node_position(node: CommentedMap | CommentedSeq) -> tuple[int, int]:
@@ -703,7 +712,7 @@ def _syntax_problem(exc: YAMLError, source: str | os.PathLike[str] | None) -> Co
             line, column = mark.line + 1, mark.column + 1
         detail = f"{exc.problem} ({exc.context})" if exc.context else str(exc.problem)
     source_text = None if source is None else str(source)
-    return ConfigProblem(INVALID_OPTION, DEFAULT_CONFIG_FILE, f"not valid YAML: {detail}", line, column, source_text)
+    return _problem(INVALID_OPTION, DEFAULT_CONFIG_FILE, f"not valid YAML: {detail}", line, column, source_text)
 
 
 def load_config_text(text: str, *, source: str | os.PathLike[str] | None = None) -> AppConfig:
@@ -732,7 +741,7 @@ def _config_file(path: str | os.PathLike[str] | None) -> str | os.PathLike[str] 
     from_env = os.environ.get(CONFIG_ENV_VAR)
     if from_env:
         if not Path(from_env).is_file():
-            problem = ConfigProblem(
+            problem = _problem(
                 INVALID_OPTION,
                 CONFIG_ENV_VAR,
                 f"names {from_env}, which is not a file: point it at your main.yaml, or unset it",
@@ -753,7 +762,7 @@ def read_config_file(path: str | os.PathLike[str]) -> str:
         data = file.read(limit + 1)
     if len(data) > limit:
         message = f"the file is over {limit:,} bytes; a main.yaml may be at most {MAX_CONFIG_BYTES:,} characters"
-        raise ConfigError([ConfigProblem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, source=str(path))])
+        raise ConfigError([_problem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, source=str(path))])
     return data.decode("utf-8")
 
 
@@ -770,6 +779,6 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
         text = read_config_file(file)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else str(exc)
-        problem = ConfigProblem(INVALID_OPTION, DEFAULT_CONFIG_FILE, f"cannot read {file}: {reason}", source=str(file))
+        problem = _problem(INVALID_OPTION, DEFAULT_CONFIG_FILE, f"cannot read {file}: {reason}", source=str(file))
         raise ConfigError([problem]) from None
     return load_config_text(text, source=file)

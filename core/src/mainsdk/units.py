@@ -49,6 +49,24 @@ SIZE_HINT = "use a number with B, KB, MB or GB, like 512MB"
 MONEY_HINT = "use dollars, like $0.05"
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on or cannot show escaped: ``\\x1b``, ``\\n``, ``\\ud800``.
+
+    Values from a config file are quoted back in messages; an escape sequence or a
+    newline in one must not repaint the user's terminal or forge another line of output.
+    """
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escaped(char) for char in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def describe(value: object) -> str:
     """Name what a value is for an error message: ``"30x"``, ``a list``, ``null``."""
     if value is None:
@@ -57,7 +75,7 @@ def describe(value: object) -> str:
         return f"{str(value).lower()} (a yes/no value)"
     if isinstance(value, str):
         shown = value if len(value) <= _SHOWN_CHARS else value[: _SHOWN_CHARS - 3] + "..."
-        return f'"{shown}"'
+        return f'"{printable(shown)}"'
     if isinstance(value, (int, float, Decimal)):
         text = str(value)
         return text if len(text) <= _SHOWN_CHARS else f"a {len(text)}-digit number"

@@ -311,3 +311,13 @@ def test_a_main_yaml_too_large_to_be_one_exits_2(project: Path, capsys: pytest.C
     captured = capsys.readouterr()
     assert "MAIN-SANDBOX-0001" in captured.out and "may be at most" in captured.out
     assert "cannot be loaded" in captured.err
+
+
+def test_a_value_the_terminal_cannot_show_is_escaped_not_a_crash(project: Path) -> None:
+    write(project / "main.yaml", 'sandbox:\n  driver: "\\ud800\\e[2J"\n')
+    env = {key: value for key, value in os.environ.items() if key not in (CONFIG_ENV_VAR, "MAINSDK_ENV")}
+    done = subprocess.run(
+        [sys.executable, "-m", "mainsdk.check"], capture_output=True, text=True, check=False, env=env, cwd=project
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert '"\\ud800\\x1b[2J" is not a driver id' in done.stdout and "\x1b" not in done.stdout

@@ -82,7 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         output = format_sarif(result)
     else:
         output = format_human(result, cwd)
-    sys.stdout.write(output)
+    try:
+        sys.stdout.write(output)
+    except UnicodeEncodeError:  # a terminal that cannot show a character the report quotes from a file
+        encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+        sys.stdout.write(output.encode(encoding, "backslashreplace").decode(encoding))
     for error in result.errors:
         print(f"{PROG}: {error}", file=sys.stderr)
     return result.exit_status
