@@ -6,6 +6,7 @@ import importlib.metadata
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,3 +93,27 @@ def test_a_limit_past_its_maximum_is_one_line_with_its_key_and_line(app_dir: Cal
     done = mainsdk("sandbox", "run", "--code", "print(1)")
     assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") == 1
     assert "line 3: sandbox.limits.timeout:" in done.stderr and "at most 24h (MAIN-SANDBOX-0001)" in done.stderr
+
+
+def test_run_prints_each_flushed_line_as_it_comes(app_dir: Callable[[str], Path]) -> None:
+    code = "import time\nprint('first', flush=True)\ntime.sleep(2)\nprint('second', flush=True)"
+    with subprocess.Popen(
+        [sys.executable, "-m", "mainsdk.cli", "sandbox", "run", "--code", code], stdout=subprocess.PIPE
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"first\n"
+        first = time.monotonic()
+        assert proc.stdout.readline() == b"second\n"
+        assert time.monotonic() - first > 1.0  # the first line came while the code still slept
+        assert proc.wait(timeout=60) == 0
+
+
+def test_run_writes_the_codes_bytes_through_unchanged(app_dir: Callable[[str], Path]) -> None:
+    code = "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe caf\\xe9\\n'); sys.stderr.buffer.write(b'\\x80\\n')"
+    done = subprocess.run(
+        [sys.executable, "-m", "mainsdk.cli", "sandbox", "run", "--code", code],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.stdout, done.stderr, done.returncode) == (b"\xff\xfe caf\xe9\n", b"\x80\n", 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from mainsdk.redact import REDACTED, StreamRedactor
 
@@ -53,3 +55,54 @@ def test_a_cut_secret_prefix_at_the_end_is_redacted() -> None:
 
 def test_a_word_inside_a_longer_word_is_not_a_key() -> None:
     assert redact_in_chunks(b"xAKIAIOSFODNN7EXAMPLEx", [], 4) == b"xAKIAIOSFODNN7EXAMPLEx"
+
+
+def test_only_a_possible_secret_start_is_held_back() -> None:
+    redactor = StreamRedactor([b"hunter2-value"])
+    assert redactor.feed(b"line one\n") == b"line one\n"  # nothing here can begin a secret: released at once
+    assert redactor.feed(b"token: hunt") == b"token: "  # "hunt" may begin the value
+    assert redactor.holding
+    assert redactor.quiet() == b""  # a pause releases no part of a secret
+    assert redactor.feed(b"ing season\n") == b"hunting season\n"  # decided: not the value
+    assert not redactor.holding
+
+
+def test_a_pause_releases_a_complete_key_and_swallows_its_growth() -> None:
+    redactor = StreamRedactor([])
+    assert redactor.feed(b"t ghp_" + b"a" * 36) == b"t "  # a whole token, which could still grow
+    assert redactor.quiet() == REDACTED
+    assert redactor.feed(b"bbbb") == b""  # the same token, longer: already shown as the marker
+    assert redactor.feed(b" next\n") + redactor.finish() == b" next\n"
+
+
+def test_a_longer_value_beginning_with_a_shorter_one_is_not_cut_in_two() -> None:
+    redactor = StreamRedactor([b"abc", b"abcdef"])
+    out = redactor.feed(b"x abc") + redactor.quiet() + redactor.feed(b"def y\n") + redactor.finish()
+    assert out == b"x " + REDACTED + b" y\n"
+
+
+def test_fuzz_chunked_and_paused_output_never_shows_a_value() -> None:
+    """A short fixed-seed slice: any chunking and pauses give the whole-stream result, or more redaction."""
+    rng = random.Random(15)
+    values = [b"hunter2-value", b"abcabd", b"xyzzy", b"abc"]
+    alphabet = b"abcdhunter2-valuexyz \nAKIA0123ghp_sk-"
+    for _ in range(1500):
+        data = bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 160)))
+        if rng.random() < 0.5:
+            at = rng.randint(0, len(data))
+            data = data[:at] + rng.choice(values) + data[at:]
+        whole = StreamRedactor(values)
+        expected = whole.feed(data) + whole.finish()
+        redactor = StreamRedactor(values)
+        pauses = rng.random() < 0.5
+        out, pos = b"", 0
+        while pos < len(data):
+            size = rng.randint(1, 20)
+            out += redactor.feed(data[pos : pos + size])
+            pos += size
+            if pauses and rng.random() < 0.3:
+                out += redactor.quiet()
+        out += redactor.finish()
+        if not pauses:
+            assert out == expected, data
+        assert not any(v in out.replace(REDACTED, b"|") for v in values), data

@@ -195,7 +195,12 @@ class RunResult:
     # What the memory limit held for (``Capabilities.memory_limit_scope``): "tree", "process", or None.
     memory_limit_scope: Literal["tree", "process"] | None = None
     signal: str | None = None  # the signal the code died of ("SIGSEGV"); exit_code is then 128 + its number
-    files_dropped: tuple[str, ...] = ()  # out files the code wrote that the file store could not keep (disk full)
+    # Out files the code wrote that did not come back: past limits.files, not a regular file, or the store
+    # could not keep them (disk full). Names redacted, in path order.
+    files_dropped: tuple[str, ...] = ()
+    # The exact output bytes, redacted and cut at the limit; ``stdout``/``stderr`` are them decoded (UTF-8, lossy).
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
 
     @property
     def ok(self) -> bool:
@@ -210,6 +215,7 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of the result."""
         data = attrs.asdict(self)
+        del data["stdout_bytes"], data["stderr_bytes"]  # JSON has no bytes: ``stdout``/``stderr`` carry the text
         data["cost"] = str(self.cost)
         data["files"] = [attrs.asdict(f) for f in self.files]
         data["stop_code"] = self.stop_code
@@ -223,6 +229,8 @@ class Executed:
     outcome: LimitedOutcome
     stdout: str
     stderr: str
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
 
 
 class _AuditSink:
@@ -388,11 +396,19 @@ class AsyncSandbox:
         stop = outcome.stop
         if stop is None and collected.truncated:
             stop = "output"
-        refs, dropped = self._keep_files(tenant, collected.files, NameRedactor(plan.secret_values))
+        redact_name = NameRedactor(plan.secret_values)
+        # In path order whatever order the driver found them in, so a result lists its files the same way each time.
+        kept = sorted(collected.files, key=lambda f: f.name)
+        refs, not_stored = self._keep_files(tenant, kept, redact_name)
+        # What the driver left out (past limits.files, a symlink, a fifo) is named beside what the store refused.
+        skipped = (redact_name(name) for name, _why in collected.skipped if name and name != "...")
+        dropped = tuple(sorted({*not_stored, *skipped}))
         return RunResult(
             id=run_id,
             stdout=executed.stdout,
             stderr=executed.stderr,
+            stdout_bytes=executed.stdout_bytes,
+            stderr_bytes=executed.stderr_bytes,
             exit_code=outcome.exit_code,
             stop=stop,
             files=refs,
@@ -463,8 +479,8 @@ class AsyncSandbox:
             if listener_errors:
                 raise listener_errors[0] from None
             raise exc.after_exec() from exc.__cause__
-        stdout, stderr = collector.finish()
-        return Executed(outcome, stdout, stderr)
+        stdout, stderr = collector.finish_bytes()
+        return Executed(outcome, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"), stdout, stderr)
 
     def action(
         self,

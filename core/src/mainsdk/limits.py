@@ -22,6 +22,8 @@ log = logging.getLogger("mainsdk")
 
 # How long past its timeout core waits for a driver before cancelling the command itself.
 DEADLINE_GRACE = 5.0
+# How long a stream must be quiet before a complete key match that could still grow is released (as the marker).
+QUIET_RELEASE = 0.05
 
 # Linux's signal numbers (every box is Linux, whatever the app's host): a crash reports 128 + N, as the shell does.
 LINUX_SIGNALS: dict[int, str] = {
@@ -73,7 +75,8 @@ class OutputCollector:
 
     When the limit is passed, the output is cut exactly at it and ``full`` is set,
     which tells the run to stop the command. ``listener``, if given, sees the
-    redacted chunks as they are released (``"stdout"`` or ``"stderr"``, bytes).
+    redacted chunks as they are released (``"stdout"`` or ``"stderr"``, bytes):
+    at once, but for the few bytes that could still be the start of a secret.
     It also keeps the hosts the code was refused, redacted and bounded; ``label``
     (the run's id) names the run in their log lines.
     """
@@ -96,6 +99,7 @@ class OutputCollector:
         self._hosts_seen: set[str] = set()
         self._logged = 0
         self._not_logged = 0
+        self._quiet_timer: asyncio.TimerHandle | None = None
 
     def stdout(self, data: bytes) -> None:
         """Take a chunk of standard output."""
@@ -134,6 +138,25 @@ class OutputCollector:
             return
         self._taken += len(data)
         self._release(stream, self._redactors[stream].feed(data))
+        self._arm_quiet_timer()
+
+    def _arm_quiet_timer(self) -> None:
+        """Once the streams pause for QUIET_RELEASE, release what a pause decides (see ``StreamRedactor.quiet``)."""
+        if self._quiet_timer is not None:
+            self._quiet_timer.cancel()
+            self._quiet_timer = None
+        if not any(r.holding for r in self._redactors.values()):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # fed outside a loop (a driver's own thread): finish() releases the rest
+        self._quiet_timer = loop.call_later(QUIET_RELEASE, self._on_quiet)
+
+    def _on_quiet(self) -> None:
+        self._quiet_timer = None
+        for stream, redactor in self._redactors.items():
+            self._release(stream, redactor.quiet())
 
     def _release(self, stream: str, data: bytes) -> None:
         if data:
@@ -143,12 +166,20 @@ class OutputCollector:
 
     def finish(self) -> tuple[str, str]:
         """Flush both streams and return them as text (undecodable bytes replaced); log the refusals not logged."""
+        stdout, stderr = self.finish_bytes()
+        return stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
+
+    def finish_bytes(self) -> tuple[bytes, bytes]:
+        """Flush both streams and return their exact redacted bytes; log the refusals not logged."""
+        if self._quiet_timer is not None:
+            self._quiet_timer.cancel()
+            self._quiet_timer = None
         if self._not_logged:
             log.warning("%s: and %d more hosts refused (%s)", HOST_NOT_ALLOWED, self._not_logged, self._label)
             self._not_logged = 0
         for stream, redactor in self._redactors.items():
             self._release(stream, redactor.finish(cut=self.cut))
-        return tuple(b"".join(self._parts[s]).decode("utf-8", "replace") for s in ("stdout", "stderr"))  # type: ignore[return-value]
+        return b"".join(self._parts["stdout"]), b"".join(self._parts["stderr"])
 
 
 def cost_of(price: Decimal, duration: float) -> Decimal:

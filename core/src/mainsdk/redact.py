@@ -1,14 +1,20 @@
 """Redaction of secret values and well-known key formats from a byte stream.
 
 The stream arrives in chunks, and a secret may be split across two of them, so
-the redactor holds back the last few bytes that could still be the start of a
-match. Every pattern has a bounded length, which bounds what is held back.
+the redactor holds back only the bytes that could still become a match: a
+suffix that is the start of a secret value, or a partial match of a key format
+(found with the ``regex`` module's partial matching, which says exactly that and
+which the standard ``re`` cannot). Everything before them is released at once,
+so output reaches the app as it arrives. Every pattern has a bounded length,
+which bounds what is held back.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+
+import regex
 
 REDACTED = b"[redacted:secret]"
 
@@ -30,38 +36,56 @@ MAX_PATTERN = 8300
 
 
 class StreamRedactor:
-    """Redacts one stream. ``feed`` returns what is safe to pass on; ``finish`` the rest.
+    """Redacts one stream. ``feed`` returns what is safe to pass on now; ``quiet`` and ``finish`` more.
 
-    ``values`` are secret values (as bytes); empty values are ignored.
+    ``values`` are secret values (as bytes); empty values are ignored. What is
+    held back is always a possible start of a secret: a suffix that a value
+    begins with, or a partial or still-growing match of a key format. It is
+    released as soon as the next bytes decide it, never on a timer (that would
+    print the first half of a secret written in two halves with a pause).
     """
 
     def __init__(self, values: Iterable[bytes], *, key_formats: bool = True) -> None:
         self._values = sorted({v for v in values if v}, key=len, reverse=True)
-        alternatives = [re.escape(v) for v in self._values]
+        alternatives = [regex.escape(v) for v in self._values]
         if key_formats:
             alternatives += list(KEY_PATTERNS)
-        self._pattern = re.compile(b"|".join(alternatives)) if alternatives else None
-        longest_value = len(self._values[0]) if self._values else 0
-        self._window = max(longest_value, MAX_PATTERN if key_formats else 0)
+        self._pattern = regex.compile(b"|".join(alternatives)) if alternatives else None
         self._held = b""
         # One byte of already-emitted context, so a \b at the seam is judged as in the whole stream.
         self._context = b""
+        # The first ``_absorbed`` held bytes were already released as a marker by ``quiet``: a match that
+        # still grows over them (a longer token) is released without a second marker.
+        self._absorbed = 0
+
+    @property
+    def holding(self) -> bool:
+        """Whether bytes are held back, waiting for what comes next."""
+        return len(self._held) > self._absorbed
 
     def feed(self, data: bytes) -> bytes:
         """Take a chunk; return the redacted bytes that can no longer be part of a match."""
         if self._pattern is None:
             return data
         self._held += data
-        decided = len(self._held) - self._window + 1
-        if decided <= 0:
+        return self._scan(final=False, quiet=False)
+
+    def quiet(self) -> bytes:
+        """The stream has paused: release a complete match that ends the buffer (as the marker), keep prefixes.
+
+        A key that could still grow (``ghp_`` and 36 characters, more may come)
+        is released as the marker now; should it grow, the rest is swallowed
+        into the marker already released rather than shown.
+        """
+        if self._pattern is None:
             return b""
-        return self._redact(decided)
+        return self._scan(final=False, quiet=True)
 
     def finish(self, *, cut: bool = False) -> bytes:
         """Return the rest. With ``cut`` (the stream was cut at a limit) a trailing secret prefix is redacted too."""
         if self._pattern is None:
             return b""
-        out = self._redact(len(self._held))
+        out = self._scan(final=True, quiet=False)
         if cut:
             for value in self._values:
                 for length in range(min(len(value) - 1, len(out)), 0, -1):
@@ -69,22 +93,62 @@ class StreamRedactor:
                         return out[:-length] + REDACTED
         return out
 
-    def _redact(self, decided: int) -> bytes:
+    def _value_prefix_at(self, text: bytes, pos: int) -> int:
+        """The first position at or after ``pos`` from which the rest of ``text`` begins some value (else its end)."""
+        end = len(text)
+        first = end
+        for value in self._values:
+            start = max(pos, end - len(value) + 1)
+            while start < first:
+                found = text.find(value[:1], start, first)
+                if found < 0:
+                    break
+                if value.startswith(text[found:]):
+                    first = found
+                    break
+                start = found + 1
+        return first
+
+    def _scan(self, *, final: bool, quiet: bool) -> bytes:
         assert self._pattern is not None
         text = self._context + self._held
         offset = len(self._context)
+        seen = offset + self._absorbed  # bytes before this were released already (as a marker)
         out: list[bytes] = []
+
+        def emit(start: int, stop: int) -> None:
+            start = max(start, seen)
+            if stop > start:
+                out.append(text[start:stop])
+
         pos = offset
-        for match in self._pattern.finditer(text, offset):
-            if match.start() >= decided + offset:
-                break
-            out.append(text[pos : match.start()])
-            out.append(REDACTED)
+        hold = len(text)
+        kept = -1  # with ``quiet``: the start of a released match that ends the buffer, kept to see if it grows
+        for match in self._pattern.finditer(text, offset, partial=not final):
+            if match.start() == match.end():
+                break  # an empty partial match at the very end: nothing begun
+            if not final:
+                prefix = self._value_prefix_at(text, pos)
+                open_ended = match.partial or (match.end() == len(text) and not quiet)
+                if open_ended or prefix <= match.start():
+                    hold = min(match.start(), prefix)
+                    break
+            emit(pos, match.start())
+            if match.end() > seen:
+                if match.start() >= seen:
+                    out.append(REDACTED)
+                seen = match.end()
             pos = match.end()
-        cut_at = max(pos, decided + offset)
-        out.append(text[pos:cut_at])
-        self._context = text[cut_at - 1 : cut_at] if cut_at > 0 else b""
-        self._held = text[cut_at:]
+            if quiet and pos == len(text):
+                kept = match.start()
+        else:
+            if not final:
+                hold = self._value_prefix_at(text, pos)
+        emit(pos, hold)
+        hold = max(hold, pos) if kept < 0 else kept
+        self._absorbed = max(seen - hold, 0)
+        self._context = text[hold - 1 : hold] if hold > 0 else b""
+        self._held = text[hold:]
         return b"".join(out)
 
 

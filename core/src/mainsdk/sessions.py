@@ -46,6 +46,9 @@ class CommandResult:
     hosts_refused: tuple[str, ...] = ()  # redacted, at most 50
     hosts_refused_dropped: int = 0  # how many more were refused than ``hosts_refused`` lists
     signal: str | None = None  # the signal the command died of ("SIGSEGV"); exit_code is then 128 + its number
+    # The exact output bytes, redacted and cut at the limit; ``stdout``/``stderr`` are them decoded (UTF-8, lossy).
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
 
     @property
     def ok(self) -> bool:
@@ -203,6 +206,8 @@ class AsyncSession:
             session_id=self.id,
             stdout=executed.stdout,
             stderr=executed.stderr,
+            stdout_bytes=executed.stdout_bytes,
+            stderr_bytes=executed.stderr_bytes,
             exit_code=outcome.exit_code,
             stop=stop,
             duration=outcome.duration,

@@ -16,10 +16,12 @@ from concurrent.futures import Future
 from decimal import Decimal
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from mainsdk import errors
 from mainsdk.action import CodeRunAction
 from mainsdk.cells import CellResult
 from mainsdk.driver import Capabilities
 from mainsdk.engine import AsyncSandbox, SandboxDeps
+from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
 from mainsdk.sessions import AsyncSession, CommandResult, SessionOpener
 
@@ -33,16 +35,26 @@ class _LoopThread:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
     def _get_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None or self._loop.is_closed():
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="mainsdk-sandbox", daemon=True).start()
+                self._thread = threading.Thread(target=loop.run_forever, name="mainsdk-sandbox", daemon=True)
+                self._thread.start()
                 self._loop = loop
             return self._loop
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._thread is not None and threading.current_thread() is self._thread:
+            # A callback (on_output) runs on the loop thread: waiting there for the loop would wait forever.
+            coro.close()
+            raise SandboxError(
+                errors.INVALID_OPTION,
+                "a synchronous Sandbox call was made from on_output (or another callback the sandbox runs), which "
+                "would deadlock: use async_sandbox (AsyncSandbox) and await the call, or hand the work to a thread",
+            )
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._get_loop())
         try:
             return future.result()
