@@ -7,6 +7,8 @@ jitter closes, while output held to the end arrives together.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -144,11 +146,21 @@ def test_on_output_calling_the_sync_api_is_refused_not_a_deadlock(local_config: 
     config = tmp_path / "main.yaml"
     config.write_text(local_config)
     probe = DEADLOCK_PROBE.replace("CALL", call)
-    done = subprocess.run(
-        [sys.executable, "-c", probe, str(config)], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    first, second = done.stdout.splitlines()
+    output = tmp_path / "probe.out"
+    with output.open("wb") as sink:
+        # Its own process group, so a hung probe and the launcher it started are all killed.
+        proc = subprocess.Popen(
+            [sys.executable, "-c", probe, str(config)], stdout=sink, stderr=sink, start_new_session=True
+        )
+        try:
+            returncode = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail("the run deadlocked: on_output called the sync API")
+    text = output.read_text()
+    assert returncode == 0, text
+    first, second = text.splitlines()
     assert first.startswith(f"refused in callback: {INVALID_OPTION}")
     assert "on_output" in first and "async_sandbox" in first
     assert second == f"run raised: {INVALID_OPTION}"  # the callback's error ends the run, as any callback error
