@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from collections.abc import Callable
@@ -63,7 +64,12 @@ def test_the_action_runs_code_and_returns_a_json_able_result(tmp_path: Path) -> 
         {"code": "open('../out/r.txt','w').write(open('d.txt').read()*2); print('ok')", "files": {"d.txt": "ab"}}
     )
     assert json.loads(json.dumps(result)) == result
-    assert (result["stdout"], result["exit_code"], result["stop"], result["files"]) == ("ok\n", 0, None, ["r.txt"])
+    assert (result["stdout"], result["exit_code"], result["stop"]) == ("ok\n", 0, None)
+    [entry] = result["files"]
+    assert (entry["name"], entry["size"], entry["mime"]) == ("r.txt", 4, "text/plain")
+    assert entry["sha256"] == hashlib.sha256(b"abab").hexdigest()
+    assert action.read(entry["id"]) == b"abab"  # a FileRef the app can read
+    assert sandbox.files.read(entry["id"]) == b"abab"
     assert action.risk == "write"
     assert result["signal"] is None
     crashed = action.run({"code": "import ctypes; ctypes.string_at(0)"})

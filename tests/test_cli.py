@@ -117,3 +117,48 @@ def test_run_writes_the_codes_bytes_through_unchanged(app_dir: Callable[[str], P
         check=False,
     )
     assert (done.stdout, done.stderr, done.returncode) == (b"\xff\xfe caf\xe9\n", b"\x80\n", 0)
+
+
+OUT_CODE = (
+    "import os\nos.makedirs('../out/plots')\n"
+    "open('../out/plots/p.png', 'wb').write(b'\\x89PNG-bytes')\nopen('../out/n.txt', 'w').write('3')"
+)
+
+
+def test_out_writes_the_out_files_keeping_their_paths(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
+    target = tmp_path / "results"
+    done = mainsdk("sandbox", "run", "--out", str(target), "--code", OUT_CODE)
+    assert done.returncode == 0, done.stderr
+    assert (target / "plots" / "p.png").read_bytes() == b"\x89PNG-bytes"
+    assert (target / "n.txt").read_text() == "3"
+    assert done.stderr.splitlines() == [
+        f"mainsdk: wrote {target / 'n.txt'} (1 bytes)",
+        f"mainsdk: wrote {target / 'plots' / 'p.png'} (10 bytes)",
+    ]
+
+
+def test_out_with_json_says_where_each_file_was_written(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
+    target = tmp_path / "results"
+    done = mainsdk("sandbox", "run", "--json", "--out", str(target), "--code", OUT_CODE)
+    files = json.loads(done.stdout)["files"]
+    assert [(f["name"], f["written"]) for f in files] == [
+        ("n.txt", str(target / "n.txt")),
+        ("plots/p.png", str(target / "plots" / "p.png")),
+    ]
+
+
+def test_without_out_the_cli_says_how_to_keep_the_files(app_dir: Callable[[str], Path]) -> None:
+    done = mainsdk("sandbox", "run", "--code", OUT_CODE)
+    assert done.stderr == "mainsdk: 2 out files; pass --out DIR to write them\n"
+
+
+def test_out_never_follows_a_symlink_out_of_the_folder(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
+    target, elsewhere = tmp_path / "results", tmp_path / "elsewhere"
+    target.mkdir()
+    elsewhere.mkdir()
+    (target / "plots").symlink_to(elsewhere)  # planted: plots/p.png would land in elsewhere/
+    (target / "n.txt").symlink_to(elsewhere / "n.txt")
+    done = mainsdk("sandbox", "run", "--out", str(target), "--code", OUT_CODE)
+    assert list(elsewhere.iterdir()) == []
+    assert "mainsdk: out file not written: 'plots/p.png': 'plots' in the folder is a symlink" in done.stderr
+    assert "mainsdk: out file not written: 'n.txt': it is a symlink" in done.stderr

@@ -127,9 +127,15 @@ def _walk(node: dict[str, Any], prefix: str, depth: int, max_bytes: int, out: Ex
             out.skipped.append((rel if len(rel) <= SKIPPED_NAME_CHARS else rel[:SKIPPED_NAME_CHARS] + "...", kind))
         else:
             size = node["files"][name]
-            if len(out.files) >= MAX_FILES or out.total + size > max_bytes:
+            if len(out.files) >= MAX_FILES:
                 out.truncated = out.full = True
                 return
+            if out.total + size > max_bytes:  # skipped, and the walk goes on to the files that still fit
+                out.truncated = True
+                rel = prefix + name
+                cut = rel if len(rel) <= SKIPPED_NAME_CHARS else rel[:SKIPPED_NAME_CHARS] + "..."
+                out.skipped.append((cut, "larger than what is left of limits.files"))
+                continue
             out.total += size
             out.files.append((prefix + name, content(prefix + name, size)))
     for name in subdirs:

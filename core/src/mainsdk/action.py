@@ -9,6 +9,7 @@ tool-calling formats, and ``mainsdk sandbox mcp`` serves it over MCP.
 
 from __future__ import annotations
 
+import mimetypes
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from mainsdk import arguments, errors
 from mainsdk.driver import LANGUAGES
 from mainsdk.errors import SandboxError
+from mainsdk.files import FileRef
 
 if TYPE_CHECKING:
     from mainsdk.engine import AsyncSandbox, RunResult
@@ -98,7 +100,7 @@ class CodeRunAction:
         """What the tool does, for a model."""
         return (
             f"{self.intent}. Runs {', '.join(self.languages)} code in an isolated sandbox with no network and "
-            "no secrets; files passed in are in the working folder, files written to ../out/ come back by name."
+            "no secrets; files passed in are in the working folder, files written to ../out/ come back as files."
         )
 
     def tool_name(self) -> str:
@@ -161,6 +163,19 @@ class CodeRunAction:
             budget.charge(agent, result.cost)
         return action_result(result)
 
+    async def aread(self, file_id: str) -> bytes:
+        """The bytes of an out file a run of this action returned (``result["files"][i]["id"]``).
+
+        Read from the sandbox's file store for the current tenant; ``MAIN-SANDBOX-0008`` for an id it does not own.
+        """
+        return await self._sandbox.files.read(file_id)
+
+
+def file_entry(ref: FileRef) -> dict[str, Any]:
+    """An out file as an agent's result lists it: its FileRef, and its MIME type guessed from the name."""
+    mime = mimetypes.guess_type(ref.name, strict=False)[0] or "application/octet-stream"
+    return {"id": ref.id, "name": ref.name, "size": ref.size, "sha256": ref.sha256, "mime": mime}
+
 
 def action_result(result: RunResult) -> dict[str, Any]:
     """The JSON-able part of a run an agent sees."""
@@ -170,7 +185,7 @@ def action_result(result: RunResult) -> dict[str, Any]:
         "exit_code": result.exit_code,
         "signal": result.signal,
         "stop": result.stop,
-        "files": [f.name for f in result.files],
+        "files": [file_entry(f) for f in result.files],
         "files_dropped": list(result.files_dropped),
         "cost": str(result.cost),
     }

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from mainsdk import __version__
 from mainsdk.config import load_config
-from mainsdk.engine import SandboxDeps
+from mainsdk.engine import RunResult, SandboxDeps
 from mainsdk.errors import SandboxError
+from mainsdk.out_dir import UnsafeName, write_under
 from mainsdk.plugins import installed_drivers
 from mainsdk.secrets import SecretRef, secret
 from mainsdk.sync import Sandbox
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--feature", default="cli", help="the name of the run in the audit event (default: cli)")
     run.add_argument("--config", help="the main.yaml to use (default: MAINSDK_CONFIG, else ./main.yaml)")
     run.add_argument("--json", action="store_true", help="print the whole result as JSON instead of the output")
+    run.add_argument("--out", metavar="DIR", help="write the files the code left in ../out/ into DIR (paths kept)")
 
     sandbox_commands.add_parser("drivers", help="list the installed drivers and their versions")
 
@@ -125,8 +127,12 @@ def _run(args: argparse.Namespace) -> int:
         limits=limits or None,
         on_output=None if args.json else echo,
     )
+    written = _write_out_files(sandbox, result, args.out)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        data = result.to_dict()
+        for entry in data["files"]:
+            entry["written"] = written.get(entry["id"])
+        print(json.dumps(data, indent=2))
     elif result.stop:
         print(f"mainsdk: stopped: {result.stop} ({result.stop_code})", file=sys.stderr)
     elif result.signal:
@@ -134,6 +140,30 @@ def _run(args: argparse.Namespace) -> int:
     if result.stop:
         return STOP_EXIT[result.stop]
     return result.exit_code if result.exit_code is not None else 1
+
+
+def _write_out_files(sandbox: Sandbox, result: RunResult, directory: str | None) -> dict[str, str]:
+    """Write the run's out files under ``directory`` (if given) and say so on stderr; their paths by file id."""
+    written: dict[str, str] = {}
+    for name in result.files_dropped:
+        print(
+            f"mainsdk: out file not kept: {name} (past limits.files, not a regular file, or no room)", file=sys.stderr
+        )
+    if directory is None:
+        if result.files:
+            print(f"mainsdk: {len(result.files)} out files; pass --out DIR to write them", file=sys.stderr)
+        return written
+    for ref in result.files:
+        try:
+            path = write_under(directory, ref.name, sandbox.files.read(ref))
+        except UnsafeName as exc:
+            print(f"mainsdk: out file not written: {ref.name!r}: {exc}", file=sys.stderr)
+            continue
+        except OSError as exc:
+            raise UsageError(f"--out {directory}: cannot write {ref.name}: {exc.strerror}") from None
+        written[ref.id] = str(path)
+        print(f"mainsdk: wrote {path} ({ref.size} bytes)", file=sys.stderr)
+    return written
 
 
 def _mcp(args: argparse.Namespace) -> int:

@@ -137,6 +137,10 @@ class BlockingAction(CodeRunAction):
         """Run the input; see ``CodeRunAction.arun``."""
         return _LOOP.call(self.arun(input, agent=agent))
 
+    def read(self, file_id: str) -> bytes:
+        """The bytes of an out file a run of this action returned; see ``CodeRunAction.aread``."""
+        return _LOOP.call(self.aread(file_id))
+
 
 async def _awaited(opener: SessionOpener) -> AsyncSession:
     return await opener

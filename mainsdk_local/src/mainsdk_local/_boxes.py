@@ -349,8 +349,14 @@ class OutCollector:
                 return
             cost = len(json.dumps(rel, ensure_ascii=False).encode()) + 16
             budget = self.max_bytes - self.total
-            if len(self.files) >= MAX_OUT_FILES or self.name_bytes + cost > MAX_OUT_NAME_BYTES or st.st_size > budget:
+            if len(self.files) >= MAX_OUT_FILES or self.name_bytes + cost > MAX_OUT_NAME_BYTES:
                 self.truncated = self.full = True  # one more regular file than may be returned
+                return
+            if st.st_size > budget:
+                # Too large for what is left of limits.files: named, and the walk goes on, so the smaller
+                # files after it still come back (a 60 MB file must not take a 2-byte one down with it).
+                self.truncated = True
+                self._skip(rel, "larger than what is left of limits.files")
                 return
             chunks: list[bytes] = []
             size = 0
@@ -362,7 +368,8 @@ class OutCollector:
                 size += len(chunk)
                 yield
             if size > budget:  # it grew after our fstat
-                self.truncated = self.full = True
+                self.truncated = True
+                self._skip(rel, "larger than what is left of limits.files")
                 return
         finally:
             os.close(fd)
