@@ -100,6 +100,7 @@ class OutputCollector:
         self._logged = 0
         self._not_logged = 0
         self._quiet_timer: asyncio.TimerHandle | None = None
+        self._listener_error: Exception | None = None
 
     def stdout(self, data: bytes) -> None:
         """Take a chunk of standard output."""
@@ -155,8 +156,11 @@ class OutputCollector:
 
     def _on_quiet(self) -> None:
         self._quiet_timer = None
-        for stream, redactor in self._redactors.items():
-            self._release(stream, redactor.quiet())
+        try:
+            for stream, redactor in self._redactors.items():
+                self._release(stream, redactor.quiet())
+        except Exception as exc:  # the listener's: raised from finish, as if it came during a feed
+            self._listener_error = exc
 
     def _release(self, stream: str, data: bytes) -> None:
         if data:
@@ -174,6 +178,9 @@ class OutputCollector:
         if self._quiet_timer is not None:
             self._quiet_timer.cancel()
             self._quiet_timer = None
+        if self._listener_error is not None:
+            error, self._listener_error = self._listener_error, None
+            raise error
         if self._not_logged:
             log.warning("%s: and %d more hosts refused (%s)", HOST_NOT_ALLOWED, self._not_logged, self._label)
             self._not_logged = 0
