@@ -159,7 +159,7 @@ class OutputCollector:
         try:
             for stream, redactor in self._redactors.items():
                 self._release(stream, redactor.quiet())
-        except Exception as exc:  # the listener's: raised from finish, as if it came during a feed
+        except Exception as exc:  # noqa: BLE001 - the listener's own: raised from finish, as from a feed
             self._listener_error = exc
 
     def _release(self, stream: str, data: bytes) -> None:

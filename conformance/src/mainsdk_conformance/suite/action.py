@@ -21,15 +21,17 @@ class TestAction:
             {"code": "print(open('in.txt').read())\nopen('../out/r.txt', 'w').write('1')", "files": {"in.txt": "hi"}}
         )
         cost = Decimal(out.pop("cost"))
+        [file] = out.pop("files")
         assert out == {
             "stdout": "hi\n",
             "stderr": "",
             "exit_code": 0,
             "signal": None,
             "stop": None,
-            "files": ["r.txt"],
             "files_dropped": [],
         }
+        assert (file["name"], file["size"], file["mime"]) == ("r.txt", 1, "text/plain")
+        assert action.read(file["id"]) == b"1"
         assert cost >= 0
         [event] = built.events
         assert (event.kind, event.feature) == ("run", "code.run")
