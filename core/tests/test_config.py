@@ -539,6 +539,9 @@ def test_a_file_over_the_size_bound_is_refused_before_it_is_parsed() -> None:
         ("sandbox: !!python/object/apply:os.system [echo pwned]\n", "sandbox", 1),
         ("sandbox:\n  driver: !!binary aGVsbG8=\n", "sandbox.driver", 2),
         ("sandbox: !!set {driver, local}\n", "sandbox", 1),
+        ('sandbox:\n  network: !!python/object/apply:os.system ["true"]\n', "sandbox.network", 2),
+        ("sandbox:\n  limits: !!omap [timeout: 5s]\n", "sandbox.limits", 2),
+        ("%TAG ! tag:example.com,2000:\n---\nsandbox: !foo {}\n", "sandbox", 3),
         ("sandbox:\n  driver: !!timestamp 2001-12-14\n", "sandbox.driver", 2),
         ("sandbox:\n  secrets: [!custom X]\n", "sandbox.secrets[0]", 2),
         ("sandbox:\n  1: local\n", "sandbox.1", 2),
@@ -698,3 +701,10 @@ def load_problems(text: str) -> tuple[ConfigProblem, ...]:
     with pytest.raises(ConfigError) as caught:
         load_config_text(text)
     return caught.value.problems
+
+
+def test_core_schema_tags_are_read() -> None:
+    config = load_config_text(
+        "sandbox:\n  driver: !!str e2b\n  limits: !!map {timeout: !!int 5}\n  network: !!seq []\n"
+    )
+    assert (config.sandbox.driver, config.sandbox.limits.timeout, config.sandbox.network) == ("e2b", 5.0, ())

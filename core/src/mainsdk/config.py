@@ -25,7 +25,7 @@ from cattrs.errors import (
 )
 from cattrs.gen import make_dict_structure_fn, override
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import (
     AliasEvent,
@@ -68,6 +68,8 @@ __all__ = [
     "SandboxConfig",
     "VercelConfig",
     "config_from_yaml",
+    "item_position",
+    "key_position",
     "load_config",
     "load_config_text",
     "parse_app_config",
@@ -506,6 +508,10 @@ MAX_CONFIG_NODES = 5_000  # scalars and collections, counting each alias as the 
 MAX_CONFIG_DEPTH = 32
 _MAX_OPENERS_PER_LINE = 256
 _MAX_NUMBER_CHARS = 100  # a longer number is a typo; int() refuses past 4300 digits with a raw ValueError
+_CORE_TAG = "tag:yaml.org,2002:"
+# The only explicit tags read: the core schema's. Others (!!python/..., !!binary, !!set, !!timestamp, !custom)
+# mean nothing to the sandbox, and one ignored silently would make a value other than what was written.
+_ALLOWED_TAGS = frozenset(_CORE_TAG + name for name in ("str", "int", "float", "bool", "null", "seq", "map"))
 _NUMBER_LIKE = re.compile(r"[-+]?\.?[0-9][0-9a-fA-F_:.eExXoO+-]*")
 
 
@@ -539,7 +545,8 @@ def _check_yaml_shape(text: str, source: str | os.PathLike[str] | None) -> None:
     repeating the last ten times) is refused at the alias that passes the
     bound, after reading a few hundred bytes, instead of being built in memory.
     Also refuses an alias to a collection that is still open (it would
-    repeat itself forever) and numbers too long to be a value.
+    repeat itself forever), numbers too long to be a value, and tags other
+    than the core schema's (``!!python/...``, ``!!binary``, ``!custom``).
     """
     frames: list[_Frame] = []
     anchors: dict[str, tuple[int, int]] = {}  # anchor -> (nodes it holds, depth)
@@ -587,6 +594,14 @@ def _check_yaml_shape(text: str, source: str | os.PathLike[str] | None) -> None:
         frame.slot += 1
 
     for event in YAML(typ="rt").parse(text):
+        tag = getattr(event, "tag", None)
+        if tag is not None and tag not in _ALLOWED_TAGS:
+            shown = "!!" + tag.removeprefix(_CORE_TAG) if tag.startswith(_CORE_TAG) else tag
+            raise refuse(
+                f"the tag {shown[:80]} means nothing in a main.yaml: remove it "
+                "(the tags read are !!str, !!int, !!float, !!bool, !!null, !!seq and !!map)",
+                event,
+            )
         if isinstance(event, ScalarEvent):
             value = event.value or ""
             plain_or_tagged = event.style is None or event.tag is not None
@@ -656,7 +671,7 @@ def _node_position(node: CommentedMap | CommentedSeq) -> tuple[int, int]:
     return node.lc.line or 0, node.lc.col or 0
 
 
-def _key_position(node: CommentedMap, key: object) -> tuple[int, int]:
+def key_position(node: CommentedMap, key: object) -> tuple[int, int]:
     """The 0-based (line, column) where ``key`` is written: in ``node``, or in the mapping a ``<<:`` merged in."""
     data = node.lc.data or {}  # None for a mapping built from a tag such as !!omap
     if key in data:
@@ -664,11 +679,12 @@ def _key_position(node: CommentedMap, key: object) -> tuple[int, int]:
         return line, column
     for merged in node.merge:  # the mappings ``<<:`` merged in, as ruamel resolved them
         if isinstance(merged, CommentedMap) and key in merged:
-            return _key_position(merged, key)
+            return key_position(merged, key)
     return _node_position(node)
 
 
-def _item_position(node: CommentedSeq, index: int) -> tuple[int, int]:
+def item_position(node: CommentedSeq, index: int) -> tuple[int, int]:
+    """The 0-based (line, column) of item ``index``; the sequence's own for one built from a tag."""
     data = node.lc.data or {}
     if index in data:
         line, column = data[index][:2]
@@ -684,17 +700,19 @@ def _plain(node: object, path: KeyPath, lines: dict[KeyPath, tuple[int, int]]) -
     if isinstance(node, CommentedMap):
         mapping = {}
         for key, value in node.items():
-            line, column = _key_position(node, key)
+            line, column = key_position(node, key)
             lines[(*path, str(key))] = (line + 1, column + 1)
             mapping[key] = _plain(value, (*path, str(key)), lines)
         return mapping
     if isinstance(node, CommentedSeq):
         items = []
         for index, value in enumerate(node):
-            line, column = _item_position(node, index)
+            line, column = item_position(node, index)
             lines[(*path, index)] = (line + 1, column + 1)
             items.append(_plain(value, (*path, index), lines))
         return items
+    if isinstance(node, TaggedScalar):  # ruamel keeps an explicit !!str as a tagged scalar; the text is the value
+        return str(node.value)
     if isinstance(node, (bool, ScalarBoolean)):
         return bool(node)
     for kind in (int, float, str):  # ScalarInt, ScalarFloat, the ScalarString kinds

@@ -321,3 +321,12 @@ def test_a_value_the_terminal_cannot_show_is_escaped_not_a_crash(project: Path) 
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert '"\\ud800\\x1b[2J" is not a driver id' in done.stdout and "\x1b" not in done.stdout
+
+
+def test_a_driver_set_through_a_merge_key_is_placed_and_judged_for_production(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(project / "main.yaml", "base: &base\n  driver: local\nsandbox:\n  <<: *base\n  network: [pypi.org]\n")
+    assert main(["--env", "prod"]) == 1
+    out = capsys.readouterr().out
+    assert "main.yaml:2:3: MAIN-SANDBOX-0011 sandbox.driver is local" in out  # where the merged mapping writes it

@@ -28,6 +28,8 @@ from mainsdk.config import (
     AppConfig,
     SandboxConfig,
     config_from_yaml,
+    item_position,
+    key_position,
     read_config_file,
     read_yaml,
 )
@@ -113,7 +115,7 @@ def _mapping(node: Any, key: str) -> Any:
 
 
 def _key_position(node: CommentedMap, key: str) -> tuple[int, int]:
-    line, column = node.lc.key(key)
+    line, column = key_position(node, key)  # also a key a <<: merge brought in
     return line + 1, column + 1
 
 
@@ -162,7 +164,7 @@ def _network_findings(document: _Document, display: Display) -> list[Finding]:
             continue  # the loader reports it as an invalid option; it is not also a missing host
         if host_covered(host, allow):
             continue
-        line, column = hosts.lc.item(index)
+        line, column = item_position(hosts, index)
         allowed = ", ".join(allow) if allow else "nothing"
         findings.append(
             Finding(
