@@ -113,7 +113,9 @@ def test_record_mode_writes_a_scrubbed_cassette_that_replays_identically(provide
     text = path.read_text()
     assert API_KEY not in text and ACCESS_TOKEN not in text and find_credentials(json.loads(text)) == []
     cassette = load(path)
-    assert (cassette.meta["provider"], cassette.meta["made"], cassette.meta["api"]) == ("standin", "recorded", "v2")
+    # The provider is a stand-in on loopback, so what it answered is authored, and says so.
+    assert (cassette.meta["provider"], cassette.meta["made"], cassette.meta["api"]) == ("standin", "authored", "v2")
+    assert cassette.meta["how"] == f"recorded against a stand-in on this machine ({provider.url})"
     create, start, kill, read, write, delete = cassette.interactions
     assert create["request"]["headers"]["X-API-KEY"] == SCRUBBED
     assert create["response"]["body"] == {
@@ -203,3 +205,20 @@ def test_labels_of_a_cassette_derived_from_a_recording_are_its_own() -> None:
     mark_edited(recorded, "stdout: what the policy gives")
     mark_edited(recorded, "stdout: what the policy gives")
     assert recorded["edited"] == ["stdout: what the policy gives"] and recorded["made"] == "recorded"
+
+
+def test_a_provider_elsewhere_is_recorded_and_one_on_this_machine_is_a_stand_in(tmp_path: Path) -> None:
+    def made(url: str) -> tuple[str, str | None]:
+        profile = Profile(name="p", upstreams={"api": url}, api="v1")
+        meta = ReplayServer.recorder(profile, tmp_path / "c.json").cassette.meta
+        return meta["made"], meta.get("how")
+
+    assert made("https://api.vercel.com") == ("recorded", None)
+    for url in (
+        "http://127.0.0.1:9",
+        "http://localhost:80",
+        "http://[::1]:9",
+        "http://127.3.4.5",
+        "http://a.localhost",
+    ):
+        assert made(url)[0] == "authored", url

@@ -4,7 +4,8 @@ The real command line (in a subprocess), the real driver and the real
 recorder forward to ``conformance/simulator.py``, which stands for Vercel's
 API; then the written cassettes are replayed. What must hold:
 
-- a plain run is recorded and labelled ``made: recorded``, with no token in it;
+- a plain run is recorded with no token in it, and labelled truthfully: a stand-in on this machine is not
+  the provider, so ``made: authored``;
 - authored fault cassettes and hand-edited cassettes are never overwritten
   (a live run cannot reproduce them), byte for byte;
 - a test that does not pass, or is skipped, writes nothing;
@@ -120,9 +121,11 @@ def test_record_keeps_what_a_live_run_cannot_make_labels_the_rest_and_replays(su
     # A skipped (live-only) test wrote nothing.
     assert not (suite / "cassettes" / LIVE_ONLY).exists()
 
-    # The plain run: recorded now, labelled so, without the token, and with the stand-in's answers.
+    # The plain run: recorded now, without the token, with the stand-in's answers, and labelled as what it is:
+    # a stand-in on this machine is not Vercel, so it is authored, never "recorded".
     data = json.loads((suite / "cassettes" / RECORDED).read_text())
-    assert data["meta"]["made"] == "recorded" and "edited" not in data["meta"]
+    assert data["meta"]["made"] == "authored" and "edited" not in data["meta"]
+    assert data["meta"]["how"] == f"recorded against a stand-in on this machine ({standin.url})"
     text = json.dumps(data)
     assert standin.token not in text
     paths = [i["request"]["path"] for i in data["interactions"]]

@@ -212,9 +212,15 @@ def _conformance_origin_certificate(tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture
 def conformance_tls_origin_port(conformance: Conformance, request: pytest.FixtureRequest) -> Iterator[int]:
-    """The port of the same origin over TLS (https), on 127.0.0.1 of this machine; a fixed one when replayed."""
-    if conformance.replayed:
-        yield REPLAYED_TLS_ORIGIN_PORT
+    """The port of the same origin over TLS (https), on 127.0.0.1 of this machine.
+
+    Replayed, the port the recording served on (``meta.tls_origin_port``; 8443
+    for authored cassettes that name none); while recording, a real one, noted.
+    """
+    recording = _recording(request.config)
+    if conformance.replayed and not recording:
+        meta = conformance.replay.cassette.meta if conformance.replay is not None else {}
+        yield int(meta.get("tls_origin_port") or REPLAYED_TLS_ORIGIN_PORT)
         return
     cert, key = request.getfixturevalue("_conformance_origin_certificate")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
@@ -223,6 +229,8 @@ def conformance_tls_origin_port(conformance: Conformance, request: pytest.Fixtur
     server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    if recording and conformance.replay is not None:
+        conformance.replay.cassette.meta["tls_origin_port"] = int(server.server_address[1])
     try:
         yield server.server_address[1]
     finally:

@@ -20,12 +20,14 @@ import copy
 import datetime
 import difflib
 import http.server
+import ipaddress
 import json
 import re
 import socket
 import struct
 import threading
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -182,6 +184,11 @@ class ReplayServer:
         }
         if sdk:
             meta["sdk"] = sdk
+        standins = sorted({url for url in merged.values() if _is_loopback(url)})
+        if standins:
+            # A provider on this machine is a stand-in, never the real service: what it answered is authored.
+            meta["made"] = "authored"
+            meta["how"] = f"recorded against a stand-in on this machine ({', '.join(standins)})"
         server = cls(profile, path, cassette=Cassette(meta, [], path), upstreams=merged, secrets=secrets)
         return server
 
@@ -580,6 +587,17 @@ def _send_head(
     elif length is not None:
         handler.send_header("Content-Length", str(length))
     handler.end_headers()
+
+
+def _is_loopback(url: str) -> bool:
+    """Whether ``url`` names this machine (a stand-in), by name or by a loopback address."""
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _reset(handler: http.server.BaseHTTPRequestHandler) -> None:
