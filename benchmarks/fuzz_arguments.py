@@ -157,7 +157,7 @@ BAD_LIMITS: list[Any] = [
 ]
 BAD_MAX_COST: list[Any] = ["abc", -1, float("nan"), True, [1], 10**400, "$-1", "\0"]
 BAD_FEATURE: list[Any] = [5, b"x", "a\nb", "x" * 1000, "\udc80", "a\0", ["x"]]
-BAD_ON_OUTPUT: list[Any] = [1, "print", [print], b"x"]
+BAD_ON_OUTPUT: list[Any] = [1, "print", [print], b"x", lambda data: None, lambda: None]
 BAD_IDLE: list[Any] = ["abc", -1, float("nan"), True, "999999h", [1], 10**400, None]
 BAD_PROGRAM: list[Any] = [None, "", 5, "a\0", "perl", b"python3", ["python3"], "\udc80"]
 BAD_ARGS: list[Any] = [None, "x", [1], ["\0"], [b"x"], ["x" * 200_000], 5, ["\udc80"], [None]]

@@ -56,6 +56,7 @@ WRONG: list[tuple[str, Callable[[], object], str, str]] = [
     ("limits huge int", lambda: arguments.limits({"timeout": 10**400}), "limits.timeout", "too large"),
     ("limits list value", lambda: arguments.limits({"timeout": [1]}), "limits.timeout", "limit value"),
     ("on_output int", lambda: arguments.listener(1), "on_output", "int"),
+    ("on_output one argument", lambda: arguments.listener(lambda data: None), "on_output", "(stream, data)"),
     ("code bytes", lambda: arguments.code(b"print(1)"), "code", "bytes"),
     ("code NUL", lambda: arguments.code("print(1)\0"), "code", "NUL"),
     ("code surrogate", lambda: arguments.code("print('\udc80')"), "code", "surrogate"),

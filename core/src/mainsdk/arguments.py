@@ -16,6 +16,7 @@ caller's behalf is not this library's to decide (pass ``path.read_bytes()``).
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import posixpath
@@ -226,8 +227,16 @@ def limit_value(value: object, argument: str) -> Any:
 
 def listener(value: object, argument: str = "on_output") -> Callable[[str, bytes], None] | None:
     """None, or a callable taking (stream, chunk)."""
-    if value is not None and not callable(value):
+    if value is None:
+        return None
+    if not callable(value):
         raise invalid(argument, f"must be a function taking (stream, data), not {type_name(value)}")
+    try:
+        inspect.signature(value).bind("stdout", b"")
+    except TypeError:
+        raise invalid(argument, f"{getattr(value, '__name__', type_name(value))} cannot take (stream, data)") from None
+    except ValueError:
+        pass  # a builtin without a signature: it will be called and answer for itself
     return value
 
 

@@ -61,6 +61,12 @@ def mainsdk_driver_exec(box: Box, command: Command, output: OutputSink) -> Await
     task is cancelled, the driver kills the command's whole process tree before
     re-raising: core cancels to enforce the output limit and its own deadline.
     A command must never be sent twice.
+
+    Core judges every error escaping this hook as raised after the command may
+    have been sent (``SandboxError.ran=None``, not retryable). Steps before the
+    send (creating a backend box, uploading stdin) go through
+    ``mainsdk.errors.before_command``, which says nothing ran, so an outage there
+    stays retryable.
     """
     raise NotImplementedError
 

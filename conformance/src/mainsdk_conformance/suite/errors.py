@@ -21,6 +21,7 @@ class TestErrors:
         built = conformance.build()
         error = refused(built, lambda: built.sandbox.run("print(1)", "cobol"), INVALID_OPTION)
         assert error.status == 400 and not error.retryable and "cobol" in error.message
+        assert error.ran is False  # a refusal ran nothing
 
     def test_empty_code_is_refused(self, conformance: Conformance) -> None:
         built = conformance.build()
@@ -44,6 +45,7 @@ class TestErrors:
         with pytest.raises(SandboxError) as caught:
             built.sandbox.run("print(1)")
         assert (caught.value.code, caught.value.status, caught.value.retryable) == (DRIVER_UNAVAILABLE, 503, True)
+        assert caught.value.ran is False  # the backend never started a box: a retry cannot run the code twice
         assert [(e.kind, e.error) for e in built.events] == [("run", DRIVER_UNAVAILABLE)]
 
     def test_production(self, conformance: Conformance, conformance_capabilities: Capabilities) -> None:
