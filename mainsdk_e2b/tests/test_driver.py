@@ -15,7 +15,7 @@ import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.driver import Command
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION
+from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION
 from mainsdk.plugins import load_driver
 from mainsdk_conformance.profiles import E2B
 from mainsdk_conformance.replay import ReplayServer
@@ -275,3 +275,52 @@ def _read(path: Path) -> str:
 def _session_of(stat: Path) -> int:
     text = _read(stat)
     return int(text.rsplit(") ", 1)[1].split()[3]) if ") " in text else -1
+
+
+def across_workers(key: str, api_url: str, sandbox_url: str) -> tuple[str, str, str]:
+    """One worker opens a session and writes a file; another takes it up by id; a third, of another tenant, cannot.
+
+    Each worker is its own ``Sandbox`` (its own session registry), as each
+    process of a web app would be. Returns the second worker's output, the
+    third's error code, and the opener's output after the second worker ran.
+    """
+    config = load_config_text("sandbox: {driver: e2b, limits: {timeout: 10s}}\n")
+    tenant = {"id": "tenant-a"}
+
+    def worker() -> Sandbox:
+        driver = e2b_sandbox_driver(api_key=key, api_url=api_url, sandbox_url=sandbox_url)
+        return Sandbox(SandboxDeps(config=config, driver=driver, tenancy=lambda: tenant["id"]))
+
+    opener, other, foreign = worker(), worker(), worker()
+    read = ["-c", "print(open('a.txt').read())"]
+    try:
+        with opener.create(feature="notebook") as session:
+            session.write("a.txt", "from the opener")
+            taken = other.get(session.id)
+            seen = taken.run("python3", read).stdout
+            taken.write("b.txt", "from the other worker")
+            tenant["id"] = "tenant-b"
+            with pytest.raises(SandboxError) as caught:
+                foreign.get(session.id)
+            tenant["id"] = "tenant-a"
+            back = session.run("python3", ["-c", "print(open('b.txt').read())"]).stdout
+    finally:
+        for sandbox in (opener, other, foreign):
+            sandbox.close()
+    return seen, caught.value.code, back
+
+
+def test_a_session_is_reachable_from_another_worker_of_its_tenant_only() -> None:
+    path = HERE / "cassettes" / "test_a_session_is_reachable_from_another_worker_of_its_tenant_only.json"
+    server = ReplayServer.replayer(E2B, path)
+    server.start()
+    try:
+        seen, refused_code, back = across_workers(KEY, server.url("api"), server.url("sandbox"))
+    finally:
+        server.stop()
+    assert server.problems(final=True) == []
+    assert seen == "from the opener\n"  # the other worker ran in the opener's box
+    assert refused_code == NO_SESSION  # another tenant: the same 0008 as an unknown id
+    assert back == "from the other worker\n"
+    lists = [r for r in server.received if r.method == "GET" and r.path == "/v2/sandboxes"]
+    assert len(lists) == 2  # one per worker that did not open it; the opener never looks

@@ -195,6 +195,8 @@ class E2BDriver:
         """Create the sandbox with the egress policy and upload the work files in one request."""
         lifetime = math.ceil((spec.idle or 0) + spec.limits.timeout) + SANDBOX_MARGIN
         policy = spec.network_policy if spec.network_policy is not None else e2b_network_policy(spec.hosts)
+        # The box's id (core's run or session id) and its tenant: how a failed create's orphans and a session
+        # another worker opened are found again (GET /v2/sandboxes?metadata=, spec/openapi.yml).
         metadata = {META_BOX: spec.id, META_TENANT: spec.tenant}
         opts = self._opts()
         try:
@@ -324,6 +326,33 @@ class E2BDriver:
         except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
             raise self._unavailable("read the out folder", exc) from None
         return extract_out_archive(bytes(data[:cap]), max_bytes, cut=len(data) > cap)
+
+    @hookimpl
+    async def mainsdk_driver_reconnect(self, spec: BoxSpec) -> E2BBox | None:
+        """Take up session ``spec.id`` another worker opened: found by its id and tenant in the metadata, connected.
+
+        Another tenant's session, a killed one and an unknown id are all None
+        (core answers MAIN-SANDBOX-0008). Two requests: a list, a connect.
+        """
+        wanted = {META_BOX: spec.id, META_TENANT: spec.tenant}
+        opts = self._opts()
+        try:
+            found = await AsyncSandbox.list(query=SandboxQuery(metadata=wanted), **opts).next_items()
+        except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
+            raise self._unavailable("look for the session", exc) from None
+        # The filter is E2B's (exact per key); the tenant is checked here again, whatever the filter did.
+        mine = [info for info in found if (info.metadata or {}).get(META_TENANT) == spec.tenant]
+        if not mine:
+            return None
+        try:
+            sandbox = await AsyncSandbox.connect(mine[0].sandbox_id, **opts)
+        except NotFoundException:
+            return None  # killed between the list and the connect
+        except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
+            raise self._unavailable("reconnect to the session", exc) from None
+        # Its end is not known here (this clock is not the opener's): the first command pushes it back.
+        lifetime = math.ceil((spec.idle or 0) + spec.limits.timeout) + SANDBOX_MARGIN
+        return E2BBox(spec.id, sandbox, mine[0].sandbox_id, time.monotonic(), lifetime)
 
     @hookimpl
     async def mainsdk_driver_stop(self, box: E2BBox) -> None:

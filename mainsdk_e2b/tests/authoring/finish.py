@@ -287,6 +287,32 @@ def orphans() -> None:
     save(path.name, data, DRIVER_CASSETTES)
 
 
+def across_workers() -> None:
+    """Record a session one worker opens and another takes up (``sandbox.get``), against the stand-in.
+
+    The scenario is ``test_driver.across_workers``, the very code its test replays.
+    """
+    import fake_e2b
+
+    sys.path.insert(0, str(HERE.parent))
+    from test_driver import across_workers as scenario
+
+    fake_e2b.STATE.creates_to_fail = 0
+    api, sandbox = fake_e2b.serve()
+    path = DRIVER_CASSETTES / "test_a_session_is_reachable_from_another_worker_of_its_tenant_only.json"
+    server = ReplayServer.recorder(E2B, path, upstreams={"api": api, "sandbox": sandbox}, secrets=[AUTHORED_KEY])
+    server.start()
+    try:
+        print("across workers:", scenario(AUTHORED_KEY, server.url("api"), server.url("sandbox")))
+    finally:
+        server.stop()
+    server.save()
+    data = json.loads(path.read_text())
+    how = "the real e2b SDK's requests, recorded against fake_e2b.py: two workers, two tenants, one session"
+    data["meta"] = authored_meta(data["meta"], test=path.stem, how=how)
+    save(path.name, data, DRIVER_CASSETTES)
+
+
 if __name__ == "__main__":
     import logging
 
@@ -297,3 +323,4 @@ if __name__ == "__main__":
     faults()
     the_401()
     orphans()
+    across_workers()
