@@ -22,6 +22,7 @@ from mainsdk.files import FileRef
 
 if TYPE_CHECKING:
     from mainsdk.engine import AsyncSandbox, RunResult
+    from mainsdk.limits import Listener
 
 Risk = Literal["read", "write", "destructive"]
 APPROVAL_DENIED = "MAIN-ACCESS-0001"
@@ -90,6 +91,11 @@ class CodeRunAction:
                     "additionalProperties": {"type": "string"},
                     "description": "Files to put in the working folder, by relative path.",
                 },
+                "timeout": {
+                    "type": ["number", "string"],
+                    "description": "A time limit for this run, in seconds or like '5s'; it can only lower the "
+                    "configured limit.",
+                },
             },
             "required": ["code"],
             "additionalProperties": False,
@@ -122,10 +128,10 @@ class CodeRunAction:
         """The input's code, language and files, or MAIN-SANDBOX-0001 saying what is wrong."""
         if not isinstance(input, Mapping):
             raise SandboxError(errors.INVALID_OPTION, f"{self.name}: input must be an object with code and language")
-        extra = {str(key) for key in input} - {"code", "language", "files"}
+        extra = {str(key) for key in input} - {"code", "language", "files", "timeout"}
         if extra:
             raise SandboxError(
-                errors.INVALID_OPTION, f"{self.name}: unknown input {sorted(extra)}; use code, language, files"
+                errors.INVALID_OPTION, f"{self.name}: unknown input {sorted(extra)}; use code, language, files, timeout"
             )
         code = input.get("code")
         if not isinstance(code, str) or not code.strip():
@@ -143,10 +149,25 @@ class CodeRunAction:
             raise SandboxError(errors.INVALID_OPTION, f"{self.name}: files must map relative paths to text")
         return code, str(language), dict(files)
 
-    async def arun(self, input: Mapping[str, Any], *, agent: str | None = None) -> dict[str, Any]:
-        """Run the input in the sandbox; return a JSON-able result (stdout, stderr, exit code, signal, stop, files)."""
+    def input_limits(self, input: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The run's limits from the input: its ``timeout``, which may only lower the configured one."""
+        timeout = input.get("timeout")
+        if timeout is None:
+            return None
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float, str)):
+            raise SandboxError(errors.INVALID_OPTION, f"{self.name}: timeout must be seconds or a duration like '5s'")
+        return {"timeout": f"{timeout}s" if isinstance(timeout, (int, float)) else timeout}
+
+    async def arun(
+        self, input: Mapping[str, Any], *, agent: str | None = None, on_output: Listener | None = None
+    ) -> dict[str, Any]:
+        """Run the input in the sandbox; return a JSON-able result (stdout, stderr, exit code, signal, stop, files).
+
+        ``on_output`` sees the redacted output as it arrives, as in ``sandbox.run``.
+        """
         code, language, files = self.check_input(input)
         agent = arguments.optional_text(agent, "agent")
+        limits = self.input_limits(input)
         deps = self._sandbox.deps
         access: AccessRule | None = deps.access
         if access is not None and not access.approve(self.name, self.risk, input, agent):
@@ -158,7 +179,9 @@ class CodeRunAction:
         ceiling = self._sandbox.config.sandbox.limits.max_cost
         if max_cost is not None and ceiling is not None:
             max_cost = min(max_cost, ceiling)  # the budget may be larger than one run is allowed to cost
-        result = await self._sandbox.run(code, language, files=files, feature=self.feature, max_cost=max_cost)
+        result = await self._sandbox.run(
+            code, language, files=files, feature=self.feature, max_cost=max_cost, limits=limits, on_output=on_output
+        )
         if budget is not None:
             budget.charge(agent, result.cost)
         return action_result(result)

@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
         "--language", action="append", choices=["python", "node", "bash"], help="allowed languages (default: python)"
     )
     mcp.add_argument("--config", help="the main.yaml to use (default: MAINSDK_CONFIG, else ./main.yaml)")
+    mcp.add_argument(
+        "--session", action="store_true", help="keep one sandbox session for the client: files stay between calls"
+    )
 
     check = commands.add_parser("check", help="find unsafe code and config", add_help=False)
     check.add_argument("args", nargs=argparse.REMAINDER)
@@ -173,7 +176,7 @@ def _mcp(args: argparse.Namespace) -> int:
         raise UsageError(f"the MCP server needs the mcp package: pip install 'mainsdk[mcp]' ({exc})") from None
     sandbox = Sandbox(SandboxDeps(config=load_config(args.config)))
     action = sandbox.action(name=args.name, intent=args.intent, languages=languages_option(args.language))
-    serve_stdio(action)
+    serve_stdio(action, session=args.session)
     return 0
 
 

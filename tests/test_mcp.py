@@ -1,0 +1,151 @@
+"""``mainsdk sandbox mcp`` as its users expect (issue 15), through the ``mcp`` package's real stdio client.
+
+Progress while a run goes on, output as log messages when asked, out files as
+content clients render (a PNG as an image), a timeout that can only lower the
+limit, tool annotations and an output schema, and a session kept across calls.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import sys
+import warnings
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+CONFIG = """
+sandbox:
+  driver: local
+  limits: { timeout: 10s }
+permissions:
+  processes: [python3, bash]
+"""
+
+# A valid 1x1 PNG made in the box with the standard library only.
+PNG_CODE = """
+import struct, zlib
+def chunk(kind, data):
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data) & 0xffffffff)
+png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 1, 1, 8, 2, 0, 0, 0))
+png += chunk(b'IDAT', zlib.compress(b'\\x00\\xff\\x00\\x00')) + chunk(b'IEND', b'')
+open('../out/plot.png', 'wb').write(png)
+open('../out/table.csv', 'w').write('a,b\\n1,2\\n')
+print('drawn')
+"""
+
+
+@asynccontextmanager
+async def mcp_client(*extra: str, logs: list[Any] | None = None) -> AsyncIterator[ClientSession]:
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mainsdk.cli", "sandbox", "mcp", "--language", "python", *extra],
+        cwd=str(Path.cwd()),
+    )
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        if logs is not None:
+            logs.append(params)
+
+    async with stdio_client(server) as (read, write), ClientSession(read, write, logging_callback=on_log) as session:
+        await session.initialize()
+        yield session
+
+
+async def test_the_tool_says_what_it_is(app_dir: Callable[[str], Path]) -> None:
+    app_dir(CONFIG)
+    async with mcp_client() as session:
+        [tool] = (await session.list_tools()).tools
+    assert tool.annotations is not None
+    assert (tool.annotations.read_only_hint, tool.annotations.open_world_hint) == (False, False)  # no hosts
+    assert tool.output_schema is not None and "files" in tool.output_schema["properties"]
+    assert "timeout" in tool.input_schema["properties"]
+
+
+async def test_open_world_only_when_hosts_are_configured(app_dir: Callable[[str], Path]) -> None:
+    app_dir(CONFIG.replace("  limits:", "  network: [api.example.com]\n  limits:"))
+    async with mcp_client() as session:
+        [tool] = (await session.list_tools()).tools
+    assert tool.annotations is not None and tool.annotations.open_world_hint is True
+
+
+async def test_a_png_comes_back_as_image_content(app_dir: Callable[[str], Path]) -> None:
+    app_dir(CONFIG)
+    async with mcp_client() as session:
+        ran = await session.call_tool("code_run", {"code": PNG_CODE})
+    assert not ran.is_error, ran.content
+    assert ran.structured_content is not None
+    files = {f["name"]: f for f in ran.structured_content["files"]}
+    assert files["plot.png"]["mime"] == "image/png"
+    [image] = [c for c in ran.content if isinstance(c, types.ImageContent)]
+    assert image.mime_type == "image/png"
+    data = base64.b64decode(image.data)
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and hashlib.sha256(data).hexdigest() == files["plot.png"]["sha256"]
+    [resource] = [c for c in ran.content if isinstance(c, types.EmbeddedResource)]
+    assert isinstance(resource.resource, types.TextResourceContents)
+    assert (resource.resource.text, resource.resource.mime_type) == ("a,b\n1,2\n", "text/csv")
+
+
+async def test_a_long_run_sends_progress_and_its_output_as_logs(app_dir: Callable[[str], Path]) -> None:
+    app_dir(CONFIG)
+    seen: list[tuple[float, str | None]] = []
+    logs: list[Any] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, message))
+
+    code = "import time\nfor i in range(3):\n    print('tick', i, flush=True); time.sleep(1)\n"
+    async with mcp_client(logs=logs) as session:
+        # Clients on the handshake protocol versions (this one) ask with logging/setLevel; newer ones per request.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # deprecated from 2026-07-28, current before it
+            await session.set_logging_level("info")
+        ran = await session.call_tool(
+            "code_run",
+            {"code": code},
+            progress_callback=on_progress,
+        )
+    assert not ran.is_error and ran.structured_content is not None
+    assert ran.structured_content["stdout"] == "tick 0\ntick 1\ntick 2\n"
+    assert len(seen) >= 2 and seen[-1][0] >= 1.0  # seconds of running, reported while it ran
+    assert "".join(str(entry.data) for entry in logs if entry.logger == "stdout") == "tick 0\ntick 1\ntick 2\n"
+
+
+async def test_no_logs_unless_asked(app_dir: Callable[[str], Path]) -> None:
+    app_dir(CONFIG)
+    logs: list[Any] = []
+    async with mcp_client(logs=logs) as session:
+        ran = await session.call_tool("code_run", {"code": "print('quiet')"})
+    assert not ran.is_error and logs == []
+
+
+async def test_timeout_can_only_lower_the_limit(app_dir: Callable[[str], Path]) -> None:
+    app_dir(CONFIG)
+    async with mcp_client() as session:
+        stopped = await session.call_tool("code_run", {"code": "while True: pass", "timeout": 1})
+        refused = await session.call_tool("code_run", {"code": "print(1)", "timeout": "1h"})
+    assert stopped.structured_content is not None and stopped.structured_content["stop"] == "timeout"
+    assert refused.is_error and "above sandbox.limits.timeout" in refused.content[0].text  # type: ignore[union-attr]
+
+
+async def test_with_session_files_stay_between_calls(app_dir: Callable[[str], Path]) -> None:
+    app_dir(CONFIG)
+    async with mcp_client("--session") as session:
+        first = await session.call_tool("code_run", {"code": "open('state.txt', 'w').write('kept')"})
+        second = await session.call_tool("code_run", {"code": "print(open('state.txt').read())"})
+    assert not first.is_error and second.structured_content is not None
+    assert second.structured_content["stdout"] == "kept\n"
+
+
+async def test_without_session_each_call_starts_fresh(app_dir: Callable[[str], Path]) -> None:
+    app_dir(CONFIG)
+    async with mcp_client() as session:
+        await session.call_tool("code_run", {"code": "open('state.txt', 'w').write('kept')"})
+        second = await session.call_tool("code_run", {"code": "import os; print(os.path.exists('state.txt'))"})
+    assert second.structured_content is not None and second.structured_content["stdout"] == "False\n"
