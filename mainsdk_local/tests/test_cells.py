@@ -7,11 +7,15 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
-from mainsdk import AsyncSandbox, SandboxError
+from mainsdk import AsyncSandbox, Capabilities, SandboxError
 from mainsdk.audit import code_sha256
 from mainsdk.cells import INLINE_LIMIT
+from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION
+from mainsdk.hookspecs import hookimpl
+from mainsdk_local.driver import LocalDriver
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -180,3 +184,26 @@ async def test_cells_on_async_sandbox(async_sandbox: AsyncSandbox) -> None:
         await session.run_code("import math\nr = 2")
         result = await session.run_code("math.pi * r ** 2")
         assert result.ok and result.text is not None and result.text.startswith("12.56")
+
+
+class _WithoutCells(LocalDriver):
+    """The local driver, declaring neither cells nor background processes."""
+
+    @hookimpl
+    def mainsdk_driver_capabilities(self) -> Capabilities:
+        return attrs.evolve(super().mainsdk_driver_capabilities(), cells=False, background=False)
+
+
+def test_a_driver_that_does_not_declare_cells_or_background_refuses_them(
+    make_sandbox: Callable[..., Any], local_config: str
+) -> None:
+    config = load_config_text(local_config)
+    built = make_sandbox(driver=_WithoutCells(permissions=config.permissions))
+    with built.sandbox.create() as session:
+        with pytest.raises(SandboxError) as cell:
+            session.run_code("1")
+        assert cell.value.code == INVALID_OPTION and "Capabilities.cells" in cell.value.message
+        with pytest.raises(SandboxError) as started:
+            session.start("python3", ["-c", "1"])
+        assert started.value.code == INVALID_OPTION and "Capabilities.background" in started.value.message
+    assert [e.kind for e in built.events if e.cell == 1] == ["refused"]

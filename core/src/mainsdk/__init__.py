@@ -7,6 +7,7 @@ custom wiring.
 
 import logging
 
+from mainsdk.background import AsyncProcess
 from mainsdk.cells import CellError, CellResult, RichResult
 from mainsdk.config import AppConfig, SandboxConfig, load_config, parse_app_config, parse_sandbox_config
 from mainsdk.default import async_sandbox, sandbox
@@ -16,7 +17,7 @@ from mainsdk.errors import ConfigError, SandboxError
 from mainsdk.files import FileRef
 from mainsdk.secrets import SecretRef, secret
 from mainsdk.sessions import AsyncSession, CommandResult
-from mainsdk.sync import Sandbox, Session, create_sandbox
+from mainsdk.sync import Process, Sandbox, Session, create_sandbox
 
 # The one place the version is written: every distribution's pyproject reads it (hatch's dynamic version).
 __version__ = "0.4.0"
@@ -27,6 +28,7 @@ logging.getLogger("mainsdk").addHandler(logging.NullHandler())
 
 __all__ = [
     "AppConfig",
+    "AsyncProcess",
     "AsyncSandbox",
     "AsyncSession",
     "Capabilities",
@@ -36,6 +38,7 @@ __all__ = [
     "ConfigError",
     "FileRef",
     "NetworkReach",
+    "Process",
     "RichResult",
     "RunResult",
     "Sandbox",

@@ -309,6 +309,12 @@ class Interpreter:
                     "language", f"cells run Python only, not {language!r}; run other languages with session.run(...)"
                 )
             code = checks.check_code(code)
+            if not sandbox.capabilities().cells:
+                raise SandboxError(
+                    errors.INVALID_OPTION,
+                    f"the {sandbox.driver_id!r} driver does not declare cells (Capabilities.cells); "
+                    "run code with session.run(...) or sandbox.run(...) there",
+                )
             command, cost_bound = session._command("python3", (), timeout)
             sandbox._check_command(command)
         except SandboxError as exc:

@@ -80,6 +80,11 @@ class Capabilities:
     outage_remedy: str = DEFAULT_OUTAGE_REMEDY
     # Where host filtering works and what extra reach the driver opens; None: it gives no hosts, or has not declared.
     network_reach: NetworkReach | None = None
+    # Session cells (``session.run_code``): core's kernel runs as one long exec while writes and other execs go on,
+    # its output streamed as it is made. Background processes (``session.start``): several execs run at once in a
+    # session and each is killed, whole tree, on cancel. Declared only once the suite's tests pass on the driver.
+    cells: bool = False
+    background: bool = False
 
 
 def extra_reach(caps: Capabilities, hosts: tuple[str, ...]) -> tuple[str, ...]:

@@ -25,10 +25,23 @@ from mainsdk.errors import BoxGone, SandboxError
 from mainsdk.limits import Listener, cost_of
 
 if TYPE_CHECKING:
+    from mainsdk.background import AsyncProcess
     from mainsdk.cells import CellResult, Interpreter
     from mainsdk.engine import AsyncSandbox
 
 DEFAULT_IDLE = 300.0
+MAX_BACKGROUND = 16  # background processes running at once in one session
+
+
+@attrs.frozen
+class _Prepared:
+    """A session command that passed its checks, with the audit event it will complete."""
+
+    id: str
+    event: AuditEvent
+    command: Command
+    cost_bound: bool
+    on_output: Listener | None
 
 
 @attrs.frozen
@@ -99,6 +112,7 @@ class AsyncSession:
         self._busy = 0
         self._last_used = time.monotonic()
         self._interpreter: Interpreter | None = None
+        self._processes: list[AsyncProcess] = []
         self._watchdog = asyncio.get_running_loop().create_task(self._close_when_idle())
 
     @property
@@ -166,6 +180,12 @@ class AsyncSession:
         session's cost so far counts: a command is cut short where it would
         pass ``max_cost`` and stops with ``cost``.
         """
+        prepared = self._prepare(program, args, timeout, on_output)
+        async with self._use():
+            return await self._execute(prepared)
+
+    def _prepare(self, program: str, args: Sequence[str], timeout: object, on_output: Listener | None) -> _Prepared:
+        """A checked command and its audit event; a refusal is audited and raised, and nothing runs."""
         command_id = f"cmd_{token.token_hex(8)}"
         event = AuditEvent(
             id=command_id,
@@ -186,11 +206,19 @@ class AsyncSession:
         except SandboxError as exc:
             self._sandbox._audit(attrs.evolve(event, kind="refused", error=exc.code))
             raise
+        return _Prepared(command_id, event, command, cost_bound, on_output)
+
+    async def _execute(self, prepared: _Prepared) -> CommandResult:
+        """Run a prepared command to its end under the session's limits; audit it and count its cost."""
+        event = prepared.event
         try:
-            async with self._use():
-                executed = await self._sandbox.execute(
-                    self._box, command, self._plan.limits.output, self._plan.secret_values, on_output
-                )
+            executed = await self._sandbox.execute(
+                self._box,
+                prepared.command,
+                self._plan.limits.output,
+                self._plan.secret_values,
+                prepared.on_output,
+            )
         except BaseException as exc:
             error = exc.code if isinstance(exc, SandboxError) else type(exc).__name__
             self._sandbox._audit(attrs.evolve(event, error=error))
@@ -199,10 +227,10 @@ class AsyncSession:
         cost = cost_of(self._plan.price, outcome.duration)
         self.cost += cost
         stop = outcome.stop
-        if stop == "timeout" and cost_bound:
+        if stop == "timeout" and prepared.cost_bound:
             stop = "cost"
         result = CommandResult(
-            id=command_id,
+            id=prepared.id,
             session_id=self.id,
             stdout=executed.stdout,
             stderr=executed.stderr,
@@ -228,6 +256,35 @@ class AsyncSession:
             )
         )
         return result
+
+    def start(
+        self, program: str, args: Sequence[str] = (), *, timeout: object = None, on_output: Listener | None = None
+    ) -> AsyncProcess:
+        """Start ``program`` with ``args`` in the background and return its handle at once.
+
+        It runs under the session's limits like ``run`` (its own time limit, lowered by ``timeout``;
+        the memory limit; output up to ``limits.output``, kept for ``output()``), is audited and
+        costed when it ends, and dies with the session. At most 16 run at once in a session.
+        """
+        from mainsdk.background import AsyncProcess
+
+        if self._closed:
+            raise _no_session(self.id)
+        if not self._sandbox.capabilities().background:
+            raise SandboxError(
+                errors.INVALID_OPTION,
+                f"the {self._sandbox.driver_id!r} driver does not declare background processes "
+                "(Capabilities.background); run the program with session.run(...) there",
+            )
+        running = [p for p in self._processes if p.running]
+        if len(running) >= MAX_BACKGROUND:
+            raise SandboxError(
+                errors.INVALID_OPTION,
+                f"session {self.id} already runs {MAX_BACKGROUND} background processes; wait for or kill one first",
+            )
+        process = AsyncProcess(self, program, args, timeout, on_output)
+        self._processes = [*running, process]
+        return process
 
     async def run_code(
         self, code: str, language: str = "python", *, timeout: object = None, on_output: Listener | None = None
@@ -279,9 +336,11 @@ class AsyncSession:
         await asyncio.shield(self._stop_everything())
 
     async def _stop_everything(self) -> None:
-        # The interpreter's command first (the driver kills its tree), then the box with whatever is left.
+        # The interpreter and background processes first (the driver kills each tree), then the box.
         if self._interpreter is not None:
             await self._interpreter.kill()
+        for process in self._processes:
+            await process.kill()
         await self._sandbox._stop_box(self._box)
 
     async def __aenter__(self) -> AsyncSession:

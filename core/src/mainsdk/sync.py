@@ -18,6 +18,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from mainsdk import errors
 from mainsdk.action import CodeRunAction
+from mainsdk.background import AsyncProcess
 from mainsdk.cells import CellResult
 from mainsdk.driver import Capabilities
 from mainsdk.engine import AsyncSandbox, SandboxDeps
@@ -179,6 +180,10 @@ class Session:
         """Run ``program`` with ``args``, never through a shell; see ``AsyncSession.run``."""
         return _LOOP.call(self._async.run(program, args, **options))
 
+    def start(self, program: str, args: Sequence[str] = (), **options: Any) -> Process:
+        """Start ``program`` in the background and return its handle; see ``AsyncSession.start``."""
+        return Process(_LOOP.call(_started(self._async, program, args, options)))
+
     def run_code(self, code: str, language: str = "python", **options: Any) -> CellResult:
         """Run ``code`` as a cell in the session's interpreter; see ``AsyncSession.run_code``."""
         return _LOOP.call(self._async.run_code(code, language, **options))
@@ -192,6 +197,39 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _started(session: AsyncSession, program: str, args: Sequence[str], options: dict[str, Any]) -> AsyncProcess:
+    return session.start(program, args, **options)  # on the loop: the process's task lives there
+
+
+class Process:
+    """The synchronous twin of ``AsyncProcess``: a program running in the background of a session."""
+
+    def __init__(self, process: AsyncProcess) -> None:
+        self._async = process
+
+    @property
+    def id(self) -> str:
+        """The process's command id (its audit event's)."""
+        return self._async.id
+
+    @property
+    def running(self) -> bool:
+        """Whether it is still running."""
+        return self._async.running
+
+    def output(self) -> tuple[str, str]:
+        """Its stdout and stderr so far, redacted."""
+        return self._async.output()
+
+    def wait(self, timeout: float | str | None = None) -> CommandResult | None:
+        """Its result once it ends, or None if still running after ``timeout``; see ``AsyncProcess.wait``."""
+        return _LOOP.call(self._async.wait(timeout))
+
+    def kill(self) -> CommandResult:
+        """Kill its whole process tree and return its result."""
+        return _LOOP.call(self._async.kill())
 
 
 class Files:

@@ -101,6 +101,8 @@ class LocalDriver:
             network_reach=NetworkReach(filtered=(("http", None), ("https", None))),
             reports_signals=True,
             outage_remedy=LOCAL_REMEDY,
+            cells=True,
+            background=True,
         )
 
     @hookimpl

@@ -7,6 +7,7 @@ overrides a suite test, and expected failures go in the target instead.
 
 from mainsdk_conformance.suite.action import TestAction
 from mainsdk_conformance.suite.audit import TestAudit
+from mainsdk_conformance.suite.cells import TestBackground, TestCells
 from mainsdk_conformance.suite.errors import TestErrors
 from mainsdk_conformance.suite.faults import TestFaults
 from mainsdk_conformance.suite.files import TestFiles
@@ -19,6 +20,8 @@ from mainsdk_conformance.suite.sessions import TestNoSessions, TestSessions
 __all__ = [
     "TestAction",
     "TestAudit",
+    "TestBackground",
+    "TestCells",
     "TestErrors",
     "TestFaults",
     "TestFiles",
@@ -35,6 +38,8 @@ __all__ = [
 SUITE_CLASSES: tuple[type, ...] = (
     TestAction,
     TestAudit,
+    TestBackground,
+    TestCells,
     TestErrors,
     TestFaults,
     TestFiles,

@@ -1,0 +1,122 @@
+"""Cells (``session.run_code``) and background processes (``session.start``), on drivers that declare them."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable
+
+from mainsdk.audit import code_sha256
+from mainsdk.sync import Process
+
+from mainsdk_conformance.marks import requires
+from mainsdk_conformance.target import Conformance
+
+# A 1x1 PNG, so a rich result can be checked byte for byte with the standard library alone in the box.
+PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+STUBBORN = "import time\nwhile True:\n    try:\n        time.sleep(0.01)\n    except KeyboardInterrupt:\n        pass"
+SERVE = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.05)"
+
+
+def _running(process: Process) -> bool:
+    return process.running  # a call, so a type checker does not keep the narrowed value across the kill
+
+
+def _until(check: Callable[[], bool], seconds: float = 30.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@requires("sessions", "cells")
+class TestCells:
+    """One interpreter per session: state across cells, values, errors, timeouts, rich results, audit."""
+
+    def test_state_stays_across_cells(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            first = session.run_code("import json\nx = 41\nprint('set')")
+            second = session.run_code("x += 1\njson.dumps({'x': x})")
+            assert (first.stdout, first.results, first.ok) == ("set\n", (), True)
+            assert second.text == "'{\"x\": 42}'" and second.state_kept and not second.restarted
+
+    def test_an_error_is_its_name_value_and_traceback(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            result = session.run_code("print('before')\n{}['missing']")
+            assert result.error is not None and result.error.name == "KeyError"
+            assert result.error.value == "'missing'" and "<cell-1>" in result.error.traceback
+            assert result.stdout == "before\n" and result.state_kept
+
+    def test_a_timeout_interrupts_the_cell_and_keeps_the_state(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            session.run_code("x = 'kept'")
+            result = session.run_code("import time\ntime.sleep(60)", timeout="1s")
+            assert result.stop == "timeout" and result.state_kept
+            assert result.error is not None and result.error.name == "KeyboardInterrupt"
+            assert session.run_code("x").text == "'kept'"
+
+    def test_a_cell_that_will_not_stop_ends_the_interpreter_which_restarts_empty(
+        self, conformance: Conformance
+    ) -> None:
+        with conformance.sandbox().create() as session:
+            session.run_code("x = 1")
+            stubborn = STUBBORN
+            result = session.run_code(stubborn, timeout="1s")
+            assert result.stop == "timeout" and not result.state_kept
+            after = session.run_code("'x' in globals()")
+            assert after.restarted and after.text == "False"
+
+    def test_rich_results_carry_their_mime_types(self, conformance: Conformance) -> None:
+        code = (
+            "import base64\n"
+            "class Table:\n"
+            f"    def _repr_png_(self): return base64.b64decode('{PNG_B64}')\n"
+            "    def _repr_html_(self): return '<table></table>'\n"
+            "    def __repr__(self): return 'Table()'\n"
+            "Table()"
+        )
+        with conformance.sandbox().create() as session:
+            result = session.run_code(code)
+            forms = {r.mime: r.data for r in result.results}
+            assert forms == {
+                "image/png": base64.b64decode(PNG_B64),
+                "text/html": "<table></table>",
+                "text/plain": "Table()",
+            }
+
+    def test_each_cell_is_one_audit_event(self, conformance: Conformance) -> None:
+        built = conformance.build()
+        with built.sandbox.create() as session:
+            session.run_code("a = 1")
+            session.run_code("a + 1")
+        cells = [(e.kind, e.cell, e.code_sha256, e.session_id) for e in built.events if e.kind == "cell"]
+        assert cells == [("cell", 1, code_sha256("a = 1"), session.id), ("cell", 2, code_sha256("a + 1"), session.id)]
+
+
+@requires("sessions", "background")
+class TestBackground:
+    """Background processes: output so far, wait with a timeout, kill the whole tree, die with the session."""
+
+    def test_output_so_far_wait_and_kill(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            process = session.start("python3", ["-c", SERVE])
+            assert _until(lambda: "ready" in process.output()[0])
+            assert _running(process) and process.wait(timeout=0.1) is None
+            assert session.run("python3", ["-c", "print('alongside')"]).stdout == "alongside\n"
+            killed = process.kill()
+            assert not process.running and killed.signal == "SIGKILL" and "ready" in killed.stdout
+
+    def test_wait_returns_the_result(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            process = session.start("python3", ["-c", "import sys; print('out'); sys.exit(4)"])
+            result = process.wait(timeout=30)
+            assert result is not None and (result.stdout, result.exit_code) == ("out\n", 4)
+
+    def test_closing_the_session_ends_every_process(self, conformance: Conformance) -> None:
+        session = conformance.sandbox().create()
+        processes = [session.start("python3", ["-c", SERVE]) for _ in range(2)]
+        assert _until(lambda: all("ready" in p.output()[0] for p in processes))
+        session.close()
+        assert not any(p.running for p in processes)

@@ -1,0 +1,118 @@
+"""Background processes in a session: started, read, waited for and killed while the session goes on.
+
+A background process is a session command whose caller does not wait: the same checks, limits, redaction,
+audit event and cost as ``session.run``, run as a task. It dies when it is killed, at its time limit, or
+when the session closes or expires (the driver kills its whole process tree).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from mainsdk import arguments, units
+from mainsdk.limits import SIGNAL_EXIT_BASE, Listener, cost_of
+from mainsdk.sessions import CommandResult
+
+if TYPE_CHECKING:
+    from mainsdk.sessions import AsyncSession
+
+SIGKILL = 9
+
+
+class AsyncProcess:
+    """A program running in the background of a session; ``session.start(...)`` returns it.
+
+    Its output is redacted as it arrives, like a command's: ``output()`` shows what it printed so far, less
+    only a tail that could still be the start of a secret (it shows once the next bytes decide it).
+    """
+
+    def __init__(
+        self, session: AsyncSession, program: str, args: Sequence[str], timeout: object, on_output: Listener | None
+    ) -> None:
+        self._session = session
+        self._listener = arguments.listener(on_output)
+        self._chunks: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+        prepared = session._prepare(program, args, timeout, self._take)  # a refusal raises here; nothing runs
+        self.id = prepared.id
+        self._started = time.monotonic()
+        self._killed: CommandResult | None = None
+        self._task = asyncio.ensure_future(session._execute(prepared))
+
+    def _take(self, stream: str, data: bytes) -> None:
+        self._chunks[stream].append(data)
+        if self._listener is not None:
+            self._listener(stream, data)
+
+    @property
+    def running(self) -> bool:
+        """Whether the process is still running."""
+        return not self._task.done()
+
+    def output(self) -> tuple[str, str]:
+        """Its stdout and stderr so far, redacted (undecodable bytes replaced)."""
+        return (
+            b"".join(self._chunks["stdout"]).decode("utf-8", "replace"),
+            b"".join(self._chunks["stderr"]).decode("utf-8", "replace"),
+        )
+
+    async def wait(self, timeout: float | str | None = None) -> CommandResult | None:
+        """Wait for it to end, at most ``timeout`` seconds (None: until it ends, at its time limit at the latest).
+
+        Returns its result, or None when it is still running after ``timeout``. Waiting never stops it.
+        """
+        if timeout is not None:
+            await asyncio.wait({self._task}, timeout=_seconds(timeout))
+        else:
+            await asyncio.wait({self._task})
+        if not self._task.done():
+            return None
+        if self._killed is not None:
+            return self._killed
+        return self._task.result()
+
+    async def kill(self) -> CommandResult:
+        """Kill its whole process tree (when still running) and return its result.
+
+        A killed process reports ``exit_code`` 137 and ``signal`` ``"SIGKILL"``, with the output it made.
+        """
+        if self._task.done():
+            if self._killed is not None:
+                return self._killed
+            return self._task.result()
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # noqa: BLE001 - the driver failed while killing; the process is over either way
+            pass
+        session = self._session
+        duration = time.monotonic() - self._started
+        cost = cost_of(session._plan.price, duration)
+        session.cost += cost
+        stdout, stderr = self.output()
+        self._killed = CommandResult(
+            id=self.id,
+            session_id=session.id,
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=SIGNAL_EXIT_BASE + SIGKILL,
+            stop=None,
+            duration=duration,
+            cost=cost,
+            signal="SIGKILL",
+        )
+        return self._killed
+
+
+def _seconds(value: object) -> float:
+    """``wait``'s timeout: 0, seconds or a duration like ``"2s"`` (at most a day)."""
+    if value == 0 and not isinstance(value, bool):
+        return 0.0
+    try:
+        return units.parse_duration(value)
+    except ValueError as exc:
+        raise arguments.invalid("timeout", str(exc)) from None
