@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import os
+import shutil
+import subprocess
 import sys
 import warnings
 from collections.abc import AsyncIterator, Callable
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import mcp_types as types
+import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -149,3 +154,38 @@ async def test_without_session_each_call_starts_fresh(app_dir: Callable[[str], P
         await session.call_tool("code_run", {"code": "open('state.txt', 'w').write('kept')"})
         second = await session.call_tool("code_run", {"code": "import os; print(os.path.exists('state.txt'))"})
     assert second.structured_content is not None and second.structured_content["stdout"] == "False\n"
+
+
+def _inspector() -> str | None:
+    return os.environ.get("MCP_INSPECTOR") or shutil.which("mcp-inspector")
+
+
+@pytest.mark.skipif(
+    _inspector() is None,
+    reason="the MCP inspector's CLI is not installed (npm install @modelcontextprotocol/inspector, "
+    "then MCP_INSPECTOR=node_modules/.bin/mcp-inspector)",
+)
+def test_the_mcp_inspector_receives_the_png_as_an_image(app_dir: Callable[[str], Path]) -> None:
+    """A second real client, the one MCP's own project ships: Node, its own SDK, over stdio."""
+    app_dir(CONFIG)
+    inspector = _inspector()
+    assert inspector is not None
+    server = [sys.executable, "-m", "mainsdk.cli", "sandbox", "mcp"]
+    call = ["--method", "tools/call", "--tool-name", "code_run", "--tool-arg", f"code={PNG_CODE}"]
+    done = subprocess.run(
+        [inspector, "--cli", *server, *call], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    [image] = [c for c in result["content"] if c["type"] == "image"]
+    assert image["mimeType"] == "image/png" and base64.b64decode(image["data"]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert [f["name"] for f in result["structuredContent"]["files"]] == ["plot.png", "table.csv"]
+    listed = subprocess.run(
+        [inspector, "--cli", *server, "--method", "tools/list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    [tool] = json.loads(listed.stdout)["tools"]
+    assert tool["annotations"]["readOnlyHint"] is False and "outputSchema" in tool
