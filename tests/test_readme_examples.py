@@ -190,7 +190,12 @@ def _tutorial_config() -> str:
 
 @pytest.mark.parametrize(
     ("section", "index"),
-    [("The tutorial, in Python", 0), ("Sessions: one box across commands", 0), ("Agents: a code-runner action", 0)],
+    [
+        ("The tutorial, in Python", 0),
+        ("Sessions: one box across commands", 0),
+        ("Agents: a code-runner action", 0),
+        ("Agents: a code-runner action", 1),  # an MCP client receiving a plot as an image
+    ],
 )
 def test_the_python_examples_run_as_written(tmp_path: Path, section: str, index: int) -> None:
     block = _blocks(section, "python")[index]
