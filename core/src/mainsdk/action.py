@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from mainsdk import arguments, errors
+from mainsdk.action_cells import ConversationSessions, cell_action_result
 from mainsdk.driver import LANGUAGES
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
@@ -58,8 +59,10 @@ class CodeRunAction:
         languages: Sequence[str],
         risk: Risk = "write",
         feature: str | None = None,
+        session: bool = False,
     ) -> None:
         name = arguments.text(name, "name", max_bytes=arguments.MAX_LABEL_CHARS)
+        session = arguments.boolean(session, "session")
         intent = arguments.text(intent, "intent", max_bytes=4096)
         feature = arguments.optional_text(feature, "feature")
         if isinstance(languages, (str, bytes)) or not isinstance(languages, Sequence):
@@ -77,6 +80,15 @@ class CodeRunAction:
         self.risk = risk
         self.feature = feature or name
         self._sandbox = sandbox
+        self.session = session
+        self._conversations: ConversationSessions | None = None
+        if session:
+            if self.languages != ("python",):
+                raise SandboxError(
+                    errors.INVALID_OPTION,
+                    f"action {name!r}: session=True keeps a Python interpreter; languages must be ['python']",
+                )
+            self._conversations = ConversationSessions(sandbox, self.feature)
 
     @property
     def input_schema(self) -> dict[str, Any]:
@@ -159,11 +171,18 @@ class CodeRunAction:
         return {"timeout": f"{timeout}s" if isinstance(timeout, (int, float)) else timeout}
 
     async def arun(
-        self, input: Mapping[str, Any], *, agent: str | None = None, on_output: Listener | None = None
+        self,
+        input: Mapping[str, Any],
+        *,
+        agent: str | None = None,
+        on_output: Listener | None = None,
+        conversation: str | None = None,
     ) -> dict[str, Any]:
         """Run the input in the sandbox; return a JSON-able result (stdout, stderr, exit code, signal, stop, files).
 
-        ``on_output`` sees the redacted output as it arrives, as in ``sandbox.run``.
+        ``on_output`` sees the redacted output as it arrives, as in ``sandbox.run``. With ``session=True``
+        the code is the next cell of the conversation's interpreter (``conversation``, else ``agent``; see
+        ``mainsdk.action_cells``) and the result has ``results``, ``error``, ``state_kept`` and ``restarted``.
         """
         code, language, files = self.check_input(input)
         agent = arguments.optional_text(agent, "agent")
@@ -179,12 +198,30 @@ class CodeRunAction:
         ceiling = self._sandbox.config.sandbox.limits.max_cost
         if max_cost is not None and ceiling is not None:
             max_cost = min(max_cost, ceiling)  # the budget may be larger than one run is allowed to cost
+        if self._conversations is not None:
+            cell, restarted = await self._conversations.run_cell(
+                code,
+                files,
+                conversation=conversation,
+                agent=agent,
+                max_cost=max_cost,
+                limits=limits,
+                on_output=on_output,
+            )
+            if budget is not None:
+                budget.charge(agent, cell.cost)
+            return cell_action_result(cell, restarted)
         result = await self._sandbox.run(
             code, language, files=files, feature=self.feature, max_cost=max_cost, limits=limits, on_output=on_output
         )
         if budget is not None:
             budget.charge(agent, result.cost)
         return action_result(result)
+
+    async def aclose(self, conversation: str | None = None, *, agent: str | None = None) -> None:
+        """With ``session=True``: close the conversation's session (``conversation``, else ``agent``'s)."""
+        if self._conversations is not None:
+            await self._conversations.close(conversation, agent)
 
     async def aread(self, file_id: str) -> bytes:
         """The bytes of an out file a run of this action returned (``result["files"][i]["id"]``).

@@ -490,9 +490,15 @@ class AsyncSandbox:
         languages: Sequence[str] = ("python",),
         risk: Risk = "write",
         feature: str | None = None,
+        session: bool = False,
     ) -> CodeRunAction:
-        """A code-runner action for agents; see ``mainsdk.action``."""
-        return CodeRunAction(self, name=name, intent=intent, languages=languages, risk=risk, feature=feature)
+        """A code-runner action for agents; see ``mainsdk.action``.
+
+        ``session=True`` keeps one Python interpreter per agent conversation (``mainsdk.action_cells``).
+        """
+        return CodeRunAction(
+            self, name=name, intent=intent, languages=languages, risk=risk, feature=feature, session=session
+        )
 
     def create(
         self,

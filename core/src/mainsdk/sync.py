@@ -116,6 +116,7 @@ class Sandbox:
             languages=action.languages,
             risk=action.risk,
             feature=action.feature,
+            session=action.session,
         )
 
     def create(self, **options: Any) -> Session:
@@ -134,9 +135,15 @@ class Sandbox:
 class BlockingAction(CodeRunAction):
     """A code-runner action whose ``run`` is synchronous."""
 
-    def run(self, input: Mapping[str, Any], *, agent: str | None = None) -> dict[str, Any]:
+    def run(
+        self, input: Mapping[str, Any], *, agent: str | None = None, conversation: str | None = None
+    ) -> dict[str, Any]:
         """Run the input; see ``CodeRunAction.arun``."""
-        return _LOOP.call(self.arun(input, agent=agent))
+        return _LOOP.call(self.arun(input, agent=agent, conversation=conversation))
+
+    def close(self, conversation: str | None = None, *, agent: str | None = None) -> None:
+        """With ``session=True``: close the conversation's session; see ``CodeRunAction.aclose``."""
+        _LOOP.call(self.aclose(conversation, agent=agent))
 
     def read(self, file_id: str) -> bytes:
         """The bytes of an out file a run of this action returned; see ``CodeRunAction.aread``."""
