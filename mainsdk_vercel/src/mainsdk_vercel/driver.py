@@ -38,7 +38,7 @@ from mainsdk.driver import (
     OutFile,
     OutputSink,
 )
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, SandboxError, before_command
+from mainsdk.errors import INVALID_OPTION, NO_SESSION, BoxGone, SandboxError, before_command
 from mainsdk.hookspecs import hookimpl
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
@@ -362,7 +362,8 @@ class VercelDriver:
         """
         async with box.lock:
             if box.gone or box.session_id is None:
-                raise SandboxError(DRIVER_UNAVAILABLE, f"the Vercel sandbox of box {box.id} has stopped")
+                # Gone for good: a session on it is over (0008, core closes it), not an outage to retry forever.
+                raise BoxGone(f"the Vercel sandbox of box {box.id} has stopped")
             needed = self._lifetime(box, box.spec.limits.timeout)
             # Extend by a whole lease, in a fixed amount, so the requests (and cassettes) do not depend on timing,
             # and extensions stay rare.
