@@ -193,6 +193,7 @@ def _tutorial_config() -> str:
     [
         ("The tutorial, in Python", 0),
         ("Sessions: one box across commands", 0),
+        ("Notebook sessions: cells, rich results, background processes", 0),
         ("Agents: a code-runner action", 0),
         ("Agents: a code-runner action", 1),  # an MCP client receiving a plot as an image
     ],
