@@ -162,3 +162,12 @@ def test_out_never_follows_a_symlink_out_of_the_folder(app_dir: Callable[[str], 
     assert list(elsewhere.iterdir()) == []
     assert "mainsdk: out file not written: 'plots/p.png': 'plots' in the folder is a symlink" in done.stderr
     assert "mainsdk: out file not written: 'n.txt': it is a symlink" in done.stderr
+
+
+def test_a_call_limit_past_its_maximum_is_refused_by_the_same_bound(app_dir: Callable[[str], Path]) -> None:
+    app_dir("sandbox:\n  limits:\n    timeout: 24h\n")  # the config's maximum: a call cannot go past it either way
+    done = mainsdk("sandbox", "run", "--timeout", "99999999999h", "--code", "print(1)")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr == (
+        'mainsdk: MAIN-SANDBOX-0001: limits.timeout: "99999999999h" is too large: a duration must be at most 24h\n'
+    )
