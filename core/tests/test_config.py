@@ -180,7 +180,7 @@ def test_unknown_key_names_its_dotted_path_line_and_the_valid_keys() -> None:
     assert problem.key == "sandbox.limitz"
     assert (problem.line, problem.column) == (4, 3)
     assert problem.message == (
-        "unknown key; the keys here are: driver, limits, network, secrets, local, vercel, e2b, price;"
+        "unknown key; the keys here are: driver, limits, network, secrets, local, vercel, e2b, packages, price;"
         ' did you mean "limits"?'
     )
 

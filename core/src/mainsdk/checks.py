@@ -19,6 +19,7 @@ from mainsdk.config import AppConfig, Limits
 from mainsdk.driver import LANGUAGES, Capabilities, RunLimits
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered, validate_host_pattern
+from mainsdk.packages import select_packages
 from mainsdk.secrets import SecretRef, SecretResolver
 from mainsdk.units import MAX_IDLE, describe, format_duration, format_size, parse_duration, parse_money, parse_size
 
@@ -48,6 +49,7 @@ class RunPlan:
     files: Mapping[str, bytes] = attrs.field(repr=False)
     price: Decimal
     max_cost: Decimal | None
+    packages: tuple[str, ...] = ()  # pinned python packages the box gets (``sandbox.packages``)
 
 
 def is_production(environment: str | None = None) -> bool:
@@ -253,6 +255,22 @@ def check_cost(
     return price, ceiling
 
 
+def check_packages(requested: object, config: AppConfig, caps: Capabilities, driver_id: str) -> tuple[str, ...]:
+    """The pinned packages a call gets: all of ``sandbox.packages.python`` by default, or the subset it names.
+
+    Asking for one not configured is ``MAIN-SANDBOX-0001`` naming it; so is asking a driver that cannot put
+    packages in a box (``Capabilities.packages``) for any. A call with no packages configured gets none.
+    """
+    chosen = select_packages(requested, config.sandbox.packages.python, "python")
+    if chosen and not caps.packages:
+        how = "call with packages=[]" if requested is None else "drop packages from the call"
+        raise _invalid(
+            f"packages: the {driver_id!r} driver cannot put packages in a box yet; {how}, "
+            "or use a driver that can (local)"
+        )
+    return chosen
+
+
 def check_idle(idle: object) -> float:
     """A session's idle timeout: a positive duration of at most ``units.MAX_IDLE``."""
     try:
@@ -273,6 +291,7 @@ def plan_run(
     env: Mapping[str, str | SecretRef] | None,
     limits: Mapping[str, Any] | None,
     max_cost: object,
+    packages: object = None,
 ) -> RunPlan:
     """Check a call's options against the config and the driver, in the order a user would fix them."""
     run_limits = lower_limits(limits, config)
@@ -282,6 +301,7 @@ def plan_run(
     hosts = check_hosts(arguments.hosts(network), config, network_allow, caps, driver_id)
     resolved_env, secret_values = resolve_env(env, config, resolver)
     price, ceiling = check_cost(max_cost, config, caps, run_limits.timeout)
+    chosen_packages = check_packages(packages, config, caps, driver_id)
     return RunPlan(
         limits=run_limits,
         hosts=hosts,
@@ -291,4 +311,5 @@ def plan_run(
         files=checked_files,
         price=price,
         max_cost=ceiling,
+        packages=chosen_packages,
     )

@@ -39,6 +39,7 @@ from ruamel.yaml.scalarbool import ScalarBoolean
 
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem, SandboxError
 from mainsdk.hosts import validate_host_pattern
+from mainsdk.packages import MAX_PACKAGES, check_unique, parse_pin
 from mainsdk.units import (
     MAX_DISK,
     MAX_FILES,
@@ -64,6 +65,7 @@ __all__ = [
     "Env",
     "Limits",
     "LocalPrograms",
+    "Packages",
     "Permissions",
     "SandboxConfig",
     "VercelConfig",
@@ -154,6 +156,29 @@ class E2BConfig:
 
 
 @attrs.frozen
+class Packages:
+    """``sandbox.packages``: the pinned packages (``name==version``) runs may use, per language.
+
+    A run gets all of its language's by default, or the subset it names (``packages=[...]``), never more.
+    """
+
+    python: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=lambda _i, _a, v: _pins_by_hand(v))
+
+    def for_language(self, language: str) -> tuple[str, ...]:
+        """The packages configured for ``language`` (none for a language without the key)."""
+        return self.python if language == "python" else ()
+
+
+def _pins_by_hand(value: tuple[str, ...]) -> None:
+    """Refuse, when ``Packages`` is built by hand, what the loader refuses with its line."""
+    try:
+        _package_list(list(value))
+    except (CattrsError, ValueError, TypeError) as exc:
+        messages = [str(sub) for sub in getattr(exc, "exceptions", ())] or [str(exc)]
+        raise SandboxError(INVALID_OPTION, f"sandbox.packages.python: {'; '.join(messages)}") from None
+
+
+@attrs.frozen
 class SandboxConfig:
     """The ``sandbox`` section of ``main.yaml``, with every default filled."""
 
@@ -164,6 +189,7 @@ class SandboxConfig:
     local: LocalPrograms = attrs.field(factory=LocalPrograms)
     vercel: VercelConfig = attrs.field(factory=VercelConfig)
     e2b: E2BConfig = attrs.field(factory=E2BConfig)
+    packages: Packages = attrs.field(factory=Packages)
     price: Decimal | None = attrs.field(  # dollars per second
         default=None, validator=_bounded("sandbox.price", MAX_MONEY, "$1,000,000", zero=True)
     )
@@ -287,6 +313,16 @@ def _list_of(check: Callable[[object], str], example: str) -> Callable[[object],
 _host_list = _list_of(validate_host_pattern, "pypi.org")
 _secret_list = _list_of(_secret_name, "OPENWEATHER_KEY")
 _text_list = _list_of(_text, "python3")
+_pin_list = _list_of(lambda value: str(parse_pin(value)), "pandas==2.2.3")
+
+
+def _package_list(value: object) -> tuple[str, ...]:
+    """A language's pinned packages: each item pinned (refused with its index), no package twice, a bounded count."""
+    pins = _pin_list(value)
+    if len(pins) > MAX_PACKAGES:
+        raise ValueError(f"{len(pins)} packages; a box may have at most {MAX_PACKAGES}")
+    check_unique([parse_pin(pin) for pin in pins])
+    return pins
 
 
 def _or_none(parse: Callable[[object], T]) -> Callable[[object], T | None]:
@@ -332,6 +368,7 @@ def _build_converter() -> cattrs.Converter:
     # The sections come before SandboxConfig so that its structure function finds their hooks.
     for cls in (LocalPrograms, VercelConfig, E2BConfig):
         section(cls, make_dict_structure_fn(cls, converter))
+    section(Packages, make_dict_structure_fn(Packages, converter, python=override(struct_hook=_hook(_package_list))))
 
     def size(maximum: int) -> Any:
         return override(struct_hook=_hook(lambda value: parse_size(value, maximum=maximum)))

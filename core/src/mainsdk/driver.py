@@ -85,6 +85,9 @@ class Capabilities:
     # session and each is killed, whole tree, on cancel. Declared only once the suite's tests pass on the driver.
     cells: bool = False
     background: bool = False
+    # Puts the pinned packages of ``sandbox.packages`` in a box (``BoxSpec.packages``), without widening its network.
+    # A driver without it refuses any call that would get packages (MAIN-SANDBOX-0001), never runs without them.
+    packages: bool = False
 
 
 def extra_reach(caps: Capabilities, hosts: tuple[str, ...]) -> tuple[str, ...]:
@@ -117,6 +120,9 @@ class BoxSpec:
     network_policy: Any = None  # what ``mainsdk_network_policy`` returned for ``hosts``
     idle: float | None = None  # sessions: close after this many idle seconds
     tenant: str = ""  # whose box it is: a driver that can reach a session from another process keeps it with the box
+    # Pinned python packages (``name==version``, checked against ``sandbox.packages``) importable in the box. A
+    # set the driver cannot build is MAIN-SANDBOX-0001 from start, naming the package, before any code runs.
+    packages: tuple[str, ...] = ()
 
 
 @attrs.frozen

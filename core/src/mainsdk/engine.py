@@ -307,6 +307,7 @@ class AsyncSandbox:
         limits: Mapping[str, Any] | None = None,
         max_cost: object = None,
         on_output: Listener | None = None,
+        packages: Sequence[str] | None = None,
     ) -> RunResult:
         """Run ``code`` in a new box and return what it did.
 
@@ -317,7 +318,9 @@ class AsyncSandbox:
         limits (``{"timeout": "1s", "memory": "64MB"}``). ``on_output`` sees the
         redacted output as it arrives (``"stdout"``/``"stderr"``, bytes). A run
         stopped at a limit returns with ``stop`` set; a refused call raises
-        ``SandboxError`` and nothing runs.
+        ``SandboxError`` and nothing runs. ``packages`` names the pinned packages
+        of ``sandbox.packages.python`` the box gets (by name, like ``["pandas"]``);
+        a python run gets all of them by default, a run in another language none.
         """
         run_id = f"run_{token.token_hex(8)}"
         tenant = self._tenant()
@@ -338,7 +341,9 @@ class AsyncSandbox:
             caps = self.hooks.capabilities()
             checks.check_driver_allowed(self.driver_id, caps, self.deps.environment)
             checks.check_language(language, caps, self.driver_id)
-            plan = self._plan(caps, files, network, env, limits, max_cost)
+            if packages is None and language != "python":
+                packages = ()  # python packages by default only for python code
+            plan = self._plan(caps, files, network, env, limits, max_cost, packages)
             command = code_command(language, code, plan.limits.timeout, plan.env)
             self._check_command(command)
         except SandboxError as exc:
@@ -510,14 +515,16 @@ class AsyncSandbox:
         env: Mapping[str, str | SecretRef] | None = None,
         limits: Mapping[str, Any] | None = None,
         max_cost: object = None,
+        packages: Sequence[str] | None = None,
     ) -> SessionOpener:
         """Open a session: one box kept across commands, closed after ``idle`` (default 5 minutes) without a call.
 
         Await it (``session = await async_sandbox.create(...)``) or use it as
         ``async with``. The options are ``run``'s; every command gets the
-        session's limits, hosts and environment.
+        session's limits, hosts and environment. ``packages``: as for ``run``; a
+        session gets every package of ``sandbox.packages.python`` by default.
         """
-        return SessionOpener(lambda: self._open_session(feature, idle, files, network, env, limits, max_cost))
+        return SessionOpener(lambda: self._open_session(feature, idle, files, network, env, limits, max_cost, packages))
 
     async def _open_session(
         self,
@@ -528,6 +535,7 @@ class AsyncSandbox:
         env: Mapping[str, str | SecretRef] | None,
         limits: Mapping[str, Any] | None,
         max_cost: object,
+        packages: Sequence[str] | None = None,
     ) -> AsyncSession:
         session_id = f"ses_{token.token_hex(12)}"
         tenant = self._tenant()
@@ -540,7 +548,7 @@ class AsyncSandbox:
             if not caps.sessions:
                 raise SandboxError(errors.INVALID_OPTION, f"the {self.driver_id!r} driver cannot keep a session open")
             idle_seconds = checks.check_idle(idle)
-            plan = self._plan(caps, files, network, env, limits, max_cost)
+            plan = self._plan(caps, files, network, env, limits, max_cost, packages)
         except SandboxError as exc:
             self._audit(attrs.evolve(event, error=exc.code, session_id=session_id))
             raise
@@ -587,7 +595,7 @@ class AsyncSandbox:
         if not caps.sessions:
             return None
         idle = checks.check_idle(DEFAULT_IDLE)
-        plan = self._plan(caps, None, (), None, None, None)
+        plan = self._plan(caps, None, (), None, None, None, ())  # the running box has what its opener chose
         spec = self._box_spec(session_id, plan, idle=idle, tenant=tenant)
         found = self.hooks.reconnect(spec)
         box = await self._driver_call(found) if found is not None else None
@@ -626,6 +634,7 @@ class AsyncSandbox:
         env: Mapping[str, str | SecretRef] | None,
         limits: Mapping[str, Any] | None,
         max_cost: object,
+        packages: object = None,
     ) -> checks.RunPlan:
         """Check a call's options against this sandbox's config, allowlist, secrets and driver."""
         return checks.plan_run(
@@ -639,6 +648,7 @@ class AsyncSandbox:
             env=env,
             limits=limits,
             max_cost=max_cost,
+            packages=packages,
         )
 
     def _box_spec(self, box_id: str, plan: checks.RunPlan, idle: float | None = None, *, tenant: str = "") -> BoxSpec:
@@ -652,6 +662,7 @@ class AsyncSandbox:
             network_policy=policy,
             idle=idle,
             tenant=tenant,
+            packages=plan.packages,
         )
 
     async def _stop_box(self, box: Box) -> None:
