@@ -144,8 +144,14 @@ async def test_with_session_files_stay_between_calls(app_dir: Callable[[str], Pa
     async with mcp_client("--session") as session:
         first = await session.call_tool("code_run", {"code": "open('state.txt', 'w').write('kept')"})
         second = await session.call_tool("code_run", {"code": "print(open('state.txt').read())"})
+        drawn = await session.call_tool("code_run", {"code": PNG_CODE})
+        again = await session.call_tool("code_run", {"code": "open('../out/table.csv', 'w').write('changed')"})
     assert not first.is_error and second.structured_content is not None
     assert second.structured_content["stdout"] == "kept\n"
+    assert drawn.structured_content is not None and again.structured_content is not None
+    assert [f["name"] for f in drawn.structured_content["files"]] == ["plot.png", "table.csv"]
+    assert any(isinstance(c, types.ImageContent) for c in drawn.content)
+    assert [f["name"] for f in again.structured_content["files"]] == ["table.csv"]  # new or changed only
 
 
 async def test_without_session_each_call_starts_fresh(app_dir: Callable[[str], Path]) -> None:

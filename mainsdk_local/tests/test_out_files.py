@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mainsdk import Sandbox
+from mainsdk import AsyncSandbox, Sandbox
 
 
 def test_a_file_too_large_does_not_take_the_small_ones_with_it(sandbox: Sandbox) -> None:
@@ -27,3 +27,13 @@ def test_files_come_back_in_path_order(sandbox: Sandbox) -> None:
     result = sandbox.run(code)
     assert [f.name for f in result.files] == ["a.txt", "a/z.txt", "b.txt", "c/d.txt"]
     assert result.files_dropped == ()
+
+
+async def test_a_sessions_out_files_come_back_as_file_refs(async_sandbox: AsyncSandbox) -> None:
+    async with async_sandbox.create() as session:
+        await session.run(
+            "python3", ["-c", "open('../out/b.txt', 'w').write('b'); open('../out/a.txt', 'w').write('a')"]
+        )
+        refs, dropped = await session.out_files()
+        assert [(f.name, f.size) for f in refs] == [("a.txt", 1), ("b.txt", 1)] and dropped == ()
+        assert await async_sandbox.files.read(refs[1]) == b"b"

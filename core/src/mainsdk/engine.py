@@ -26,6 +26,7 @@ from mainsdk.driver import (
     Box,
     BoxSpec,
     Capabilities,
+    Collected,
     Command,
     Isolation,
     OutFile,
@@ -401,13 +402,7 @@ class AsyncSandbox:
         stop = outcome.stop
         if stop is None and collected.truncated:
             stop = "output"
-        redact_name = NameRedactor(plan.secret_values)
-        # In path order whatever order the driver found them in, so a result lists its files the same way each time.
-        kept = sorted(collected.files, key=lambda f: f.name)
-        refs, not_stored = self._keep_files(tenant, kept, redact_name)
-        # What the driver left out (past limits.files, a symlink, a fifo) is named beside what the store refused.
-        skipped = (redact_name(name) for name, _why in collected.skipped if name and name != "...")
-        dropped = tuple(sorted({*not_stored, *skipped}))
+        refs, dropped = self.keep_collected(tenant, collected, plan.secret_values)
         return RunResult(
             id=run_id,
             stdout=executed.stdout,
@@ -428,6 +423,18 @@ class AsyncSandbox:
             signal=outcome.signal,
             files_dropped=dropped,
         )
+
+    def keep_collected(
+        self, tenant: str, collected: Collected, secret_values: Sequence[bytes]
+    ) -> tuple[tuple[FileRef, ...], tuple[str, ...]]:
+        """A box's collected out folder as FileRefs of ``tenant`` (path order), and the names of those not kept."""
+        redact_name = NameRedactor(secret_values)
+        # In path order whatever order the driver found them in, so a result lists its files the same way each time.
+        kept = sorted(collected.files, key=lambda f: f.name)
+        refs, not_stored = self._keep_files(tenant, kept, redact_name)
+        # What the driver left out (past limits.files, a symlink, a fifo) is named beside what the store refused.
+        skipped = (redact_name(name) for name, _why in collected.skipped if name and name != "...")
+        return refs, tuple(sorted({*not_stored, *skipped}))
 
     def _keep_files(
         self, tenant: str, files: Sequence[OutFile], redact_name: Callable[[str], str]

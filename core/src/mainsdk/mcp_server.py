@@ -33,7 +33,7 @@ from mcp.server.stdio import stdio_server
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mainsdk import __version__, errors
-from mainsdk.action import CodeRunAction
+from mainsdk.action import CodeRunAction, file_entry
 from mainsdk.driver import LANGUAGE_PROGRAMS
 from mainsdk.engine import ARGV_CODE_LIMIT
 from mainsdk.errors import SandboxError
@@ -79,7 +79,7 @@ def build_server(action: CodeRunAction, *, session: bool = False) -> Server[Any]
     sandbox = action._sandbox
     open_world = bool(sandbox.config.sandbox.network)
     log_level: list[str | None] = [None]  # what the client set with logging/setLevel (older protocol versions)
-    kept: list[AsyncSession] = []
+    kept: list[_KeptSession] = []
 
     def tool() -> types.Tool:
         description = action.description
@@ -190,31 +190,46 @@ class _LiveReport:
                     )
 
 
+class _KeptSession:
+    """The server's sandbox session, and the out files (name to sha256) its calls have already returned."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+        self.returned: dict[str, str] = {}
+
+
 async def _run_in_session(
-    action: CodeRunAction, kept: list[AsyncSession], arguments: Mapping[str, Any], on_output: Callable[..., None]
+    action: CodeRunAction, kept: list[_KeptSession], arguments: Mapping[str, Any], on_output: Callable[..., None]
 ) -> dict[str, Any]:
-    """Run the call in the server's one sandbox session, opened at the first call (again if it expired)."""
+    """Run the call in the server's one sandbox session, opened at the first call (again if it expired).
+
+    The out folder stays from call to call, so a call returns the out files that are new or changed since.
+    """
     code, language, files = action.check_input(arguments)
     limits = action.input_limits(arguments)
     if len(code.encode()) > ARGV_CODE_LIMIT:
         raise SandboxError(errors.INVALID_OPTION, f"{action.name}: code longer than {ARGV_CODE_LIMIT} bytes")
-    if not kept or kept[0].closed:
-        kept[:] = [await action._sandbox.create(feature=action.feature)]
-    current = kept[0]
+    if not kept or kept[0].session.closed:
+        kept[:] = [_KeptSession(await action._sandbox.create(feature=action.feature))]
+    current = kept[0].session
     for path, text in files.items():
         await current.write(path, text)
     program = LANGUAGE_PROGRAMS[language]
     flags: tuple[str, ...] = ("-E", "-s", "-c") if language == "python" else ("-e",) if language == "node" else ("-c",)
     timeout = limits["timeout"] if limits else None
     command = await current.run(program, [*flags, code], timeout=timeout, on_output=on_output)
+    refs, dropped = await current.out_files()
+    returned = kept[0].returned
+    fresh = [ref for ref in refs if returned.get(ref.name) != ref.sha256]
+    returned.update((ref.name, ref.sha256) for ref in fresh)
     return {
         "stdout": command.stdout,
         "stderr": command.stderr,
         "exit_code": command.exit_code,
         "signal": command.signal,
         "stop": command.stop,
-        "files": [],
-        "files_dropped": [],
+        "files": [file_entry(ref) for ref in fresh],
+        "files_dropped": list(dropped),
         "cost": str(command.cost),
     }
 

@@ -22,6 +22,7 @@ from mainsdk import arguments, checks, errors
 from mainsdk.audit import AuditEvent
 from mainsdk.driver import Box, Command, StopReason
 from mainsdk.errors import BoxGone, SandboxError
+from mainsdk.files import FileRef
 from mainsdk.limits import Listener, cost_of
 
 if TYPE_CHECKING:
@@ -170,6 +171,16 @@ class AsyncSession:
         async with self._use():
             data: bytes = await self._sandbox._driver_call(self._sandbox.hooks.read_file(self._box, path))
             return data
+
+    async def out_files(self) -> tuple[tuple[FileRef, ...], tuple[str, ...]]:
+        """What the box's out folder holds now, as FileRefs of the session's tenant (path order), and the names of
+        those not kept (past limits.files, not regular files). The folder is left as it is.
+        """
+        async with self._use():
+            collected = await self._sandbox._driver_call(
+                self._sandbox.hooks.collect(self._box, self._plan.limits.files)
+            )
+        return self._sandbox.keep_collected(self.tenant, collected, self._plan.secret_values)
 
     async def run(
         self, program: str, args: Sequence[str] = (), *, timeout: object = None, on_output: Listener | None = None
