@@ -272,3 +272,153 @@ def test_a_replayed_driver_runs_the_fault_tests_and_a_mismatch_fails_naming_the_
             "body: /args/0: recorded '-c', got '-E'*",
         ]
     )
+
+
+# --- Quality gates: the values a failing assert compared, a watchdog on a hanging driver -------------------------
+
+LIAR = '''
+import threading, time
+import pytest
+from mainsdk import Capabilities
+from mainsdk.driver import Collected, ExecOutcome
+from mainsdk.hookspecs import hookimpl
+from mainsdk_conformance import ConformanceTarget
+
+pytest_plugins = ["mainsdk_conformance.plugin"]
+RELEASE = threading.Event()
+
+
+class Box:
+    id = "box-1"
+
+
+class Liar:
+    """Runs nothing; prints BEHAVIOUR instead."""
+
+    @hookimpl
+    def mainsdk_driver_capabilities(self):
+        return Capabilities(isolation="weak", languages=frozenset({"python"}))
+
+    @hookimpl
+    def mainsdk_network_policy(self, hosts):
+        return None
+
+    @hookimpl
+    async def mainsdk_driver_start(self, spec):
+        return Box()
+
+    @hookimpl
+    async def mainsdk_driver_exec(self, box, command, output):
+        if HANG:
+            RELEASE.wait(60)  # blocks the event loop: core's own deadline cannot fire, only the watchdog
+        output.stdout(b"3\\n")
+        return ExecOutcome(exit_code=0, duration=0.01)
+
+    @hookimpl
+    async def mainsdk_driver_collect(self, box, max_bytes):
+        return Collected()
+
+    @hookimpl
+    async def mainsdk_driver_stop(self, box):
+        return None
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        RELEASE.set()  # let the hung loop go, so the sandbox closes in teardown
+
+
+@pytest.fixture
+def conformance_target():
+    return ConformanceTarget(driver_id="liar", driver=lambda config: Liar())
+'''
+
+
+def test_a_failing_suite_assert_shows_the_values_it_compared(pytester: pytest.Pytester) -> None:
+    # Before: the suite's modules were not rewritten, so a third party saw a bare AssertionError.
+    pytester.makeconftest(LIAR.replace("HANG", "False"))
+    pytester.makepyfile(test_conformance=STAR)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "test_python_prints")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*AssertionError: assert ('3\\n', '', 0, None) == ('2\\n', '', 0, None)*"])
+
+
+def test_a_hanging_driver_fails_the_test_within_its_watchdog(pytester: pytest.Pytester) -> None:
+    # Before: nothing watched a suite test, so a driver blocking its event loop hung the run (here for 60 s).
+    pytester.makeconftest(LIAR.replace("HANG", "True"))
+    pytester.makepyfile(test_conformance=STAR)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-k", "test_python_prints", "--conformance-timeout", "2", "--durations=0", timeout=50
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*WatchdogTimeout*its call ran past the conformance watchdog (2 s); the driver hangs*",
+            "*in mainsdk_driver_exec*",  # the stack of the loop's thread, where the driver hangs
+        ]
+    )
+    [line] = [
+        line
+        for line in result.stdout.lines
+        if line.endswith(" call     test_conformance.py::TestRun::test_python_prints")
+    ]
+    assert float(line.split("s", 1)[0]) < 30, line
+
+
+BARE = '''
+import pytest
+from mainsdk import Capabilities
+from mainsdk.hookspecs import hookimpl
+from mainsdk_conformance import ConformanceTarget
+
+pytest_plugins = ["mainsdk_conformance.plugin"]
+
+
+class Bare:
+    """Declares its isolation and nothing else, and starts nothing."""
+
+    @hookimpl
+    def mainsdk_driver_capabilities(self):
+        return Capabilities(isolation="namespace")
+
+    @hookimpl
+    def mainsdk_network_policy(self, hosts):
+        return None
+
+    @hookimpl
+    async def mainsdk_driver_start(self, spec):
+        raise RuntimeError("the bare driver starts nothing")
+
+    @hookimpl
+    async def mainsdk_driver_exec(self, box, command, output):
+        raise RuntimeError("unreachable")
+
+    @hookimpl
+    async def mainsdk_driver_collect(self, box, max_bytes):
+        raise RuntimeError("unreachable")
+
+    @hookimpl
+    async def mainsdk_driver_stop(self, box):
+        return None
+
+
+@pytest.fixture
+def conformance_target():
+    return ConformanceTarget(driver_id="bare", driver=lambda config: Bare())
+'''
+
+
+def test_a_driver_declaring_only_its_isolation_has_every_capability_gated_test_skipped(
+    pytester: pytest.Pytester,
+) -> None:
+    # Before: a bare Capabilities claimed python, node, bash and a memory limit, so those tests ran and failed.
+    # Every suite test needs a language (python unless it names another), so the whole suite is skipped.
+    pytester.makeconftest(BARE)
+    pytester.makepyfile(test_conformance=STAR)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    outcomes = result.parseoutcomes()
+    assert set(outcomes) == {"skipped"}, outcomes
+    assert outcomes["skipped"] >= 80  # the whole suite
+    result.stdout.fnmatch_lines(["*driver bare declares no language python*"])
+    skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]
+    assert skips and all("driver bare declares" in line or "driver bare does not declare" in line for line in skips)

@@ -438,3 +438,30 @@ def test_session_commands_get_the_sessions_hosts(net_sandbox: Any, http_server: 
         request = f"printf 'CONNECT {NOT_GIVEN}:1 HTTP/1.1\\r\\n\\r\\n' >&3"
         refused = session.run("bash", ["-c", f"exec 3<>/dev/tcp/127.0.0.1/3128; {request}; head -c 12 <&3"])
         assert refused.stdout == "HTTP/1.1 403" and refused.hosts_refused == (NOT_GIVEN,)
+
+
+def test_the_proxy_lets_through_exactly_the_policy_core_handed_over_and_audited(
+    make_sandbox: Any, http_server: LoopbackServer
+) -> None:
+    # A driver whose policy hook narrows the hosts: the box must enforce the policy it was handed (and that
+    # the audit shows), not recompute one from the hosts. Before, the proxy read spec.hosts and let both through.
+    from mainsdk.hookspecs import hookimpl
+    from mainsdk_local.driver import LocalDriver
+
+    class Narrowing(LocalDriver):
+        @hookimpl
+        def mainsdk_network_policy(self, hosts: Any) -> Any:
+            return {"hosts": ["api.example.test"]}
+
+    config = load_config_text(NETWORK_CONFIG)
+    driver = Narrowing(permissions=config.permissions, resolve=RESOLVE)
+    built = make_sandbox(NETWORK_CONFIG, driver=driver)
+    urls = [f"http://api.example.test:{http_server.port}/a", f"http://other.example.test:{http_server.port}/b"]
+    result = fetch(built, urls, ["api.example.test", "other.example.test"])
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"200 http api.example.test:{http_server.port} /a", result.stderr
+    assert lines[1].startswith("403"), lines
+    assert [seen.path for seen in http_server.seen] == ["/a"]
+    [event] = built.events
+    assert event.network_policy == {"hosts": ["api.example.test"]}
+    assert event.to_dict()["network_policy"] == {"hosts": ["api.example.test"]}

@@ -5,7 +5,13 @@ and a ``conformance_target`` fixture returning a ``ConformanceTarget``; run the
 suite with ``from mainsdk_conformance.suite import *`` in a test module.
 """
 
-from mainsdk_conformance.marks import requires
-from mainsdk_conformance.target import Built, Conformance, ConformanceTarget, NetworkHosts
+import pytest
+
+# Before any suite module is imported: a driver author's failure then shows the compared values
+# (``assert '' == '2\n'``), not a bare AssertionError. pytest only rewrites test modules and conftests itself.
+pytest.register_assert_rewrite("mainsdk_conformance.suite")
+
+from mainsdk_conformance.marks import requires  # noqa: E402
+from mainsdk_conformance.target import Built, Conformance, ConformanceTarget, NetworkHosts  # noqa: E402
 
 __all__ = ["Built", "Conformance", "ConformanceTarget", "NetworkHosts", "requires"]

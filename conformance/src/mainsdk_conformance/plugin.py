@@ -11,7 +11,10 @@ In the driver's ``conftest.py``::
 and in a test module ``from mainsdk_conformance.suite import *``. The plugin
 skips a test whose capability the driver does not declare (saying which),
 marks the target's expected failures xfail(strict), refuses a test module that
-overrides a suite test, and runs the replay server of a replayed driver.
+overrides a suite test, runs the replay server of a replayed driver, rewrites the
+suite's asserts so a failure shows the values compared, and gives each suite test
+a watchdog (``--conformance-timeout``, default 120 s): a hanging driver fails the
+test with every thread's stack instead of hanging CI.
 """
 
 from __future__ import annotations
@@ -19,25 +22,34 @@ from __future__ import annotations
 import http.server
 import os
 import shutil
+import signal
 import ssl
 import subprocess
+import sys
 import threading
+import traceback
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mainsdk import Capabilities
 
-from mainsdk_conformance.cassette import keep_on_record
-from mainsdk_conformance.marks import CAPABILITY_FLAGS, LIVE, MEMORY_LIMIT_TREE, REPLAY, UNAVAILABLE
-from mainsdk_conformance.suite._helpers import ORIGIN_BODY
-from mainsdk_conformance.target import Conformance, ConformanceTarget
+# Before the suite's modules are imported (the import of _helpers below, or a driver's star-import), so its
+# asserts are rewritten: a third party's failure shows the compared values. The package does it too.
+pytest.register_assert_rewrite("mainsdk_conformance.suite")
+
+from mainsdk import Capabilities  # noqa: E402
+
+from mainsdk_conformance.cassette import keep_on_record  # noqa: E402
+from mainsdk_conformance.marks import CAPABILITY_FLAGS, LIVE, MEMORY_LIMIT_TREE, REPLAY, UNAVAILABLE  # noqa: E402
+from mainsdk_conformance.suite._helpers import ORIGIN_BODY  # noqa: E402
+from mainsdk_conformance.target import Conformance, ConformanceTarget  # noqa: E402
 
 REPLAY_KEY = pytest.StashKey[Any]()
 CAPS_KEY = pytest.StashKey[dict[str, Capabilities]]()
 REPORTED_KEY = pytest.StashKey[bool]()
 PASSED_KEY = pytest.StashKey[bool]()
+DEFAULT_TIMEOUT = 120.0  # seconds per phase of a suite test; the slowest suite tests take a few seconds
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,6 +67,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         metavar="NAME=URL",
         help="in record mode, forward upstream NAME to URL instead of the profile's provider address",
+    )
+    group.addoption(
+        "--conformance-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"fail a suite test whose setup, call or teardown runs longer (default: the conformance_timeout "
+        f"ini value, else {DEFAULT_TIMEOUT:g}); 0 turns the watchdog off",
+    )
+    parser.addini(
+        "conformance_timeout",
+        f"seconds a conformance suite test's phase may run before its watchdog fails it (default {DEFAULT_TIMEOUT:g})",
+        default=str(DEFAULT_TIMEOUT),
     )
 
 
@@ -266,11 +291,14 @@ def _conformance_gate(request: pytest.FixtureRequest) -> None:
         )
     builder: Conformance = request.getfixturevalue("conformance")
     caps: Capabilities = request.getfixturevalue("conformance_capabilities")
-    for marker in request.node.iter_markers("conformance_requires"):
-        for need in marker.args:
-            reason = _missing(need, caps, target, builder.replayed, _recording(request.config))
-            if reason is not None:
-                pytest.skip(reason)
+    needs = [need for marker in request.node.iter_markers("conformance_requires") for need in marker.args]
+    if not any(need.startswith("language:") for need in needs):
+        # A suite test runs python unless it names its language: a driver declaring none skips it too.
+        needs.insert(0, "language:python")
+    for need in needs:
+        reason = _missing(need, caps, target, builder.replayed, _recording(request.config))
+        if reason is not None:
+            pytest.skip(reason)
     key = f"{owner.__name__}::{name}"
     if key in target.expected_failures:
         reason = f"expected to fail on driver {target.driver_id}: {target.expected_failures[key]}"
@@ -357,9 +385,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    """Fail the test itself, not only its teardown, when its driver sent a request the cassette does not have."""
+    """Fail the test itself, not only its teardown, when its driver sent a request the cassette does not have.
+
+    The call runs under the test's watchdog too.
+    """
     try:
-        result = yield
+        with _Watchdog(item, "call"):
+            result = yield
     except BaseException as exc:
         server = item.stash.get(REPLAY_KEY, None)
         problems = server.problems(final=False) if server is not None else []
@@ -373,3 +405,77 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         item.stash[REPORTED_KEY] = True
         raise AssertionError("\n".join(problems))
     return result
+
+
+# --- Watchdog ------------------------------------------------------------------------------------------------------
+
+
+class WatchdogTimeout(Exception):
+    """A suite test ran past its watchdog: the driver under test hangs (or is far slower than the suite allows)."""
+
+
+def watchdog_seconds(config: pytest.Config) -> float:
+    """The watchdog of each phase of a suite test, in seconds (0: off)."""
+    option = config.getoption("conformance_timeout")
+    return float(option if option is not None else config.getini("conformance_timeout"))
+
+
+def _stacks() -> str:
+    """Every thread's stack, so the failure shows where the driver hangs (often its event loop's thread)."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    parts = []
+    for ident, frame in sys._current_frames().items():
+        parts.append(f"--- thread {names.get(ident, ident)} ---\n" + "".join(traceback.format_stack(frame)))
+    return "\n".join(parts)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    """Watch a suite test's setup (its fixtures read the driver's capabilities)."""
+    with _Watchdog(item, "setup"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    """Watch a suite test's teardown (its sandboxes close and their boxes stop)."""
+    with _Watchdog(item, "teardown"):
+        return (yield)
+
+
+class _Watchdog:
+    """Arm SIGALRM for one phase of a suite test: past the limit, raise in the main thread where the test waits.
+
+    A signal, not a thread: only an exception raised in the test's own thread fails the test with a traceback
+    at the point it hangs. Where SIGALRM is missing (Windows) or the test is not on the main thread, the
+    phase is not watched.
+    """
+
+    def __init__(self, item: pytest.Item, phase: str) -> None:
+        cls = getattr(item, "cls", None)
+        name = getattr(item, "originalname", item.name)
+        watched = cls is not None and _defining_suite_class(cls, name) is not None
+        self.seconds = watchdog_seconds(item.config) if watched else 0.0
+        self.phase = phase
+        self.nodeid = item.nodeid
+        self.previous: Any = None
+        self.armed = (
+            self.seconds > 0 and hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+        )
+
+    def _fire(self, signum: int, frame: Any) -> None:
+        raise WatchdogTimeout(
+            f"{self.nodeid}: its {self.phase} ran past the conformance watchdog ({self.seconds:g} s); the driver "
+            f"hangs. Raise it with --conformance-timeout or the conformance_timeout ini value if the driver is just "
+            f"slow. Every thread's stack when it fired:\n{_stacks()}"
+        )
+
+    def __enter__(self) -> None:
+        if self.armed:
+            self.previous = signal.signal(signal.SIGALRM, self._fire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)

@@ -21,7 +21,12 @@ from mainsdk.config import AppConfig, load_config_text
 from mainsdk.driver import BoxSpec
 from mainsdk.hookspecs import hookimpl
 
-DriverFactory = Callable[[AppConfig], object]
+DriverFromConfig = Callable[[AppConfig], object]
+"""How a test target builds its driver: from the parsed ``main.yaml`` alone, to the driver plugin.
+
+Narrower than core's ``mainsdk.driver.DriverEntryPoint`` (what a ``mainsdk.drivers`` entry point names,
+which may also take the app's secret resolver): the suite resolves secrets itself.
+"""
 
 # Secret names every suite main.yaml lists, and the values the suite's resolver gives.
 SECRET = "CONFORMANCE_SECRET"
@@ -72,11 +77,11 @@ class ConformanceTarget:
     """
 
     driver_id: str
-    driver: DriverFactory | None = None
+    driver: DriverFromConfig | None = None
     config: Mapping[str, Any] = attrs.field(factory=dict)
     expected_failures: Mapping[str, str] = attrs.field(factory=dict)
     baseline_env: frozenset[str] = frozenset({"LC_CTYPE"})
-    unavailable: DriverFactory | None = None
+    unavailable: DriverFromConfig | None = None
     hosts: NetworkHosts = attrs.field(factory=NetworkHosts)
 
 
@@ -168,7 +173,7 @@ class Conformance:
         config: AppConfig,
         events: list[AuditEvent],
         spy: StartSpy,
-        factory: DriverFactory | None = None,
+        factory: DriverFromConfig | None = None,
         **deps: Any,
     ) -> SandboxDeps:
         """The ``SandboxDeps`` of a suite sandbox: the driver, the suite's secrets, an audit list, the spy."""
@@ -181,7 +186,7 @@ class Conformance:
         )
 
     def build(
-        self, extra: Mapping[str, Any] | None = None, *, factory: DriverFactory | None = None, **deps: Any
+        self, extra: Mapping[str, Any] | None = None, *, factory: DriverFromConfig | None = None, **deps: Any
     ) -> Built:
         """A synchronous sandbox for this test, closed when the test ends.
 

@@ -50,6 +50,9 @@ class AuditEvent:
     # Reach the driver opened beyond ``hosts`` because the run named some (NetworkReach.extra), e.g. E2B's DNS.
     extra_reach: tuple[str, ...] = ()
     env_names: tuple[str, ...] = ()
+    # The egress policy core handed the driver's start hook (``mainsdk_network_policy``'s translation of
+    # ``hosts``), so an auditor sees what the backend was asked to enforce. JSON-able, no secret in it.
+    network_policy: Any = None
     cost: Decimal | None = None
     session_id: str | None = None
     cell: int | None = None  # a session cell's number (1, 2, ...), counted across interpreter restarts

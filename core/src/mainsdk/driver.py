@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
 
 import attrs
 
@@ -58,19 +58,22 @@ class NetworkReach:
 class Capabilities:
     """What a driver can do. Core refuses cleanly what a driver declares it cannot.
 
-    The conformance suite reads the same object to skip what does not apply.
+    Every field but ``isolation`` defaults to claiming nothing (no language, no memory limit, no
+    sessions, not for production), as SQLAlchemy's suite requirements do: a driver that forgets to
+    declare a capability gets the conformance tests needing it skipped, saying which, rather than
+    failed. The conformance suite reads the same object to skip what does not apply.
     """
 
     isolation: Isolation
-    languages: frozenset[str] = frozenset(LANGUAGES)
+    languages: frozenset[str] = frozenset()  # of LANGUAGES; a run in another is refused (MAIN-SANDBOX-0001)
     network: bool = False  # can give a run the hosts it names
     wildcard_hosts: bool = False  # can give ``*.example.com``
-    memory_limit: bool = True
+    memory_limit: bool = False  # enforces ``limits.memory`` and reports ``stop="memory"``
     # What the memory limit holds for: "tree" the run's whole process tree (a cgroup, a VM), "process" each
     # process on its own (RLIMIT_AS: 8 processes may each take the limit); None: not declared.
     memory_limit_scope: Literal["tree", "process"] | None = None
     sessions: bool = False
-    production: bool = True  # False: refused when MAINSDK_ENV=production (MAIN-SANDBOX-0011)
+    production: bool = False  # True: allowed when MAINSDK_ENV=production; otherwise refused (MAIN-SANDBOX-0011)
     price_per_second: Decimal = Decimal(0)  # the driver's own estimate; ``sandbox.price`` overrides it
     # Reports a command killed by a signal (``ExecOutcome.signal``), so a crash comes back as exit code 128+N with
     # the signal's name, never as exit_code None. The conformance suite checks it on drivers that declare it.
@@ -108,6 +111,16 @@ class RunLimits:
     disk: int
 
 
+NetworkPolicy: TypeAlias = Mapping[str, Any] | None
+"""A driver's egress policy, as its ``mainsdk_network_policy`` hook translated a run's hosts.
+
+Core calls the hook once per run or session, hands the result to the driver's start hook
+(``BoxSpec.network_policy``), which starts the box with exactly that policy, and copies it into the
+audit event. So it must be plain JSON-able data (mappings, lists, strings, numbers) holding no secret.
+None: the driver has no policy to send.
+"""
+
+
 @attrs.frozen
 class BoxSpec:
     """A box to start: its files, its environment and what it may reach."""
@@ -117,7 +130,8 @@ class BoxSpec:
     files: Mapping[str, bytes] = attrs.field(factory=dict)  # relative to the work folder
     env: Mapping[str, str] = attrs.field(factory=dict)
     hosts: tuple[str, ...] = ()
-    network_policy: Any = None  # what ``mainsdk_network_policy`` returned for ``hosts``
+    # What ``mainsdk_network_policy`` returned for ``hosts``: start the box with exactly this policy.
+    network_policy: NetworkPolicy = None
     idle: float | None = None  # sessions: close after this many idle seconds
     tenant: str = ""  # whose box it is: a driver that can reach a session from another process keeps it with the box
     # Pinned python packages (``name==version``, checked against ``sandbox.packages``) importable in the box. A
@@ -190,4 +204,10 @@ class Box(Protocol):
         """The box's id, unique in this process."""
 
 
-DriverFactory = Callable[..., object]
+DriverEntryPoint = Callable[..., object]
+"""What a ``mainsdk.drivers`` entry point names: ``factory(config)`` or ``factory(config, *, secret=resolver)``.
+
+Core calls it with the parsed ``AppConfig`` (and the app's secret resolver when the factory takes a
+``secret`` keyword) and registers what it returns as the driver plugin. The conformance suite's
+``DriverFromConfig`` is the narrower ``(config) -> driver`` a test target gives.
+"""

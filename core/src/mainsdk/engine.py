@@ -11,9 +11,9 @@ import logging
 import re
 import secrets as token
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import attrs
 
@@ -47,6 +47,7 @@ from mainsdk.sessions import DEFAULT_IDLE, AsyncSession, SessionOpener, find_ses
 ARGV_CODE_LIMIT = 100_000
 log = logging.getLogger("mainsdk")
 DEFAULT_TENANT = "default"
+T = TypeVar("T")
 
 
 def _app_config(value: object) -> AppConfig:
@@ -276,7 +277,7 @@ class AsyncSandbox:
             driver = load_driver(self.driver_id, deps.config, secret=self._resolver)
         extra = list(deps.plugins) + ([_AuditSink(deps.log)] if deps.log else [])
         self._pm = make_plugin_manager(driver, plugins=extra, load_entrypoints=deps.load_entrypoints)
-        self.hooks = Hooks(self._pm)
+        self.hooks = Hooks(self._pm, self.driver_id)
         network = deps.network
         if network is None:
             network = deps.config.network_allow
@@ -360,7 +361,10 @@ class AsyncSandbox:
         )
         started = time.monotonic()
         try:
-            result = await self._run_planned(run_id, tenant, language, command, plan, caps, on_output)
+            spec = self._box_spec(run_id, plan, tenant=tenant)
+            # The policy the driver is asked to enforce, on record (a translation of the hosts: no secret).
+            event = attrs.evolve(event, network_policy=spec.network_policy)
+            result = await self._run_planned(spec, tenant, language, command, plan, caps, on_output)
         except BaseException as exc:
             error = exc.code if isinstance(exc, SandboxError) else type(exc).__name__
             self._audit(attrs.evolve(event, error=error, duration=time.monotonic() - started))
@@ -380,7 +384,7 @@ class AsyncSandbox:
 
     async def _run_planned(
         self,
-        run_id: str,
+        spec: BoxSpec,
         tenant: str,
         language: str,
         command: Command,
@@ -388,7 +392,7 @@ class AsyncSandbox:
         caps: Capabilities,
         on_output: Listener | None,
     ) -> RunResult:
-        spec = self._box_spec(run_id, plan, tenant=tenant)
+        run_id = spec.id
         box = await self._driver_call(self.hooks.start(spec))
         try:
             executed = await self.execute(box, command, plan.limits.output, plan.secret_values, on_output)
@@ -659,7 +663,7 @@ class AsyncSandbox:
         )
 
     def _box_spec(self, box_id: str, plan: checks.RunPlan, idle: float | None = None, *, tenant: str = "") -> BoxSpec:
-        """The box a planned call starts, with the driver's egress policy for its hosts."""
+        """The box a planned call starts, with the driver's egress policy for its hosts (asked for once)."""
         policy = self.hooks.network_policy(plan.hosts)
         return BoxSpec(
             id=box_id,
@@ -679,25 +683,14 @@ class AsyncSandbox:
             # The run's result stands; a box that failed to stop is the driver's to report.
             log.exception("driver %s failed to stop box %s", self.driver_id, box.id)
 
-    async def _driver_call(self, awaitable: Any) -> Any:
-        """Await a driver hook; an error other than SandboxError becomes MAIN-SANDBOX-0006 (an outage)."""
-        try:
-            return await awaitable
-        except SandboxError:
-            raise
-        except Exception as exc:
-            # Only the type: a driver's own message may carry a URL, a token or a value; the cause keeps it for logs.
-            raise SandboxError(
-                errors.DRIVER_UNAVAILABLE,
-                f"the {self.driver_id!r} driver failed ({type(exc).__name__}); {self._outage_remedy()}",
-            ) from exc
+    async def _driver_call(self, awaitable: Awaitable[T]) -> T:
+        """Await a driver hook started through ``self.hooks``, the one boundary that turns a driver's error
+        into a coded ``SandboxError`` naming the driver and the hook (``mainsdk.plugins.Hooks``)."""
+        return await awaitable
 
     def _outage_remedy(self) -> str:
         """What the driver says to check when it fails (``Capabilities.outage_remedy``)."""
-        try:
-            return self.hooks.capabilities().outage_remedy
-        except Exception:  # noqa: BLE001 - the driver cannot even say what it can do; the outage stands
-            return errors.DEFAULT_OUTAGE_REMEDY
+        return self.hooks.outage_remedy()
 
     def _audit(self, event: AuditEvent) -> None:
         self.hooks.audit(event, self.config)

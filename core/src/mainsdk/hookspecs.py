@@ -13,14 +13,23 @@ fewer arguments than its spec: a spec can grow without breaking plugins.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
     from mainsdk.audit import AuditEvent
     from mainsdk.config import AppConfig
-    from mainsdk.driver import Box, BoxSpec, Capabilities, Collected, Command, ExecOutcome, OutputSink
+    from mainsdk.driver import (
+        Box,
+        BoxSpec,
+        Capabilities,
+        Collected,
+        Command,
+        ExecOutcome,
+        NetworkPolicy,
+        OutputSink,
+    )
 
 PROJECT = "mainsdk"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -114,8 +123,14 @@ def mainsdk_driver_stop(box: Box) -> Awaitable[None]:
 
 
 @hookspec(firstresult=True)
-def mainsdk_network_policy(hosts: Sequence[str]) -> Any:
-    """Translate the hosts a run may reach into the backend's egress policy (no hosts: nothing out)."""
+def mainsdk_network_policy(hosts: Sequence[str]) -> NetworkPolicy:
+    """Translate the hosts a run may reach into the backend's egress policy (no hosts: nothing out).
+
+    Core calls it once per run and per session, after its checks, hands the result to
+    ``mainsdk_driver_start`` as ``spec.network_policy`` and copies it into the run's audit event, so
+    an auditor sees what the backend was asked to enforce. The start hook enforces exactly that
+    policy, never one recomputed from ``spec.hosts``. Return plain JSON-able data holding no secret.
+    """
     raise NotImplementedError
 
 
@@ -123,9 +138,10 @@ def mainsdk_network_policy(hosts: Sequence[str]) -> Any:
 def mainsdk_audit_event(event: AuditEvent, config: AppConfig) -> None:
     """Record one audit event. Called once per run, per session command and per refused call.
 
-    ``config`` is the app config, for sinks that read their settings from it.
-    The event never holds code, output or secret values. A sink must not raise;
-    if it does, core logs the failure and goes on.
+    ``config`` is the app config, for sinks that read their settings from it (read them once per
+    config, not on every event). The event never holds code, output or secret values. The hook is
+    called as pluggy calls any hook, so a ``wrapper=True`` sink runs around the others. A sink must
+    not raise; if a plain one does, core logs the failure and the other sinks and the run go on.
     """
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,12 +19,12 @@ import attrs
 import pluggy
 
 from mainsdk import hookspecs
-from mainsdk.errors import INVALID_OPTION, SandboxError
+from mainsdk.errors import DEFAULT_OUTAGE_REMEDY, DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
 
 if TYPE_CHECKING:
     from mainsdk.audit import AuditEvent
     from mainsdk.config import AppConfig
-    from mainsdk.driver import Box, BoxSpec, Capabilities, Collected, Command, ExecOutcome, OutputSink
+    from mainsdk.driver import Box, BoxSpec, Capabilities, Collected, Command, ExecOutcome, NetworkPolicy, OutputSink
     from mainsdk.secrets import SecretResolver
 
 log = logging.getLogger("mainsdk")
@@ -108,6 +108,7 @@ def make_plugin_manager(
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         raise SandboxError(INVALID_OPTION, f"plugin {exc.plugin!r} has a hook that does not exist: {exc}") from exc
+    isolate_audit_sinks(pm)
     return pm
 
 
@@ -166,67 +167,152 @@ def check_driver(driver: object) -> None:
         )
 
 
-class Hooks:
-    """Typed calls into the hooks of one plugin manager, so call sites are checked."""
+_ISOLATED = "_mainsdk_isolated_sink"
 
-    def __init__(self, pm: pluggy.PluginManager) -> None:
+
+def isolate_audit_sinks(pm: pluggy.PluginManager) -> None:
+    """Make each plain audit sink catch and log its own failure, so pluggy's call loop goes on to the next.
+
+    The hook is then called as pluggy intends (``wrapper=True`` sinks run around the others); only a
+    failing plain sink is contained: it neither stops the other sinks nor the run.
+    """
+    for impl in pm.hook.mainsdk_audit_event.get_hookimpls():
+        if impl.wrapper or impl.hookwrapper or getattr(impl.function, _ISOLATED, False):
+            continue
+        # pluggy's call loop calls ``impl.function(*args)`` (HookImpl is public; ``function`` is Final only to
+        # type checkers). Wrapping it here is what keeps a wrapper sink's view of a plain call; the tests
+        # (tests/test_driver_contract.py) fail if a pluggy release changes that.
+        impl.function = _isolated(impl.function, impl.plugin_name)  # type: ignore[misc]
+
+
+def _isolated(function: Any, plugin_name: str) -> Any:
+    def sink(*args: Any) -> None:
+        try:
+            function(*args)
+        except Exception:
+            log.exception("audit sink %s failed", plugin_name)
+
+    setattr(sink, _ISOLATED, True)
+    return sink
+
+
+class DriverHookError(SandboxError):
+    """A driver hook raised something other than ``SandboxError``: an outage (``MAIN-SANDBOX-0006``).
+
+    ``driver`` and ``hook`` name where it came from; the driver's own exception is the ``__cause__``
+    (kept for logs, never in the message: a provider's message may carry a URL, a token or a value).
+    """
+
+    def __init__(self, driver: str, hook: str, exc: BaseException, remedy: str) -> None:
+        super().__init__(
+            DRIVER_UNAVAILABLE,
+            f"the {driver!r} driver failed in {hook} ({type(exc).__name__}); {remedy}",
+        )
+        self.driver = driver
+        self.hook = hook
+
+
+class Hooks:
+    """Typed calls into the hooks of one plugin manager: the one boundary between core and a driver.
+
+    Every driver hook is called through here. A ``SandboxError`` the driver raises passes through as it
+    is; any other exception, from a synchronous hook (``capabilities``, ``network_policy``) or an async
+    one, becomes ``DriverHookError`` (``MAIN-SANDBOX-0006``) naming the driver and the hook. The types
+    of each hook's spec reach the caller.
+    """
+
+    def __init__(self, pm: pluggy.PluginManager, driver_id: str = "driver") -> None:
         self._hook = pm.hook
+        self._driver_id = driver_id
+
+    def _failed(self, hook: str, exc: Exception) -> DriverHookError:
+        return DriverHookError(self._driver_id, hook, exc, self.outage_remedy())
+
+    def _call(self, hook: str, **kwargs: Any) -> Any:
+        """Call a synchronous hook (or start an async one) inside the boundary."""
+        try:
+            return getattr(self._hook, hook)(**kwargs)
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise self._failed(hook, exc) from exc
+
+    async def _await(self, hook: str, **kwargs: Any) -> Any:
+        """Call an async hook and await it inside the boundary."""
+        try:
+            return await getattr(self._hook, hook)(**kwargs)
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise self._failed(hook, exc) from exc
+
+    def outage_remedy(self) -> str:
+        """What the driver says to check when it fails (``Capabilities.outage_remedy``), or core's default."""
+        try:
+            return cast("Capabilities", self._hook.mainsdk_driver_capabilities()).outage_remedy
+        except Exception:  # noqa: BLE001 - the driver cannot even say what it can do; the outage stands
+            return DEFAULT_OUTAGE_REMEDY
 
     def capabilities(self) -> Capabilities:
         """The driver's capabilities."""
-        return cast("Capabilities", self._hook.mainsdk_driver_capabilities())
+        return cast("Capabilities", self._call("mainsdk_driver_capabilities"))
 
-    def start(self, spec: BoxSpec) -> Awaitable[Box]:
+    async def start(self, spec: BoxSpec) -> Box:
         """Start a box."""
-        return cast("Awaitable[Box]", self._hook.mainsdk_driver_start(spec=spec))
+        return cast("Box", await self._await("mainsdk_driver_start", spec=spec))
 
-    def exec(self, box: Box, command: Command, output: OutputSink) -> Awaitable[ExecOutcome]:
+    async def exec(self, box: Box, command: Command, output: OutputSink) -> ExecOutcome:
         """Run a command in a box."""
-        return cast("Awaitable[ExecOutcome]", self._hook.mainsdk_driver_exec(box=box, command=command, output=output))
+        return cast("ExecOutcome", await self._await("mainsdk_driver_exec", box=box, command=command, output=output))
 
     def check(self, command: Command) -> None:
         """Let the driver refuse a command before anything starts (an optional hook)."""
-        self._hook.mainsdk_driver_check(command=command)
+        self._call("mainsdk_driver_check", command=command)
 
-    def write_file(self, box: Box, path: str, data: bytes) -> Awaitable[None]:
+    async def write_file(self, box: Box, path: str, data: bytes) -> None:
         """Write a file into a box's work folder."""
         self._require("mainsdk_driver_write_file")
-        return cast("Awaitable[None]", self._hook.mainsdk_driver_write_file(box=box, path=path, data=data))
+        await self._await("mainsdk_driver_write_file", box=box, path=path, data=data)
 
-    def read_file(self, box: Box, path: str) -> Awaitable[bytes]:
+    async def read_file(self, box: Box, path: str) -> bytes:
         """Read a file from a box."""
         self._require("mainsdk_driver_read_file")
-        return cast("Awaitable[bytes]", self._hook.mainsdk_driver_read_file(box=box, path=path))
+        return cast(bytes, await self._await("mainsdk_driver_read_file", box=box, path=path))
 
     def _require(self, hook: str) -> None:
         if not getattr(self._hook, hook).get_hookimpls():
             raise SandboxError(INVALID_OPTION, f"the driver does not implement {hook}, which sessions need", ran=False)
 
-    def collect(self, box: Box, max_bytes: int) -> Awaitable[Collected]:
+    async def collect(self, box: Box, max_bytes: int) -> Collected:
         """Collect a box's out folder."""
-        return cast("Awaitable[Collected]", self._hook.mainsdk_driver_collect(box=box, max_bytes=max_bytes))
+        return cast("Collected", await self._await("mainsdk_driver_collect", box=box, max_bytes=max_bytes))
 
-    def reconnect(self, spec: BoxSpec) -> Awaitable[Box | None] | None:
-        """A session's box started by another process; None when the driver has no such hook."""
-        return cast("Awaitable[Box | None] | None", self._hook.mainsdk_driver_reconnect(spec=spec))
+    async def reconnect(self, spec: BoxSpec) -> Box | None:
+        """A session's box started by another process; None when the driver has no such hook or no such box."""
+        if not self._hook.mainsdk_driver_reconnect.get_hookimpls():
+            return None
+        return cast("Box | None", await self._await("mainsdk_driver_reconnect", spec=spec))
 
-    def stop(self, box: Box) -> Awaitable[None]:
+    async def stop(self, box: Box) -> None:
         """Stop a box."""
-        return cast("Awaitable[None]", self._hook.mainsdk_driver_stop(box=box))
+        await self._await("mainsdk_driver_stop", box=box)
 
-    def network_policy(self, hosts: Sequence[str]) -> Any:
-        """The driver's egress policy for ``hosts``."""
-        return self._hook.mainsdk_network_policy(hosts=list(hosts))
+    def network_policy(self, hosts: Sequence[str]) -> NetworkPolicy:
+        """The driver's egress policy for ``hosts``: what core hands to its start hook and writes in the audit."""
+        return cast("NetworkPolicy", self._call("mainsdk_network_policy", hosts=list(hosts)))
 
     def audit(self, event: AuditEvent, config: AppConfig) -> None:
-        """Send an event to every audit sink; one failing sink neither stops the others nor the run."""
-        args = {"event": event, "config": config}
-        for impl in self._hook.mainsdk_audit_event.get_hookimpls():
-            try:
-                impl.function(*(args[name] for name in impl.argnames))
-            except Exception:
-                log.exception("audit sink %s failed", impl.plugin_name)
+        """Send an event to every audit sink, through pluggy's own call loop (wrappers run).
+
+        Each sink was isolated when registered (``isolate_audit_sinks``): one failing sink neither
+        stops the others nor the run.
+        """
+        try:
+            self._hook.mainsdk_audit_event(event=event, config=config)
+        except Exception:
+            # A sink wrapper raised (plain sinks are isolated): the event stands, the run goes on.
+            log.exception("an audit sink wrapper failed")
 
     def shutdown(self) -> None:
         """Let the driver release what it holds."""
-        self._hook.mainsdk_driver_shutdown()
+        self._call("mainsdk_driver_shutdown")

@@ -194,7 +194,8 @@ class E2BDriver:
     async def mainsdk_driver_start(self, spec: BoxSpec) -> E2BBox:
         """Create the sandbox with the egress policy and upload the work files in one request."""
         lifetime = math.ceil((spec.idle or 0) + spec.limits.timeout) + SANDBOX_MARGIN
-        policy = spec.network_policy if spec.network_policy is not None else e2b_network_policy(spec.hosts)
+        # Exactly the policy core handed over (and audited); none at all: nothing out.
+        policy = spec.network_policy if spec.network_policy is not None else e2b_network_policy(())
         # The box's id (core's run or session id) and its tenant: how a failed create's orphans and a session
         # another worker opened are found again (GET /v2/sandboxes?metadata=, spec/openapi.yml).
         metadata = {META_BOX: spec.id, META_TENANT: spec.tenant}

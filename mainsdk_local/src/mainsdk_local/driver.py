@@ -11,18 +11,19 @@ import asyncio
 import secrets
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import attrs
 from mainsdk import arguments
 from mainsdk.config import AppConfig, Permissions, parse_app_config
 from mainsdk.driver import (
     LANGUAGE_PROGRAMS,
+    LANGUAGES,
     BoxSpec,
     Capabilities,
     Collected,
     Command,
     ExecOutcome,
+    NetworkPolicy,
     NetworkReach,
     OutFile,
     OutputSink,
@@ -90,6 +91,7 @@ class LocalDriver:
             ) from exc
         return Capabilities(
             isolation=isolation,
+            languages=frozenset(LANGUAGES),  # each through sandbox.local's program for it
             network=True,
             wildcard_hosts=True,
             memory_limit=True,
@@ -106,8 +108,8 @@ class LocalDriver:
         )
 
     @hookimpl
-    def mainsdk_network_policy(self, hosts: Sequence[str]) -> Any:
-        # What the box's proxy lets through; the hosts arrive checked by core.
+    def mainsdk_network_policy(self, hosts: Sequence[str]) -> NetworkPolicy:
+        # What the box's proxy lets through; the hosts arrive checked by core. The start hook gets it back.
         return {"hosts": list(hosts)}
 
     @hookimpl
@@ -119,7 +121,9 @@ class LocalDriver:
         except BaseException:
             await box.close()
             raise
-        egress = EgressPolicy(tuple(spec.hosts), self._resolve) if spec.hosts else None
+        # The proxy lets through exactly the policy core handed over (and audited); none: nothing out.
+        hosts = tuple((spec.network_policy or {}).get("hosts", ()))
+        egress = EgressPolicy(hosts, self._resolve) if hosts else None
         return LocalBox(spec.id, box, spec.limits.memory, egress)
 
     @hookimpl

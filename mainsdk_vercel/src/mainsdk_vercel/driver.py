@@ -29,6 +29,7 @@ import attrs
 import httpx
 from mainsdk.config import AppConfig
 from mainsdk.driver import (
+    LANGUAGES,
     BoxSpec,
     Capabilities,
     Collected,
@@ -170,6 +171,7 @@ class VercelDriver:
     def mainsdk_driver_capabilities(self) -> Capabilities:
         return Capabilities(
             isolation="microvm",
+            languages=frozenset(LANGUAGES),
             network=True,
             wildcard_hosts=True,
             memory_limit=False,  # a command gets the whole VM: no per-command memory cap to enforce
@@ -327,12 +329,14 @@ class VercelDriver:
         """Create the box's sandbox (not persistent: its stop leaves no snapshot behind), and write its files."""
         needed = self._lifetime(box, box.spec.limits.timeout)
         lease = needed * (2 if box.session else 1)
+        policy = box.spec.network_policy
         body: dict[str, Any] = {
             "projectId": self._project,
             "timeout": int(lease * 1000),
             "resources": {"vcpus": self._vcpus},
             "persistent": False,
-            "networkPolicy": box.spec.network_policy or vercel_network_policy(box.spec.hosts),
+            # Exactly the policy core handed over (and audited); none at all: nothing out.
+            "networkPolicy": policy if policy is not None else vercel_network_policy(()),
         }
         if self._image:
             body["image"] = self._image
