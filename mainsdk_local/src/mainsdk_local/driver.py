@@ -11,6 +11,7 @@ import asyncio
 import secrets
 import socket
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 from mainsdk import arguments
