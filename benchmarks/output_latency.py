@@ -115,7 +115,7 @@ async def main_async(rounds: int, lines: int) -> int:
     base_median, _ = summary("baseline: bare pipe", bare)
     results = [summary("sandbox: no secret", plain), summary("sandbox: a secret to redact", secret_run)]
     for median, _p95 in results:
-        print(f"  median over baseline: +{median - base_median:.2f} ms ({median / base_median:.1f}x)")
+        print(f"  median over baseline: {median - base_median:+.2f} ms ({median / base_median:.1f}x)")
     ok = all(median <= GOAL_MS and p95 <= GOAL_MS for median, p95 in results)
     print(f"goal (median and p95 <= {GOAL_MS:.0f} ms): {'met' if ok else 'NOT met'}")
     return 0 if ok else 1
