@@ -19,7 +19,7 @@ from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION
 from mainsdk.plugins import load_driver
 from mainsdk_conformance.profiles import E2B
 from mainsdk_conformance.replay import ReplayServer
-from mainsdk_e2b.driver import extract_out_archive, killer_line, resolve_key, shell_line
+from mainsdk_e2b.driver import extract_out_archive, killer_line, resolve_key, shell_line, signal_of
 
 from mainsdk_e2b import E2BDriver, e2b_network_policy, e2b_sandbox_driver, estimate_price
 
@@ -69,7 +69,7 @@ def test_the_command_line_names_variables_and_never_holds_their_values() -> None
     line = shell_line(Command("python3", ("-c", "print('a  b'); x = '$HOME'"), env={"K": "value-of-k"}))
     assert "value-of-k" not in line and 'K="$K"' in line
     assert "python3 -c 'print('\"'\"'a  b'\"'\"'); x = '\"'\"'$HOME'\"'\"'' 0<&3 3<&- &" in line
-    assert "cd /home/user/work" in line and "/usr/bin/setsid /usr/bin/env -i" in line
+    assert "cd /home/user/work" in line and '/usr/bin/setsid "${w8[@]}" /usr/bin/env -i' in line
 
 
 def test_a_401_is_0006_and_the_key_is_in_no_error(tmp_path: Path) -> None:
@@ -324,3 +324,11 @@ def test_a_session_is_reachable_from_another_worker_of_its_tenant_only() -> None
     assert back == "from the other worker\n"
     lists = [r for r in server.received if r.method == "GET" and r.path == "/v2/sandboxes"]
     assert len(lists) == 2  # one per worker that did not open it; the opener never looks
+
+
+def test_envds_end_event_names_the_signal_the_script_died_of() -> None:
+    # handler.go: cmd.Wait's error, as Go words it (syscall.Signal.String()).
+    assert signal_of("signal: segmentation fault") == 11 and signal_of("signal: killed") == 9
+    assert signal_of("signal: signal 34") == 34  # a real-time signal, which Go names by number
+    assert signal_of("exit status 139") is None and signal_of(None) is None
+    assert e2b_sandbox_driver(api_key=KEY).mainsdk_driver_capabilities().reports_signals

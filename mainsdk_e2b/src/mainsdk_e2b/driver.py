@@ -183,6 +183,7 @@ class E2BDriver:
             price_per_second=self._price,
             outage_remedy="check E2B's status and the API key (sandbox.e2b.key, default secret:E2B_API_KEY)",
             network_reach=E2B_NETWORK_REACH,
+            reports_signals=True,  # the script ends by the program's signal; envd's end event names it
         )
 
     @hookimpl
@@ -251,6 +252,7 @@ class E2BDriver:
         handle: Any = None
         waiter: asyncio.Future[Any] | None = None
         exit_code: int | None = None
+        signal: int | None = None
         try:
             async with asyncio.timeout(command.timeout) as deadline:
                 handle = await sandbox.commands.run(
@@ -271,6 +273,7 @@ class E2BDriver:
                     exit_code = (await asyncio.shield(waiter)).exit_code
                 except CommandExitException as exited:
                     exit_code = exited.exit_code
+                    signal = signal_of(exited.error)
         except TimeoutError:
             if not deadline.expired():
                 raise self._unavailable("run the command", TimeoutError("the request timed out")) from None
@@ -282,6 +285,9 @@ class E2BDriver:
             raise
         except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
             raise self._unavailable("run the command", exc) from None
+        if signal is not None:
+            # The program died of it (the script ended by the same signal): core reports 128 + N and its name.
+            return ExecOutcome(exit_code=None, duration=time.monotonic() - started, signal=signal)
         return ExecOutcome(exit_code=exit_code, duration=time.monotonic() - started)
 
     @hookimpl
@@ -480,6 +486,36 @@ def idempotency_key(box_id: str) -> str:
     return re.sub(r"[^a-z0-9-]", "-", box_id.lower())[:255] or "mainsdk"
 
 
+# The raw wait status of the program, kept in a file (argv[1]) for the script; the waiter leads the session.
+_WAITER = (
+    "import os, sys\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "status = os.waitpid(pid, 0)[1]\n"
+    "open(sys.argv[1], 'w').write(str(status))\n"
+    "sys.exit(os.waitstatus_to_exitcode(status) % 256)\n"
+)
+STATUS = "/tmp/mainsdk-status-{pid}"
+# Go's names of the signals (syscall.Signal.String()), as envd's end event says them: "signal: <name>".
+GO_SIGNALS = {
+    "hangup": 1, "interrupt": 2, "quit": 3, "illegal instruction": 4, "trace/breakpoint trap": 5, "aborted": 6,
+    "bus error": 7, "floating point exception": 8, "killed": 9, "user defined signal 1": 10,
+    "segmentation fault": 11, "user defined signal 2": 12, "broken pipe": 13, "alarm clock": 14, "terminated": 15,
+    "CPU time limit exceeded": 24, "file size limit exceeded": 25, "bad system call": 31,
+}  # fmt: skip
+
+
+def signal_of(error: str | None) -> int | None:
+    """The signal number envd's end event names (``"signal: segmentation fault"``), or None."""
+    if not error or not error.startswith("signal: "):
+        return None
+    name = error[len("signal: ") :].strip()
+    if name.startswith("signal ") and name[len("signal ") :].isdigit():
+        return int(name[len("signal ") :])
+    return GO_SIGNALS.get(name)
+
+
 # SIGSTOP every process of session $1 (so none can fork any more), a few passes, then SIGKILL them all. Plain
 # /proc, no procps: the session is the 4th field after the name's closing ") " in /proc/PID/stat (proc(5)).
 _KILL_SESSION = (
@@ -506,7 +542,7 @@ def shell_line(command: Command, stdin_path: str | None = None, *, archive_limit
     ever reads one.
     """
     given = [f'{name}="${name}"' for name in sorted(command.env)]
-    words = ["/usr/bin/setsid", "/usr/bin/env", "-i", f"PATH={BASE_PATH}", f"HOME={HOME}", *given]
+    words = ["/usr/bin/setsid", '"${w8[@]}"', "/usr/bin/env", "-i", f"PATH={BASE_PATH}", f"HOME={HOME}", *given]
     program = " ".join(words) + " " + shlex.join([command.program, *command.args])
     # Open the input, then remove it, so the work and out folders hold nothing of it.
     stdin = f"exec 3<{stdin_path} && rm -f {stdin_path}" if stdin_path is not None else "exec 3</dev/null"
@@ -514,6 +550,10 @@ def shell_line(command: Command, stdin_path: str | None = None, *, archive_limit
     lines = [
         f"mkdir -p {WORK} {OUT} && cd {WORK} && {stdin} || exit 125",
         _KILL_SESSION,
+        # bash's $? cannot tell a death by SIGSEGV from `exit 139`: a waiter keeps the raw wait status, when
+        # the template has python3 (the base one does), and the script ends by that signal itself (below).
+        f'sf={STATUS.format(pid="$$")}; rm -f -- "$sf"; w8=(); [ -x /usr/bin/python3 ] && '
+        f'w8=(/usr/bin/python3 -E -s -c {shlex.quote(_WAITER)} "$sf")',
         # `&` without job control would give the program /dev/null as input: hence the explicit 0<&3.
         f"{program} 0<&3 3<&- &",
         "c=$!; exec 3<&-",
@@ -524,6 +564,12 @@ def shell_line(command: Command, stdin_path: str | None = None, *, archive_limit
     ]
     if archive_limit is not None:
         lines.append(archive_script(archive_limit))
+    # Killed by signal N: the script ends by N too, so envd's end event names it ("signal: segmentation
+    # fault", handler.go); no core file. A status the waiter never wrote (killed at a limit) changes nothing.
+    lines.append(
+        'z=$(cat -- "$sf" 2>/dev/null); rm -f -- "$sf"; n=$(( ${z:-0} & 127 ))\n'
+        'if [ "$n" -ne 0 ] && [ "$n" -ne 127 ]; then ulimit -c 0; trap - "$n"; kill -"$n" $$; fi'
+    )
     lines.append("exit $r")
     return "\n".join(lines)
 
