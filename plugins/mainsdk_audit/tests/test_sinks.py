@@ -45,6 +45,19 @@ def test_jsonl_the_environment_variable_wins_and_no_file_means_nothing(
     assert jsonl_sink.audit_file(load_config_text("sandbox: {}\n")) is None
 
 
+def test_jsonl_reads_its_settings_once_per_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: every event re-read the environment and the whole config to find its file.
+    monkeypatch.setenv(jsonl_sink.ENV_VAR, str(tmp_path / "first.jsonl"))
+    config = load_config_text("sandbox: {}\n", source=tmp_path / "main.yaml")
+    jsonl_sink.mainsdk_audit_event(EVENT, config)
+    monkeypatch.setenv(jsonl_sink.ENV_VAR, str(tmp_path / "second.jsonl"))
+    jsonl_sink.mainsdk_audit_event(EVENT, config)
+    assert len((tmp_path / "first.jsonl").read_text().splitlines()) == 2
+    assert not (tmp_path / "second.jsonl").exists()
+    jsonl_sink.mainsdk_audit_event(EVENT, load_config_text("sandbox: {}\n"))  # a config loaded again reads again
+    assert (tmp_path / "second.jsonl").exists()
+
+
 def test_logging_logs_the_event_at_info_as_json(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="mainsdk.audit"):
         logging_sink.mainsdk_audit_event(EVENT)

@@ -2,6 +2,8 @@
 
 The file is ``MAINSDK_AUDIT_FILE`` if set, else ``audit.file`` at the top level
 of ``main.yaml`` (relative to that file). With neither, this sink does nothing.
+Both are read once per config, on its first event, not on every event: change
+them by loading the config again.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from mainsdk.hookspecs import hookimpl
 
 ENV_VAR = "MAINSDK_AUDIT_FILE"
 _lock = threading.Lock()
+# Where each config's events go, read on its first event: {id(config): (config, path)}. The config is kept so
+# its id cannot be reused by another while cached; a process holds a handful of configs, bounded anyway.
+_settings: dict[int, tuple[AppConfig, Path | None]] = {}
+_SETTINGS_KEPT = 64
 
 
 def audit_file(config: AppConfig) -> Path | None:
@@ -36,9 +42,22 @@ def audit_file(config: AppConfig) -> Path | None:
 @hookimpl
 def mainsdk_audit_event(event: AuditEvent, config: AppConfig) -> None:
     """Append the event as one line. Lines are written whole, under a lock, so concurrent runs never interleave."""
-    path = audit_file(config)
+    path = _settings_of(config)
     if path is None:
         return
     line = json.dumps(event.to_dict(), sort_keys=True) + "\n"
     with _lock, open(path, "a", encoding="utf-8") as handle:
         handle.write(line)
+
+
+def _settings_of(config: AppConfig) -> Path | None:
+    """``audit_file(config)``, read once per config."""
+    with _lock:
+        cached = _settings.get(id(config))
+        if cached is not None and cached[0] is config:
+            return cached[1]
+        path = audit_file(config)
+        if len(_settings) >= _SETTINGS_KEPT:
+            _settings.pop(next(iter(_settings)))
+        _settings[id(config)] = (config, path)
+        return path
