@@ -207,3 +207,29 @@ def test_a_driver_that_does_not_declare_cells_or_background_refuses_them(
             session.start("python3", ["-c", "1"])
         assert started.value.code == INVALID_OPTION and "Capabilities.background" in started.value.message
     assert [e.kind for e in built.events if e.cell == 1] == ["refused"]
+
+
+def test_open_figures_come_back_as_pngs_and_are_closed(make_sandbox: Callable[..., Any]) -> None:
+    # matplotlib is not installed in the box here: a stand-in pyplot with the calls the kernel makes
+    # (get_fignums, figure(n).savefig(buffer, format="png"), close("all")) checks the hook end to end.
+    standin = f"""
+import base64, os, sys, types
+pyplot = types.ModuleType("matplotlib.pyplot")
+figures = {{1: base64.b64decode({base64.b64encode(PNG).decode()!r}), 2: b"\\x89PNG second"}}
+class Figure:
+    def __init__(self, number): self.number = number
+    def savefig(self, buffer, format): assert format == "png"; buffer.write(figures[self.number])
+pyplot.get_fignums = lambda: sorted(figures)
+pyplot.figure = Figure
+pyplot.close = lambda which: figures.clear()
+sys.modules["matplotlib.pyplot"] = pyplot
+os.environ["MPLBACKEND"]
+"""
+    with make_sandbox().sandbox.create() as session:
+        drawn = session.run_code(standin)
+        assert [(r.mime, r.data) for r in drawn.results] == [
+            ("text/plain", "'agg'"),  # no display in a box: matplotlib is told so before the code imports it
+            ("image/png", PNG),
+            ("image/png", b"\x89PNG second"),
+        ]
+        assert session.run_code("pyplot.get_fignums()").results == session.run_code("[]").results
