@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 
 import attrs
 
-from mainsdk import arguments, checks, errors
+from mainsdk import arguments, checks, errors, figures
 from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.config import AppConfig, SandboxConfig
@@ -250,6 +250,8 @@ def code_command(language: str, code: str, timeout: float, env: Mapping[str, str
     """The command that runs ``code``: the language's interpreter with the code in argv, or on stdin when long."""
     program = LANGUAGE_PROGRAMS[language]
     on_stdin = len(code.encode()) > ARGV_CODE_LIMIT
+    if figures.draws(language, code):
+        return figures.figure_command(code, on_stdin=on_stdin, timeout=timeout, env=env)  # plots come back as PNGs
     prefix: tuple[str, ...] = ("-E", "-s") if language == "python" else ()
     if on_stdin:
         stdin_flag = {"python": "-", "node": "-", "bash": "-s"}[language]
