@@ -55,7 +55,9 @@ def test_code_that_does_not_draw_runs_as_it_always_did(make_sandbox: Callable[..
     result = built.sandbox.run("import sys; print(sys.argv); 1/0")
     assert result.stdout == "['-c']\n"
     assert result.stderr == (
-        'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\nZeroDivisionError: division by zero\n'
+        "Traceback (most recent call last):\n"
+        '  File "<string>", line 1, in <module>\n'
+        "ZeroDivisionError: division by zero\n"
     )
 
 
