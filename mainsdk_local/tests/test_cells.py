@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -233,3 +234,31 @@ os.environ["MPLBACKEND"]
             ("image/png", b"\x89PNG second"),
         ]
         assert session.run_code("pyplot.get_fignums()").results == session.run_code("[]").results
+
+
+def test_a_cell_cannot_disarm_the_time_limit_or_forge_its_duration(make_sandbox: Callable[..., Any]) -> None:
+    built = make_sandbox()
+    with built.sandbox.create() as session:
+        # Rebinding what the watchdog calls, ignoring SIGINT: the interpreter still ends at timeout + grace.
+        stubborn = (
+            "import os, signal, time\nos._exit = os.kill = lambda *a: None\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)"
+        )
+        started = time.monotonic()
+        result = session.run_code(stubborn, timeout="1s")
+        assert result.stop == "timeout" and not result.state_kept and time.monotonic() - started < 15
+        assert result.duration >= 1.0  # the app's own clock: the kernel's frame never sets it
+
+
+def test_a_forged_frame_does_not_set_the_cells_duration_or_cost(make_sandbox: Callable[..., Any]) -> None:
+    # Code that digs the token out of the kernel's frame can end its own cell early with a result of its
+    # choosing (it runs in the same box either way); the cell's duration, and so its cost, stays the app's measure.
+    forge = (
+        "import sys, os, json, time\nkernel = sys._getframe(1).f_locals\n"
+        "frame = {'cell': 1, 'results': [], 'results_dropped': 0, 'error': None, 'stop': None, 'duration': 5000.0}\n"
+        "os.write(kernel['frame_out'], kernel['mark_out'] + json.dumps(frame).encode() + b'\\n')\n"
+        "os.write(kernel['frame_err'], kernel['end_err'])\ntime.sleep(0.5)"
+    )
+    with make_sandbox().sandbox.create() as session:
+        result = session.run_code(forge)
+        assert result.duration < 60

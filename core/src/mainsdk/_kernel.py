@@ -159,6 +159,12 @@ def _error(exc, skip):
     return {"name": type(exc).__name__, "value": value[:TEXT_LIMIT], "traceback": text[-TEXT_LIMIT:]}
 
 
+# Bound now, before any cell runs: a cell that rebinds os._exit or os.kill does not disarm the watchdog.
+_EXIT = os._exit
+_KILL = os.kill
+_PID = os.getpid()
+
+
 class _Watchdog:
     """Interrupts the running cell at its timeout, and ends the interpreter a grace later."""
 
@@ -198,7 +204,7 @@ class _Watchdog:
                     if self._cell is not armed:
                         continue
                     self.interrupted = True
-                os.kill(os.getpid(), signal.SIGINT)
+                _KILL(_PID, signal.SIGINT)
                 end = time.monotonic() + grace
                 while time.monotonic() < end:
                     time.sleep(0.01)
@@ -206,7 +212,7 @@ class _Watchdog:
                         if self._cell is not armed:
                             break
                 else:
-                    os._exit(WATCHDOG_EXIT)  # the cell would not stop: the state goes with the interpreter
+                    _EXIT(WATCHDOG_EXIT)  # the cell would not stop: the state goes with the interpreter
                 break
 
 

@@ -394,12 +394,9 @@ class Interpreter:
             outcome = await self._settle(collector, stream)
         finally:
             stream.end()
+        # Measured here, never taken from the frame: the cost is charged on it, and the cell could forge a frame.
         duration = time.monotonic() - started
         stop, error, frame, state_kept = outcome
-        if frame is not None:
-            duration = (
-                float(frame.get("duration", duration)) if isinstance(frame.get("duration"), (int, float)) else duration
-            )
         if stop == "timeout" and cost_bound:
             stop = "cost"
         stdout, stderr = collector.finish()
