@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import time
@@ -14,7 +15,7 @@ from mainsdk import AsyncSandbox, Capabilities, SandboxError
 from mainsdk.audit import code_sha256
 from mainsdk.cells import INLINE_LIMIT
 from mainsdk.config import load_config_text
-from mainsdk.errors import INVALID_OPTION
+from mainsdk.errors import INVALID_OPTION, NO_SESSION
 from mainsdk.hookspecs import hookimpl
 from mainsdk_local.driver import LocalDriver
 
@@ -110,6 +111,7 @@ def test_output_that_looks_like_a_frame_is_only_output(make_sandbox: Callable[..
 
 def test_rich_results_carry_their_mime_types(make_sandbox: Callable[..., Any]) -> None:
     code = f"""
+import asyncio
 import base64
 class Chart:
     def _repr_png_(self): return base64.b64decode({base64.b64encode(PNG).decode()!r})
@@ -262,3 +264,14 @@ def test_a_forged_frame_does_not_set_the_cells_duration_or_cost(make_sandbox: Ca
     with make_sandbox().sandbox.create() as session:
         result = session.run_code(forge)
         assert result.duration < 60
+
+
+async def test_closing_the_session_while_a_cell_runs_ends_the_cell_with_0008(async_sandbox: AsyncSandbox) -> None:
+    session = await async_sandbox.create()
+    await session.run_code("x = 1")
+    running = asyncio.ensure_future(session.run_code("import time\ntime.sleep(60)"))
+    await asyncio.sleep(0.5)
+    await session.close()
+    with pytest.raises(SandboxError) as caught:
+        await asyncio.wait_for(running, 20)
+    assert caught.value.code == NO_SESSION

@@ -27,7 +27,7 @@ from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.driver import Command, ExecOutcome, StopReason
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
-from mainsdk.limits import Listener, OutputCollector, cost_of
+from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
 from mainsdk.redact import NameRedactor
 from mainsdk.units import MAX_TIMEOUT
 
@@ -361,6 +361,7 @@ class Interpreter:
             self._start()
         assert self._task is not None and self._stream is not None
         stream = self._stream
+        task = self._task
         collector = OutputCollector(plan.limits.output, plan.secret_values, on_output, label=cell_id)
         stream.begin(collector)
         self._sent += 1
@@ -379,19 +380,19 @@ class Interpreter:
             }
             try:
                 await asyncio.wait(
-                    {*waits, self._task}, timeout=limit + GRACE + BACKSTOP, return_when=asyncio.FIRST_COMPLETED
+                    {*waits, task}, timeout=limit + GRACE + BACKSTOP, return_when=asyncio.FIRST_COMPLETED
                 )
-                if stream.frame_ready.is_set() and not stream.err_ready.is_set() and not self._task.done():
+                if stream.frame_ready.is_set() and not stream.err_ready.is_set() and not task.done():
                     # The frame is out; its stderr mark follows right behind it.
                     await asyncio.wait(
-                        {asyncio.ensure_future(stream.err_ready.wait()), self._task},
+                        {asyncio.ensure_future(stream.err_ready.wait()), task},
                         timeout=BACKSTOP,
                         return_when=asyncio.FIRST_COMPLETED,
                     )
             finally:
                 for waiter in waits:
                     waiter.cancel()
-            outcome = await self._settle(collector, stream)
+            outcome = await self._settle(task, collector, stream)
         finally:
             stream.end()
         # Measured here, never taken from the frame: the cost is charged on it, and the cell could forge a frame.
@@ -423,11 +424,14 @@ class Interpreter:
         )
 
     async def _settle(
-        self, collector: OutputCollector, stream: _KernelStream
+        self, task: asyncio.Task[ExecOutcome], collector: OutputCollector, stream: _KernelStream
     ) -> tuple[StopReason | None, CellError | None, dict[str, Any] | None, bool]:
         """How the cell ended: (stop, error when the interpreter died, the kernel's frame, state kept)."""
-        assert self._task is not None
-        task = self._task
+        if self._task is not task:
+            # The session closed while the cell ran, and took the interpreter with it.
+            raise SandboxError(
+                errors.NO_SESSION, f"sandbox session {self._session.id!r} was closed while the cell ran", status=404
+            )
         if collector.cut:
             await self.kill()
             return "output", None, None, False
@@ -451,8 +455,6 @@ class Interpreter:
         self._task = None
         stream.flush()
         outcome = task.result()  # a driver failure is raised here, as a session command's would be
-        from mainsdk.limits import signal_status
-
         if outcome.stop is not None:
             return outcome.stop, None, None, False
         exit_code, signal = signal_status(outcome.exit_code, outcome.signal, None)
