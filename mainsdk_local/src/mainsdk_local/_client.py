@@ -71,6 +71,9 @@ class ExecSpec:
     namespace) to ``on_listener`` (namespace mode only; weak mode has no such namespace).
     ``proxy_port``: weak mode: the host port of the run's proxy, the only TCP port the
     code may connect to where the kernel has Landlock.
+    ``overlays``: (host folder, hidden path) pairs: the folder is bound read-only over that
+    hidden path instead of the empty directory (a package env over the interpreter's
+    site-packages). Namespace mode only.
     """
 
     argv: tuple[str, ...]
@@ -81,6 +84,7 @@ class ExecSpec:
     stdin: bytes | None = None
     readonly_paths: tuple[str, ...] = ()
     hidden_paths: tuple[str, ...] = ()
+    overlays: tuple[tuple[str, str], ...] = ()
     proxy: bool = False
     proxy_port: int | None = None
 
@@ -797,6 +801,7 @@ def _spec_json(spec: ExecSpec) -> dict[str, Any]:
         "max_processes": spec.max_processes,
         "readonly_paths": list(spec.readonly_paths),
         "hidden_paths": list(spec.hidden_paths),
+        "overlays": [list(pair) for pair in spec.overlays],
         "proxy": spec.proxy,
         "proxy_port": spec.proxy_port,
     }

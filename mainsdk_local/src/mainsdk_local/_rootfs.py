@@ -28,8 +28,8 @@ else:  # imported by the server script, whose directory is on sys.path
     import _node_proxy as N
 
 TEMPLATE_CACHE = 8
-# (readonly_paths, hidden_paths): which root template an exec uses.
-TemplateKey = tuple[tuple[str, ...], tuple[str, ...]]
+# (readonly_paths, hidden_paths, overlays): which root template an exec uses.
+TemplateKey = tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]
 
 # /etc entries copied into every root; everything else of the host's /etc stays out.
 ETC_ENTRIES = (
@@ -90,7 +90,7 @@ def within(path: str, root: str) -> bool:
 
 
 class Templates:
-    """Read-only root trees, one per (readonly_paths, hidden_paths), built once and reused.
+    """Read-only root trees, one per (readonly_paths, hidden_paths, overlays), built once and reused.
 
     Each run's mount namespace starts as a copy of the server's, so it already
     holds the template; the run only adds /proc, /work and /out on top (in its own
@@ -110,8 +110,10 @@ class Templates:
         os.mkdir(self.empty_dir, 0o555)
         os.close(os.open(self.empty_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
 
-    def get(self, readonly: tuple[str, ...], hidden: tuple[str, ...]) -> str:
-        key = (readonly, hidden)
+    def get(
+        self, readonly: tuple[str, ...], hidden: tuple[str, ...], overlays: tuple[tuple[str, str], ...] = ()
+    ) -> str:
+        key = (readonly, hidden, overlays)
         path = self._cache.get(key)
         if path is not None:
             self._cache.move_to_end(key)
@@ -125,7 +127,7 @@ class Templates:
         path = os.path.join(self.base, f"root-{self._count}")
         os.mkdir(path, 0o755)
         try:
-            self._build(path, readonly, hidden)
+            self._build(path, readonly, hidden, overlays)
         except OSError as exc:
             self._drop(path)
             raise C.launch_error("root", exc) from None
@@ -142,7 +144,9 @@ class Templates:
         with contextlib.suppress(OSError):
             os.rmdir(path)
 
-    def _build(self, root: str, readonly: tuple[str, ...], hidden: tuple[str, ...]) -> None:
+    def _build(
+        self, root: str, readonly: tuple[str, ...], hidden: tuple[str, ...], overlays: tuple[tuple[str, str], ...]
+    ) -> None:
         L.mount("tmpfs", root, "tmpfs", L.MS_NOSUID | L.MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
         for name in ("usr", "etc", "proc", "dev", "work", "out"):
             os.mkdir(os.path.join(root, name), 0o755)
@@ -196,6 +200,7 @@ class Templates:
             _mount_point_for(path, target)
             L.bind_readonly(path, target)
             bound.append(path)
+        over = {target: source for source, target in overlays}
         for path in hidden:
             real = os.path.realpath(path)
             if not os.path.lexists(real):
@@ -204,6 +209,10 @@ class Templates:
                 raise OSError(errno.EINVAL, f"hidden path {path} is not inside /usr or a readonly path")
             target = root + real
             source = self.empty_dir if os.path.isdir(real) else self.empty_file
+            if path in over and os.path.isdir(real):
+                # A package env, read-only, where site already looks: no interpreter flag changes.
+                L.bind_readonly(over[path], target, recursive=False)
+                continue
             L.bind_readonly(source, target, recursive=False)
         L.mount(None, root, None, L.MS_REMOUNT | L.MS_BIND | L.MS_RDONLY | L.MS_NOSUID | L.MS_NODEV)
 

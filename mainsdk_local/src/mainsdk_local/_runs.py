@@ -70,6 +70,7 @@ class ExecSpec:
         self.max_processes: int = procs
         self.readonly = tuple(sorted(set(readonly)))
         self.hidden = tuple(sorted(set(self._paths(raw.get("hidden_paths", []), "hidden_paths"))))
+        self.overlays = self._overlays(raw.get("overlays", []), self.hidden)
         proxy = raw.get("proxy", False)
         if not isinstance(proxy, bool):
             raise C.RequestError("value", "proxy must be true or false")
@@ -79,6 +80,28 @@ class ExecSpec:
             raise C.RequestError("value", "proxy_port must be None or a TCP port")
         self.proxy_port: int | None = port  # weak mode: the host port of the run's proxy, the one it may connect to
         self.has_stdin = has_stdin
+
+    @staticmethod
+    def _overlays(value: object, hidden: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+        """(source, hidden path) pairs: a canonical host folder outside the launcher's boxes, over a hidden path."""
+        if not isinstance(value, list) or not all(isinstance(p, list) and len(p) == 2 for p in value):
+            raise C.RequestError("value", "overlays must be a list of [source, hidden path] pairs")
+        pairs: dict[str, str] = {}
+        for source, target in value:
+            ExecSpec._paths([source, target], "overlays")
+            if target not in hidden:
+                raise C.RequestError("value", f"overlay target {target} is not one of the hidden paths")
+            if target in pairs:
+                raise C.RequestError("value", f"overlay target {target} is given twice")
+            if os.path.realpath(source) != source or not os.path.isdir(source):
+                raise C.RequestError("value", f"overlay source {source} must be a canonical, existing folder")
+            # Host paths: /work and /out mean nothing on the host (the box's are its own tmpfs), so only these.
+            if source in ("/", "/etc") or any(R.within(source, f) for f in ("/proc", "/sys", "/dev")):
+                raise C.RequestError("value", f"overlay source {source} is not allowed")
+            if R.within(C.MOUNT_BASE, source) or R.within(source, C.MOUNT_BASE):
+                raise C.RequestError("value", f"overlay source {source} would expose the launcher's boxes")
+            pairs[target] = source
+        return tuple(sorted((source, target) for target, source in pairs.items()))
 
     @staticmethod
     def _paths(value: object, what: str) -> list[str]:

@@ -557,7 +557,7 @@ class Server:
         run = Run(rid, box, spec)
         stdin_r: int | None = None
         weak_cgroup: G.RunCgroup | None = None
-        key = (spec.readonly, spec.hidden)
+        key = (spec.readonly, spec.hidden, spec.overlays)
         # In namespace mode B, the namespace's init, is in the pids cgroup too.
         has_cgroups = self.cgroups.memory is not None or self.cgroups.pids is not None
         limits: G.Limits = (spec.memory_bytes, spec.max_processes + 1) if has_cgroups else None
@@ -568,7 +568,7 @@ class Server:
                 os.set_blocking(run.stdin_w, False)
                 run.stdin_data = memoryview(stdin)
             if ctx.namespaces:
-                ctx.template = self.templates.get(spec.readonly, spec.hidden)
+                ctx.template = self.templates.get(spec.readonly, spec.hidden, spec.overlays)
                 self.spares.hot_want = (box, key, limits, ctx.template)
                 self.spares.last_limits = limits
                 for attempt in range(2):

@@ -36,6 +36,7 @@ from mainsdk_local._client import Box as LauncherBox
 from mainsdk_local._client import ExecSpec, Launcher, LauncherError
 from mainsdk_local._protocol import PROXY_PORT
 from mainsdk_local._proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
+from mainsdk_local.packages import EnvBuilder
 from mainsdk_local.programs import Program, ProgramCache
 
 DRIVER_ID = "local"
@@ -58,6 +59,7 @@ class LocalBox:
     box: LauncherBox
     memory: int
     egress: EgressPolicy | None = None  # None: no hosts, no proxy, nothing out
+    packages: str | None = None  # the built env's site-packages, bound over the python's own; None: no packages
 
 
 class LocalDriver:
@@ -80,6 +82,7 @@ class LocalDriver:
         self._max_processes = max_processes
         self._launcher = Launcher(force_weak=force_weak)
         self._cache = ProgramCache()
+        self.envs = EnvBuilder()
 
     @hookimpl
     def mainsdk_driver_capabilities(self) -> Capabilities:
@@ -106,6 +109,9 @@ class LocalDriver:
             outage_remedy=LOCAL_REMEDY,
             cells=True,
             background=True,
+            # Package envs reach the box bound over the interpreter's site-packages, in the run's mount namespace;
+            # weak mode has none, and would have to loosen -E or -s to add a path: it declares no packages.
+            packages=isolation == "namespace",
         )
 
     @hookimpl
@@ -115,6 +121,8 @@ class LocalDriver:
 
     @hookimpl
     async def mainsdk_driver_start(self, spec: BoxSpec) -> LocalBox:
+        # Built (or found in the cache) before the box opens: a set that cannot be built runs nothing.
+        packages = await self._packages(spec.packages) if spec.packages else None
         box = await self._launcher.open_box(disk_bytes=spec.limits.disk)
         try:
             for path, data in spec.files.items():
@@ -125,7 +133,21 @@ class LocalDriver:
         # The proxy lets through exactly the policy core handed over (and audited); none: nothing out.
         hosts = tuple((spec.network_policy or {}).get("hosts", ()))
         egress = EgressPolicy(hosts, self._resolve) if hosts else None
-        return LocalBox(spec.id, box, spec.limits.memory, egress)
+        return LocalBox(spec.id, box, spec.limits.memory, egress, packages)
+
+    async def _packages(self, pins: Sequence[str]) -> str:
+        """The site-packages folder of ``pins`` for this driver's python, built on the host the first time."""
+        if self._launcher.isolation != "namespace":
+            raise SandboxError(INVALID_OPTION, "packages: the local driver in weak mode cannot put packages in a box")
+        _, name = self._permitted_name(LANGUAGE_PROGRAMS["python"])
+        program = await asyncio.to_thread(self._cache.get, "python", name)
+        if not program.hidden_paths:
+            raise SandboxError(
+                INVALID_OPTION,
+                f"packages: sandbox.local.python {name!r} has no site-packages folder to put packages in; "
+                "use an interpreter that has one (python3 -c 'import site; print(site.getsitepackages())')",
+            )
+        return await asyncio.to_thread(self.envs.ensure, program, pins)
 
     @hookimpl
     def mainsdk_driver_check(self, command: Command) -> None:
@@ -148,6 +170,7 @@ class LocalDriver:
                 stdin=command.stdin,
                 readonly_paths=program.readonly_paths,
                 hidden_paths=program.hidden_paths,
+                overlays=_package_overlay(box, command.program, program),
                 proxy=proxy is not None and box.box.namespaces,
                 proxy_port=weak_port,
             )
@@ -246,6 +269,13 @@ class LocalDriver:
         """The real interpreter for ``program``, if the config permits it."""
         language, name = self._permitted_name(program)
         return await asyncio.to_thread(self._cache.get, language, name)
+
+
+def _package_overlay(box: LocalBox, program_name: str, program: Program) -> tuple[tuple[str, str], ...]:
+    """For python in a box with packages: its env over the first site-packages ``site`` reads (hidden otherwise)."""
+    if box.packages is None or _PROGRAM_LANGUAGE.get(program_name) != "python" or not program.hidden_paths:
+        return ()
+    return ((box.packages, program.hidden_paths[0]),)
 
 
 def _alive(box: LocalBox) -> None:

@@ -21,10 +21,10 @@ from mainsdk.errors import INVALID_OPTION, SandboxError
 SYSTEM_PREFIXES = ("/usr/", "/bin/", "/lib/", "/lib64/", "/sbin/")
 
 _PYTHON_PROBE = (
-    "import json, os, site, sys;"
+    "import json, os, site, sys, sysconfig;"
     "print(json.dumps({'executable': os.path.realpath(sys.executable), 'prefix': sys.prefix,"
     " 'exec_prefix': sys.exec_prefix, 'base_prefix': sys.base_prefix, 'base_exec_prefix': sys.base_exec_prefix,"
-    " 'site': site.getsitepackages()}))"
+    " 'site': site.getsitepackages(), 'version': sys.version, 'platform': sysconfig.get_platform()}))"
 )
 _NODE_PROBE = "process.stdout.write(require('fs').realpathSync(process.execPath))"
 
@@ -37,6 +37,8 @@ class Program:
     executable: str
     readonly_paths: tuple[str, ...] = ()
     hidden_paths: tuple[str, ...] = ()
+    version: str = ""  # python: sys.version, part of a package env's key
+    platform: str = ""  # python: sysconfig.get_platform()
 
 
 def _outside_system(paths: list[str]) -> tuple[str, ...]:
@@ -74,7 +76,9 @@ def resolve_program(language: str, name: str) -> Program:
         real = json.loads(_probe([first["executable"], "-E", "-s", "-c", _PYTHON_PROBE], name))
         prefixes = [real["prefix"], real["exec_prefix"], real["base_prefix"], real["base_exec_prefix"]]
         hidden = tuple(p for p in real["site"] if os.path.isdir(p))
-        return Program(name, real["executable"], _outside_system(prefixes), hidden)
+        return Program(
+            name, real["executable"], _outside_system(prefixes), hidden, str(real["version"]), str(real["platform"])
+        )
     if language == "node":
         executable = _probe([found, "-e", _NODE_PROBE], name).strip()
         return Program(name, executable, _outside_system([os.path.dirname(os.path.dirname(executable))]))

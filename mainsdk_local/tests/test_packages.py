@@ -1,0 +1,264 @@
+"""Packages in the box on the real local driver: pinned packages from the real index, built once on the host into
+the cache, bound read-only over the interpreter's site-packages; the box's network unchanged.
+
+The packages come from pip's configured index (small pure-Python wheels, so a build takes about a second).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import pytest
+from conftest import CONFIG, Built
+from mainsdk import SandboxError
+from mainsdk.errors import INVALID_OPTION, ConfigError
+from mainsdk_local.driver import LocalDriver
+from mainsdk_local.programs import resolve_program
+
+from mainsdk_local import local_sandbox_driver
+from mainsdk_local import packages as P
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/mnt"), reason="Linux only")
+
+SIX = "six==1.16.0"
+
+
+def _config(*pins: str) -> str:
+    """CONFIG with ``sandbox.packages.python`` set to ``pins``."""
+    packages = f"  packages:\n    python: [{', '.join(pins)}]\n"
+    return CONFIG.replace("  secrets: [TEST_API_KEY]\n", "  secrets: [TEST_API_KEY]\n" + packages)
+
+
+def _with_driver(make_sandbox: Callable[..., Built], text: str) -> tuple[Built, LocalDriver]:
+    """A sandbox from ``text`` and its local driver, to read how many builds it ran."""
+    driver = local_sandbox_driver(permissions={"processes": ["python3", "node", "bash"]})
+    return make_sandbox(text, driver=driver), driver
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh cache for each test, so a build is really a first build."""
+    home = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home / "mainsdk" / "envs"
+
+
+def _envs(root: Path) -> list[str]:
+    return sorted(name for name in os.listdir(root) if not name.endswith(".lock")) if root.exists() else []
+
+
+def test_a_configured_package_is_importable_read_only_and_absent_when_not_asked(
+    make_sandbox: Callable[..., Built], cache_home: Path
+) -> None:
+    sandbox = make_sandbox(_config(SIX)).sandbox
+    code = (
+        "import os, six\n"
+        "print(six.__version__)\n"
+        "try:\n"
+        "    open(os.path.join(os.path.dirname(six.__file__), 'planted.py'), 'w')\n"
+        "except OSError as exc:\n"
+        "    print('read-only', exc.errno)\n"
+    )
+    result = sandbox.run(code)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.split()
+    assert lines[0] == "1.16.0"
+    assert lines[1] == "read-only"  # EROFS (30): the env is bound read-only
+    (env,) = _envs(cache_home)
+    assert not (cache_home / env / "site-packages" / "planted.py").exists()
+    without = sandbox.run("import six", packages=[])
+    assert without.exit_code == 1
+    assert "No module named 'six'" in without.stderr
+
+
+def test_the_cache_is_reused_a_second_run_and_a_new_driver_install_nothing(
+    make_sandbox: Callable[..., Built], cache_home: Path
+) -> None:
+    first, driver = _with_driver(make_sandbox, _config(SIX))
+    assert first.sandbox.run("import six").exit_code == 0
+    assert first.sandbox.run("import six").exit_code == 0
+    assert driver.envs.builds == 1
+    (env,) = _envs(cache_home)
+    manifest = json.loads((cache_home / env / P.MANIFEST).read_text())
+    assert manifest["packages"] == [SIX]
+    assert "six-1.16.0" in manifest["installed"]
+    second, new_driver = _with_driver(make_sandbox, _config(SIX))
+    assert second.sandbox.run("import six").exit_code == 0
+    assert new_driver.envs.builds == 0
+    assert _envs(cache_home) == [env]
+
+
+def test_two_builders_at_once_build_the_set_once(cache_home: Path) -> None:
+    program = resolve_program("python", "python3")
+    builders = [P.EnvBuilder(), P.EnvBuilder()]  # each its own lock file handle, as two processes would have
+    sites: list[str] = []
+    gate = threading.Barrier(2)
+
+    def build(builder: P.EnvBuilder) -> None:
+        gate.wait()
+        sites.append(builder.ensure(program, [SIX]))
+
+    threads = [threading.Thread(target=build, args=(builder,)) for builder in builders]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(builder.builds for builder in builders) == 1
+    assert len(set(sites)) == 1
+    assert not [name for name in os.listdir(cache_home) if name.startswith(".build-")]
+
+
+def test_the_key_is_the_interpreter_and_the_sorted_set() -> None:
+    program = resolve_program("python", "python3")
+    other = attrs.evolve(program, version="3.99", platform="x")  # another interpreter at the same path
+    assert P.env_key(program, [SIX, "attrs==23.1.0"]) == P.env_key(program, ["attrs==23.1.0", SIX])
+    assert P.env_key(program, [SIX]) != P.env_key(program, ["six==1.15.0"])
+    assert P.env_key(program, [SIX]) != P.env_key(other, [SIX])
+
+
+def test_a_package_not_configured_is_refused_before_anything_is_built(
+    make_sandbox: Callable[..., Built], cache_home: Path
+) -> None:
+    built = make_sandbox(_config(SIX))
+    with pytest.raises(SandboxError) as caught:
+        built.sandbox.run("print('ran')", packages=["requests"])
+    assert caught.value.code == INVALID_OPTION
+    assert "'requests' is not under sandbox.packages.python" in str(caught.value)
+    assert built.events[-1].kind == "refused"
+    assert _envs(cache_home) == []
+
+
+def test_an_unpinned_entry_is_refused_at_load_with_its_line(make_sandbox: Callable[..., Built]) -> None:
+    text = _config("six")
+    with pytest.raises(ConfigError) as caught:
+        make_sandbox(text)
+    (problem,) = caught.value.problems
+    line = text.splitlines().index("    python: [six]") + 1
+    assert (problem.key, problem.line) == ("sandbox.packages.python[0]", line)
+    assert "is not pinned" in problem.message
+
+
+def test_a_set_that_cannot_be_built_is_one_error_naming_the_package_before_any_code_runs(
+    make_sandbox: Callable[..., Built], cache_home: Path, tmp_path: Path
+) -> None:
+    built = make_sandbox(_config(SIX, "doesnotexist-xyz==1.0"))
+    with pytest.raises(SandboxError) as caught:
+        built.sandbox.run("print('ran')")
+    error = caught.value
+    assert error.code == INVALID_OPTION
+    assert error.ran is False and not error.retryable
+    message = str(error)
+    assert "cannot install doesnotexist-xyz==1.0" in message
+    assert "six" not in message.split("the installer said", maxsplit=1)[0]  # the package at fault, not the whole set
+    assert "No matching distribution found for doesnotexist-xyz==1.0" in message  # pip's own words
+    assert _envs(cache_home) == []  # nothing half-built is left to be reused
+    with pytest.raises(SandboxError, match="doesnotexist-xyz"):
+        built.sandbox.create()  # a session too: refused before its box opens
+
+
+def test_the_box_still_has_no_network_with_packages(make_sandbox: Callable[..., Built]) -> None:
+    sandbox = make_sandbox(_config(SIX)).sandbox
+    code = (
+        "import socket, six\n"
+        "for target in (('pypi.org', 443), ('1.1.1.1', 53)):\n"
+        "    try:\n"
+        "        socket.create_connection(target, timeout=3).close()\n"
+        "        print('reached', target[0])\n"
+        "    except OSError as exc:\n"
+        "        print('refused', target[0], type(exc).__name__)\n"
+    )
+    result = sandbox.run(code)
+    assert result.exit_code == 0, result.stderr
+    assert "reached" not in result.stdout
+    assert result.stdout.count("refused") == 2
+
+
+def test_a_session_gets_the_packages_in_commands_and_cells(make_sandbox: Callable[..., Built]) -> None:
+    sandbox = make_sandbox(_config(SIX)).sandbox
+    with sandbox.create() as session:
+        command = session.run("python3", ["-c", "import six; print(six.__version__)"])
+        assert (command.exit_code, command.stdout.strip()) == (0, "1.16.0")
+        cell = session.run_code("import six\nsix.__version__")
+        assert cell.ok, cell.error
+        assert [(r.mime, r.data) for r in cell.results] == [("text/plain", "'1.16.0'")]
+
+
+def test_the_first_build_shows_its_progress_on_a_terminal_only(
+    monkeypatch: pytest.MonkeyPatch, cache_home: Path
+) -> None:
+    program = resolve_program("python", "python3")
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    P.EnvBuilder().ensure(program, [SIX])
+    shown = terminal.getvalue()
+    assert "building the box's python packages once (six==1.16.0)" in shown
+    assert "six" in shown.split("\n", 1)[1]  # the installer's own lines follow
+    quiet = io.StringIO()
+    monkeypatch.setattr("sys.stderr", quiet)
+    P.EnvBuilder().ensure(program, ["attrs==23.1.0"])
+    assert quiet.getvalue() == ""
+
+
+def test_failure_message_names_only_the_packages_the_resolver_names() -> None:
+    output = "Collecting six==1.16.0\nERROR: No matching distribution found for Bad_Pkg==1.0\n"
+    message = P.build_failure_message([SIX, "bad.pkg==1.0"], output)
+    assert message.startswith("packages: cannot install bad.pkg==1.0 from")
+    assert "No matching distribution found for Bad_Pkg==1.0" in message
+
+
+CHART = """
+import pandas as pd
+import matplotlib.pyplot as plt
+
+df = pd.read_csv("data.csv")
+df.plot.bar(x="item", y="count")
+plt.savefig("../out/chart.png")
+print(len(df))
+"""
+
+
+def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(
+    make_sandbox: Callable[..., Built], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first build downloads about 60 MB of wheels and installs 250 MB (about 20 s here); the env is kept in
+    # pytest's cache folder, so later runs reuse it as an app's later runs reuse ~/.cache/mainsdk/envs.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(request.config.cache.mkdir("mainsdk-packages")))
+    text = _config("pandas==2.2.3", "matplotlib==3.9.2")
+    text = text.replace("timeout: 10s, memory: 256MB", "timeout: 60s, memory: 1GB")
+    sandbox = make_sandbox(text).sandbox
+    result = sandbox.run(CHART, files={"data.csv": "item,count\na,1\nb,2\nc,3\n"}, feature="chart")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "3\n"
+    [png] = result.files
+    assert png.name == "chart.png"
+    assert sandbox.files.read(png).startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_a_cell_drawing_with_pandas_and_matplotlib_returns_the_figure_as_a_png(
+    make_sandbox: Callable[..., Built], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(request.config.cache.mkdir("mainsdk-packages")))  # as above
+    text = _config("pandas==2.2.3", "matplotlib==3.9.2")
+    text = text.replace("timeout: 10s, memory: 256MB", "timeout: 60s, memory: 1GB")
+    sandbox = make_sandbox(text).sandbox
+    with sandbox.create(packages=["pandas", "matplotlib"]) as session:
+        session.write("data.csv", "item,count\na,1\nb,2\nc,3\n")
+        loaded = session.run_code("import pandas as pd\ndf = pd.read_csv('data.csv')\nlen(df)")
+        assert loaded.ok, loaded.error
+        drawn = session.run_code("df.plot.bar(x='item', y='count');")
+        assert drawn.ok, drawn.error
+    pngs = [r for r in drawn.results if r.mime == "image/png"]
+    assert len(pngs) == 1
+    data = pngs[0].bytes() if pngs[0].data is not None else sandbox.files.read(pngs[0].file)  # type: ignore[arg-type]
+    assert data is not None and data.startswith(b"\x89PNG\r\n\x1a\n")
