@@ -1,0 +1,63 @@
+"""The cell stream parser: a cell's output and its end frame, however the driver cuts the stream into chunks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import pytest
+from mainsdk.cells import _KernelStream
+from mainsdk.limits import OutputCollector
+
+TOKEN = "0123456789abcdef0123456789abcdef"
+MARK = f"\x1e{TOKEN}:".encode()
+END = f"\x1e{TOKEN}:end\n".encode()
+
+
+def _chunks(data: bytes, rng: random.Random) -> list[bytes]:
+    out, at = [], 0
+    while at < len(data):
+        size = rng.choice([1, 2, 3, len(MARK) - 1, len(MARK), 64, 4096])
+        out.append(data[at : at + size])
+        at += size
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_output_and_frames_survive_any_chunking(seed: int) -> None:
+    async def check() -> None:
+        rng = random.Random(seed)
+        # Output that looks like frames (another token, a bare \x1e, a partial mark) is output. (The real mark
+        # itself cannot be in it: the cell does not know the token.)
+        noise = [b"plain\n", b"\x1e", MARK[:-1], b"\x1e" + b"f" * 32 + b":{}\n", "é".encode()]
+        stdout = b"".join(rng.choice(noise) for _ in range(rng.randint(0, 30)))
+        stderr = b"".join(rng.choice([*noise, MARK, END[:-2]]) for _ in range(rng.randint(0, 30)))
+        frame = {"cell": 1, "results": [{"mime": "text/plain", "data": "x" * rng.randint(0, 5000)}]}
+        stream = _KernelStream(MARK, END, 1 << 20)
+        collector = OutputCollector(1 << 20, [])
+        stream.begin(collector)
+        out_bytes = stdout + MARK + json.dumps(frame).encode() + b"\n"
+        err_bytes = stderr + END
+        out_chunks, err_chunks = _chunks(out_bytes, rng), _chunks(err_bytes, rng)
+        while out_chunks or err_chunks:  # interleaved, as two pipes arrive
+            if out_chunks and (not err_chunks or rng.random() < 0.5):
+                stream.stdout(out_chunks.pop(0))
+            else:
+                stream.stderr(err_chunks.pop(0))
+        assert stream.frame_ready.is_set() and stream.err_ready.is_set()
+        assert json.loads(stream.frames[-1]) == frame
+        assert collector.finish() == (stdout.decode(), stderr.decode())
+
+    asyncio.run(check())
+
+
+def test_a_frame_past_its_bound_is_flagged_not_kept() -> None:
+    async def check() -> None:
+        stream = _KernelStream(MARK, END, 1000)
+        stream.begin(OutputCollector(1 << 20, []))
+        stream.stdout(MARK + b"x" * 600)
+        stream.stdout(b"x" * 600)
+        assert stream.frame_too_large.is_set() and not stream.frame_ready.is_set()
+
+    asyncio.run(check())
