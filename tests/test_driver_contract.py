@@ -184,3 +184,25 @@ def test_a_raising_sink_stops_neither_the_other_sinks_nor_the_run(build: Any, ca
     assert [e.kind for e in collecting.events] == ["run"]
     assert wrapping.saw == ["before run", "after run"]
     assert "audit sink" in caplog.text and "failed" in caplog.text
+
+
+class StartFails(LocalDriver):
+    @hookimpl
+    async def mainsdk_driver_start(self, spec: Any) -> Any:
+        raise OSError("backend down")
+
+
+def test_a_session_that_cannot_open_is_coded_and_audited_once(build: Any) -> None:
+    # Before: a failing policy hook escaped raw, and neither it nor a failing start wrote an audit event.
+    for driver, hook in (
+        (PolicyRaises(permissions=PERMISSIONS), "mainsdk_network_policy"),
+        (StartFails(permissions=PERMISSIONS), "mainsdk_driver_start"),
+    ):
+        sandbox, events = build(driver)
+        with pytest.raises(SandboxError) as caught:
+            sandbox.create(network=["api.example.test"])
+        assert caught.value.code == DRIVER_UNAVAILABLE and hook in caught.value.message
+        [event] = events
+        assert (event.kind, event.error, event.session_id) == ("refused", DRIVER_UNAVAILABLE, event.id)
+        expected_policy = None if hook == "mainsdk_network_policy" else {"hosts": ["api.example.test"]}
+        assert event.network_policy == expected_policy

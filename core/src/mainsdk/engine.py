@@ -565,8 +565,15 @@ class AsyncSandbox:
         except SandboxError as exc:
             self._audit(attrs.evolve(event, error=exc.code, session_id=session_id))
             raise
-        spec = self._box_spec(session_id, plan, idle=idle_seconds, tenant=tenant)
-        box = await self._driver_call(self.hooks.start(spec))
+        spec: BoxSpec | None = None
+        try:
+            spec = self._box_spec(session_id, plan, idle=idle_seconds, tenant=tenant)
+            box = await self._driver_call(self.hooks.start(spec))
+        except SandboxError as exc:
+            # The box never opened: nothing ran, and the failure is on record like any refusal, with the policy.
+            policy = spec.network_policy if spec is not None else None
+            self._audit(attrs.evolve(event, error=exc.code, session_id=session_id, network_policy=policy))
+            raise
         session = AsyncSession(
             self, session_id, tenant, feature, box, plan, idle_seconds, caps.isolation, extra_reach(caps, plan.hosts)
         )
