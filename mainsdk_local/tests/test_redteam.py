@@ -7,11 +7,13 @@ red the day the fix lands and the mark must go.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from mainsdk import secret
 from mainsdk_local._client import Launcher
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/user"), reason="needs Linux namespaces")
@@ -106,3 +108,28 @@ def test_empty_files_left_in_a_session_do_not_hold_memory_past_its_limit(
         for index in range(3):
             total += last_count(session.run("python3", ["-c", EMPTY_FILES, str(index)]).stdout)
     assert total * 1024 <= 64 * MIB, f"a 64 MiB session held {total} files"
+
+
+SECRET_VALUE = "Tok-Weather-5e3c"
+
+
+def test_a_secret_cut_at_the_end_of_a_long_skipped_name_does_not_leave_most_of_it(
+    make_sandbox: Callable[..., Any], local_config: str
+) -> None:
+    # Must hold: a secret value never leaves in an out-file name (README, "What the proxy lets through":
+    # out-file names are redacted). The driver cuts a skipped entry's name (a link, a FIFO) to 200
+    # characters and adds "..."; a name padded so the cut falls one character before the value's end
+    # carried 15 of its 16 characters into files_dropped, where the whole-value pattern no longer matched.
+    built = make_sandbox(local_config, secret={"TEST_API_KEY": SECRET_VALUE}.get)
+    code = (
+        "import os\nkey = os.environ['KEY']\n"
+        "for pad in range(180, 200):\n"
+        "    os.symlink('x', '/out/' + 'a' * pad + key)\n"
+        "    os.mkfifo('/out/' + 'b' * pad + key.upper())\n"
+    )
+    result = built.sandbox.run(code, env={"KEY": secret("TEST_API_KEY")})
+    assert result.exit_code == 0, result.stderr
+    assert len(result.files_dropped) == 40, result.files_dropped
+    said = json.dumps([result.to_dict(), [event.to_dict() for event in built.events]], default=str).lower()
+    leaked = [size for size in range(4, len(SECRET_VALUE) + 1) if SECRET_VALUE[:size].lower() in said]
+    assert not leaked, f"the first {max(leaked)} characters of the secret left in a cut name"

@@ -152,6 +152,10 @@ class StreamRedactor:
         return b"".join(out)
 
 
+CUT_MARK = "..."  # how drivers end a name they cut to a length
+MIN_CUT_PREFIX = 4  # a cut name ending in at least this much of a value's start loses it
+
+
 class NameRedactor:
     """Redacts secret values and key formats from short strings the code chose: refused hosts, out-file names.
 
@@ -174,4 +178,19 @@ class NameRedactor:
             if self._values:
                 alternatives.insert(0, "(?i:" + "|".join(re.escape(v) for v in self._values) + ")")
             self._pattern = re.compile("|".join(alternatives))
-        return self._pattern.sub(REDACTED.decode(), text)
+        redacted = self._pattern.sub(REDACTED.decode(), text)
+        if redacted.endswith(CUT_MARK) and self._values:
+            redacted = self._redact_cut_start(redacted[: -len(CUT_MARK)]) + CUT_MARK
+        return redacted
+
+    def _redact_cut_start(self, head: str) -> str:
+        # A driver that cuts a long name and ends it with "..." may cut through a secret value, which
+        # the pattern then no longer matches: a name padded to put the cut one character before the
+        # value's end carried all of it but that character. The value's start left at the end goes too.
+        folded = head.lower()
+        for value in self._values:
+            start = value.lower()
+            for size in range(min(len(start), len(folded)), MIN_CUT_PREFIX - 1, -1):
+                if folded.endswith(start[:size]):
+                    return head[:-size] + REDACTED.decode()
+        return head
