@@ -11,6 +11,7 @@ from loopback import DATA, NETWORK_CONFIG, RESOLVE, LoopbackServer
 from mainsdk import AsyncSandbox, Sandbox, SandboxDeps
 from mainsdk.audit import AuditEvent
 from mainsdk.config import load_config_text
+from mainsdk_local.config import LocalPrograms
 
 from mainsdk_local import local_sandbox_driver
 
@@ -47,9 +48,9 @@ def make_sandbox(tmp_path: Path) -> Iterator[Callable[..., Built]]:
         driver = deps.pop("driver", None) or local_sandbox_driver(
             permissions=config.permissions,
             programs={
-                "python": config.sandbox.local.python,
-                "node": config.sandbox.local.node,
-                "bash": config.sandbox.local.bash,
+                "python": config.sandbox.section("local", LocalPrograms).python,
+                "node": config.sandbox.section("local", LocalPrograms).node,
+                "bash": config.sandbox.section("local", LocalPrograms).bash,
             },
         )
         sandbox = Sandbox(SandboxDeps(config=config, driver=driver, log=events.append, load_entrypoints=False, **deps))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from mainsdk.config import AppConfig
 from mainsdk_conformance import ConformanceTarget, NetworkHosts
+from mainsdk_local.config import LocalPrograms
 
 from mainsdk_local import LocalDriver, local_sandbox_driver
 
@@ -16,7 +17,7 @@ HOSTS = NetworkHosts()
 def local_driver(config: AppConfig) -> LocalDriver:
     """The local driver as main.yaml describes it, with the suite's host names mapped to this machine's loopback
     for its proxy alone: the network tests reach the suite's origin on 127.0.0.1 and nothing else."""
-    local = config.sandbox.local
+    local = config.sandbox.section("local", LocalPrograms)
     return local_sandbox_driver(
         permissions=config.permissions,
         programs={"python": local.python, "node": local.node, "bash": local.bash},

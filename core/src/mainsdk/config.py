@@ -7,6 +7,7 @@ Sizes are bytes, durations seconds, money a ``Decimal`` of dollars.
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -17,6 +18,7 @@ from typing import Any, Literal, TypeVar
 import attrs
 import cattrs
 from cattrs.errors import (
+    AttributeValidationNote,
     CattrsError,
     ClassValidationError,
     ForbiddenExtraKeysError,
@@ -40,6 +42,8 @@ from ruamel.yaml.scalarbool import ScalarBoolean
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem, SandboxError
 from mainsdk.hosts import validate_host_pattern
 from mainsdk.packages import MAX_PACKAGES, check_unique, parse_pin
+from mainsdk.plugins import KNOWN_DRIVER_PACKAGES, config_section_names, driver_section_name, load_config_section
+from mainsdk.secrets import Credential, SecretResolver
 from mainsdk.units import (
     MAX_DISK,
     MAX_FILES,
@@ -61,14 +65,11 @@ __all__ = [
     "AppConfig",
     "DiskPermissions",
     "DriverId",
-    "E2BConfig",
     "Env",
     "Limits",
-    "LocalPrograms",
     "Packages",
     "Permissions",
     "SandboxConfig",
-    "VercelConfig",
     "config_from_yaml",
     "item_position",
     "key_position",
@@ -78,9 +79,13 @@ __all__ = [
     "parse_sandbox_config",
     "read_config_file",
     "read_yaml",
+    "resolve_credentials",
+    "structure_section",
 ]
 
 DriverId = str
+S = TypeVar("S", bound=attrs.AttrsInstance)
+log = logging.getLogger("mainsdk")
 DEFAULT_CONFIG_FILE = "main.yaml"
 CONFIG_ENV_VAR = "MAINSDK_CONFIG"
 
@@ -129,33 +134,6 @@ class Limits:
 
 
 @attrs.frozen
-class LocalPrograms:
-    """``sandbox.local``: the interpreter for each language on the ``local`` driver."""
-
-    python: str = "python3"
-    node: str = "node"
-    bash: str = "bash"
-
-
-@attrs.frozen
-class VercelConfig:
-    """``sandbox.vercel``."""
-
-    token: str = "secret:VERCEL_TOKEN"
-    project: str | None = None
-    team: str | None = None
-    runtime: str | None = None
-
-
-@attrs.frozen
-class E2BConfig:
-    """``sandbox.e2b``."""
-
-    key: str = "secret:E2B_API_KEY"
-    template: str | None = None
-
-
-@attrs.frozen
 class Packages:
     """``sandbox.packages``: the pinned packages (``name==version``) runs may use, per language.
 
@@ -186,13 +164,23 @@ class SandboxConfig:
     limits: Limits = attrs.field(factory=Limits)
     network: tuple[str, ...] = ()
     secrets: tuple[str, ...] = ()
-    local: LocalPrograms = attrs.field(factory=LocalPrograms)
-    vercel: VercelConfig = attrs.field(factory=VercelConfig)
-    e2b: E2BConfig = attrs.field(factory=E2BConfig)
     packages: Packages = attrs.field(factory=Packages)
     price: Decimal | None = attrs.field(  # dollars per second
         default=None, validator=_bounded("sandbox.price", MAX_MONEY, "$1,000,000", zero=True)
     )
+    # The drivers' own sections (``sandbox.e2b``), by key: the configured driver's as its declared attrs class,
+    # checked with lines at load; others as written (checked by ``mainsdk check`` and when their driver loads).
+    sections: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def section(self, name: str, cls: type[S]) -> S:
+        """The section ``sandbox.<name>`` as ``cls`` (the driver's declared class); its defaults when absent.
+
+        A section kept as written is checked now, raising the loader's ``ConfigError`` (without lines).
+        """
+        value = self.sections.get(name)
+        if isinstance(value, cls):
+            return value
+        return structure_section(name, value, cls)
 
 
 @attrs.frozen
@@ -358,6 +346,24 @@ def _section_hook(
     return hook
 
 
+def _strict_bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, not {describe(value)}")
+    return value
+
+
+def _strict_int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected a whole number, not {describe(value)}")
+    return value
+
+
+def _strict_float(value: object) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise TypeError(f"expected a number, not {describe(value)}")
+    return float(value)
+
+
 def _build_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     converter.register_structure_hook(str, _hook(_text))
@@ -365,9 +371,11 @@ def _build_converter() -> cattrs.Converter:
     def section(cls: type[attrs.AttrsInstance], structure: Callable[[Mapping[str, Any], Any], Any]) -> None:
         converter.register_structure_hook(cls, _section_hook(cls, structure))
 
-    # The sections come before SandboxConfig so that its structure function finds their hooks.
-    for cls in (LocalPrograms, VercelConfig, E2BConfig):
-        section(cls, make_dict_structure_fn(cls, converter))
+    # Strict scalars for the drivers' declared sections: cattrs' defaults would call int("7") and bool("no").
+    converter.register_structure_hook(bool, _hook(_strict_bool))
+    converter.register_structure_hook(int, _hook(_strict_int))
+    converter.register_structure_hook(float, _hook(_strict_float))
+    converter.register_structure_hook(Credential, _hook(lambda value: Credential.from_text(_text(value))))
     section(Packages, make_dict_structure_fn(Packages, converter, python=override(struct_hook=_hook(_package_list))))
 
     def size(maximum: int) -> Any:
@@ -390,6 +398,7 @@ def _build_converter() -> cattrs.Converter:
         network=override(struct_hook=_hook(_host_list)),
         secrets=override(struct_hook=_hook(_secret_list)),
         price=override(struct_hook=_hook(_or_none(parse_money))),
+        sections=override(omit=True),
     )
     section(SandboxConfig, sandbox)
     return converter
@@ -418,6 +427,10 @@ def _collect(exc: BaseException, path: KeyPath, issues: list[_Issue]) -> None:
             _collect(sub, (*path, index_note.index), issues)
         for sub in others:
             _collect(sub, path, issues)
+    elif isinstance(exc, ForbiddenExtraKeysError) and exc.cl is SandboxConfig:  # core's keys and the drivers'
+        valid = [*_CORE_SANDBOX_KEYS, *config_section_names()]
+        for key in sorted(exc.extra_fields, key=str):
+            issues.append(((*path, str(key)), UNKNOWN_CONFIG_KEY, _sandbox_key_message(str(key), valid)))
     elif isinstance(exc, ForbiddenExtraKeysError):
         valid = _yaml_keys(exc.cl)
         for key in sorted(exc.extra_fields, key=str):
@@ -471,8 +484,107 @@ def _config_error(issues: list[_Issue], source: str | os.PathLike[str] | None, l
     return ConfigError(problems)
 
 
+_CORE_SANDBOX_KEYS = tuple(field.name for field in attrs.fields(SandboxConfig) if field.name != "sections")
+_DECLARED: set[type] = set()  # the drivers' section classes the converter has a hook for
+
+
+def _structure_declared(value: object, cls: type[S]) -> S:
+    if cls not in _DECLARED:  # generated once per class; forbid_extra_keys gives the did-you-mean
+        _CONVERTER.register_structure_hook(cls, _section_hook(cls, make_dict_structure_fn(cls, _CONVERTER)))
+        _DECLARED.add(cls)
+    return _CONVERTER.structure(value, cls)
+
+
+def structure_section(name: str, value: object, cls: type[S]) -> S:
+    """``value`` (the mapping under ``sandbox.<name>``, or None for defaults) as the driver's class ``cls``.
+
+    Checked as the loader checks core's own keys: an unknown key (with a did-you-mean), a wrong type or a
+    value the class's validators refuse is a ``ConfigError`` naming ``sandbox.<name>.<key>``.
+    """
+    issues: list[_Issue] = []
+    section = _read(issues, ("sandbox", name), lambda raw: _structure_declared(raw, cls), value, None)
+    if issues or section is None:
+        raise _config_error(issues, None, None)
+    return section
+
+
+def _sandbox_key_message(name: str, valid: list[str]) -> str:
+    if difflib.get_close_matches(name, valid, n=1):
+        return _unknown_key_message(name, valid)
+    package = KNOWN_DRIVER_PACKAGES.get(name) or KNOWN_DRIVER_PACKAGES.get(f"{name}-sandbox")
+    install = f" (pip install {package})" if package else ""
+    return _unknown_key_message(name, valid) + f"; if it is a driver's section, install that driver{install}"
+
+
 def _structure_sandbox(raw: object) -> SandboxConfig:
-    return _CONVERTER.structure(raw, SandboxConfig)
+    """``sandbox:`` with the configured driver's own section checked through the class the driver declares.
+
+    Core knows only its own keys. Another key is a driver's section (``mainsdk.driver_configs``): the
+    configured driver's is imported and checked here; another installed driver's is kept as written
+    (core imports only the configured driver); one no installed driver declares is kept with a warning,
+    unless it looks like a misspelt key or is not a mapping, which is refused as unknown.
+    """
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        keys = ", ".join([*_CORE_SANDBOX_KEYS, *config_section_names()])
+        raise TypeError(f"expected a mapping with the keys {keys}, not {describe(raw)}")
+    extra = {str(key): value for key, value in raw.items() if key not in _CORE_SANDBOX_KEYS}
+    core = {key: value for key, value in raw.items() if key in _CORE_SANDBOX_KEYS}
+    if not extra:
+        return _CONVERTER.structure(core, SandboxConfig)
+    errors: list[Exception] = []
+    config = SandboxConfig()
+    try:
+        config = _CONVERTER.structure(core, SandboxConfig)
+    except ClassValidationError as exc:  # reported with the sections' problems, all at once
+        errors.extend(exc.exceptions)
+    driver = raw.get("driver", config.driver)
+    installed = config_section_names()
+    valid = [*_CORE_SANDBOX_KEYS, *installed]
+    configured = driver_section_name(driver) if isinstance(driver, str) and _DRIVER_ID.fullmatch(driver) else None
+    sections: dict[str, Any] = {}
+    for name, value in extra.items():
+        try:
+            if name == configured:
+                cls = load_config_section(name)
+                if cls is not None:
+                    sections[name] = _structure_declared(value, cls)
+                    continue
+            if name in installed:
+                if value is not None and not isinstance(value, Mapping):
+                    raise TypeError(f"expected a mapping (the {name} driver's section), not {describe(value)}")
+                sections[name] = {} if value is None else value
+                continue
+            if difflib.get_close_matches(name, valid, n=1) or not isinstance(value, Mapping):
+                errors.append(ForbiddenExtraKeysError("", SandboxConfig, {name}))
+                continue
+            log.warning(
+                "main.yaml: sandbox.%s is not checked: no installed driver declares that section", printable(name)
+            )
+            sections[name] = value
+        except (CattrsError, ValueError, TypeError, SandboxError) as exc:
+            exc.add_note(AttributeValidationNote(f"section {name}", name, object))
+            errors.append(exc)
+    if errors:
+        raise ClassValidationError("invalid driver sections", errors, SandboxConfig)
+    return attrs.evolve(config, sections=sections)
+
+
+def resolve_credentials(config: AppConfig, name: str, cls: type[S], resolver: SecretResolver) -> AppConfig:
+    """``config`` with every ``Credential`` field of ``sandbox.<name>`` looked up through ``resolver``.
+
+    Core does this for the configured driver before building it, the same for every driver; the values
+    live only in the returned config's credentials, whose repr never shows them.
+    """
+    section: Any = config.sandbox.section(name, cls)  # Any: attrs.evolve cannot take a TypeVar
+    resolved = {
+        field.name: value.resolve(resolver, f"sandbox.{name}.{field.name}")
+        for field in attrs.fields(cls)
+        if isinstance(value := getattr(section, field.name), Credential)
+    }
+    sections = {**config.sandbox.sections, name: attrs.evolve(section, **resolved)}
+    return attrs.evolve(config, sandbox=attrs.evolve(config.sandbox, sections=sections))
 
 
 def parse_sandbox_config(

@@ -5,6 +5,10 @@ Drivers live in the ``mainsdk.drivers`` group, one entry point per driver id
 ``AppConfig`` and returns the driver plugin. Only the driver a sandbox uses is
 imported. Other plugins (audit sinks) live in ``mainsdk.plugins`` and are all
 loaded.
+
+A driver declares its own ``sandbox.<name>:`` section in the ``mainsdk.driver_configs``
+group: the entry point's name is the section's key, its object an attrs class (see
+``mainsdk.config``). A section belongs to the driver of the same distribution.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ log = logging.getLogger("mainsdk")
 
 DRIVER_GROUP = "mainsdk.drivers"
 PLUGIN_GROUP = "mainsdk.plugins"
+DRIVER_CONFIG_GROUP = "mainsdk.driver_configs"
 
 # Where our own drivers come from, for the "install it" hint.
 KNOWN_DRIVER_PACKAGES = {"local": "mainsdk-local", "e2b": "mainsdk-e2b", "vercel-sandbox": "mainsdk-vercel"}
@@ -55,11 +60,54 @@ def installed_drivers() -> list[InstalledDriver]:
     return sorted(found, key=lambda d: d.id)
 
 
+def _distribution(entry: metadata.EntryPoint) -> str | None:
+    return entry.dist.name if entry.dist is not None else None
+
+
+def config_section_names() -> list[str]:
+    """The ``sandbox.<name>`` sections installed drivers declare, without importing any of them."""
+    return sorted({entry.name for entry in metadata.entry_points(group=DRIVER_CONFIG_GROUP)})
+
+
+def driver_section_name(driver_id: str) -> str | None:
+    """The section the driver ``driver_id`` declares (from the same distribution), or None; imports nothing."""
+    drivers = list(metadata.entry_points(group=DRIVER_GROUP, name=driver_id))
+    if not drivers:
+        return None
+    owner = _distribution(drivers[0])
+    for entry in metadata.entry_points(group=DRIVER_CONFIG_GROUP):
+        if owner is not None and _distribution(entry) == owner:
+            return entry.name
+    return None
+
+
+def load_config_section(name: str) -> type[attrs.AttrsInstance] | None:
+    """Import the attrs class of the section ``sandbox.<name>``; None when no installed driver declares it."""
+    matches = list(metadata.entry_points(group=DRIVER_CONFIG_GROUP, name=name))
+    if not matches:
+        return None
+    entry = matches[0]
+    try:
+        cls = entry.load()
+    except Exception as exc:  # an import failure names the section and its package
+        raise SandboxError(
+            INVALID_OPTION, f"the config section sandbox.{name} ({entry.value}) failed to import: {exc}"
+        ) from exc
+    if not (isinstance(cls, type) and attrs.has(cls)):
+        raise SandboxError(
+            INVALID_OPTION,
+            f"the config section sandbox.{name} ({entry.value}) is not an attrs class; "
+            "a driver declares its section as an @attrs.frozen class in the mainsdk.driver_configs entry point group",
+        )
+    return cls
+
+
 def load_driver(driver_id: str, config: AppConfig, *, secret: SecretResolver | None = None) -> object:
     """Import the driver ``driver_id`` through its entry point and build it from ``config``.
 
-    A factory that takes a ``secret`` keyword gets the app's secret resolver, for its own credentials
-    (``sandbox.e2b.key: secret:E2B_API_KEY``); one that does not is called with the config alone.
+    The driver's own section (``sandbox.<name>``, declared in ``mainsdk.driver_configs``) reaches the
+    factory checked, with its ``Credential`` fields (``key: secret:E2B_API_KEY``) resolved through
+    ``secret``. A factory that takes a ``secret`` keyword also gets the resolver itself.
     """
     matches = list(metadata.entry_points(group=DRIVER_GROUP, name=driver_id))
     if not matches:
@@ -75,9 +123,26 @@ def load_driver(driver_id: str, config: AppConfig, *, secret: SecretResolver | N
         factory = entry.load()
     except Exception as exc:  # an import failure names the plugin, not just the missing module
         raise SandboxError(INVALID_OPTION, f"the {driver_id!r} driver ({entry.value}) failed to import: {exc}") from exc
+    config = _with_credentials(driver_id, config, secret)
     if secret is not None and "secret" in inspect.signature(factory).parameters:
         return factory(config, secret=secret)
     return factory(config)
+
+
+def _with_credentials(driver_id: str, config: AppConfig, secret: SecretResolver | None) -> AppConfig:
+    """``config`` with the driver's own section checked and its ``Credential`` fields resolved, in one place.
+
+    Every driver gets its ``secret:NAME`` settings looked up the same way: through the app's resolver
+    (``SandboxDeps.secret``), else the environment.
+    """
+    from mainsdk.config import resolve_credentials  # config imports this module
+    from mainsdk.secrets import environment_secrets
+
+    name = driver_section_name(driver_id)
+    cls = load_config_section(name) if name is not None else None
+    if name is None or cls is None:
+        return config
+    return resolve_credentials(config, name, cls, secret or environment_secrets)
 
 
 def make_plugin_manager(

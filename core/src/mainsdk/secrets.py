@@ -36,3 +36,70 @@ def secret(name: str) -> SecretRef:
 def environment_secrets(name: str) -> str | None:
     """The default resolver: the app's own environment variable of that name."""
     return os.environ.get(name)
+
+
+SECRET_PREFIX = "secret:"
+
+
+@attrs.frozen(repr=False, eq=False)
+class Credential:
+    """A driver's credential from its ``main.yaml`` section (``key: secret:E2B_API_KEY``), resolved by core.
+
+    Mark a field of a driver's config class as a credential by typing it ``Credential``
+    (default: ``Credential.named("E2B_API_KEY")``). The file gives ``secret:NAME`` (or,
+    discouraged, the value itself); core resolves ``NAME`` through the app's resolver
+    (``SandboxDeps.secret``) before it builds the driver, so every driver gets its
+    credentials the same way. ``value`` is None until then, or when the secret has no
+    value. Its ``repr`` and ``str`` never show the value, so it is safe in an error,
+    a log line or an audit event.
+    """
+
+    name: str | None  # the secret's name; None when the file holds the value itself
+    value: str | None = None
+    setting: str = ""  # the dotted key it came from, for messages (sandbox.e2b.key)
+    resolved: bool = False  # looked up (core does it before building the driver)
+
+    @classmethod
+    def named(cls, name: str) -> Credential:
+        """A credential read from the secret ``name`` (unresolved)."""
+        return cls(name)
+
+    @classmethod
+    def from_text(cls, text: str, setting: str = "") -> Credential:
+        """``secret:NAME`` names a secret; any other text is the value itself."""
+        if text.startswith(SECRET_PREFIX):
+            name = text.removeprefix(SECRET_PREFIX)
+            if not SECRET_NAME.match(name):
+                raise ValueError(
+                    f"secret:{name[:40]!r} is not a secret reference: a secret name is letters, digits and _, "
+                    "like secret:E2B_API_KEY"
+                )
+            return cls(name, None, setting)
+        return cls(None, text, setting)
+
+    def resolve(self, resolver: SecretResolver, setting: str) -> Credential:
+        """This credential with its value looked up through ``resolver`` (a literal value is kept)."""
+        if self.name is None:
+            return Credential(None, self.value, setting, resolved=True)
+        return Credential(self.name, resolver(self.name) or None, setting, resolved=True)
+
+    def missing(self) -> str:
+        """What to tell the user when ``value`` is None: which key names which secret, and how to fix it."""
+        where = self.setting or "the setting"
+        if self.name is None:
+            return f"{where} is empty"
+        return f"{where} names the secret {self.name}, which has no value; set {self.name}"
+
+    def __repr__(self) -> str:
+        shown = f"secret:{self.name}" if self.name is not None else "<value given in the file>"
+        return f"Credential({shown})"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Credential):
+            return NotImplemented
+        return (self.name, self.value) == (other.name, other.value)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.value))

@@ -56,7 +56,9 @@ from mainsdk.driver import (
 )
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, SandboxError
 from mainsdk.hookspecs import hookimpl
-from mainsdk.secrets import SecretResolver
+from mainsdk.secrets import SecretResolver, environment_secrets
+
+from mainsdk_e2b.config import E2BConfig
 
 if TYPE_CHECKING:
     from e2b.sandbox.sandbox_api import SandboxNetworkOpts
@@ -707,13 +709,14 @@ def resolve_key(
 def driver_from_config(config: AppConfig, *, secret: SecretResolver | None = None) -> E2BDriver:
     """The driver ``sandbox.driver: e2b`` loads: key, template and price from ``sandbox.e2b`` and ``sandbox.price``.
 
+    The key is a ``Credential`` core resolved through the app's ``SandboxDeps.secret``.
     The SDK's own ``E2B_API_URL`` / ``E2B_SANDBOX_URL`` still apply, for
     pointing it at a recorder or a replay server.
     """
-    key, missing = resolve_key(config.sandbox.e2b.key, secret=secret)
+    section = config.sandbox.section("e2b", E2BConfig)
+    key = section.key
+    if not key.resolved:  # core resolves it when it loads the driver; this is a factory called by hand
+        key = key.resolve(secret or environment_secrets, "sandbox.e2b.key")
     return E2BDriver(
-        api_key=key,
-        template=config.sandbox.e2b.template,
-        price=config.sandbox.price,
-        missing_key=missing,
+        api_key=key.value, template=section.template, price=config.sandbox.price, missing_key=key.missing()
     )

@@ -15,6 +15,7 @@ import pytest
 from mainsdk.config import AppConfig
 from mainsdk_conformance import ConformanceTarget
 from mainsdk_conformance.profiles import E2B, Profile
+from mainsdk_e2b.config import E2BConfig
 
 from mainsdk_e2b import E2BDriver, e2b_sandbox_driver
 
@@ -45,7 +46,7 @@ def conformance_target(request: pytest.FixtureRequest, conformance_replay: Any) 
             api_key=key,
             api_url=conformance_replay.url("api"),
             sandbox_url=conformance_replay.url("sandbox"),
-            template=config.sandbox.e2b.template,
+            template=config.sandbox.section("e2b", E2BConfig).template,
             price=config.sandbox.price,
         )
 

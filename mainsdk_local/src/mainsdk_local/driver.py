@@ -36,6 +36,7 @@ from mainsdk_local._client import Box as LauncherBox
 from mainsdk_local._client import ExecSpec, Launcher, LauncherError
 from mainsdk_local._protocol import PROXY_PORT
 from mainsdk_local._proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
+from mainsdk_local.config import LocalPrograms
 from mainsdk_local.packages import EnvBuilder
 from mainsdk_local.programs import Program, ProgramCache
 
@@ -357,7 +358,7 @@ def driver_from_config(config: AppConfig) -> LocalDriver:
     allows the driver's own interpreters, those of ``sandbox.local``, and nothing else; a
     ``permissions.processes`` that is set is honoured exactly.
     """
-    local = config.sandbox.local
+    local = config.sandbox.section("local", LocalPrograms)
     programs = {"python": local.python, "node": local.node, "bash": local.bash}
     permissions = config.permissions
     if permissions.processes is None:

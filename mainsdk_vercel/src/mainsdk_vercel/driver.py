@@ -41,8 +41,10 @@ from mainsdk.driver import (
 )
 from mainsdk.errors import INVALID_OPTION, NO_SESSION, BoxGone, SandboxError, before_command
 from mainsdk.hookspecs import hookimpl
+from mainsdk.secrets import environment_secrets
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
+from mainsdk_vercel.config import VercelConfig
 
 log = logging.getLogger("mainsdk.vercel")
 DRIVER_ID = "vercel-sandbox"
@@ -726,7 +728,7 @@ def driver_from_config(config: AppConfig, **overrides: Any) -> VercelDriver:
     ``MAINSDK_VERCEL_BASE_URL`` points the driver at another API host (the
     conformance recorder's proxy); ``overrides`` go to ``vercel_sandbox_driver``.
     """
-    vercel = config.sandbox.vercel
+    vercel = config.sandbox.section("vercel", VercelConfig)
     settings: dict[str, Any] = {
         "project": vercel.project,
         "team": vercel.team,
@@ -736,5 +738,10 @@ def driver_from_config(config: AppConfig, **overrides: Any) -> VercelDriver:
     }
     settings.update(overrides)
     if "token" not in settings:
-        settings["token"] = resolve_token(vercel.token)
+        token = vercel.token
+        if not token.resolved:  # core resolves it when it loads the driver; this is a factory called by hand
+            token = token.resolve(environment_secrets, "sandbox.vercel.token")
+        if token.value is None:
+            raise SandboxError(INVALID_OPTION, token.missing())
+        settings["token"] = token.value
     return vercel_sandbox_driver(**settings)
