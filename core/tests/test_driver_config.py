@@ -67,7 +67,7 @@ def driver_from_config(config):
 
 
 @pytest.fixture
-def acme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+def acme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Install the ``acme`` driver (distribution ``acme-sandbox``) with its section ``sandbox.acme``."""
     (tmp_path / f"{MODULE}.py").write_text(DRIVER_SOURCE)
     info = tmp_path / "acme_sandbox-1.0.dist-info"
@@ -203,3 +203,18 @@ def test_a_missing_secret_is_named_never_its_value(acme: object) -> None:
     token = driver.config.sandbox.section("acme", type(driver.config.sandbox.sections["acme"])).token  # type: ignore[attr-defined]
     assert token.value is None
     assert token.missing() == "sandbox.acme.token names the secret ACME_TOKEN, which has no value; set ACME_TOKEN"
+
+
+def test_mainsdk_check_checks_an_installed_drivers_section_even_when_another_driver_is_configured(
+    acme: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mainsdk.check import run_check
+
+    monkeypatch.delenv("MAINSDK_CONFIG", raising=False)
+    project = acme / "app"
+    project.mkdir()
+    (project / "main.yaml").write_text("sandbox:\n  driver: nimbus\n  acme:\n    region: us\n    replicaz: 2\n")
+    load_config_text((project / "main.yaml").read_text())  # the app loads it: acme is not its driver
+    result = run_check(cwd=project)
+    assert [(f.code, f.path, f.line) for f in result.findings] == [(UNKNOWN_CONFIG_KEY, "main.yaml", 5)]
+    assert 'did you mean "replicas"?' in result.findings[0].message

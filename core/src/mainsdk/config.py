@@ -516,13 +516,14 @@ def _sandbox_key_message(name: str, valid: list[str]) -> str:
     return _unknown_key_message(name, valid) + f"; if it is a driver's section, install that driver{install}"
 
 
-def _structure_sandbox(raw: object) -> SandboxConfig:
+def _structure_sandbox(raw: object, *, every_section: bool = False) -> SandboxConfig:
     """``sandbox:`` with the configured driver's own section checked through the class the driver declares.
 
     Core knows only its own keys. Another key is a driver's section (``mainsdk.driver_configs``): the
     configured driver's is imported and checked here; another installed driver's is kept as written
     (core imports only the configured driver); one no installed driver declares is kept with a warning,
     unless it looks like a misspelt key or is not a mapping, which is refused as unknown.
+    ``every_section`` checks every installed driver's section, importing each (``mainsdk check``).
     """
     if raw is None:
         raw = {}
@@ -546,7 +547,7 @@ def _structure_sandbox(raw: object) -> SandboxConfig:
     sections: dict[str, Any] = {}
     for name, value in extra.items():
         try:
-            if name == configured:
+            if name == configured or (every_section and name in installed):
                 cls = load_config_section(name)
                 if cls is not None:
                     sections[name] = _structure_declared(value, cls)
@@ -604,14 +605,19 @@ def parse_sandbox_config(
 
 
 def parse_app_config(
-    raw: object, *, source: str | os.PathLike[str] | None = None, lines: Positions | None = None
+    raw: object,
+    *,
+    source: str | os.PathLike[str] | None = None,
+    lines: Positions | None = None,
+    every_section: bool = False,
 ) -> AppConfig:
     """Parse a whole ``main.yaml`` mapping into the parts the sandbox reads.
 
     Reads ``sandbox``, ``network.allow``, ``permissions.processes`` and
     ``permissions.disk.temp.max``. Other keys are not the sandbox's to judge:
     every top-level section but ``sandbox`` is kept as it is in ``other``.
-    Raises one ``ConfigError`` listing every problem found.
+    Raises one ``ConfigError`` listing every problem found. ``every_section`` also checks the sections
+    of installed drivers other than the configured one (importing their config classes).
     """
     if raw is None:  # an empty file
         raw = {}
@@ -622,7 +628,13 @@ def parse_app_config(
         )
         raise _config_error(issues, source, lines)
 
-    sandbox = _read(issues, ("sandbox",), _structure_sandbox, raw.get("sandbox"), SandboxConfig())
+    sandbox = _read(
+        issues,
+        ("sandbox",),
+        lambda value: _structure_sandbox(value, every_section=every_section),
+        raw.get("sandbox"),
+        SandboxConfig(),
+    )
     network = _subsection(issues, raw, ("network",))
     no_hosts: tuple[str, ...] = ()
     network_allow = _read(issues, ("network", "allow"), _host_list, network.get("allow"), no_hosts)
@@ -892,14 +904,19 @@ def load_config_text(text: str, *, source: str | os.PathLike[str] | None = None)
     return config_from_yaml(read_yaml(text, source=source), source=source)
 
 
-def config_from_yaml(document: Any, *, source: str | os.PathLike[str] | None = None) -> AppConfig:
-    """The config from a round-trip tree that ``read_yaml`` returned, with each problem at its line."""
+def config_from_yaml(
+    document: Any, *, source: str | os.PathLike[str] | None = None, every_section: bool = False
+) -> AppConfig:
+    """The config from a round-trip tree that ``read_yaml`` returned, with each problem at its line.
+
+    ``every_section``: check every installed driver's section, not only the configured driver's.
+    """
     lines: dict[KeyPath, tuple[int, int]] = {}
     if isinstance(document, (CommentedMap, CommentedSeq)):
         line, column = _node_position(document)
         lines[()] = (line + 1, column + 1)
     raw = _plain(document, (), lines)
-    return parse_app_config(raw, source=source, lines=lines)
+    return parse_app_config(raw, source=source, lines=lines, every_section=every_section)
 
 
 def _config_file(path: str | os.PathLike[str] | None) -> str | os.PathLike[str] | None:

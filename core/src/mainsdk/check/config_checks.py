@@ -104,7 +104,8 @@ def _read(path: Path) -> _Document:
     config: AppConfig | None = None
     problems: tuple[ConfigProblem, ...] = ()
     try:
-        config = config_from_yaml(tree, source=path)
+        # Every installed driver's section, not only the configured one's: an overlay may switch drivers.
+        config = config_from_yaml(tree, source=path, every_section=True)
     except ConfigError as exc:
         problems = exc.problems
     return _Document(path, tree, config, problems)
