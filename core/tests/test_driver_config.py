@@ -218,3 +218,20 @@ def test_mainsdk_check_checks_an_installed_drivers_section_even_when_another_dri
     result = run_check(cwd=project)
     assert [(f.code, f.path, f.line) for f in result.findings] == [(UNKNOWN_CONFIG_KEY, "main.yaml", 5)]
     assert 'did you mean "replicas"?' in result.findings[0].message
+
+
+def test_mainsdk_check_notes_a_section_it_cannot_check_without_failing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mainsdk.check import run_check
+    from mainsdk.check.report import format_human
+
+    monkeypatch.delenv("MAINSDK_CONFIG", raising=False)
+    (tmp_path / "main.yaml").write_text("sandbox:\n  limits: { timeout: 5s }\n  nimbus:\n    region: us\n")
+    result = run_check(cwd=tmp_path)
+    assert (result.findings, result.errors, result.exit_status) == ((), (), 0)
+    assert result.notes == (
+        "main.yaml:3: sandbox.nimbus is not checked: no installed driver declares that section "
+        "(install the driver that uses it to check it)",
+    )
+    assert "note: main.yaml:3: sandbox.nimbus is not checked" in format_human(result, tmp_path)

@@ -81,6 +81,7 @@ __all__ = [
     "read_yaml",
     "resolve_credentials",
     "structure_section",
+    "undeclared_sections",
 ]
 
 DriverId = str
@@ -570,6 +571,12 @@ def _structure_sandbox(raw: object, *, every_section: bool = False) -> SandboxCo
     if errors:
         raise ClassValidationError("invalid driver sections", errors, SandboxConfig)
     return attrs.evolve(config, sections=sections)
+
+
+def undeclared_sections(config: AppConfig) -> list[str]:
+    """The ``sandbox.<name>`` sections in ``config`` that no installed driver declares: kept as written, unchecked."""
+    installed = set(config_section_names())
+    return sorted(name for name in config.sandbox.sections if name not in installed)
 
 
 def resolve_credentials(config: AppConfig, name: str, cls: type[S], resolver: SecretResolver) -> AppConfig:

@@ -84,7 +84,7 @@ def test_json_lists_every_finding_with_silenced_ones_marked(project: Path, capsy
         (NETWORK_NOT_ALLOWED, "main.yaml", 3, False),
     ]
     assert set(document["findings"][0]) == {"code", "path", "line", "column", "message", "fix", "silenced"}
-    assert document["summary"] == {"files": 1, "findings": 2, "silenced": 1, "errors": [], "skipped": []}
+    assert document["summary"] == {"files": 1, "findings": 2, "silenced": 1, "errors": [], "skipped": [], "notes": []}
     assert document["config"] == "main.yaml"
     assert document["exit_status"] == 1
 

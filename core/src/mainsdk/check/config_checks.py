@@ -32,6 +32,7 @@ from mainsdk.config import (
     key_position,
     read_config_file,
     read_yaml,
+    undeclared_sections,
 )
 from mainsdk.errors import (
     INVALID_OPTION,
@@ -237,6 +238,7 @@ class ConfigCheck:
 
     findings: tuple[Finding, ...]
     unloadable: tuple[str, ...]  # one line per refused file, for the check's errors
+    notes: tuple[str, ...] = ()  # what could not be checked here, and why (not a finding)
 
 
 def check_config_files(config_file: Path, env: str | None, display: Display) -> ConfigCheck:
@@ -260,7 +262,22 @@ def check_config_files(config_file: Path, env: str | None, display: Display) -> 
                 f"{display(document.path)} cannot be loaded: the app would refuse it at start "
                 f"({count} problem{'' if count == 1 else 's'} listed above)"
             )
-    return ConfigCheck(tuple(findings), tuple(unloadable))
+    return ConfigCheck(tuple(findings), tuple(unloadable), tuple(_section_notes((base, *overlays), display)))
+
+
+def _section_notes(documents: Sequence[_Document], display: Display) -> list[str]:
+    """A note per driver section no installed driver declares: the check cannot say whether it is right."""
+    notes = []
+    for document in documents:
+        if document.config is None or not isinstance(sandbox := _mapping(document.tree, "sandbox"), CommentedMap):
+            continue
+        for name in undeclared_sections(document.config):
+            line, _column = _key_position(sandbox, name)
+            notes.append(
+                f"{display(document.path)}:{line}: sandbox.{name} is not checked: no installed driver declares "
+                "that section (install the driver that uses it to check it)"
+            )
+    return notes
 
 
 def check_config(config_file: Path, env: str | None, display: Display) -> list[Finding]:

@@ -60,6 +60,7 @@ def format_human(result: CheckResult, cwd: Path | None = None) -> str:
         path = Path(path).as_posix()
         lines.append(f"{path}:{finding.line}:{finding.column}: {finding.code} {finding.message}")
         lines.append(f"    fix: {finding.fix}")
+    lines.extend(f"note: {note}" for note in result.notes)
     lines.append(_summary(result))
     return "\n".join(lines) + "\n"
 
@@ -90,6 +91,7 @@ def format_json(result: CheckResult) -> str:
             "silenced": len(result.silenced),
             "errors": list(result.errors),
             "skipped": list(result.skipped),
+            "notes": list(result.notes),
         },
         "exit_status": result.exit_status,
     }

@@ -37,6 +37,7 @@ class CheckResult:
     config: Path | None = None
     errors: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()  # paths given to check that ignore patterns exclude
+    notes: tuple[str, ...] = ()  # what the check could not judge (a section no installed driver declares)
 
     @property
     def unsilenced(self) -> tuple[Finding, ...]:
@@ -127,10 +128,12 @@ def run_check(
     config_file = find_config(config, cwd)
     findings: list[Finding] = []
     errors: list[str] = []
+    notes: list[str] = []
     if config_file is not None:
         checked = check_config_files(config_file, env, shown)
         findings += checked.findings
         errors += checked.unloadable
+        notes += checked.notes
     walker = Walker(cwd, excludes)
     files = list(walker.files(paths or ["."]))
     errors += walker.errors
@@ -145,6 +148,7 @@ def run_check(
             checked = check_config_files(given, None, shown)
             findings += checked.findings
             errors += checked.unloadable
+            notes += checked.notes
     for file in files:
         outcome = _check_file(file, shown(file))
         if isinstance(outcome, str):
@@ -158,4 +162,5 @@ def run_check(
         config=config_file,
         errors=tuple(errors),
         skipped=tuple(shown(path) for path in walker.skipped),
+        notes=tuple(notes),
     )
