@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,13 +82,32 @@ def _read_code(args: argparse.Namespace) -> tuple[str, str | None]:
             raise UsageError("give the code with --code or as a file, not both")
         return args.code, None
     if args.path and args.path != "-":
+        data = _read_regular_file(args.path, f"cannot read the code file {args.path}")
         try:
-            return Path(args.path).read_text(), args.path
-        except OSError as exc:
-            raise UsageError(f"cannot read the code file {args.path}: {exc.strerror}") from None
+            return data.decode(), args.path
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"the code file {args.path} is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     if sys.stdin is None or (sys.stdin.isatty() and not args.path):
         raise UsageError("no code: pass --code '...', a file, or pipe the code on stdin")
     return sys.stdin.read(), None
+
+
+def _read_regular_file(path: str, context: str) -> bytes:
+    """The bytes of the regular file at ``path``; anything else is a usage error naming it.
+
+    A device or a FIFO (``/dev/zero``, a named pipe) has no end: read whole, it filled the app's
+    memory until a raw ``MemoryError`` traceback, or blocked for ever.
+    """
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer before we can refuse it.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(f"{context}: not a regular file (a device, FIFO or folder); give a file")
+            os.set_blocking(fd, True)
+            return handle.read()
+    except OSError as exc:
+        raise UsageError(f"{context}: {exc.strerror}") from None
 
 
 def _pairs(values: Sequence[str], option: str) -> dict[str, str]:
@@ -105,10 +125,7 @@ def _run(args: argparse.Namespace) -> int:
     language = args.language or EXTENSIONS.get(Path(path).suffix if path else "", "python")
     files: dict[str, str | bytes] = {}
     for name, file_path in _pairs(args.file, "--file").items():
-        try:
-            files[name] = Path(file_path).read_bytes()
-        except OSError as exc:
-            raise UsageError(f"--file {name}={file_path}: {exc.strerror}") from None
+        files[name] = _read_regular_file(file_path, f"--file {name}={file_path}")
     env: dict[str, str | SecretRef] = {}
     for name, value in _pairs(args.env, "--env").items():
         env[name] = secret(value[len("secret:") :]) if value.startswith("secret:") else value
