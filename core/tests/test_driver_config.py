@@ -41,6 +41,7 @@ class AcmeConfig:
     warm: bool = False
     token: Credential = attrs.field(default=Credential.named("ACME_TOKEN"))
     image: str | None = None
+    zone: int = attrs.field(default=1, validator=attrs.validators.in_(range(1, 4)))
 
 
 class AcmeDriver:
@@ -113,7 +114,9 @@ def test_unknown_key_in_a_third_party_section_has_its_line_and_a_did_you_mean(ac
     text = "# app\nsandbox:\n  driver: acme\n  acme:\n    region: us\n    replicaz: 2\n"
     [(code, key, line, message)] = problems(text)
     assert (code, key, line) == (UNKNOWN_CONFIG_KEY, "sandbox.acme.replicaz", 6)
-    assert message == ('unknown key; the keys here are: region, replicas, warm, token, image; did you mean "replicas"?')
+    assert message == (
+        'unknown key; the keys here are: region, replicas, warm, token, image, zone; did you mean "replicas"?'
+    )
 
 
 @pytest.mark.parametrize(
@@ -124,6 +127,7 @@ def test_unknown_key_in_a_third_party_section_has_its_line_and_a_did_you_mean(ac
         ("    warm: 'no'\n", "sandbox.acme.warm", 5, 'expected true or false, not "no"'),
         ("    region: [eu, us]\n", "sandbox.acme.region", 5, "expected text, not a list"),
         ("    token: secret:1BAD\n", "sandbox.acme.token", 5, "is not a secret reference"),
+        ("    zone: 7\n", "sandbox.acme.zone", 5, "must be in range(1, 4)"),  # the class's own validator
     ],
 )
 def test_wrong_type_in_a_third_party_section_has_its_line(
@@ -137,7 +141,7 @@ def test_wrong_type_in_a_third_party_section_has_its_line(
 def test_a_third_party_section_that_is_not_a_mapping(acme: object) -> None:
     [(code, key, line, message)] = problems("sandbox:\n  driver: acme\n  acme: [eu]\n")
     assert (code, key, line) == (INVALID_OPTION, "sandbox.acme", 3)
-    assert message.startswith("expected a mapping with the keys region, replicas, warm, token, image")
+    assert message.startswith("expected a mapping with the keys region, replicas, warm, token, image, zone")
 
 
 def test_the_section_of_a_driver_not_configured_is_not_imported(acme: object) -> None:
@@ -235,3 +239,21 @@ def test_mainsdk_check_notes_a_section_it_cannot_check_without_failing(
         "(install the driver that uses it to check it)",
     )
     assert "note: main.yaml:3: sandbox.nimbus is not checked" in format_human(result, tmp_path)
+
+
+def test_a_required_field_of_a_section_is_named() -> None:
+    import attrs
+    from mainsdk.config import structure_section
+
+    @attrs.frozen
+    class Needs:
+        project: str
+
+    with pytest.raises(ConfigError) as caught:
+        structure_section("needs", {}, Needs)
+    [problem] = caught.value.problems
+    assert (problem.code, problem.key, problem.message) == (
+        INVALID_OPTION,
+        "sandbox.needs.project",
+        "required: set project (it has no default)",
+    )

@@ -436,6 +436,13 @@ def _collect(exc: BaseException, path: KeyPath, issues: list[_Issue]) -> None:
         valid = _yaml_keys(exc.cl)
         for key in sorted(exc.extra_fields, key=str):
             issues.append(((*path, str(key)), UNKNOWN_CONFIG_KEY, _unknown_key_message(str(key), valid)))
+    elif isinstance(exc, (ValueError, TypeError)) and len(exc.args) > 1 and isinstance(exc.args[1], attrs.Attribute):
+        # attrs' own validators (in_, instance_of, ...) name the field in args[1]: report it at the field's line
+        issues.append(((*path, exc.args[1].name), INVALID_OPTION, str(exc.args[0])))
+    elif isinstance(exc, SandboxError):  # a validator of a driver's section class, like core's own _bounded
+        issues.append((path, exc.code, exc.message))
+    elif isinstance(exc, KeyError) and path:  # cattrs: a field without a default that the file does not set
+        issues.append((path, INVALID_OPTION, f"required: set {path[-1]} (it has no default)"))
     elif isinstance(exc, (ValueError, TypeError)):  # raised by our own checks, with a message for the user
         issues.append((path, INVALID_OPTION, str(exc)))
     else:
