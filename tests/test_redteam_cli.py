@@ -52,3 +52,21 @@ def test_a_code_or_file_path_that_is_no_regular_text_file_is_a_usage_error(
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("mainsdk: ") and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_out_file_names_the_code_chose_reach_the_terminal_escaped(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
+    # Must hold: with --json the code's output is escaped JSON, and what the CLI itself says on stderr is
+    # one "mainsdk: ..." line per thing. Out-file names are the code's choice: a newline in one forged a
+    # line, an escape sequence (here: set the terminal's title) reached the terminal as it was.
+    app_dir("sandbox:\n  driver: local\n  limits: { timeout: 20s, memory: 128MB, output: 1MB }\n")
+    code = (
+        "import os\n"
+        "open('../out/a\\nmainsdk: forged line', 'w').write('x')\n"
+        "open('../out/b\\x1b]0;pwned\\x07', 'w').write('x')\n"
+        "os.symlink('x', '../out/c\\x1b[2J')\n"
+    )
+    for extra in ([], ["--out", str(tmp_path / "o")]):
+        done = mainsdk("sandbox", "run", "--json", "--code", code, *extra)
+        assert done.returncode == 0, done.stderr
+        assert "\x1b" not in done.stderr and "\x07" not in done.stderr, done.stderr
+        assert all(line.startswith("mainsdk: ") for line in done.stderr.splitlines()), done.stderr

@@ -162,12 +162,21 @@ def _run(args: argparse.Namespace) -> int:
     return result.exit_code if result.exit_code is not None else 1
 
 
+def _shown(name: str) -> str:
+    """``name`` as the CLI prints it: quoted and escaped when it holds a control character.
+
+    The code chooses its out-file names: raw, a newline forged a "mainsdk: ..." line and an escape
+    sequence reached the terminal, even with --json, where the code's own output is escaped.
+    """
+    return name if name.isprintable() else repr(name)
+
+
 def _write_out_files(sandbox: Sandbox, result: RunResult, directory: str | None) -> dict[str, str]:
     """Write the run's out files under ``directory`` (if given) and say so on stderr; their paths by file id."""
     written: dict[str, str] = {}
     for name in result.files_dropped:
         print(
-            f"mainsdk: out file not kept: {name} (past limits.files, not a regular file, or no room)", file=sys.stderr
+            f"mainsdk: out file not kept: {_shown(name)} (past limits.files, not a regular file, or no room)", file=sys.stderr
         )
     if directory is None:
         if result.files:
@@ -180,9 +189,9 @@ def _write_out_files(sandbox: Sandbox, result: RunResult, directory: str | None)
             print(f"mainsdk: out file not written: {ref.name!r}: {exc}", file=sys.stderr)
             continue
         except OSError as exc:
-            raise UsageError(f"--out {directory}: cannot write {ref.name}: {exc.strerror}") from None
+            raise UsageError(f"--out {directory}: cannot write {_shown(ref.name)}: {exc.strerror}") from None
         written[ref.id] = str(path)
-        print(f"mainsdk: wrote {path} ({ref.size} bytes)", file=sys.stderr)
+        print(f"mainsdk: wrote {_shown(str(path))} ({ref.size} bytes)", file=sys.stderr)
     return written
 
 
