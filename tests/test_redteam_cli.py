@@ -54,7 +54,9 @@ def test_a_code_or_file_path_that_is_no_regular_text_file_is_a_usage_error(
     assert done.stderr.startswith("mainsdk: ") and done.stderr.count("\n") == 1, done.stderr
 
 
-def test_out_file_names_the_code_chose_reach_the_terminal_escaped(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
+def test_out_file_names_the_code_chose_reach_the_terminal_escaped(
+    app_dir: Callable[[str], Path], tmp_path: Path
+) -> None:
     # Must hold: with --json the code's output is escaped JSON, and what the CLI itself says on stderr is
     # one "mainsdk: ..." line per thing. Out-file names are the code's choice: a newline in one forged a
     # line, an escape sequence (here: set the terminal's title) reached the terminal as it was.

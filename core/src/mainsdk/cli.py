@@ -176,7 +176,8 @@ def _write_out_files(sandbox: Sandbox, result: RunResult, directory: str | None)
     written: dict[str, str] = {}
     for name in result.files_dropped:
         print(
-            f"mainsdk: out file not kept: {_shown(name)} (past limits.files, not a regular file, or no room)", file=sys.stderr
+            f"mainsdk: out file not kept: {_shown(name)} (past limits.files, not a regular file, or no room)",
+            file=sys.stderr,
         )
     if directory is None:
         if result.files:
