@@ -1,17 +1,38 @@
 """A third party's driver (third_party_driver/, written against the public contract only) passes the suite.
 
 It is run as its author would run it: a conftest naming the plugin and a target, the suite star-imported,
-in a pytest subprocess. Nothing in core knows it. Its own ``sandbox.<id>`` config section comes once core
-lets drivers declare theirs (issue 13, driver-owned config): ``driver_from_config`` is where it reads it.
+in a pytest subprocess. Nothing in core knows it, not even its own ``sandbox.third-party`` section: the
+driver declares it (``mainsdk.driver_configs`` in its pyproject) and core checks it with lines.
 """
 
 from __future__ import annotations
 
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+from mainsdk import Sandbox, SandboxDeps
+from mainsdk.config import load_config_text
+from mainsdk.errors import UNKNOWN_CONFIG_KEY, ConfigError
 
-SRC = Path(__file__).parent / "third_party_driver" / "src"
+PROJECT = Path(__file__).parent / "third_party_driver"
+SRC = PROJECT / "src"
+
+
+def installed(folder: Path) -> str:
+    """Its metadata, as pip would install it: a ``*.dist-info`` with the entry points its pyproject declares."""
+    project = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]
+    info = folder / "mainsdk_third_party_driver-0.1.0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    groups = project["entry-points"]
+    (info / "entry_points.txt").write_text(
+        "".join(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in groups[group].items()) for group in groups)
+    )
+    return str(folder)
+
+
 WEAK = "weak isolation: a plain subprocess of the app's user"
 CONFTEST = f'''
 import pytest
@@ -38,7 +59,8 @@ def conformance_target():
 def test_a_minimal_third_party_driver_passes_the_suite(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(SRC))  # as if pip-installed (its pyproject declares the entry point)
+    # As if pip-installed: its code, and its metadata with the entry points its pyproject declares.
+    monkeypatch.setenv("PYTHONPATH", f"{SRC}:{installed(pytester.path / 'site')}")
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_conformance="from mainsdk_conformance.suite import *  # noqa: F403\n")
     result = pytester.runpytest_subprocess(
@@ -50,3 +72,32 @@ def test_a_minimal_third_party_driver_passes_the_suite(
     # What it skips, it skips because it did not declare it.
     skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]
     assert all("driver third-party" in line for line in skips), skips
+
+
+@pytest.fixture
+def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(SRC))
+    monkeypatch.syspath_prepend(installed(tmp_path / "site"))
+
+
+def test_its_own_config_section_is_checked_with_lines_by_core(third_party: None) -> None:
+    text = "sandbox:\n  driver: third-party\n  third-party:\n    pyhton: /usr/bin/python3\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text, source="main.yaml")
+    [problem] = caught.value.problems
+    assert (problem.code, problem.key, problem.line) == (UNKNOWN_CONFIG_KEY, "sandbox.third-party.pyhton", 4)
+    assert problem.message == 'unknown key; the keys here are: python; did you mean "python"?'
+
+
+def test_its_own_config_section_reaches_its_driver(third_party: None, tmp_path: Path) -> None:
+    echo = tmp_path / "not-python"  # a program that shows what it was given, set as the driver's python
+    echo.write_text("#!/bin/sh\necho ran by not-python\n")
+    echo.chmod(0o755)
+    config = load_config_text(f"sandbox:\n  driver: third-party\n  third-party:\n    python: {echo}\n")
+    sandbox = Sandbox(SandboxDeps(config=config, load_entrypoints=False))
+    try:
+        result = sandbox.run("print('ran by python')")
+    finally:
+        sandbox.close()
+    assert result.stdout == "ran by not-python\n"
+    assert "mainsdk_third_party" in sys.modules  # imported through its entry point, as sandbox.driver names it

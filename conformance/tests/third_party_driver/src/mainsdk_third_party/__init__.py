@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace as Box
 from typing import Any
 
+import attrs
 from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, OutFile, OutputSink
 from mainsdk.hookspecs import hookimpl
 
@@ -19,7 +20,15 @@ PIPE = asyncio.subprocess.PIPE
 SPAWN: dict[str, Any] = {"stdin": PIPE, "stdout": PIPE, "stderr": PIPE, "start_new_session": True}  # killpg-able
 
 
+@attrs.frozen
+class ThirdPartyConfig:  # sandbox.third-party, declared in mainsdk.driver_configs: core checks it, with lines
+    python: str = attrs.field(factory=lambda: os.path.realpath(sys.executable))  # the interpreter for python3
+
+
+@attrs.define
 class SubprocessDriver:
+    config: ThirdPartyConfig = attrs.field(factory=ThirdPartyConfig)
+
     @hookimpl
     def mainsdk_driver_capabilities(self) -> Capabilities:
         return Capabilities(isolation="weak", languages=frozenset({"python"}))  # no network: no policy hook
@@ -36,7 +45,7 @@ class SubprocessDriver:
 
     @hookimpl
     async def mainsdk_driver_exec(self, box: Box, command: Command, output: OutputSink) -> ExecOutcome:
-        program = os.path.realpath(sys.executable) if command.program == "python3" else command.program
+        program = self.config.python if command.program == "python3" else command.program
         proc = await asyncio.create_subprocess_exec(
             program, *command.args, cwd=box.root / "work", env=command.env, **SPAWN
         )
@@ -75,4 +84,4 @@ async def _pump(stream: Any, sink: Any) -> None:
 
 
 def driver_from_config(config: Any) -> SubprocessDriver:
-    return SubprocessDriver()  # a hook for its own ``sandbox.<id>`` section once core hands drivers theirs
+    return SubprocessDriver(config.sandbox.section("third-party", ThirdPartyConfig))
