@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from mainsdk.config import AppConfig
 from mainsdk_conformance import ConformanceTarget, NetworkHosts
@@ -23,6 +25,14 @@ def local_driver(config: AppConfig) -> LocalDriver:
         programs={"python": local.python, "node": local.node, "bash": local.bash},
         resolve=dict.fromkeys(HOSTS.names(), "127.0.0.1"),
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def package_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The package envs the suite builds (TestPackages) go in a folder of this test run, not the user's cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        yield
 
 
 @pytest.fixture

@@ -13,7 +13,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 REPLAY = "replay"  # a fault cassette: only a replayed driver can be given one
 LIVE = "live"  # the test needs the driver on this host (a random port, a race between boxes)
 UNAVAILABLE = "unavailable"  # ConformanceTarget.unavailable
-CAPABILITY_FLAGS = ("network", "wildcard_hosts", "memory_limit", "sessions", "reports_signals", "cells", "background")
+CAPABILITY_FLAGS = (
+    "network",
+    "wildcard_hosts",
+    "memory_limit",
+    "sessions",
+    "reports_signals",
+    "cells",
+    "background",
+    "packages",
+)
 MEMORY_LIMIT_TREE = "memory_limit_tree"  # Capabilities.memory_limit_scope == "tree"
 
 
@@ -21,7 +30,8 @@ def requires(*needs: str) -> Callable[[F], F]:
     """Mark a test as needing each of ``needs``.
 
     A need is a boolean field of ``mainsdk.driver.Capabilities`` (``sessions``,
-    ``memory_limit``, ``network``, ``wildcard_hosts``, ``reports_signals``, ``cells``, ``background``),
+    ``memory_limit``, ``network``, ``wildcard_hosts``, ``reports_signals``, ``cells``, ``background``,
+    ``packages``),
     ``memory_limit_tree``
     (the driver declares ``memory_limit_scope="tree"``), ``language:<name>``,
     ``replay``, ``live`` or ``unavailable``. A test whose needs the driver does

@@ -13,6 +13,7 @@ from mainsdk_conformance.suite.faults import TestFaults
 from mainsdk_conformance.suite.files import TestFiles
 from mainsdk_conformance.suite.limits import TestLimits, TestOutput
 from mainsdk_conformance.suite.network import TestNetwork
+from mainsdk_conformance.suite.packages import TestNoPackages, TestPackages
 from mainsdk_conformance.suite.run import TestIsolation, TestRun
 from mainsdk_conformance.suite.secrets import TestSecrets
 from mainsdk_conformance.suite.sessions import TestNoSessions, TestSessions
@@ -28,8 +29,10 @@ __all__ = [
     "TestIsolation",
     "TestLimits",
     "TestNetwork",
+    "TestNoPackages",
     "TestNoSessions",
     "TestOutput",
+    "TestPackages",
     "TestRun",
     "TestSecrets",
     "TestSessions",
@@ -46,8 +49,10 @@ SUITE_CLASSES: tuple[type, ...] = (
     TestIsolation,
     TestLimits,
     TestNetwork,
+    TestNoPackages,
     TestNoSessions,
     TestOutput,
+    TestPackages,
     TestRun,
     TestSecrets,
     TestSessions,
