@@ -36,6 +36,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # them together past ARG_MAX; refuse before that, as a mistake, not after as an outage.
 MAX_ARG_BYTES = 128 * 1024 - 1
 MAX_ARGV_ENV_BYTES = 1024 * 1024
+ARG_POINTER_BYTES = 8  # execve charges a pointer per string too
 MAX_NAME_SEGMENT_BYTES = 255  # NAME_MAX
 MAX_PATH_BYTES = 4095  # PATH_MAX less its NUL
 MAX_LABEL_CHARS = 256  # a feature or action name, kept in audit events
@@ -250,9 +251,28 @@ def program_args(value: object) -> tuple[str, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise invalid("args", f"must be a list of strings, like ['-c', 'print(1)'], not {type_name(value)}")
     checked = tuple(text(arg, f"args[{i}]", empty=True, max_bytes=MAX_ARG_BYTES) for i, arg in enumerate(value))
-    if sum(len(arg.encode()) + 1 for arg in checked) > MAX_ARGV_ENV_BYTES:
+    if argv_env_bytes(checked, {}) > MAX_ARGV_ENV_BYTES:
         raise invalid("args", f"hold more than {MAX_ARGV_ENV_BYTES} bytes in all; pass large data as a file")
     return checked
+
+
+def argv_env_bytes(args: Sequence[str], env: Mapping[str, str]) -> int:
+    """What ``args`` and ``env`` cost against Linux's ARG_MAX: each string, its NUL and its pointer.
+
+    The pointers count: 300,000 one-letter arguments are 600 KB of text but 3 MB to execve (E2BIG), and
+    they passed this check only to fail in the driver as an outage (``MAIN-SANDBOX-0006``).
+    """
+    strings = sum(len(arg.encode()) + 1 for arg in args) + sum(len(k) + len(v.encode()) + 2 for k, v in env.items())
+    return strings + ARG_POINTER_BYTES * (len(args) + len(env))
+
+
+def command_args_with_env(args: Sequence[str], env: Mapping[str, str]) -> None:
+    """Refuse a command whose arguments and environment together pass ``MAX_ARGV_ENV_BYTES``: execve takes both."""
+    if argv_env_bytes(args, env) > MAX_ARGV_ENV_BYTES:
+        raise invalid(
+            "args",
+            f"with the session's env, hold more than {MAX_ARGV_ENV_BYTES} bytes in all; pass large data as a file",
+        )
 
 
 def file_ref_id(value: object) -> str:

@@ -224,7 +224,7 @@ def resolve_env(
             resolved[name] = secret_value
         else:
             resolved[name] = value
-    if sum(len(k) + len(v.encode()) + 2 for k, v in resolved.items()) > arguments.MAX_ARGV_ENV_BYTES:
+    if arguments.argv_env_bytes((), resolved) > arguments.MAX_ARGV_ENV_BYTES:
         raise _invalid(f"env holds more than {arguments.MAX_ARGV_ENV_BYTES} bytes in all; pass large data as a file")
     return resolved, tuple(secret_values)
 

@@ -320,6 +320,7 @@ class AsyncSession:
             raise _no_session(self.id)
         program = arguments.program(program)
         args = arguments.program_args(args)
+        arguments.command_args_with_env(args, self._plan.env)
         limit = self._plan.limits.timeout
         if timeout is not None:
             limit = checks.lower_limits({"timeout": timeout}, self._sandbox.config).timeout
