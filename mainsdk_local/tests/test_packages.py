@@ -162,6 +162,18 @@ def test_a_set_that_cannot_be_built_is_one_error_naming_the_package_before_any_c
         built.sandbox.create()  # a session too: refused before its box opens
 
 
+def test_weak_mode_declares_no_packages_and_refuses_a_run_that_would_get_them(
+    make_sandbox: Callable[..., Built], cache_home: Path
+) -> None:
+    driver = local_sandbox_driver(permissions={"processes": ["python3", "node", "bash"]}, force_weak=True)
+    built = make_sandbox(_config(SIX), driver=driver)
+    assert built.sandbox.capabilities().packages is False
+    with pytest.raises(SandboxError, match=r"does not declare Capabilities.packages\); call with packages=") as caught:
+        built.sandbox.run("print('ran')")
+    assert caught.value.code == INVALID_OPTION
+    assert built.events[-1].kind == "refused" and _envs(cache_home) == []
+
+
 def test_the_box_still_has_no_network_with_packages(make_sandbox: Callable[..., Built]) -> None:
     sandbox = make_sandbox(_config(SIX)).sandbox
     code = (

@@ -265,8 +265,8 @@ def check_packages(requested: object, config: AppConfig, caps: Capabilities, dri
     if chosen and not caps.packages:
         how = "call with packages=[]" if requested is None else "drop packages from the call"
         raise _invalid(
-            f"packages: the {driver_id!r} driver cannot put packages in a box yet; {how}, "
-            "or use a driver that can (local)"
+            f"packages: the {driver_id!r} driver cannot put packages in a box here (it does not declare "
+            f"Capabilities.packages); {how}, or use a driver that can"
         )
     return chosen
 
