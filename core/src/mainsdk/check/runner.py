@@ -85,6 +85,8 @@ def find_config(config: str | None, cwd: Path) -> Path | None:
 
 def _check_file(path: Path, shown: str) -> list[Finding] | str:
     """The findings in one Python file, or why it could not be checked."""
+    if not path.is_file():  # a FIFO named on the command line blocked the open for ever
+        return f"cannot read {shown}: not a regular file"
     try:
         # tokenize.open honours a PEP 263 coding line, as Python does.
         with tokenize.open(path) as file:
