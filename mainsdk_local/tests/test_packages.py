@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -156,7 +157,11 @@ def test_a_set_that_cannot_be_built_is_one_error_naming_the_package_before_any_c
     message = str(error)
     assert "cannot install doesnotexist-xyz==1.0" in message
     assert "six" not in message.split("the installer said", maxsplit=1)[0]  # the package at fault, not the whole set
-    assert "No matching distribution found for doesnotexist-xyz==1.0" in message  # pip's own words
+    said = message.split("the installer said", maxsplit=1)[1]
+    # The installer's own words: pip's, or uv's where it is installed.
+    assert "No matching distribution found for doesnotexist-xyz==1.0" in said or (
+        "Because doesnotexist-xyz was not found" in said
+    )
     assert _envs(cache_home) == []  # nothing half-built is left to be reused
     with pytest.raises(SandboxError, match="doesnotexist-xyz"):
         built.sandbox.create()  # a session too: refused before its box opens
@@ -273,3 +278,28 @@ def test_a_cell_drawing_with_pandas_and_matplotlib_returns_the_figure_as_a_png(
     assert len(pngs) == 1
     data = pngs[0].bytes() if pngs[0].data is not None else sandbox.files.read(pngs[0].file)  # type: ignore[arg-type]
     assert data is not None and data.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+# uv 0.x's own words for an unknown package, captured from `uv pip install --target ... --no-progress` on this
+# machine (stderr, not a terminal).
+UV_OUTPUT = (
+    "Using CPython 3.11.7 interpreter at: /usr/bin/python3.11\n"
+    "error: No solution found when resolving dependencies\n"
+    "  cause: Because doesnotexist-xyz was not found in the package registry and you require "
+    "doesnotexist-xyz==1.0, we can conclude that your requirements are unsatisfiable.\n"
+)
+
+
+def test_failure_message_keeps_uvs_cause_and_names_the_package() -> None:
+    message = P.build_failure_message([SIX, "doesnotexist-xyz==1.0"], UV_OUTPUT)
+    assert message.startswith("packages: cannot install doesnotexist-xyz==1.0 from")
+    assert "Because doesnotexist-xyz was not found in the package registry" in message
+
+
+@pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not installed here; the builder uses pip then")
+def test_uv_builds_the_env_when_it_is_installed(cache_home: Path) -> None:
+    program = resolve_program("python", "python3")
+    assert P.installer_command(program, [SIX], "/target")[1:3] == ["pip", "install"]
+    site = P.EnvBuilder().ensure(program, [SIX])
+    assert "six.py" in os.listdir(site) and ".lock" not in os.listdir(site)
+    assert json.loads((Path(site).parent / P.MANIFEST).read_text())["installer"] == "uv"

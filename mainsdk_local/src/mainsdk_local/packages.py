@@ -104,6 +104,8 @@ class EnvBuilder:
             started = time.monotonic()
             command = installer_command(program, pins, os.path.join(temp, SITE))
             _install(command, pins)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(temp, SITE, ".lock"))  # uv's lock of the target, of no use in the box
             manifest = {
                 "interpreter": program.executable,
                 "version": program.version,
@@ -221,7 +223,8 @@ def build_failure_message(pins: Sequence[str], output: str) -> str:
 
 def _is_error_line(line: str) -> bool:
     stripped = line.strip()
-    return stripped.startswith(("ERROR", "error:", "×", "╰─▶", "Because")) or "No solution found" in stripped
+    # pip: "ERROR: ..."; uv: "error: ..." then "cause: Because ..." (plain) or "× ..." / "╰─▶ ..." (on a terminal).
+    return stripped.startswith(("ERROR", "error:", "cause:", "×", "╰─▶", "Because")) or "No solution found" in stripped
 
 
 def _is_tty(stream: object) -> bool:
