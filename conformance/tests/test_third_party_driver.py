@@ -25,7 +25,9 @@ def installed(folder: Path) -> str:
     project = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]
     info = folder / "mainsdk_third_party_driver-0.1.0.dist-info"
     info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project.get('version', '0')}\n"
+    )
     groups = project["entry-points"]
     (info / "entry_points.txt").write_text(
         "".join(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in groups[group].items()) for group in groups)

@@ -235,8 +235,8 @@ def test_mainsdk_check_notes_a_section_it_cannot_check_without_failing(
     result = run_check(cwd=tmp_path)
     assert (result.findings, result.errors, result.exit_status) == ((), (), 0)
     assert result.notes == (
-        "main.yaml:3: sandbox.nimbus is not checked: no installed driver declares that section "
-        "(install the driver that uses it to check it)",
+        "main.yaml:3: sandbox.nimbus is not checked: no installed driver declares that section; "
+        "install the driver that uses it to check it",
     )
     assert "note: main.yaml:3: sandbox.nimbus is not checked" in format_human(result, tmp_path)
 

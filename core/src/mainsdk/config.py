@@ -71,6 +71,7 @@ __all__ = [
     "Permissions",
     "SandboxConfig",
     "config_from_yaml",
+    "install_hint",
     "item_position",
     "key_position",
     "load_config",
@@ -516,12 +517,18 @@ def structure_section(name: str, value: object, cls: type[S]) -> S:
     return section
 
 
+def _install_hint(name: str) -> str:
+    """`` (pip install mainsdk-e2b)`` for a section of one of our own drivers, else nothing."""
+    package = KNOWN_DRIVER_PACKAGES.get(name) or KNOWN_DRIVER_PACKAGES.get(f"{name}-sandbox")
+    return f" (pip install {package})" if package else ""
+
+
 def _sandbox_key_message(name: str, valid: list[str]) -> str:
     if difflib.get_close_matches(name, valid, n=1):
         return _unknown_key_message(name, valid)
-    package = KNOWN_DRIVER_PACKAGES.get(name) or KNOWN_DRIVER_PACKAGES.get(f"{name}-sandbox")
-    install = f" (pip install {package})" if package else ""
-    return _unknown_key_message(name, valid) + f"; if it is a driver's section, install that driver{install}"
+    return (
+        _unknown_key_message(name, valid) + f"; if it is a driver's section, install that driver{_install_hint(name)}"
+    )
 
 
 def _structure_sandbox(raw: object, *, every_section: bool = False) -> SandboxConfig:
@@ -569,7 +576,9 @@ def _structure_sandbox(raw: object, *, every_section: bool = False) -> SandboxCo
                 errors.append(ForbiddenExtraKeysError("", SandboxConfig, {name}))
                 continue
             log.warning(
-                "main.yaml: sandbox.%s is not checked: no installed driver declares that section", printable(name)
+                "main.yaml: sandbox.%s is not checked: no installed driver declares that section%s",
+                printable(name),
+                _install_hint(name),
             )
             sections[name] = value
         except (CattrsError, ValueError, TypeError, SandboxError) as exc:
@@ -578,6 +587,11 @@ def _structure_sandbox(raw: object, *, every_section: bool = False) -> SandboxCo
     if errors:
         raise ClassValidationError("invalid driver sections", errors, SandboxConfig)
     return attrs.evolve(config, sections=sections)
+
+
+def install_hint(name: str) -> str:
+    """What to install to check the section ``sandbox.<name>``: `` (pip install mainsdk-e2b)`` for ours, else ``""``."""
+    return _install_hint(name)
 
 
 def undeclared_sections(config: AppConfig) -> list[str]:

@@ -28,6 +28,7 @@ from mainsdk.config import (
     AppConfig,
     SandboxConfig,
     config_from_yaml,
+    install_hint,
     item_position,
     key_position,
     read_config_file,
@@ -275,7 +276,7 @@ def _section_notes(documents: Sequence[_Document], display: Display) -> list[str
             line, _column = _key_position(sandbox, name)
             notes.append(
                 f"{display(document.path)}:{line}: sandbox.{name} is not checked: no installed driver declares "
-                "that section (install the driver that uses it to check it)"
+                f"that section; install the driver that uses it to check it{install_hint(name)}"
             )
     return notes
 
