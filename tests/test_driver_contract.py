@@ -206,3 +206,11 @@ def test_a_session_that_cannot_open_is_coded_and_audited_once(build: Any) -> Non
         assert (event.kind, event.error, event.session_id) == ("refused", DRIVER_UNAVAILABLE, event.id)
         expected_policy = None if hook == "mainsdk_network_policy" else {"hosts": ["api.example.test"]}
         assert event.network_policy == expected_policy
+
+
+def test_each_session_command_event_carries_the_policy_its_box_was_started_with(build: Any) -> None:
+    sandbox, events = build(LocalDriver(permissions=PERMISSIONS))
+    with sandbox.create(network=["api.example.test"]) as session:
+        session.run("python3", ["-c", "print(1)"])
+    [event] = [e for e in events if e.kind == "command"]
+    assert event.network_policy == {"hosts": ["api.example.test"]}

@@ -577,6 +577,7 @@ class AsyncSandbox:
         session = AsyncSession(
             self, session_id, tenant, feature, box, plan, idle_seconds, caps.isolation, extra_reach(caps, plan.hosts)
         )
+        session.network_policy = spec.network_policy
         self._sessions[session_id] = session
         return session
 
@@ -622,6 +623,7 @@ class AsyncSandbox:
         if box is None:
             return None
         session = AsyncSession(self, session_id, tenant, None, box, plan, idle, caps.isolation, detached=True)
+        session.network_policy = spec.network_policy
         self._sessions[session_id] = session
         return session
 

@@ -20,7 +20,7 @@ import attrs
 
 from mainsdk import arguments, checks, errors
 from mainsdk.audit import AuditEvent
-from mainsdk.driver import Box, Command, StopReason
+from mainsdk.driver import Box, Command, NetworkPolicy, StopReason
 from mainsdk.errors import BoxGone, SandboxError
 from mainsdk.files import FileRef
 from mainsdk.limits import Listener, cost_of
@@ -106,6 +106,8 @@ class AsyncSession:
         self._idle = idle
         self._isolation = isolation
         self._extra_reach = extra_reach
+        # The egress policy the box was started with (``mainsdk_network_policy``), on each command's audit event.
+        self.network_policy: NetworkPolicy = None
         self._closed = False
         # Reconnected from another process (``sandbox.get``): going idle here only lets go of it, since the
         # opener (or another worker) may still be using it; ``close()`` still stops it.
@@ -208,6 +210,7 @@ class AsyncSession:
             isolation=self._isolation,
             hosts=self._plan.hosts,
             extra_reach=self._extra_reach,
+            network_policy=self.network_policy,
             env_names=self._plan.env_names,
         )
         try:
