@@ -15,6 +15,7 @@ from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.types import TextContent
 
 from mainsdk_local import local_sandbox_driver
 
@@ -127,6 +128,8 @@ async def test_the_mcp_server_lists_and_runs_the_tool(app_dir: Callable[[str], P
         assert [t.name for t in tools] == ["code_run"]
         assert tools[0].input_schema["properties"]["language"]["enum"] == ["python"]
         ran = await session.call_tool("code_run", {"code": "print(6 * 7)"})
-        assert not ran.is_error and json.loads(ran.content[0].text)["stdout"] == "42\n"
+        assert not ran.is_error and isinstance(ran.content[0], TextContent)
+        assert json.loads(ran.content[0].text)["stdout"] == "42\n"
         refused = await session.call_tool("code_run", {"code": "echo hi", "language": "bash"})
-        assert refused.is_error and "not allowed" in refused.content[0].text
+        assert refused.is_error and isinstance(refused.content[0], TextContent)
+        assert "not allowed" in refused.content[0].text

@@ -71,7 +71,7 @@ def test_a_string_instead_of_a_list_is_refused() -> None:
 
 def test_packages_built_by_hand_are_checked_too() -> None:
     with pytest.raises(SandboxError, match="not pinned"):
-        Packages(python=("six",))
+        Packages(python=("six",))  # type: ignore[arg-type]  # attrs' converter takes any iterable of pins
 
 
 def test_pin_normalises_extras_and_keeps_the_name() -> None:

@@ -766,7 +766,9 @@ async def _spin(box: Box, timeout: float) -> tuple[asyncio.Future[ExecResult], f
     """Start code that spins with a background child; return once it runs, with its start time."""
     up = asyncio.Event()
     started = time.monotonic()
-    task = asyncio.ensure_future(box.exec(py(SPIN, timeout=timeout), on_stdout=lambda c: up.set(), on_stderr=len))
+    task = asyncio.ensure_future(
+        box.exec(py(SPIN, timeout=timeout), on_stdout=lambda c: up.set(), on_stderr=lambda c: None)
+    )
     await asyncio.wait_for(up.wait(), 20)
     return task, started
 

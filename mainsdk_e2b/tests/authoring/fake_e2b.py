@@ -285,7 +285,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         parts = parse_multipart(body, self.headers.get("content-type", "")) or []
         written = []
         for part in parts:
-            name = query.get("path") if len(parts) == 1 and query.get("path") else part["filename"]
+            name = str(query.get("path") if len(parts) == 1 and query.get("path") else part["filename"])
             target = box.map(name)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(part["data"])

@@ -47,7 +47,8 @@ AUTHORED_KEY = "e2b_" + "ab" * 20  # what author.py gives the stand-in; scrubbed
 
 
 def load(name: str) -> dict[str, Any]:
-    return json.loads((CASSETTES / name).read_text())
+    cassette: dict[str, Any] = json.loads((CASSETTES / name).read_text())
+    return cassette
 
 
 def save(name: str, data: dict[str, Any], folder: Path = CASSETTES) -> None:
@@ -116,7 +117,7 @@ def network() -> None:
         "derived from TestRun/test_python_prints: the network policy for the hosts, the probe's code, and the "
         "stdout E2B's egress firewall gives (tcpfirewall/proxy.go: names on 80 by Host, 443 by SNI)"
     )
-    plans = {
+    plans: dict[str, list[tuple[str | None, list[str], str, int]]] = {
         "test_one_host": [
             (hosts.allowed, [hosts.allowed, hosts.denied], "http", 80),
             (hosts.allowed, [hosts.allowed, hosts.denied], "https", 443),
