@@ -137,6 +137,9 @@ class BoxSpec:
     # Pinned python packages (``name==version``, checked against ``sandbox.packages``) importable in the box. A
     # set the driver cannot build is MAIN-SANDBOX-0001 from start, naming the package, before any code runs.
     packages: tuple[str, ...] = ()
+    # True for a session's box, where more commands are likely to follow; False for a one-shot run's box, which
+    # runs one command and stops. A driver may prepare ahead for a session's next command, and skip that for a run.
+    session: bool = False
 
 
 @attrs.frozen

@@ -567,7 +567,7 @@ class AsyncSandbox:
             raise
         spec: BoxSpec | None = None
         try:
-            spec = self._box_spec(session_id, plan, idle=idle_seconds, tenant=tenant)
+            spec = self._box_spec(session_id, plan, idle=idle_seconds, tenant=tenant, session=True)
             box = await self._driver_call(self.hooks.start(spec))
         except SandboxError as exc:
             # The box never opened: nothing ran, and the failure is on record like any refusal, with the policy.
@@ -617,7 +617,7 @@ class AsyncSandbox:
             return None
         idle = checks.check_idle(DEFAULT_IDLE)
         plan = self._plan(caps, None, (), None, None, None, ())  # the running box has what its opener chose
-        spec = self._box_spec(session_id, plan, idle=idle, tenant=tenant)
+        spec = self._box_spec(session_id, plan, idle=idle, tenant=tenant, session=True)
         found = self.hooks.reconnect(spec)
         box = await self._driver_call(found) if found is not None else None
         if box is None:
@@ -673,7 +673,9 @@ class AsyncSandbox:
             packages=packages,
         )
 
-    def _box_spec(self, box_id: str, plan: checks.RunPlan, idle: float | None = None, *, tenant: str = "") -> BoxSpec:
+    def _box_spec(
+        self, box_id: str, plan: checks.RunPlan, idle: float | None = None, *, tenant: str = "", session: bool = False
+    ) -> BoxSpec:
         """The box a planned call starts, with the driver's egress policy for its hosts (asked for once)."""
         policy = self.hooks.network_policy(plan.hosts)
         return BoxSpec(
@@ -685,6 +687,7 @@ class AsyncSandbox:
             idle=idle,
             tenant=tenant,
             packages=plan.packages,
+            session=session,
         )
 
     async def _stop_box(self, box: Box) -> None:

@@ -57,6 +57,9 @@ class Box:
         self.closing = False
         self.close_id: int | None = None
         self.channel_open = True
+        # A session's box: its next exec is likely, so a hot spare is prepared for it. A one-shot run's box
+        # runs one exec and closes: a spare made for it would be thrown away unused.
+        self.session = False
 
 
 class AsBox:

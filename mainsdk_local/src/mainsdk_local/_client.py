@@ -271,10 +271,16 @@ class Launcher:
             return "cgroup-v2"
         return "rlimit"
 
-    async def open_box(self, *, disk_bytes: int) -> Box:
-        """Open a box: a private tmpfs of ``disk_bytes`` holding /work and /out, and its own host uid."""
+    async def open_box(self, *, disk_bytes: int, session: bool = True) -> Box:
+        """Open a box: a private tmpfs of ``disk_bytes`` holding /work and /out, and its own host uid.
+
+        ``session``: more execs are likely to follow, so the server keeps a worker ready inside this box
+        after each one (a "hot" spare). False for a box that runs one exec and closes.
+        """
         if isinstance(disk_bytes, bool) or not isinstance(disk_bytes, int) or disk_bytes < 4096:
             raise ValueError("disk_bytes must be an integer of at least 4096")
+        if not isinstance(session, bool):
+            raise ValueError("session must be True or False")
         proc = self._proc
         if proc is None or proc.poll() is not None:
             # Starting takes a moment (the server probes namespaces): not on the event loop.
@@ -283,7 +289,7 @@ class Launcher:
             self._check_usable()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            frame = P.encode({"op": "box", "disk_bytes": disk_bytes, "fds": 1})
+            frame = P.encode({"op": "box", "disk_bytes": disk_bytes, "session": session, "fds": 1})
             with self._lock:
                 self._check_usable()
                 boot, server = self._boot, self._proc

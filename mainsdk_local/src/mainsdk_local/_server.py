@@ -20,8 +20,10 @@ Per exec (namespace mode)::
         keyring, empties its capability bounding set, sets no_new_privs, execve.
 
 B+C pairs are prepared ahead of time ("spares"), so that work is off the exec's
-critical path: a generic one, and a "hot" one whose C has also pivoted into the
-root of the box the last exec used (it stays root until its job comes).
+critical path: a generic one, and, for a session's box (not a one-shot run's), a
+"hot" one whose C has also pivoted into the root of the box the last exec used (it
+stays root until its job comes). Spares are prepared after a fresh run reports, so
+they do not compete with its start.
 
 The stages B and C are in ``_stages.py``; the rest of a run's pieces each have
 their module: ``_cgroups`` (limits), ``_rootfs`` (root templates), ``_boxes``
@@ -102,6 +104,8 @@ else:
     from _spares import FAILED_SPARE_PAUSE, Spares
 
 WEAK_SWEEP_SECONDS = 2.0
+# A spare is prepared only once every run started this long ago (or earlier) or has reported; see _spare_wanted.
+SPARE_QUIET = 0.25
 # Longest stretch the loop gives one /out collection before it looks at everything else again.
 COLLECT_SLICE = 0.005
 
@@ -202,10 +206,21 @@ class Server:
         )
 
     def _spare_wanted(self) -> tuple[float, str] | None:
-        """(seconds until, kind) of the next spare to prepare: only while boxes are open, in namespace mode."""
+        """(seconds until, kind) of the next spare to prepare: only while boxes are open, in namespace mode.
+
+        Never while a run that started less than SPARE_QUIET ago has not reported: preparing a
+        spare forks and sets up namespaces, which would compete with that run's own interpreter
+        start and report for the CPUs. A short run gets its spare after its result is sent.
+        """
         if self.stopping or not self.boxes or self.isolation != "namespace":
             return None
-        return self.spares.wanted()
+        wanted = self.spares.wanted()
+        if wanted is None:
+            return None
+        now = time.monotonic()
+        runs = (run for box in self.boxes.values() for run in box.runs.values())
+        quiet = max((run.started + SPARE_QUIET for run in runs), default=0.0)
+        return (max(wanted[0], quiet - now), wanted[1])
 
     def _idle_work_pending(self) -> bool:
         wanted = self._spare_wanted()
@@ -273,7 +288,7 @@ class Server:
         for frame in frames:
             if frame.header.get("op") == "box" and len(frame.fds) == 1:
                 sock = socket.socket(fileno=frame.fds.pop())
-                self._open_box(sock, frame.header.get("disk_bytes"))
+                self._open_box(sock, frame.header.get("disk_bytes"), frame.header.get("session", True))
             frame.close_fds()
 
     def shutdown(self) -> None:
@@ -304,7 +319,7 @@ class Server:
 
     # -- boxes ---------------------------------------------------------------
 
-    def _open_box(self, sock: socket.socket, disk_bytes: object) -> None:
+    def _open_box(self, sock: socket.socket, disk_bytes: object, session: object) -> None:
         sock.setblocking(False)
         slot = next((s for s in range(C.SLOTS_PER_SERVER) if s not in self.boxes), None)
         if slot is None:
@@ -321,6 +336,9 @@ class Server:
             if not isinstance(disk_bytes, int) or isinstance(disk_bytes, bool) or disk_bytes < 4096:
                 raise C.RequestError("value", "disk_bytes must be an integer of at least 4096")
             box.disk_bytes = disk_bytes
+            if not isinstance(session, bool):
+                raise C.RequestError("value", "session must be true or false")
+            box.session = session
             B.make_box_fs(box, self.base, tmpfs=self.isolation == "namespace")
         except C.RequestError as exc:
             self._reply_error(box, 0, exc)
@@ -569,7 +587,8 @@ class Server:
                 run.stdin_data = memoryview(stdin)
             if ctx.namespaces:
                 ctx.template = self.templates.get(spec.readonly, spec.hidden, spec.overlays)
-                self.spares.hot_want = (box, key, limits, ctx.template)
+                if box.session:
+                    self.spares.hot_want = (box, key, limits, ctx.template)
                 self.spares.last_limits = limits
                 for attempt in range(2):
                     # A spare may have died since it was made: then once more with a new worker.

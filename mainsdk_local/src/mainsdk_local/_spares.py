@@ -1,9 +1,12 @@
 """Spare workers: B+C pairs prepared before an exec asks, so the namespace work is off its critical path.
 
 There is one generic spare (namespaces and fresh cgroups made, C waiting for any
-job), and one "hot" spare bound to the box, root and limits of the last exec,
-whose C has also entered that box's root already; it stays root until its job
-comes, so nothing runs as the box's user between execs.
+job), and one "hot" spare bound to the box, root and limits of the last exec in a
+session's box, whose C has also entered that box's root already; it stays root
+until its job comes, so nothing runs as the box's user between execs. A one-shot
+run's box gets no hot spare: it runs one exec and closes, so one would be thrown
+away unused. The server prepares spares only when no run has just started (see
+``Server._spare_wanted``).
 """
 
 from __future__ import annotations

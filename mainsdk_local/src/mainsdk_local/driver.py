@@ -126,7 +126,7 @@ class LocalDriver:
     async def mainsdk_driver_start(self, spec: BoxSpec) -> LocalBox:
         # Built (or found in the cache) before the box opens: a set that cannot be built runs nothing.
         packages = await self._packages(spec.packages) if spec.packages else None
-        box = await self._launcher.open_box(disk_bytes=spec.limits.disk)
+        box = await self._launcher.open_box(disk_bytes=spec.limits.disk, session=spec.session)
         try:
             for path, data in spec.files.items():
                 await box.write_file(path, data)
