@@ -2,7 +2,8 @@
 
 One interleaved run measures, per round and in a shuffled order (fixed seed):
 
-- ``sandbox.run`` of a one-line program in python, bash and node, with this checkout's code;
+- ``sandbox.run`` of a one-line program in python, bash and node, with this checkout's code, and a
+  ``python3 -c`` command on a session kept open (commands back to back, every round);
 - the same with the code of another checkout (``--base DIR``: a git worktree of the commit to
   compare against), imported from that path in a worker process of its own;
 - bare starts of the same interpreters: ``python3 -I -S -c``, ``-I`` from an empty venv (the
@@ -70,14 +71,19 @@ def cpu():
     return total
 
 print(json.dumps({"ready": mainsdk_local.__file__, "servers": len(servers)}), flush=True)
+session = sandbox.create()  # commands back to back on one session: its box keeps a hot spare
 for line in sys.stdin:
     language = line.strip()
     cpu0 = cpu()
     started = time.perf_counter()
-    result = sandbox.run(code[language], language=language)
+    if language == "session":
+        result = session.run("python3", ["-c", code["python"]])
+    else:
+        result = sandbox.run(code[language], language=language)
     elapsed = (time.perf_counter() - started) * 1000
     assert result.stdout == "2\n", result
     print(json.dumps([elapsed, cpu() - cpu0]), flush=True)
+session.close()
 sandbox.close()
 """
 
@@ -157,6 +163,7 @@ def main() -> None:
             for side, worker in workers.items():
                 for language in CODE:
                     cases[f"sandbox.run {language} ({side})"] = lambda w=worker, lang=language: w.run(lang)
+                cases[f"session.run python3 ({side})"] = lambda w=worker: w.run("session")
             for call in cases.values():  # warm up: page cache, launchers, resolved programs
                 for _ in range(5):
                     call()
@@ -197,11 +204,11 @@ def main() -> None:
         py_cpu = cpu[py] / cpu["bare python -I, empty venv"]
         print(f"  {side}: python CPU per run vs bare -I empty venv {py_cpu:.2f}x")
     if "old" in workers:
-        for language in CODE:
-            new, old = medians[f"sandbox.run {language} (new)"], medians[f"sandbox.run {language} (old)"]
-            new_cpu, old_cpu = cpu[f"sandbox.run {language} (new)"], cpu[f"sandbox.run {language} (old)"]
+        for case in [f"sandbox.run {language}" for language in CODE] + ["session.run python3"]:
+            new, old = medians[f"{case} (new)"], medians[f"{case} (old)"]
+            new_cpu, old_cpu = cpu[f"{case} (new)"], cpu[f"{case} (old)"]
             print(
-                f"  new vs old, {language}: {new - old:+.2f} ms ({(new / old - 1) * 100:+.1f}%) at the median,"
+                f"  new vs old, {case}: {new - old:+.2f} ms ({(new / old - 1) * 100:+.1f}%) at the median,"
                 f" {(new_cpu - old_cpu) / args.rounds * 1000:+.2f} CPU-ms per run"
             )
 
