@@ -90,3 +90,32 @@ async def test_a_session_box_gets_a_hot_spare(launcher: Launcher) -> None:
 async def test_open_box_refuses_a_session_flag_that_is_not_a_bool(launcher: Launcher) -> None:
     with pytest.raises(ValueError, match="session"):
         await launcher.open_box(disk_bytes=MiB, session="yes")  # type: ignore[arg-type]
+
+
+def test_core_opens_a_one_shot_box_for_a_run_and_a_session_box_for_a_session() -> None:
+    """``BoxSpec.session`` reaches the launcher: a run's box gets no hot spare, a session's does."""
+    from mainsdk import Sandbox, SandboxDeps
+
+    from mainsdk_local import local_sandbox_driver
+
+    driver = local_sandbox_driver()
+    opened: list[bool] = []
+    real_open = driver._launcher.open_box
+
+    async def recording_open(*, disk_bytes: int, session: bool = True) -> Box:
+        opened.append(session)  # a spy on the real call, which runs unchanged
+        return await real_open(disk_bytes=disk_bytes, session=session)
+
+    driver._launcher.open_box = recording_open  # type: ignore[method-assign]
+    sandbox = Sandbox(SandboxDeps(driver=driver, load_entrypoints=False))
+    try:
+        assert sandbox.run("print(1 + 1)").stdout == "2\n"
+        assert opened == [False]
+        session = sandbox.create()
+        try:
+            assert session.run("python3", ["-c", "print(3)"]).stdout == "3\n"
+        finally:
+            session.close()
+        assert opened == [False, True]
+    finally:
+        sandbox.close()
