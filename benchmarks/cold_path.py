@@ -20,6 +20,7 @@ summed over the rounds and divided by them (a spare the server prepared counts t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -162,8 +163,8 @@ def main() -> None:
         try:
             for side, worker in workers.items():
                 for language in CODE:
-                    cases[f"sandbox.run {language} ({side})"] = lambda w=worker, lang=language: w.run(lang)
-                cases[f"session.run python3 ({side})"] = lambda w=worker: w.run("session")
+                    cases[f"sandbox.run {language} ({side})"] = functools.partial(worker.run, language)
+                cases[f"session.run python3 ({side})"] = functools.partial(worker.run, "session")
             for call in cases.values():  # warm up: page cache, launchers, resolved programs
                 for _ in range(5):
                     call()
