@@ -526,7 +526,6 @@ def test_a_file_over_the_size_bound_is_refused_before_it_is_parsed() -> None:
         ("sandbox:\n  ~: local\n", "sandbox.None", 2),
         ("sandbox:\n  limits: [30s]\n", "sandbox.limits", 2),
         ("sandbox:\n  driver: 5\n", "sandbox.driver", 2),
-        ("sandbox:\n  local: {python: ~}\n", "sandbox.local.python", 2),
         ("permissions: [python3]\n", "permissions", 1),
         ("permissions:\n  processes: python3\n", "permissions.processes", 2),
         ("network:\n  allow: {pypi.org: yes}\n", "network.allow", 2),

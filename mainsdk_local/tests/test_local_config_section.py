@@ -36,6 +36,7 @@ def test_defaults_and_a_full_section() -> None:
         ),
         ("local: { python: '' }", INVALID_OPTION, "sandbox.local.python", "must not be empty"),
         ("local: { python: [python3] }", INVALID_OPTION, "sandbox.local.python", "expected text, not a list"),
+        ("local: { python: ~ }", INVALID_OPTION, "sandbox.local.python", "expected text, not null"),
         ("local: [python3]", INVALID_OPTION, "sandbox.local", "expected a mapping with the keys python, node, bash"),
     ],
 )
