@@ -158,12 +158,6 @@ def test_arguments_past_what_execve_takes_are_a_mistake_not_an_outage(
     assert caught.value.ran is False and caught.value.retryable is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="redteam finding: the local client (_client.py, h11b's) sends args JSON-escaped in a header capped "
-    "at 1 MiB; 240 KB of control characters (6 bytes each escaped) pass core's checks and come back as "
-    "MAIN-SANDBOX-0006. Fix: the client checks the header size it builds and raises 0001 naming args",
-)
 def test_arguments_that_grow_when_escaped_are_a_mistake_not_an_outage(sandbox: Any) -> None:
     # Must hold: as above; how a driver encodes the arguments is its own business, not the caller's mistake.
     with sandbox.create() as session, pytest.raises(SandboxError) as caught:

@@ -8,6 +8,7 @@ Development only: ``MAINSDK_ENV=production`` refuses it (MAIN-SANDBOX-0011).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import socket
@@ -35,7 +36,7 @@ from mainsdk.hookspecs import hookimpl
 
 from mainsdk_local._client import Box as LauncherBox
 from mainsdk_local._client import ExecSpec, Launcher, LauncherError
-from mainsdk_local._protocol import PROXY_PORT
+from mainsdk_local._protocol import MAX_HEADER, PROXY_PORT
 from mainsdk_local._proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
 from mainsdk_local.config import LocalPrograms
 from mainsdk_local.packages import EnvBuilder
@@ -167,6 +168,7 @@ class LocalDriver:
         _alive(box)
         program = await self._program(command.program)
         env = dict(command.env)
+        _check_encoded_size(command.args, env)
         proxy, weak_port = self._start_proxy(box, output, env) if box.egress is not None else (None, None)
         try:
             exec_spec = ExecSpec(
@@ -291,6 +293,24 @@ def _alive(box: LocalBox) -> None:
     if box.box.gone:
         raise BoxGone(
             "its box is gone with the local launcher, which stopped (killed or crashed); new runs start a new one"
+        )
+
+
+# The launcher's request header holds the arguments and environment JSON-escaped; a control character
+# takes six bytes there. Core bounds what execve takes; this bounds what the encoding makes of it.
+_ENCODED_BUDGET = MAX_HEADER - (64 << 10)
+
+
+def _check_encoded_size(args: Sequence[str], env: Mapping[str, str]) -> None:
+    """Refuse arguments and environment too large for the launcher once encoded: the caller's input, not an outage."""
+    size = len(json.dumps([list(args), env], ensure_ascii=False).encode())
+    if size > _ENCODED_BUDGET:
+        raise SandboxError(
+            INVALID_OPTION,
+            f"args: the arguments and environment take {size:,} bytes once encoded for the local launcher "
+            f"(control characters take six bytes each), past its {_ENCODED_BUDGET:,}; pass large or binary "
+            "data as a file instead",
+            ran=False,
         )
 
 
