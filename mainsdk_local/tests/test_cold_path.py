@@ -102,9 +102,9 @@ def test_core_opens_a_one_shot_box_for_a_run_and_a_session_box_for_a_session() -
     opened: list[bool] = []
     real_open = driver._launcher.open_box
 
-    async def recording_open(*, disk_bytes: int, session: bool = True) -> Box:
+    async def recording_open(*, disk_bytes: int, session: bool = True, max_files: int | None = None) -> Box:
         opened.append(session)  # a spy on the real call, which runs unchanged
-        return await real_open(disk_bytes=disk_bytes, session=session)
+        return await real_open(disk_bytes=disk_bytes, session=session, max_files=max_files)
 
     driver._launcher.open_box = recording_open  # type: ignore[method-assign]
     sandbox = Sandbox(SandboxDeps(driver=driver, load_entrypoints=False))
@@ -119,3 +119,26 @@ def test_core_opens_a_one_shot_box_for_a_run_and_a_session_box_for_a_session() -
         assert opened == [False, True]
     finally:
         sandbox.close()
+
+
+async def test_a_box_holds_no_more_files_than_max_files(launcher: Launcher) -> None:
+    # Must hold: an empty file costs the kernel memory and no tmpfs block, so only a count bounds a box's files
+    # (a session kept 90,000 of them past a 64 MiB memory limit); the box's tmpfs takes max_files as nr_inodes.
+    box = await launcher.open_box(disk_bytes=MiB, session=False, max_files=256)
+    out: list[bytes] = []
+    script = "i=0; while [ $i -lt 1000 ]; do (: > /work/f$i) 2>/dev/null || break; i=$((i+1)); done; echo $i"
+    try:
+        result = await box.exec(
+            ExecSpec(argv=("/bin/sh", "-c", script), env={}, timeout=20.0, memory_bytes=64 * MiB),
+            on_stdout=out.append,
+            on_stderr=lambda chunk: None,
+        )
+        made = int(b"".join(out))
+        assert result.exit_code == 0 and 200 <= made < 256, made  # the root, work/ and out/ take three
+    finally:
+        await box.close()
+
+
+async def test_open_box_refuses_a_max_files_that_is_not_a_count(launcher: Launcher) -> None:
+    with pytest.raises(ValueError, match="max_files"):
+        await launcher.open_box(disk_bytes=MiB, max_files=3)

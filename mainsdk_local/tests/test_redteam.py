@@ -92,12 +92,6 @@ print(made, flush=True)
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="redteam finding: the box tmpfs (_boxes.py, h11b's) has no nr_inodes bound; empty files cost no "
-    "block, so session_allowance does not see them and a session holds ~1 KiB of kernel memory per file "
-    "past its memory limit (320,000 files, ~280 MiB, under 64 MiB). Fix: mount it with nr_inodes",
-)
 def test_empty_files_left_in_a_session_do_not_hold_memory_past_its_limit(
     make_sandbox: Callable[..., Any], local_config: str
 ) -> None:

@@ -52,6 +52,7 @@ class Box:
         self.work_fd = -1
         self.out_fd = -1
         self.disk_bytes = 0
+        self.max_files: int | None = None  # the tmpfs's nr_inodes; None: the kernel's default
         self.runs: dict[int, Run] = {}  # running execs by request id
         self.destroyed = False
         self.closing = False
@@ -84,7 +85,8 @@ def make_box_fs(box: Box, base: str, *, tmpfs: bool) -> None:
         os.mkdir(path, 0o711)
         box.path = path
         if tmpfs:
-            L.mount("tmpfs", path, "tmpfs", L.MS_NOSUID | L.MS_NODEV, f"size={box.disk_bytes},mode=0755")
+            inodes = f",nr_inodes={box.max_files}" if box.max_files is not None else ""
+            L.mount("tmpfs", path, "tmpfs", L.MS_NOSUID | L.MS_NODEV, f"size={box.disk_bytes}{inodes},mode=0755")
         for name in ("work", "out"):
             sub = os.path.join(path, name)
             os.mkdir(sub, 0o755)

@@ -271,8 +271,11 @@ class Launcher:
             return "cgroup-v2"
         return "rlimit"
 
-    async def open_box(self, *, disk_bytes: int, session: bool = True) -> Box:
+    async def open_box(self, *, disk_bytes: int, session: bool = True, max_files: int | None = None) -> Box:
         """Open a box: a private tmpfs of ``disk_bytes`` holding /work and /out, and its own host uid.
+
+        ``max_files``: the most files and folders the tmpfs holds (its ``nr_inodes``; None: the kernel's
+        default). An empty file costs kernel memory and no block, so only a count bounds it.
 
         ``session``: more execs are likely to follow, so the server keeps a worker ready inside this box
         after each one (a "hot" spare). False for a box that runs one exec and closes.
@@ -281,6 +284,8 @@ class Launcher:
             raise ValueError("disk_bytes must be an integer of at least 4096")
         if not isinstance(session, bool):
             raise ValueError("session must be True or False")
+        if max_files is not None and (isinstance(max_files, bool) or not isinstance(max_files, int) or max_files < 64):
+            raise ValueError("max_files must be None or an integer of at least 64")
         proc = self._proc
         if proc is None or proc.poll() is not None:
             # Starting takes a moment (the server probes namespaces): not on the event loop.
@@ -289,7 +294,8 @@ class Launcher:
             self._check_usable()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            frame = P.encode({"op": "box", "disk_bytes": disk_bytes, "session": session, "fds": 1})
+            request = {"op": "box", "disk_bytes": disk_bytes, "session": session, "max_files": max_files, "fds": 1}
+            frame = P.encode(request)
             with self._lock:
                 self._check_usable()
                 boot, server = self._boot, self._proc

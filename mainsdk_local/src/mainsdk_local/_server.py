@@ -288,7 +288,8 @@ class Server:
         for frame in frames:
             if frame.header.get("op") == "box" and len(frame.fds) == 1:
                 sock = socket.socket(fileno=frame.fds.pop())
-                self._open_box(sock, frame.header.get("disk_bytes"), frame.header.get("session", True))
+                header = frame.header
+                self._open_box(sock, header.get("disk_bytes"), header.get("session", True), header.get("max_files"))
             frame.close_fds()
 
     def shutdown(self) -> None:
@@ -319,7 +320,7 @@ class Server:
 
     # -- boxes ---------------------------------------------------------------
 
-    def _open_box(self, sock: socket.socket, disk_bytes: object, session: object) -> None:
+    def _open_box(self, sock: socket.socket, disk_bytes: object, session: object, max_files: object) -> None:
         sock.setblocking(False)
         slot = next((s for s in range(C.SLOTS_PER_SERVER) if s not in self.boxes), None)
         if slot is None:
@@ -339,6 +340,11 @@ class Server:
             if not isinstance(session, bool):
                 raise C.RequestError("value", "session must be true or false")
             box.session = session
+            if max_files is not None and (
+                not isinstance(max_files, int) or isinstance(max_files, bool) or max_files < 64
+            ):
+                raise C.RequestError("value", "max_files must be null or an integer of at least 64")
+            box.max_files = max_files
             B.make_box_fs(box, self.base, tmpfs=self.isolation == "namespace")
         except C.RequestError as exc:
             self._reply_error(box, 0, exc)
