@@ -17,6 +17,7 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import h11
@@ -99,13 +100,18 @@ def cases(port: int, seed: int, count: int) -> list[bytes]:
     return (base + [mutate(rng, rng.choice(base)) for _ in range(count)])[: max(count, len(base))]
 
 
-class StrictUpstream:
-    """A loopback server that answers once it has read one whole request (by h11), and records every byte."""
+class RecordingUpstream:
+    """A loopback server that answers 200 once ``answers(data)`` holds for what it read, and records every byte.
 
-    def __init__(self) -> None:
+    ``idle``: how long a connection may stay quiet before it counts as done (whatever else came is recorded).
+    """
+
+    def __init__(self, answers: Callable[[bytes], bool], *, idle: float) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0), backlog=256)
         self.port: int = self.listener.getsockname()[1]
-        self.received: list[bytes] = []
+        self.received: list[bytes] = []  # one entry per connection, complete once the connection is closed
+        self._answers = answers
+        self._idle = idle
         self._lock = threading.Lock()
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -120,22 +126,28 @@ class StrictUpstream:
     def _record(self, conn: socket.socket) -> None:
         data = b""
         answered = False
-        conn.settimeout(0.2)  # idle this long and the connection is done: whatever else came is recorded
+        conn.settimeout(self._idle)
         with conn:
             while True:
                 try:
                     chunk = conn.recv(65536)
-                except (TimeoutError, ConnectionResetError):
+                except (TimeoutError, ConnectionResetError):  # a reset: the proxy cut the connection
                     break
                 if not chunk:
                     break
                 data += chunk
-                if not answered and _one_whole_request(data):
+                if not answered and self._answers(data):
                     answered = True
                     with contextlib.suppress(OSError):
                         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
         with self._lock:
             self.received.append(data)
+
+    def wait_idle(self) -> list[bytes]:
+        """What every connection received, once each has been quiet past ``idle`` and closed."""
+        time.sleep(self._idle + 0.2)
+        with self._lock:
+            return list(self.received)
 
     def settled(self, connections: int, timeout: float = 10.0) -> list[bytes]:
         """What every connection received, once ``connections`` have ended (or ``timeout`` has passed)."""
@@ -151,6 +163,11 @@ class StrictUpstream:
 
     def close(self) -> None:
         self.listener.close()
+
+
+def strict_upstream() -> RecordingUpstream:
+    """An upstream that answers once it has read one whole request, by h11's reading."""
+    return RecordingUpstream(_one_whole_request, idle=0.2)
 
 
 def _one_whole_request(data: bytes) -> bool:
@@ -227,7 +244,7 @@ with ThreadPoolExecutor(16) as pool:
 
 def fuzz_in_box(sandbox: Any, seed: int, count: int) -> tuple[list[str], dict[str, int], list[tuple[bytes, list[str]]]]:
     """Send ``count`` fuzzed requests from inside a box; (the answers' status lines, their tally, violations)."""
-    upstream = StrictUpstream()
+    upstream = strict_upstream()
     try:
         payloads = cases(upstream.port, seed, count)
         argv = json.dumps([p.decode("latin-1") for p in payloads])

@@ -9,17 +9,15 @@ would reach an allowed host.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _proxy_fuzz import RecordingUpstream
 from loopback import LoopbackServer
 from mainsdk.errors import HOST_NOT_ALLOWED
 
@@ -27,54 +25,6 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/net"), reason=
 
 API = "api.example.test"
 EVIL = "evil.example.test"
-
-
-class RecordingUpstream:
-    """A TCP server on loopback that answers the first head it reads with 200, and records every byte it got."""
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self.listener.getsockname()[1]
-        self.received: list[bytes] = []  # one entry per connection, complete once the connection is closed
-        self._lock = threading.Lock()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._record, args=(conn,), daemon=True).start()
-
-    def _record(self, conn: socket.socket) -> None:
-        data = b""
-        answered = False
-        conn.settimeout(0.5)  # after the answer, keep reading half a second: whatever else the proxy sends
-        with conn:
-            while True:
-                try:
-                    chunk = conn.recv(65536)
-                except (TimeoutError, ConnectionResetError):  # a reset: the proxy cut the connection
-                    break
-                if not chunk:
-                    break
-                data += chunk
-                if not answered and re.search(rb"\n\r?\n", data):
-                    answered = True
-                    with contextlib.suppress(OSError):
-                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-        with self._lock:
-            self.received.append(data)
-
-    def wait_idle(self) -> list[bytes]:
-        """What every connection received, once each has been closed."""
-        time.sleep(0.7)
-        with self._lock:
-            return list(self.received)
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 def request_lines(data: bytes) -> list[bytes]:
@@ -89,7 +39,8 @@ def host_lines(data: bytes) -> list[bytes]:
 
 @pytest.fixture
 def upstream() -> Iterator[RecordingUpstream]:
-    server = RecordingUpstream()
+    # Answers the first head it reads, then keeps reading half a second: whatever else the proxy sends.
+    server = RecordingUpstream(lambda data: re.search(rb"\n\r?\n", data) is not None, idle=0.5)
     yield server
     server.close()
 
