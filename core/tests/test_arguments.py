@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 from mainsdk import arguments, errors
-from mainsdk.checks import check_idle, lower_limits, resolve_env
 from mainsdk.config import AppConfig, load_config_text, parse_sandbox_config
 from mainsdk.engine import SandboxDeps, sandbox_deps
 from mainsdk.errors import BoxGone, SandboxError
 from mainsdk.hookspecs import hookimpl
 from mainsdk.plugins import make_plugin_manager
+from mainsdk.preflight import check_idle, lower_limits, resolve_env
 from mainsdk.secrets import secret
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from mainsdk.checks import check_packages
 from mainsdk.config import Packages, load_config_text
 from mainsdk.driver import Capabilities
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, SandboxError
 from mainsdk.packages import parse_pin, select_packages
+from mainsdk.preflight import check_packages
 
 CONFIGURED = ("six==1.16.0", "Pandas[excel]==2.2.3")
 CAN = Capabilities(isolation="namespace", packages=True)

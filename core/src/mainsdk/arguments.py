@@ -3,7 +3,7 @@
 Each function takes what the caller passed and either returns it in the one
 form the rest of core uses, or raises ``MAIN-SANDBOX-0001`` naming the argument,
 what it got and what works. Policy (limits against ``main.yaml``, hosts
-against the allowlists, secrets against ``sandbox.secrets``) is ``checks``'s
+against the allowlists, secrets against ``sandbox.secrets``) is ``preflight``'s
 business; this module only makes sure no value of the wrong type, encoding or
 size reaches it, so nothing a caller can pass ends in a raw ``TypeError`` or
 in an outage (``MAIN-SANDBOX-0006``) that a retry would repeat forever.

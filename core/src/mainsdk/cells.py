@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from mainsdk import arguments, checks, errors
+from mainsdk import arguments, errors, preflight
 from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.driver import Command, ExecOutcome, StopReason
 from mainsdk.errors import SandboxError
@@ -308,7 +308,7 @@ class Interpreter:
                 raise arguments.invalid(
                     "language", f"cells run Python only, not {language!r}; run other languages with session.run(...)"
                 )
-            code = checks.check_code(code)
+            code = preflight.check_code(code)
             if not sandbox.capabilities().cells:
                 raise SandboxError(
                     errors.INVALID_OPTION,

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 
 import attrs
 
-from mainsdk import arguments, checks, errors, figures
+from mainsdk import arguments, errors, figures, preflight
 from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.config import AppConfig, SandboxConfig
@@ -341,10 +341,10 @@ class AsyncSandbox:
             arguments.optional_text(feature, "feature")
             on_output = arguments.listener(on_output)
             language = arguments.language(language)
-            code = checks.check_code(code)
+            code = preflight.check_code(code)
             caps = self.hooks.capabilities()
-            checks.check_driver_allowed(self.driver_id, caps, self.deps.environment)
-            checks.check_language(language, caps, self.driver_id)
+            preflight.check_driver_allowed(self.driver_id, caps, self.deps.environment)
+            preflight.check_language(language, caps, self.driver_id)
             if packages is None and language != "python":
                 packages = ()  # python packages by default only for python code
             plan = self._plan(caps, files, network, env, limits, max_cost, packages)
@@ -390,7 +390,7 @@ class AsyncSandbox:
         tenant: str,
         language: str,
         command: Command,
-        plan: checks.RunPlan,
+        plan: preflight.RunPlan,
         caps: Capabilities,
         on_output: Listener | None,
     ) -> RunResult:
@@ -557,10 +557,10 @@ class AsyncSandbox:
         try:
             arguments.optional_text(feature, "feature")
             caps = self.hooks.capabilities()
-            checks.check_driver_allowed(self.driver_id, caps, self.deps.environment)
+            preflight.check_driver_allowed(self.driver_id, caps, self.deps.environment)
             if not caps.sessions:
                 raise SandboxError(errors.INVALID_OPTION, f"the {self.driver_id!r} driver cannot keep a session open")
-            idle_seconds = checks.check_idle(idle)
+            idle_seconds = preflight.check_idle(idle)
             plan = self._plan(caps, files, network, env, limits, max_cost, packages)
         except SandboxError as exc:
             self._audit(attrs.evolve(event, error=exc.code, session_id=session_id))
@@ -615,7 +615,7 @@ class AsyncSandbox:
         caps = self.hooks.capabilities()
         if not caps.sessions:
             return None
-        idle = checks.check_idle(DEFAULT_IDLE)
+        idle = preflight.check_idle(DEFAULT_IDLE)
         plan = self._plan(caps, None, (), None, None, None, ())  # the running box has what its opener chose
         spec = self._box_spec(session_id, plan, idle=idle, tenant=tenant, session=True)
         found = self.hooks.reconnect(spec)
@@ -657,9 +657,9 @@ class AsyncSandbox:
         limits: Mapping[str, Any] | None,
         max_cost: object,
         packages: object = None,
-    ) -> checks.RunPlan:
+    ) -> preflight.RunPlan:
         """Check a call's options against this sandbox's config, allowlist, secrets and driver."""
-        return checks.plan_run(
+        return preflight.plan_run(
             config=self.config,
             caps=caps,
             driver_id=self.driver_id,
@@ -674,7 +674,13 @@ class AsyncSandbox:
         )
 
     def _box_spec(
-        self, box_id: str, plan: checks.RunPlan, idle: float | None = None, *, tenant: str = "", session: bool = False
+        self,
+        box_id: str,
+        plan: preflight.RunPlan,
+        idle: float | None = None,
+        *,
+        tenant: str = "",
+        session: bool = False,
     ) -> BoxSpec:
         """The box a planned call starts, with the driver's egress policy for its hosts (asked for once)."""
         policy = self.hooks.network_policy(plan.hosts)

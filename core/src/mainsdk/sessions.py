@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from mainsdk import arguments, checks, errors
+from mainsdk import arguments, errors, preflight
 from mainsdk.audit import AuditEvent
 from mainsdk.driver import Box, Command, NetworkPolicy, StopReason
 from mainsdk.errors import BoxGone, SandboxError
@@ -90,7 +90,7 @@ class AsyncSession:
         tenant: str,
         feature: str | None,
         box: Box,
-        plan: checks.RunPlan,
+        plan: preflight.RunPlan,
         idle: float,
         isolation: str,
         extra_reach: tuple[str, ...] = (),
@@ -326,7 +326,7 @@ class AsyncSession:
         arguments.command_args_with_env(args, self._plan.env)
         limit = self._plan.limits.timeout
         if timeout is not None:
-            limit = checks.lower_limits({"timeout": timeout}, self._sandbox.config).timeout
+            limit = preflight.lower_limits({"timeout": timeout}, self._sandbox.config).timeout
             limit = min(limit, self._plan.limits.timeout)
         cost_bound = False
         if self._plan.max_cost is not None and self._plan.price > 0:

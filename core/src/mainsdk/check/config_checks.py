@@ -22,7 +22,6 @@ import attrs
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from mainsdk.check.findings import Finding, rule_for
-from mainsdk.checks import PRODUCTION_ENVS, is_production
 from mainsdk.config import (
     DEFAULT_CONFIG_FILE,
     AppConfig,
@@ -44,6 +43,7 @@ from mainsdk.errors import (
     ConfigProblem,
 )
 from mainsdk.hosts import host_covered, validate_host_pattern
+from mainsdk.preflight import PRODUCTION_ENVS, is_production
 
 __all__ = [
     "PRODUCTION_ENVS",

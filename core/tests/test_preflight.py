@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 from mainsdk import errors
-from mainsdk.checks import check_code, check_driver_allowed, check_language, check_relative_path, plan_run
 from mainsdk.config import AppConfig, load_config_text
 from mainsdk.driver import Capabilities
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered
+from mainsdk.preflight import check_code, check_driver_allowed, check_language, check_relative_path, plan_run
 from mainsdk.secrets import secret
 
 CONFIG = load_config_text(
