@@ -7,6 +7,7 @@ driver declares it (``mainsdk.driver_configs`` in its pyproject) and core checks
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -70,10 +71,47 @@ def test_a_minimal_third_party_driver_passes_the_suite(
     )
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 0 and outcomes.get("errors", 0) == 0, result.stdout.str()[-4000:]
-    assert outcomes["passed"] >= 40 and outcomes["xfailed"] == 3, outcomes
+    # Sessions, bash and signals included: 67 passed when this was written.
+    assert outcomes["passed"] >= 60 and outcomes["xfailed"] == 3, outcomes
     # What it skips, it skips because it did not declare it.
     skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]
     assert all("driver third-party" in line for line in skips), skips
+
+
+DRIVER = SRC / "mainsdk_third_party" / "__init__.py"
+
+
+def test_it_is_under_60_lines_as_formatted() -> None:
+    # What the issue asks of a minimal driver; `ruff format --check` keeps it honestly formatted.
+    assert len(DRIVER.read_text().splitlines()) < 60
+
+
+def mypy(folder: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(folder / ".mypy_cache"), "mainsdk_third_party"],
+        cwd=folder,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_mypy_checks_its_hooks_against_the_driver_protocol(tmp_path: Path) -> None:
+    # Its factory returns SessionDriver[HostBox]: a hook whose signature strays from the contract is a type
+    # error before anything runs, not a failure on the first run.
+    (tmp_path / "mainsdk_third_party").mkdir()
+    copy = tmp_path / "mainsdk_third_party" / "__init__.py"
+    copy.write_text(DRIVER.read_text())
+    checked = mypy(tmp_path)
+    assert checked.returncode == 0, checked.stdout
+    hook = "async def mainsdk_driver_collect(self, box: HostBox, max_bytes: int) -> Collected:"
+    assert hook in DRIVER.read_text()
+    copy.write_text(DRIVER.read_text().replace(hook, hook.replace("max_bytes: int", "max_bytes: str")))
+    checked = mypy(tmp_path)
+    assert checked.returncode == 1, checked.stdout
+    assert 'expected "SessionDriver[HostBox]"' in checked.stdout
+    assert "def mainsdk_driver_collect(self, box: HostBox, max_bytes: str)" in checked.stdout
 
 
 @pytest.fixture

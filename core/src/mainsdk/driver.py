@@ -8,9 +8,9 @@ A driver is a pluggy plugin implementing the hooks in ``mainsdk.hookspecs``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
 import attrs
 
@@ -205,6 +205,56 @@ class Box(Protocol):
     @property
     def id(self) -> str:
         """The box's id, unique in this process."""
+
+
+BoxT = TypeVar("BoxT", bound=Box)
+
+
+class Driver(Protocol[BoxT]):
+    """The hooks every driver implements (``mainsdk.plugins.REQUIRED_DRIVER_HOOKS``), as types mypy checks.
+
+    Core checks a driver when it is registered: each of these present and marked ``@hookimpl``, or a
+    load-time ``MAIN-SANDBOX-0001`` naming the driver and the hook. This protocol lets mypy check the
+    signatures as well, before anything runs: annotate the entry point's factory as returning
+    ``Driver[MyBox]`` (``SessionDriver[MyBox]`` with sessions) and a hook with a wrong name, argument or
+    return type is a type error. ``BoxT`` is the driver's own box type, which core hands back unchanged.
+    The hookspecs in ``mainsdk.hookspecs`` say what each hook must do; the optional ones (``check``,
+    ``reconnect``, ``mainsdk_network_policy``, ``shutdown``) are typed there. A driver does not subclass
+    this (pluggy finds hooks by name); a hook that takes fewer arguments than its spec, which pluggy allows,
+    does not match it.
+    """
+
+    def mainsdk_driver_capabilities(self) -> Capabilities:
+        """What the driver can do (``Capabilities``); called before every run."""
+        ...
+
+    def mainsdk_driver_start(self, spec: BoxSpec) -> Awaitable[BoxT]:
+        """Start a box with ``spec.files`` in its work folder and ``spec.network_policy`` in force."""
+        ...
+
+    def mainsdk_driver_exec(self, box: BoxT, command: Command, output: OutputSink) -> Awaitable[ExecOutcome]:
+        """Run ``command`` in ``box`` within its timeout, output to ``output``; on cancel, kill its tree first."""
+        ...
+
+    def mainsdk_driver_collect(self, box: BoxT, max_bytes: int) -> Awaitable[Collected]:
+        """The regular files of the out folder, at most ``max_bytes`` in all, never following links."""
+        ...
+
+    def mainsdk_driver_stop(self, box: BoxT) -> Awaitable[None]:
+        """Stop the box and remove everything it held; called always."""
+        ...
+
+
+class SessionDriver(Driver[BoxT], Protocol[BoxT]):
+    """A driver with sessions (``Capabilities.sessions``): the required hooks and the two a session needs."""
+
+    def mainsdk_driver_write_file(self, box: BoxT, path: str, data: bytes) -> Awaitable[None]:
+        """Write ``data`` to ``path`` (relative to the work folder, checked by core)."""
+        ...
+
+    def mainsdk_driver_read_file(self, box: BoxT, path: str) -> Awaitable[bytes]:
+        """Read ``path`` (``../out/x`` for the out folder); missing or not a regular file: ``NO_SESSION`` 404."""
+        ...
 
 
 DriverEntryPoint = Callable[..., object]

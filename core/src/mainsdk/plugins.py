@@ -23,6 +23,7 @@ import attrs
 import pluggy
 
 from mainsdk import hookspecs
+from mainsdk.driver import Driver
 from mainsdk.errors import DEFAULT_OUTAGE_REMEDY, DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
 
 if TYPE_CHECKING:
@@ -177,14 +178,9 @@ def make_plugin_manager(
     return pm
 
 
-# The hooks every driver implements; the others are optional (sessions need write_file and read_file).
-REQUIRED_DRIVER_HOOKS = (
-    "mainsdk_driver_capabilities",
-    "mainsdk_driver_start",
-    "mainsdk_driver_exec",
-    "mainsdk_driver_collect",
-    "mainsdk_driver_stop",
-)
+# The hooks every driver implements, as ``mainsdk.driver.Driver`` types them (one list, so the load-time check
+# and the type cannot drift); the others are optional (sessions need write_file and read_file: ``SessionDriver``).
+REQUIRED_DRIVER_HOOKS = tuple(name for name in vars(Driver) if name.startswith("mainsdk_"))
 _HOOKIMPL_ATTRIBUTE = f"{hookspecs.PROJECT}_impl"  # where pluggy's HookimplMarker leaves its mark
 
 
@@ -227,7 +223,7 @@ def check_driver(driver: object) -> None:
         raise SandboxError(
             INVALID_OPTION,
             f"driver {name} lacks the required hook{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
-            "a driver implements every hook in mainsdk.hookspecs.REQUIRED_DRIVER_HOOKS, each marked @hookimpl "
+            "a driver implements every hook of mainsdk.driver.Driver, each marked @hookimpl "
             "(pass a driver plugin such as local_sandbox_driver(...), or None to load sandbox.driver)",
         )
 
