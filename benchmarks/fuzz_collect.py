@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.append(str(Path(__file__).resolve().parent.parent / "mainsdk_local" / "tests"))
 
 import collect_model
-from mainsdk_local._client import ExecSpec, Launcher
+from mainsdk_local.launcher_client import ExecSpec, Launcher
 from mainsdk_local.programs import resolve_program
 
 MiB = 1 << 20

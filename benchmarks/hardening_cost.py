@@ -20,21 +20,20 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from mainsdk_local.launcher import landlock, linux, seccomp
 from mainsdk_local.programs import resolve_program
-
-from mainsdk_local import _landlock, _linux, _seccomp
 
 LOOP = 200_000
 
 
 def _harden(kind: str, box: str) -> None:
-    _linux.prctl(_linux.PR_SET_NO_NEW_PRIVS, 1)
+    linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
     if kind in ("landlock", "both"):
-        rules = _landlock.weak_rules(box, [], "/nonexistent", None)
-        _landlock.restrict(rules["readable"] + ["/root", "/tmp"], rules["writable"], rules["connect"])
+        rules = landlock.weak_rules(box, [], "/nonexistent", None)
+        landlock.restrict(rules["readable"] + ["/root", "/tmp"], rules["writable"], rules["connect"])
     if kind in ("seccomp", "both"):
-        assert _seccomp.FILTER is not None
-        _seccomp.FILTER.install()
+        assert seccomp.FILTER is not None
+        seccomp.FILTER.install()
 
 
 def _in_child(kind: str, box: str, body: Callable[[], float]) -> float:
@@ -107,8 +106,8 @@ def main() -> None:
     }
     if node:
         cases["node -e 0 (ms)"] = _exec([node, "-e", "0"])
-    program = _seccomp.build(os.uname().machine) or b""
-    print(f"seccomp filter: {len(program) // 8} instructions; Landlock ABI {_landlock.abi()}")
+    program = seccomp.build(os.uname().machine) or b""
+    print(f"seccomp filter: {len(program) // 8} instructions; Landlock ABI {landlock.abi()}")
     with tempfile.TemporaryDirectory() as box:
         os.makedirs(os.path.join(box, "work"))
         os.makedirs(os.path.join(box, "out"))

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from mainsdk_local._client import ExecSpec, Launcher
+from mainsdk_local.launcher_client import ExecSpec, Launcher
 
 PAUSE = 0.1
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-# The server's bounds (``_boxes.py``) the trees here can reach; the others (entries, names) stay far away.
+# The server's bounds (``launcher/boxes.py``) the trees here can reach; the others (entries, names) stay far away.
 MAX_FILES = 1000
 MAX_DEPTH = 32
 MAX_SKIPPED = 100

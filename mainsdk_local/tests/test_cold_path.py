@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from mainsdk_local._client import Box, ExecSpec, Launcher
+from mainsdk_local.launcher_client import Box, ExecSpec, Launcher
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
 

@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 from mainsdk import Sandbox, SandboxError
 from mainsdk.errors import INVALID_OPTION
-from mainsdk_local._client import Launcher
+from mainsdk_local.launcher import linux as L
+from mainsdk_local.launcher_client import Launcher
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/user"), reason="needs Linux namespaces")
 
@@ -56,7 +57,7 @@ def processes_with(marker: str) -> list[int]:
 
 
 def launcher_server_pids() -> list[int]:
-    """The launcher servers this process started (their command line names _server.py)."""
+    """The launcher servers this process started (their command line names launcher/__main__.py)."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -66,7 +67,7 @@ def launcher_server_pids() -> list[int]:
             ppid = int(Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
         except OSError:
             continue
-        if b"_server.py" in cmdline and ppid == os.getpid():
+        if b"launcher/__main__.py" in cmdline and ppid == os.getpid():
             pids.append(int(entry))
     return pids
 
@@ -224,16 +225,15 @@ def writable_mount_under_usr() -> Iterator[str]:
     """A writable, suid, dev tmpfs mounted on the host under /usr/share (root only), unmounted after the test."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs under /usr needs root")
-    from mainsdk_local import _linux
 
     path = f"/usr/share/mainsdk-rw-{secrets.token_hex(4)}"
     os.mkdir(path)
     try:
-        _linux.mount("tmpfs", path, "tmpfs", 0, "size=1m,mode=1777")
+        L.mount("tmpfs", path, "tmpfs", 0, "size=1m,mode=1777")
         try:
             yield path
         finally:
-            _linux.umount(path)
+            L.umount(path)
     finally:
         os.rmdir(path)
 
@@ -263,7 +263,7 @@ def test_a_writable_mount_under_a_read_only_tree_is_read_only_nosuid_nodev_in_th
 
 REMOUNT_FALLBACK = """
 import errno, json, os, tempfile
-from mainsdk_local import _linux as L
+from mainsdk_local.launcher import linux as L
 L.unshare(L.CLONE_NEWNS)
 L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
 base = tempfile.mkdtemp()

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/user"), reason
 # server cannot make its mount base there (/tmp/.mainsdk-local). "no-namespaces": namespaces refused.
 APP = """
 import json, sys
-from mainsdk_local import _linux as L, _seccomp as SC
+from mainsdk_local.launcher import linux as L
+from mainsdk_local.launcher import seccomp as SC
 if sys.argv[1] == "no-inodes":
     import errno, os, sysconfig
     import mainsdk, mainsdk_local, ruamel.yaml

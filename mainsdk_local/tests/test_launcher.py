@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import collect_model
 import pytest
-from mainsdk_local._client import Box, ExecResult, ExecSpec, Launcher, LauncherError
+from mainsdk_local.launcher_client import Box, ExecResult, ExecSpec, Launcher, LauncherError
 from mainsdk_local.programs import resolve_program
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
@@ -551,7 +551,7 @@ def _server_pids() -> list[int]:
                 ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
         except OSError:
             continue
-        if b"_server.py" in cmd and ppid == me:
+        if b"launcher/__main__.py" in cmd and ppid == me:
             pids.append(int(name))
     return pids
 
@@ -680,7 +680,7 @@ async def test_signals_are_default_inside(box: Box) -> None:
 _UNPRIVILEGED_SCRIPT = r"""
 import asyncio, json, os, sys
 sys.path.insert(0, sys.argv[1])
-from mainsdk_local._client import ExecSpec, Launcher
+from mainsdk_local.launcher_client import ExecSpec, Launcher
 
 async def main():
     launcher = Launcher(python=sys.argv[2])
@@ -720,9 +720,9 @@ def test_unprivileged_server() -> None:
         package = base / "mainsdk_local"
         package.mkdir()
         (package / "__init__.py").write_text("")
-        for module in pathlib.Path(mainsdk_local.__path__[0]).glob("_*.py"):  # the client and server modules
-            if module.name != "__init__.py":
-                shutil.copy(module, package / module.name)
+        source = pathlib.Path(mainsdk_local.__path__[0])
+        shutil.copy(source / "launcher_client.py", package / "launcher_client.py")  # the client
+        shutil.copytree(source / "launcher", package / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
         for name, location in (("attr", attr.__path__[0]), ("attrs", attrs.__path__[0])):
             shutil.copytree(location, base / name)
         (base / "run.py").write_text(_UNPRIVILEGED_SCRIPT)
@@ -748,7 +748,7 @@ DEEP_TREE = (
     "import os\nos.chdir('../out')\nfor _ in range({depth}):\n    os.mkdir('d'); os.chdir('d')\nopen('bottom', 'w')\n"
 )
 SPIN = "import subprocess; subprocess.Popen(['/usr/bin/sleep', '1000']); print('up', flush=True)\nwhile True: pass"
-OUT_FILES_CAP = 1000  # the documented cap (README, "Out files"); MAX_OUT_FILES in _boxes.py
+OUT_FILES_CAP = 1000  # the documented cap (README, "Out files"); MAX_OUT_FILES in launcher/boxes.py
 
 
 def _resume(pid: int) -> None:

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from mainsdk_local._client import Box, ExecSpec, Launcher
-from mainsdk_local._common import MOUNT_BASE
+from mainsdk_local.launcher.common import MOUNT_BASE
+from mainsdk_local.launcher_client import Box, ExecSpec, Launcher
 from mainsdk_local.programs import resolve_program
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")

@@ -185,7 +185,7 @@ def test_a_name_resolving_to_an_ipv6_form_of_a_private_ipv4_is_refused(
 
 def test_ipv6_forms_are_judged_by_the_ipv4_they_carry() -> None:
     # The same rule without a run, including the forms that must pass: no packet is sent to check those.
-    from mainsdk_local._proxy import _global_address
+    from mainsdk_local.egress_proxy import _global_address
 
     assert [address for address in EMBEDDED.values() if _global_address(address)] == []
     assert _global_address("64:ff9b::808:808") and _global_address("2002:808:808::1")  # 8.8.8.8 behind them
@@ -220,7 +220,7 @@ for payload in json.loads(sys.argv[1]):
 
 
 @pytest.mark.skipif(
-    __import__("mainsdk_local._landlock", fromlist=["abi"]).abi() < 4,
+    __import__("mainsdk_local.launcher.landlock", fromlist=["abi"]).abi() < 4,
     reason="weak mode's proxy is reachable only under Landlock with TCP rules (ABI 4, Linux 6.7)",
 )
 def test_weak_mode_gets_the_same_one_request_per_connection(make_net_sandbox: Any, upstream: RecordingUpstream) -> None:

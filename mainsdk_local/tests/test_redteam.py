@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from mainsdk import SandboxError, secret
 from mainsdk.errors import INVALID_OPTION
-from mainsdk_local._client import Launcher
+from mainsdk_local.launcher_client import Launcher
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/user"), reason="needs Linux namespaces")
 
@@ -168,7 +168,7 @@ HOLD_40_MIB = (
 @pytest.mark.xfail(
     strict=True,
     reason="redteam finding: each session command, background ones too, gets its own memory cgroup with the "
-    "whole limit (_server.py, h11b's/h17's); a 64 MiB session held 16 x the limit through session.start. "
+    "whole limit (launcher/server.py, h11b's/h17's); a 64 MiB session held 16 x the limit through session.start. "
     "Fix: one memory cgroup per box holding the command cgroups, limited to the memory limit",
 )
 def test_background_processes_of_a_session_share_its_memory_limit(

@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 from loopback import NOT_GIVEN, LoopbackServer
 from mainsdk.errors import HOST_NOT_ALLOWED
-
-from mainsdk_local import _landlock
+from mainsdk_local.launcher import landlock
 
 pytestmark = [
-    pytest.mark.skipif(_landlock.abi() < 4, reason="needs Landlock with TCP rules (ABI 4, Linux 6.7)"),
+    pytest.mark.skipif(landlock.abi() < 4, reason="needs Landlock with TCP rules (ABI 4, Linux 6.7)"),
     pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl"),
 ]
 

@@ -1,6 +1,6 @@
 """The ``local`` driver: each box is a tmpfs in a privileged helper's mount namespace, each command a fresh
-process tree in new user, pid, net, mount, ipc and uts namespaces (see ``_server.py``). A box with hosts
-gets an egress proxy per command, reached from inside the command's network namespace (see ``_proxy.py``).
+process tree in new user, pid, net, mount, ipc and uts namespaces (see ``launcher/server.py``). A box with hosts
+gets an egress proxy per command, reached from inside the command's network namespace (see ``egress_proxy.py``).
 
 Development only: ``MAINSDK_ENV=production`` refuses it (MAIN-SANDBOX-0011).
 """
@@ -34,11 +34,11 @@ from mainsdk.driver import (
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, BoxGone, SandboxError
 from mainsdk.hookspecs import hookimpl
 
-from mainsdk_local._client import Box as LauncherBox
-from mainsdk_local._client import ExecSpec, Launcher, LauncherError
-from mainsdk_local._protocol import MAX_HEADER, PROXY_PORT
-from mainsdk_local._proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
 from mainsdk_local.config import LocalPrograms
+from mainsdk_local.egress_proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
+from mainsdk_local.launcher.protocol import MAX_HEADER, PROXY_PORT
+from mainsdk_local.launcher_client import Box as LauncherBox
+from mainsdk_local.launcher_client import ExecSpec, Launcher, LauncherError
 from mainsdk_local.packages import EnvBuilder
 from mainsdk_local.programs import Program, ProgramCache
 

@@ -8,14 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from mainsdk_local import _common as C
-elif __package__:
-    from . import _common as C
-else:  # imported by the server script, whose directory is on sys.path
-    import _common as C
+from . import common as C
 
 WEAK_PREFIX = "mainsdk-local-weak-"
 

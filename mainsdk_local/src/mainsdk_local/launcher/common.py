@@ -1,6 +1,6 @@
 """What every part of the launcher server shares: its constants, the request error, descriptors, /proc.
 
-Standard library only, like the whole server (``python -I -S _server.py``);
+Standard library only, like the whole server (``python -I -S launcher/__main__.py``);
 server modules import each other from this directory.
 """
 

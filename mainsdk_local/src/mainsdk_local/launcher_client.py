@@ -1,6 +1,6 @@
 """The app side of the launcher: starts the server, opens boxes, runs code in them.
 
-The server (``_server.py``) is the only process that forks; this module never
+The server (``launcher/``, a process of its own) is the only process that forks; this module never
 forks and never runs Python between fork and exec, so it is safe in an app
 with threads. Each box has its own socket to the server and is driven by the
 asyncio loop that opened it; one ``Launcher`` serves boxes on several loops.
@@ -30,9 +30,10 @@ from typing import Any, Literal
 
 import attrs
 
-from mainsdk_local import _protocol as P
+from mainsdk_local.launcher import protocol as P
 
-_SERVER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_server.py")
+# The server is started by path (see launcher/__main__.py), never imported into the app.
+_SERVER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher", "__main__.py")
 _START_TIMEOUT = 30.0
 _STOP_TIMEOUT = 10.0
 _DRAIN_TIMEOUT = 5.0  # after the tree is dead its pipes reach EOF at once; this only bounds a surprise

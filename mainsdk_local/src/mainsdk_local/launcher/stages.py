@@ -15,9 +15,9 @@ not depend on the job (session, signals, OOM score, rlimits; in a hot spare
 also the mounts and pivot_root). With the job it enters the box's root as
 root, drops to the box's host uid, enters a user namespace where that uid is
 1000, gets a new keyring, empties its capability bounding set, sets
-no_new_privs, installs the seccomp filter (``_seccomp``) and execs. In weak mode the
+no_new_privs, installs the seccomp filter (``seccomp``) and execs. In weak mode the
 server forks C directly (``weak_child_main``); C skips the namespace steps and
-restricts itself with Landlock (``_landlock``) where the kernel has it.
+restricts itself with Landlock (``landlock``) where the kernel has it.
 
 Everything C needs is decided before it is forked (``ChildContext``); a setup
 failure is reported on the worker's socket with the stage it happened in.
@@ -33,29 +33,14 @@ import select
 import signal
 import socket
 import struct
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
-if TYPE_CHECKING:
-    from mainsdk_local import _cgroups as G
-    from mainsdk_local import _common as C
-    from mainsdk_local import _landlock as LL
-    from mainsdk_local import _linux as L
-    from mainsdk_local import _protocol as P
-    from mainsdk_local import _seccomp as SC
-elif __package__:
-    from . import _cgroups as G
-    from . import _common as C
-    from . import _landlock as LL
-    from . import _linux as L
-    from . import _protocol as P
-    from . import _seccomp as SC
-else:  # imported by the server script, whose directory is on sys.path
-    import _cgroups as G
-    import _common as C
-    import _landlock as LL
-    import _linux as L
-    import _protocol as P
-    import _seccomp as SC
+from . import cgroups as G
+from . import common as C
+from . import landlock as LL
+from . import linux as L
+from . import protocol as P
+from . import seccomp as SC
 
 NOFILE_LIMIT = 4096
 TCP_INITIAL_RCVBUF = 16384  # the box's net.ipv4.tcp_rmem default (the kernel's is 128 KiB)

@@ -7,22 +7,13 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any
 
+from . import cgroups as G
+from . import common as C
+from . import protocol as P
+from . import rootfs as R
+
 if TYPE_CHECKING:
-    from mainsdk_local import _cgroups as G
-    from mainsdk_local import _common as C
-    from mainsdk_local import _protocol as P
-    from mainsdk_local import _rootfs as R
-    from mainsdk_local._boxes import Box
-elif __package__:
-    from . import _cgroups as G
-    from . import _common as C
-    from . import _protocol as P
-    from . import _rootfs as R
-else:  # imported by the server script, whose directory is on sys.path
-    import _cgroups as G
-    import _common as C
-    import _protocol as P
-    import _rootfs as R
+    from .boxes import Box
 
 # No exec may bind these, or anything under them, read-only from the host.
 FORBIDDEN_READONLY = ("/proc", "/sys", "/dev", "/work", "/out")

@@ -18,21 +18,10 @@ import json
 import os
 import signal
 import stat
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from mainsdk_local import _common as C
-    from mainsdk_local import _linux as L
-    from mainsdk_local import _stages as S
-elif __package__:
-    from . import _common as C
-    from . import _linux as L
-    from . import _stages as S
-else:  # imported by the server script, whose directory is on sys.path
-    import _common as C
-    import _linux as L
-    import _stages as S
-
+from . import common as C
+from . import linux as L
+from . import stages as S
 
 # What a kernel or a policy without namespaces answers (seccomp profiles of container runtimes: EPERM;
 # AppArmor and SELinux: EACCES; kernels built without them: EINVAL or ENOSYS).

@@ -17,19 +17,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from . import common as C
+from . import stages as S
+
 if TYPE_CHECKING:
-    from mainsdk_local import _cgroups as G
-    from mainsdk_local import _common as C
-    from mainsdk_local import _rootfs as R
-    from mainsdk_local import _stages as S
-    from mainsdk_local._boxes import Box
-    from mainsdk_local._runs import Worker
-elif __package__:
-    from . import _common as C
-    from . import _stages as S
-else:  # imported by the server script, whose directory is on sys.path
-    import _common as C
-    import _stages as S
+    from . import cgroups as G
+    from . import rootfs as R
+    from .boxes import Box
+    from .runs import Worker
 
 # Generic spares kept ready, besides the hot one.
 SPARES = 1

@@ -42,14 +42,8 @@ from __future__ import annotations
 import errno
 import os
 import struct
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from mainsdk_local import _linux as L
-elif __package__:
-    from . import _linux as L
-else:  # imported by the server script, whose directory is on sys.path
-    import _linux as L
+from . import linux as L
 
 # struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6].
 _NR = 0

@@ -2,7 +2,7 @@
 
 One proxy per exec, on the app's event loop, accepting on a listener that
 lives in the run's own network namespace (127.0.0.1:PROXY_PORT there; see
-``_stages.worker_main``) or, in weak mode, on the host's loopback with a
+``launcher.stages.worker_main``) or, in weak mode, on the host's loopback with a
 per-run password. It forwards two kinds of request:
 
 - ``CONNECT host:port`` (HTTPS, or anything else tunnelled): the target is checked;
@@ -545,7 +545,7 @@ def proxy_environment(url: str, node_preload: str | None, env: Mapping[str, str]
     http_proxy; Python, requests, httpx, pip and git read either), ALL_PROXY for
     tools that read only that, and an empty NO_PROXY so nothing bypasses it.
     Node: NODE_USE_ENV_PROXY makes Node 24+ (and 22.21+) use them for fetch
-    and http(s); on older Node the preload (``_node_proxy``) installs a fetch
+    and http(s); on older Node the preload (``launcher/node_proxy.py``) installs a fetch
     dispatcher and default agents that tunnel through the proxy.
     """
     out = {name: url for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")}

@@ -21,19 +21,12 @@ import time
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
+from . import common as C
+from . import linux as L
+from . import protocol as P
+
 if TYPE_CHECKING:
-    from mainsdk_local import _common as C
-    from mainsdk_local import _linux as L
-    from mainsdk_local import _protocol as P
-    from mainsdk_local._runs import Run
-elif __package__:
-    from . import _common as C
-    from . import _linux as L
-    from . import _protocol as P
-else:  # imported by the server script, whose directory is on sys.path
-    import _common as C
-    import _linux as L
-    import _protocol as P
+    from .runs import Run
 
 
 class Box:

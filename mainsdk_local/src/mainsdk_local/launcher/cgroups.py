@@ -12,17 +12,9 @@ import errno
 import os
 import signal
 import time
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from mainsdk_local import _common as C
-    from mainsdk_local import _linux as L
-elif __package__:
-    from . import _common as C
-    from . import _linux as L
-else:  # imported by the server script, whose directory is on sys.path
-    import _common as C
-    import _linux as L
+from . import common as C
+from . import linux as L
 
 CGROUP_PREFIX = "mainsdk-local-"
 

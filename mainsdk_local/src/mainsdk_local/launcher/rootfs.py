@@ -12,20 +12,10 @@ import collections
 import contextlib
 import errno
 import os
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from mainsdk_local import _common as C
-    from mainsdk_local import _linux as L
-    from mainsdk_local import _node_proxy as N
-elif __package__:
-    from . import _common as C
-    from . import _linux as L
-    from . import _node_proxy as N
-else:  # imported by the server script, whose directory is on sys.path
-    import _common as C
-    import _linux as L
-    import _node_proxy as N
+from . import common as C
+from . import linux as L
+from . import node_proxy as N
 
 TEMPLATE_CACHE = 8
 # (readonly_paths, hidden_paths, overlays): which root template an exec uses.

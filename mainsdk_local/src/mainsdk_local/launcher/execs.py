@@ -1,0 +1,447 @@
+"""Runs in the server: forking or taking a worker, handing it the job, feeding stdin, reaping, reporting.
+
+The server's event loop (``server.py``) owns the boxes' channels and decides when; this part owns the
+workers (B+C pairs, see ``stages.py``) and the runs on them: what is forked, what the job carries, and
+what the client is told when a run ends. It is a mixin of ``Server``: the attributes declared below are
+the loop's state that runs read and change, set in ``Server.__init__``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import cgroups as G
+from . import common as C
+from . import landlock as LL
+from . import protocol as P
+from . import server_setup as SU
+from . import stages as S
+from . import weak as W
+from .runs import ExecSpec, Run, Worker, describe_failure
+from .spares import FAILED_SPARE_PAUSE, Spares
+
+if TYPE_CHECKING:
+    from . import rootfs as R
+    from .boxes import Box
+
+WEAK_SWEEP_SECONDS = 2.0
+
+
+class RunExecution:
+    """The workers and runs of one server (a mixin of ``server.Server``)."""
+
+    sel: selectors.BaseSelector
+    root: bool
+    isolation: str
+    stopping: bool
+    own_pidns: int
+    self_pidfd: int
+    node_preload: str
+    landlock_abi: int
+    cgroups: G.Cgroups
+    templates: R.Templates
+    spares: Spares
+    workers: dict[int, Worker]
+    deadlines: list[tuple[float, int, Run]]
+
+    if TYPE_CHECKING:  # the loop's, in server.py
+
+        def _send(
+            self, box: Box, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
+        ) -> None: ...
+
+        def _maybe_finish_close(self, box: Box) -> None: ...
+
+    def _spawn_worker(self, limits: G.Limits, bound: S.ChildContext | None = None) -> Worker:
+        """Fork B into a new pid namespace and fresh cgroups; it prepares itself and waits for a job.
+
+        B writes ``limits`` ahead; a ``bound`` C also enters that box's sandbox ahead.
+        """
+        cgroup = self.cgroups.plan()
+        doomed = self.cgroups.take_doomed()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            pid = SU.fork_in_new_pidns(self.own_pidns)
+            if pid == 0:
+                ours.close()
+                S.worker_main(theirs, self.self_pidfd, cgroup, limits, doomed, bound.job() if bound else None)
+        except BaseException:
+            ours.close()
+            self.cgroups.give_back(doomed)
+            raise
+        finally:
+            theirs.close()
+        worker = self._adopt(pid, ours)
+        worker.cgroup = cgroup
+        worker.limits = limits
+        return worker
+
+    def _adopt(self, pid: int, sock: socket.socket) -> Worker:
+        worker = Worker(pid, os.pidfd_open(pid), sock)
+        sock.setblocking(False)
+        self.workers[pid] = worker
+        self.sel.register(worker.pidfd, selectors.EVENT_READ, lambda mask: self._on_worker_exit(worker))
+        self.sel.register(sock, selectors.EVENT_READ, lambda mask: self._on_worker_sock(worker))
+        return worker
+
+    def _start_run(self, box: Box, rid: int, spec: ExecSpec, fds: list[int], stdin: bytes) -> None:
+        ctx = S.ChildContext()
+        ctx.namespaces = self.isolation == "namespace"
+        ctx.box_dir = box.path
+        ctx.uid, ctx.gid = box.uid, box.gid
+        ctx.drop_uid = self.root
+        ctx.argv, ctx.env = spec.argv, spec.env
+        ctx.timeout = spec.timeout
+        ctx.stdout, ctx.stderr = fds
+        ctx.disk_bytes = box.disk_bytes
+        run = Run(rid, box, spec)
+        stdin_r: int | None = None
+        weak_cgroup: G.RunCgroup | None = None
+        key = (spec.readonly, spec.hidden, spec.overlays)
+        # In namespace mode B, the namespace's init, is in the pids cgroup too.
+        has_cgroups = self.cgroups.memory is not None or self.cgroups.pids is not None
+        limits: G.Limits = (spec.memory_bytes, spec.max_processes + 1) if has_cgroups else None
+        try:
+            if spec.has_stdin:
+                stdin_r, run.stdin_w = os.pipe2(os.O_CLOEXEC)
+                ctx.stdin = stdin_r
+                os.set_blocking(run.stdin_w, False)
+                run.stdin_data = memoryview(stdin)
+            if ctx.namespaces:
+                ctx.template = self.templates.get(spec.readonly, spec.hidden, spec.overlays)
+                if box.session:
+                    self.spares.hot_want = (box, key, limits, ctx.template)
+                self.spares.last_limits = limits
+                for attempt in range(2):
+                    # A spare may have died since it was made: then once more with a new worker.
+                    worker = self.spares.take(box, key, limits) if attempt == 0 else self._spawn_worker(limits)
+                    self._set_limits(ctx, run, worker.cgroup, spec)
+                    run.started = time.monotonic()
+                    try:
+                        self._send_job(worker, ctx)
+                    except OSError:
+                        if attempt == 1:
+                            raise C.RequestError("launcher", self._worker_failure(worker)) from None
+                        self.spares.discard(worker)
+                        continue
+                    run.worker, worker.run = worker, run
+                    self._hand_listener(run)
+                    break
+            else:
+                if self.landlock_abi:
+                    ctx.landlock = LL.weak_rules(box.path, list(spec.readonly), self.node_preload, spec.proxy_port)
+                weak_cgroup = self.cgroups.make()
+                ctx.cgroup_fds = weak_cgroup.procs_fds if weak_cgroup is not None else []
+                self._set_limits(ctx, run, weak_cgroup, spec)
+                if weak_cgroup is not None:
+                    try:
+                        G.configure_cgroup(
+                            weak_cgroup.memory_dir,
+                            weak_cgroup.memory_version,
+                            weak_cgroup.pids_dir,
+                            spec.memory_bytes,
+                            spec.max_processes,
+                        )
+                    except OSError as exc:
+                        raise C.launch_error("cgroup limits", exc) from None
+                run.started = time.monotonic()
+                run.worker = worker = self._fork_weak(ctx)
+                worker.run, worker.cgroup = run, weak_cgroup
+                weak_cgroup = None  # the worker's now: removed when it is reaped
+            self.spares.last_start = run.started
+        except BaseException as exc:
+            if weak_cgroup is not None:
+                self.cgroups.remove(weak_cgroup)
+            self._close_stdin(run)
+            if isinstance(exc, OSError):
+                raise C.launch_error("start", exc) from None
+            raise
+        finally:
+            # Our copies of the child's ends must go, or the code's EOFs never come.
+            for fd in [*fds, stdin_r]:
+                C.close_fd(fd)
+            if run.cgroup is not None:
+                run.cgroup.close_fds()
+        run.deadline = run.started + spec.timeout
+        box.runs[rid] = run
+        heapq.heappush(self.deadlines, (run.deadline, id(run), run))
+        if run.stdin_w is not None:
+            self._feed_stdin(run)
+
+    @staticmethod
+    def _set_limits(ctx: S.ChildContext, run: Run, cgroup: G.RunCgroup | None, spec: ExecSpec) -> None:
+        """Where the exec's limits go: its cgroups, or rlimits for what has no cgroup."""
+        run.cgroup = cgroup
+        ctx.memory_dir = cgroup.memory_dir if cgroup else None
+        ctx.memory_version = cgroup.memory_version if cgroup else 0
+        ctx.pids_dir = cgroup.pids_dir if cgroup else None
+        ctx.memory_bytes = spec.memory_bytes
+        if ctx.namespaces and ctx.memory_dir is not None and spec.memory_bytes is not None:
+            ctx.memory_bytes = G.session_allowance(spec.memory_bytes, ctx.box_dir)  # the box's files are RAM
+        ctx.max_processes = spec.max_processes + (1 if ctx.namespaces else 0)
+        ctx.memory_rlimit = spec.memory_bytes if ctx.memory_dir is None else None
+        ctx.nproc_rlimit = spec.max_processes if ctx.pids_dir is None else None
+
+    def _hand_listener(self, run: Run) -> None:
+        """Give the run's proxy listener to the client if the exec has hosts; otherwise close it."""
+        worker = run.worker
+        if worker is None or worker.listener is None:
+            return  # not arrived yet: _read_worker calls again when it does
+        fd, worker.listener = worker.listener, None
+        if run.spec.proxy and not run.done:
+            self._send(run.box, {"id": run.rid, "op": "listener", "fds": 1}, fds=[fd])
+        else:
+            C.close_fd(fd)
+
+    def _worker_failure(self, worker: Worker) -> str:
+        """Why a worker stopped taking jobs: wait for it and read its report."""
+        self._kill_worker(worker)
+        if not worker.reaped:
+            with contextlib.suppress(ChildProcessError):
+                _, worker.status = os.waitpid(worker.pid, 0)
+            worker.reaped = True
+        self._read_worker(worker)
+        if worker.error is not None:
+            return f"exec setup failed at {describe_failure(worker.error)}"
+        return f"the worker exited before taking the job (status {worker.status})"
+
+    @staticmethod
+    def _send_job(worker: Worker, ctx: S.ChildContext) -> None:
+        fds = [ctx.stdout, ctx.stderr, *([ctx.stdin] if ctx.stdin is not None else [])]
+        limits_set = worker.limits == (ctx.memory_bytes, ctx.max_processes)
+        frame = P.encode(dict(ctx.job(), fds=len(fds), limits_set=limits_set))
+        worker.sock.setblocking(True)  # the worker reads at once; a large argv may need a moment
+        try:
+            sent = socket.send_fds(worker.sock, [frame], fds)
+            if sent < len(frame):
+                worker.sock.sendall(frame[sent:])
+        finally:
+            worker.sock.setblocking(False)
+
+    def _fork_weak(self, ctx: S.ChildContext) -> Worker:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            ctx.report_fd = theirs.fileno()
+            pid = os.fork()
+            if pid == 0:
+                S.weak_child_main(ctx)
+        finally:
+            theirs.close()
+        return self._adopt(pid, ours)
+
+    def _feed_stdin(self, run: Run) -> None:
+        fd = run.stdin_w
+        if fd is None:
+            return
+        try:
+            while run.stdin_data:
+                run.stdin_data = run.stdin_data[os.write(fd, run.stdin_data[: 1 << 16]) :]
+        except BlockingIOError:
+            try:
+                self.sel.get_key(fd)
+            except KeyError:
+                self.sel.register(fd, selectors.EVENT_WRITE, lambda mask: self._feed_stdin(run))
+            return
+        except OSError:
+            pass  # the code closed its stdin: fine
+        self._close_stdin(run)
+
+    def _close_stdin(self, run: Run) -> None:
+        if run.stdin_w is None:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(run.stdin_w)
+        C.close_fd(run.stdin_w)
+        run.stdin_w = None
+        run.stdin_data = memoryview(b"")
+
+    def _kill(self, run: Run) -> None:
+        if run.done or run.worker is None:
+            return
+        self._kill_worker(run.worker)
+        if self.isolation == "weak":
+            self._sweep_weak(run, wait=False)
+
+    @staticmethod
+    def _kill_worker(worker: Worker) -> None:
+        if not worker.reaped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.pid, signal.SIGKILL)  # B: pid 1 of the run; its death takes the tree
+
+    def _on_worker_sock(self, worker: Worker) -> None:
+        self._read_worker(worker)
+        run = worker.run
+        if run is not None and not run.done and run.code_status is not None and self.isolation == "namespace":
+            self._finish_run(run)  # B reported after killing and reaping the whole tree
+
+    def _read_worker(self, worker: Worker) -> None:
+        """Read what B or C reported: setup errors, and C's wait status."""
+        while worker.sock_open:
+            try:
+                data, fds = P.receive(worker.sock)
+            except BlockingIOError:
+                return
+            except (OSError, P.ProtocolError):
+                data, fds = b"", []
+            if not data and not fds:
+                worker.sock_open = False
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(worker.sock)
+                worker.sock.close()
+                worker.decoder.close()
+                return
+            worker.decoder.feed(data, fds)
+            try:
+                frames = worker.decoder.frames()
+            except P.ProtocolError:
+                frames = []
+            run = worker.run
+            for frame in frames:
+                if frame.header.get("op") == "listener" and frame.fds and worker.listener is None:
+                    worker.listener = frame.fds.pop()
+                    if run is not None:
+                        self._hand_listener(run)
+                frame.close_fds()
+                if frame.header.get("op") == "ready":
+                    worker.ready = True
+                if frame.header.get("op") == "error" and worker.error is None:
+                    worker.error = frame.header
+                if run is None:
+                    continue
+                if frame.header.get("op") == "error" and run.error is None:
+                    run.error = frame.header
+                elif frame.header.get("op") == "status" and isinstance(frame.header.get("status"), int):
+                    run.code_status = frame.header["status"]
+                    if frame.header.get("timeout") is True:
+                        run.timed_out = True  # B killed the tree at the deadline itself
+
+    def _on_worker_exit(self, worker: Worker) -> None:
+        """The worker's pidfd is readable: it has exited (after its pid namespace, if B)."""
+        if not worker.reaped:
+            try:
+                pid, status = os.waitpid(worker.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = worker.pid, -1
+            if pid == 0:
+                return
+            worker.reaped = True
+            worker.status = status if status >= 0 else None
+        self._worker_gone(worker, reply=True)
+
+    def _worker_gone(self, worker: Worker, *, reply: bool) -> None:
+        if worker.sock_open:
+            self._read_worker(worker)
+        if worker.sock_open:
+            worker.sock_open = False
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(worker.sock)
+            worker.sock.close()
+            worker.decoder.close()
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(worker.pidfd)
+        C.close_fd(worker.pidfd)
+        C.close_fd(worker.listener)
+        worker.listener = None
+        self.workers.pop(worker.pid, None)
+        self.spares.forget(worker)
+        if worker.run is None and not worker.discarded and not self.stopping:
+            self.spares.not_before = time.monotonic() + FAILED_SPARE_PAUSE  # a spare died unused: do not spin
+            if worker.error is not None:
+                print(f"mainsdk-local launcher: spare worker failed: {describe_failure(worker.error)}", file=sys.stderr)
+        run = worker.run
+        if run is not None and not run.done:
+            if self.isolation == "weak":
+                run.code_status = worker.status
+            self._finish_run(run, reply=reply)
+        if worker.cgroup is not None:
+            # Empty now: the worker and all it forked are reaped. In namespace mode the next
+            # worker removes it (see Cgroups.take_doomed).
+            self.cgroups.remove(worker.cgroup, defer=self.isolation == "namespace" and not self.stopping)
+            worker.cgroup = None
+
+    def _reap_orphans(self) -> None:
+        """Weak mode: we are the subreaper of what runs leave behind; keep our workers' statuses."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            worker = self.workers.get(pid)
+            if worker is not None and not worker.reaped:
+                worker.reaped = True
+                worker.status = status  # its pidfd callback finishes the run
+
+    def _sweep_weak(self, run: Run, *, wait: bool) -> None:
+        """Weak mode: kill what the code left behind (same cgroup, else same uid or session)."""
+        end = time.monotonic() + (WEAK_SWEEP_SECONDS if wait else 0)
+        session = run.worker.pid if run.worker is not None else 0
+        while True:
+            if run.cgroup is not None and run.cgroup.pids_dir is not None:
+                pids = G.Cgroups.members(run.cgroup.pids_dir)
+            elif self.root:
+                pids = W.pids_of_uid(run.box.uid)
+            else:
+                pids = W.pids_of_session(session)
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            self._reap_orphans()
+            if not pids or time.monotonic() > end:
+                return
+            time.sleep(0.002)
+
+    def _finish_run(self, run: Run, *, reply: bool = True) -> None:
+        if run.done:
+            return
+        run.done = True
+        ended = time.monotonic()
+        if self.isolation == "weak":
+            self._sweep_weak(run, wait=True)
+        run.box.runs.pop(run.rid, None)
+        self._close_stdin(run)
+        oom = run.cgroup is not None and G.Cgroups.oom_killed(run.cgroup)
+        if reply and not (run.killed and run.box.closing):
+            error = run.error
+            if error is not None and not (run.killed or run.timed_out):
+                msg = f"exec setup failed at {describe_failure(error)}"
+                self._send(run.box, {"id": run.rid, "ok": False, "kind": "launcher", "error": msg})
+            else:
+                self._send(run.box, self._result(run, oom, ended))
+        self._maybe_finish_close(run.box)
+
+    def _result(self, run: Run, oom: bool, ended: float) -> dict[str, Any]:
+        status = run.code_status
+        exit_code: int | None = None
+        sig: int | None = None
+        if status is None:
+            sig = signal.SIGKILL  # the worker was killed before C finished: timeout, kill or close
+        elif os.WIFEXITED(status):
+            exit_code = os.WEXITSTATUS(status)
+        elif os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+        stop: str | None = None
+        if run.timed_out:
+            stop = "timeout"
+        elif oom:
+            stop = "memory"
+        # Under RLIMIT_AS (no memory cgroup) nothing records why a process died: a signal is reported as the
+        # crash it is, and the client calls it a memory stop only on the code's own out-of-memory error.
+        return {
+            "id": run.rid,
+            "ok": True,
+            "exit_code": exit_code,
+            "signal": sig,
+            "stop": stop,
+            "duration": ended - run.started,
+            "killed": run.killed,
+        }
