@@ -126,6 +126,12 @@ class E2BBox:
     archive_pid: int | None = None  # the pid (start event) of the command whose archive ``collect`` reads
     stdin_files: int = 0
     stopped: bool = False
+    # A session's requests go one at a time, in an order set by core's calls, never by network timing: core
+    # starts the cell kernel's exec as a task and writes the first cell at once, so without this the kernel's
+    # input upload and the cell's write race (and a replay, strict about one sandbox's order, sees them
+    # swapped). Each hook that sends yields once, then waits for its turn (``_in_turn``, a FIFO lock) until its
+    # request is answered (for a command: until envd's start event).
+    in_order: asyncio.Lock = attrs.field(factory=asyncio.Lock, repr=False)
 
 
 # E2B's egress firewall matches names only on port 80 (HTTP Host) and 443 (TLS SNI); every other port is
@@ -186,6 +192,10 @@ class E2BDriver:
             outage_remedy="check E2B's status and the API key (sandbox.e2b.key, default secret:E2B_API_KEY)",
             network_reach=E2B_NETWORK_REACH,
             reports_signals=True,  # the script ends by the program's signal; envd's end event names it
+            # Cells: core's kernel is one long command (exec) fed by files (write_file); background processes are
+            # concurrent commands, each in a session of its own that the killer ends (see ``killer_line``).
+            cells=True,
+            background=True,
         )
 
     @hookimpl
@@ -239,15 +249,22 @@ class E2BDriver:
     async def mainsdk_driver_exec(self, box: E2BBox, command: Command, output: OutputSink) -> ExecOutcome:
         """Run ``command`` under its deadline, streaming its output; kill its whole tree at the deadline or cancel."""
         sandbox = box.sandbox
-        await self._keep_alive(box, command.timeout)
-        stdin_path = None
-        if command.stdin is not None:
-            box.stdin_files += 1
-            stdin_path = f"/tmp/mainsdk-stdin-{box.stdin_files}"  # a counter, not a random name: same bytes each run
-            try:
-                await sandbox.files.write_files([{"path": stdin_path, "data": command.stdin}], use_octet_stream=False)
-            except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
-                raise self._unavailable("upload the command's input", exc) from None
+        turn = await self._in_turn(box)
+        try:
+            await self._keep_alive(box, command.timeout)
+            stdin_path = None
+            if command.stdin is not None:
+                box.stdin_files += 1
+                stdin_path = f"/tmp/mainsdk-stdin-{box.stdin_files}"  # a counter, not random: same bytes each run
+                try:
+                    await sandbox.files.write_files(
+                        [{"path": stdin_path, "data": command.stdin}], use_octet_stream=False
+                    )
+                except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
+                    raise self._unavailable("upload the command's input", exc) from None
+        except BaseException:
+            turn.release()
+            raise
         line = shell_line(command, stdin_path, archive_limit=box.archive_limit)
         box.archive_pid = None
         started = time.monotonic()
@@ -257,17 +274,18 @@ class E2BDriver:
         signal: int | None = None
         try:
             async with asyncio.timeout(command.timeout) as deadline:
-                handle = await sandbox.commands.run(
-                    line,
-                    background=True,
-                    envs=dict(command.env),
-                    on_stdout=lambda text: output.stdout(text.encode()),
-                    on_stderr=lambda text: output.stderr(text.encode()),
-                    # envd kills (the one pid of) the command at this bound; the in-VM backstop and this deadline
-                    # come first.
-                    timeout=command.timeout + SANDBOX_MARGIN,
-                    request_timeout=self._request_timeout,
-                )
+                with turn:  # the next request of this box may go once envd said the command started
+                    handle = await sandbox.commands.run(
+                        line,
+                        background=True,
+                        envs=dict(command.env),
+                        on_stdout=lambda text: output.stdout(text.encode()),
+                        on_stderr=lambda text: output.stderr(text.encode()),
+                        # envd kills (the one pid of) the command at this bound; the in-VM backstop and this deadline
+                        # come first.
+                        timeout=command.timeout + SANDBOX_MARGIN,
+                        request_timeout=self._request_timeout,
+                    )
                 box.archive_pid = handle.pid
                 # Shielded: a cancel must reach this task, not the SDK's stream reader, which the kill ends.
                 waiter = asyncio.ensure_future(handle.wait())
@@ -294,11 +312,15 @@ class E2BDriver:
 
     @hookimpl
     async def mainsdk_driver_write_file(self, box: E2BBox, path: str, data: bytes) -> None:
-        """Write one file into the work folder (sessions)."""
-        try:
-            await box.sandbox.files.write_files([{"path": f"{WORK}/{path}", "data": data}], use_octet_stream=False)
-        except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
-            raise self._unavailable("write a file", exc) from None
+        """Write one file into the work folder (sessions); a cell is such a file, so it keeps the sandbox alive."""
+        # Core's cell kernel is one command that outlives any deadline; each cell is a write. A write may start up
+        # to a command's timeout of work, then the session's idle time: the sandbox must last that long.
+        with await self._in_turn(box):
+            await self._keep_alive(box, box.lifetime - SANDBOX_MARGIN)
+            try:
+                await box.sandbox.files.write_files([{"path": f"{WORK}/{path}", "data": data}], use_octet_stream=False)
+            except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
+                raise self._unavailable("write a file", exc) from None
 
     @hookimpl
     async def mainsdk_driver_read_file(self, box: E2BBox, path: str) -> bytes:
@@ -408,8 +430,23 @@ class E2BDriver:
             except Exception as exc:  # noqa: BLE001 - one failure must not spare the others; E2B's timeout remains
                 log.warning("e2b: killing sandbox %s failed (%s)", orphan.sandbox_id, type(exc).__name__)
 
+    @staticmethod
+    async def _in_turn(box: E2BBox) -> _Turn:
+        """Wait for this call's turn to send to ``box`` (see ``E2BBox.in_order``); release it with ``with``."""
+        await asyncio.sleep(0)  # the same number of steps for every hook: the order is the event loop's, fixed
+        await box.in_order.acquire()
+        return _Turn(box.in_order)
+
     async def _keep_alive(self, box: E2BBox, timeout: float) -> None:
-        """Push the sandbox's end back only when the command could outlive it (a long session); else no request."""
+        """Push the sandbox's end back only when the command could outlive it (a long session); else no request.
+
+        A command longer than the sandbox's own lifetime (core's cell kernel: no deadline of its own) counts as
+        one lifetime: it is kept alive by what the session sends it next (``write_file``). E2B refuses a timeout
+        past the team's maximum sandbox length with a 400 (e2b-dev/infra ``packages/api/internal/handlers/
+        timeout_helper.go`` ``validateAndParseTimeout``, "Timeout cannot be greater than %d hours"), so the
+        driver never asks for the kernel's day.
+        """
+        timeout = min(timeout, box.lifetime - SANDBOX_MARGIN)
         if box.expires - time.monotonic() >= timeout + KEEP_ALIVE_SLACK:
             return
         lifetime = math.ceil(timeout + box.lifetime)
@@ -481,6 +518,25 @@ class E2BDriver:
         if self._api_key:
             detail = detail.replace(self._api_key, "[redacted]")
         return f"{label}: {detail}" if detail else label
+
+
+class _Turn:
+    """A box's turn to send, held until released (``with`` or ``release``); releasing twice is harmless."""
+
+    def __init__(self, lock: asyncio.Lock) -> None:
+        self._lock: asyncio.Lock | None = lock
+
+    def release(self) -> None:
+        """Let the box's next request go."""
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+    def __enter__(self) -> _Turn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def idempotency_key(box_id: str) -> str:

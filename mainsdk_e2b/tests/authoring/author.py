@@ -19,6 +19,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CASSETTES = HERE.parent / "conformance" / "cassettes"
 NOTE = "authored: the real e2b SDK's requests, recorded against fake_e2b.py (written from the SDK's source)"
+# What a stand-in recording's output is: each command (core's cell kernel too) really ran here, through fake_e2b.py.
+RAN = (
+    "fake_e2b.py ran each command for real on the authoring host (core's cell kernel included), so every "
+    "output, frame and PNG in it is what the code printed there"
+)
 
 
 def main(argv: list[str]) -> int:
@@ -56,9 +61,16 @@ def main(argv: list[str]) -> int:
     status = subprocess.run(command, env=env, check=False).returncode
     for path in sorted(CASSETTES.rglob("*.json")):
         data = json.loads(path.read_text())
+        changed = False
         if data["meta"].get("made") == "recorded":
             data["meta"]["made"] = "authored"
             data["meta"]["how"] = NOTE
+            changed = True
+        how = str(data["meta"].get("how", ""))
+        if how.startswith("recorded against a stand-in") and RAN not in how and not data["meta"].get("edited"):
+            data["meta"]["how"] = f"{how}; {RAN}"
+            changed = True
+        if changed:
             path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     return status
 
