@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from mainsdk import Sandbox, SandboxDeps
 from mainsdk.config import load_config_text
+from mainsdk_conformance.suite.cells import STUBBORN
 
 from mainsdk_vercel import vercel_sandbox_driver
 
@@ -65,6 +66,34 @@ def test_a_timed_out_session_command_leaves_nothing_running(standin: Any, starte
         # The session lives on: the next command runs.
         assert session.run("bash", ["-c", "echo next"]).stdout == "next\n"
         session.close()
+    finally:
+        sandbox.close()
+        subprocess.run(["pkill", "-KILL", "-f", mark], check=False)
+
+
+def test_a_cell_interpreter_that_is_killed_takes_its_children_and_the_next_cell_restarts(standin: Any) -> None:
+    # A cell that ignores KeyboardInterrupt ends its interpreter; a child it started must not outlive it. Vercel's
+    # kill (and the kernel's own exit) reach one process: the wrapper's group kill is what takes the child.
+    driver = vercel_sandbox_driver(token=standin.token, project="prj_x", base_url=standin.url)
+    config = load_config_text("sandbox: {driver: vercel-sandbox}\n")
+    sandbox = Sandbox(SandboxDeps(config=config, driver=driver, load_entrypoints=False))
+    mark = "419.75"
+    try:
+        session = sandbox.create()
+        started = session.run_code(
+            f"import subprocess\nchild = subprocess.Popen(['/bin/sleep', '{mark}'], start_new_session=False)\n'ok'"
+        )
+        assert started.text == "'ok'" and running(mark)
+        result = session.run_code(STUBBORN, timeout="1s")
+        assert result.stop == "timeout" and not result.state_kept
+        assert gone(mark), f"left running: {running(mark)}"
+        after = session.run_code("'child' in globals()")
+        assert after.restarted and after.text == "False"
+        # Closing the session kills the new interpreter's tree too.
+        session.run_code(f"import subprocess\nchild = subprocess.Popen(['/bin/sleep', '{mark}'])")
+        assert running(mark)
+        session.close()
+        assert gone(mark), f"left running after close: {running(mark)}"
     finally:
         sandbox.close()
         subprocess.run(["pkill", "-KILL", "-f", mark], check=False)

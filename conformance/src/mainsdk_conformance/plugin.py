@@ -19,8 +19,10 @@ test with every thread's stack instead of hanging CI.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
+import random
 import shutil
 import signal
 import ssl
@@ -357,7 +359,8 @@ def conformance_replay(
     server.start()
     request.node.stash[REPLAY_KEY] = server
     try:
-        yield server
+        with seeded_cell_tokens(cassette_name(request.node)):
+            yield server
     finally:
         server.stop()
     # Only a test that passed is a recording worth keeping: a failed or skipped one would replace a good
@@ -368,6 +371,35 @@ def conformance_replay(
     # A test that already failed on a request the cassette lacks is not failed twice for what followed from it.
     if problems and not request.node.stash.get(REPORTED_KEY, False):
         pytest.fail("\n".join(problems), pytrace=False)
+
+
+class _SeededTokens:
+    """``secrets.token_hex`` from a generator seeded by the test, for cells' ids, folders and frame tokens."""
+
+    def __init__(self, seed: str) -> None:
+        self._random = random.Random(seed)
+
+    def token_hex(self, nbytes: int = 32) -> str:
+        """``nbytes`` bytes as hex, the same sequence on every run of the same test."""
+        return self._random.randbytes(nbytes).hex()
+
+
+@contextlib.contextmanager
+def seeded_cell_tokens(seed: str) -> Iterator[None]:
+    """While a replayed (or recorded) test runs, cells draw their random tokens from a generator seeded by ``seed``.
+
+    A cell's frames carry a token the app makes per interpreter (``mainsdk.cells``), and its cell files are
+    written under a random folder: a replayed stream can only answer the app that sent the same ones, so the
+    recording and each replay draw the same sequence. Outside replay (a live driver) they stay random.
+    """
+    from mainsdk import cells
+
+    kept = vars(cells)["token"]
+    setattr(cells, "token", _SeededTokens(seed))  # noqa: B010 - a module global cells does not export
+    try:
+        yield
+    finally:
+        setattr(cells, "token", kept)  # noqa: B010
 
 
 def _recording(config: pytest.Config) -> bool:

@@ -21,7 +21,7 @@ import posixpath
 import tarfile
 import time
 import zlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -133,6 +133,11 @@ class VercelBox:
     commands: int = 0  # commands sent so far: names per command, unique in the VM and the same on every run
     archive: str | None = None  # the out archive the last command finished writing (one-shot runs)
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    # Requests to the sandbox are sent in the order the hooks were called: a command holds it until Vercel
+    # says it started (its first NDJSON line), a file write or read until it is done. A session's cell
+    # interpreter and its first cell file, or two background processes, then reach Vercel (and a replayed
+    # cassette) in one order. Kills and the stop never wait for it.
+    sending: asyncio.Lock = attrs.field(factory=asyncio.Lock)
 
 
 @attrs.define
@@ -141,6 +146,7 @@ class _Run:
 
     cmd_id: str | None = None
     exit_code: int | None = None
+    started: Callable[[], None] | None = None  # called once Vercel named the command (it runs)
 
 
 class VercelDriver:
@@ -178,6 +184,12 @@ class VercelDriver:
             wildcard_hosts=True,
             memory_limit=False,  # a command gets the whole VM: no per-command memory cap to enforce
             sessions=True,
+            # Cells and background processes are commands left running in a session's sandbox: Vercel runs any
+            # number of commands at once in one session, each streaming its own logs (``cmd?wait=true&logs=true``
+            # stays open until the command exits; vercel-sandbox 0.10.0 ``run_process``, @vercel/sandbox
+            # ``api-client.ts`` ``runCommand``), and other requests (the cell files' ``fs/write``) go alongside.
+            cells=True,
+            background=True,
             production=True,
             price_per_second=self._price,
             # Vercel's egress firewall matches a domain by the TLS SNI; other traffic falls back to IP rules
@@ -242,6 +254,22 @@ class VercelDriver:
 
     @hookimpl
     async def mainsdk_driver_exec(self, box: VercelBox, command: Command, output: OutputSink) -> ExecOutcome:
+        await box.sending.acquire()
+        held = [True]
+
+        def sent() -> None:
+            if held[0]:
+                held[0] = False
+                box.sending.release()
+
+        try:
+            return await self._exec(box, command, output, sent)
+        finally:
+            sent()
+
+    async def _exec(
+        self, box: VercelBox, command: Command, output: OutputSink, sent: Callable[[], None]
+    ) -> ExecOutcome:
         await before_command(self._ensure(box))  # a failure here sent nothing: retryable
         program = PROGRAMS.get(command.program, command.program)
         box.commands += 1
@@ -256,7 +284,7 @@ class VercelDriver:
         args = ["-c", WRAPPER, ROOT, stdin, archive, _bash_added(command.env), program, *command.args]
         loop = asyncio.get_running_loop()
         started = loop.time()
-        run = _Run()
+        run = _Run(started=sent)
         try:
             async with asyncio.timeout(command.timeout):
                 await self._run(box, "bash", args, dict(command.env), run, output)
@@ -278,13 +306,15 @@ class VercelDriver:
 
     @hookimpl
     async def mainsdk_driver_write_file(self, box: VercelBox, path: str, data: bytes) -> None:
-        await self._ensure(box)
-        await self._write(box, {f"work/{path}": data})
+        async with box.sending:
+            await self._ensure(box)
+            await self._write(box, {f"work/{path}": data})
 
     @hookimpl
     async def mainsdk_driver_read_file(self, box: VercelBox, path: str) -> bytes:
-        await self._ensure(box)
-        return await self._read(box, posixpath.normpath(posixpath.join(WORK, path)), path)
+        async with box.sending:
+            await self._ensure(box)
+            return await self._read(box, posixpath.normpath(posixpath.join(WORK, path)), path)
 
     @hookimpl
     async def mainsdk_driver_collect(self, box: VercelBox, max_bytes: int) -> Collected:
@@ -467,6 +497,8 @@ class VercelDriver:
                             run.cmd_id = str(command.get("id") or "") or None
                             if run.cmd_id is None:
                                 raise self._api.error("cmd", None, cause="the answer names no command id")
+                            if run.started is not None:
+                                run.started()
                         else:
                             run.exit_code = _exit_code(command, self._api)
                         continue

@@ -149,11 +149,8 @@ def _hold_abandoned_streams(data: dict[str, Any]) -> None:
         cmd_id = _stream_command(interaction)
         if cmd_id is None or interaction.get("fault") or body.get("end_newline") is False:
             continue
-        following = _next_in_lane(data, index, steps)
+        following = _held_until(data, index, steps, cmd_id)
         if following is None:
-            continue
-        nxt = data["interactions"][following]["request"]
-        if nxt["method"] != "POST" or not nxt["path"].endswith(f"/cmd/{cmd_id}/kill"):
             continue  # the stream ended with the command: the driver went on to the next step
         lines = body.setdefault("ndjson", [])
         if lines and lines[-1].get("note") == HELD:
@@ -162,6 +159,39 @@ def _hold_abandoned_streams(data: dict[str, Any]) -> None:
         interaction["response"]["body"] = body
         if data["meta"].get("made") == "recorded":
             mark_edited(data["meta"], "held: a stream the driver hung up on, kept open until its kill")
+
+
+def _finished(interaction: dict[str, Any]) -> bool:
+    """Whether a ``cmd`` run's stream ends with the command and its exit code (it ran to its end)."""
+    lines = ((interaction.get("response") or {}).get("body") or {}).get("ndjson") or []
+    last = (lines[-1].get("json") or {}) if lines else {}
+    command = last.get("command") if isinstance(last, dict) else None
+    return isinstance(command, dict) and command.get("exitCode") is not None and len(lines) > 1
+
+
+def _held_until(data: dict[str, Any], index: int, steps: list[tuple[str, int]], cmd_id: str) -> int | None:
+    """The request of the sandbox a stream the driver hung up on was held open until, or None if it ended.
+
+    A logs stream the driver left is followed at once by its command's kill. A ``cmd`` run that never
+    ended (a cell's interpreter, a background process) stays open while other requests of the sandbox come
+    (cell files, other commands), until the kill of that command, or else the sandbox's stop.
+    """
+    interaction = data["interactions"][index]
+    lane = steps[index][0]
+    later = [j for j in range(index + 1, len(steps)) if steps[j][0] == lane]
+    if not later:
+        return None
+    kill = f"/cmd/{cmd_id}/kill"
+    if _LOGS.match(interaction["request"]["path"]):
+        nxt = data["interactions"][later[0]]["request"]
+        return later[0] if nxt["method"] == "POST" and nxt["path"].endswith(kill) else None
+    if _finished(interaction):
+        return None
+    for j in later:
+        path = data["interactions"][j]["request"]["path"]
+        if path.endswith(kill) or path.endswith("/stop"):
+            return j
+    return None
 
 
 def _pace(data: dict[str, Any], durations: dict[str, float]) -> None:
@@ -196,9 +226,7 @@ def _set_stdout(path: Path, text: str) -> None:
         return
     frames = data["interactions"][_find(data, "POST", "/cmd")]["response"]["body"]["ndjson"]
     frames[1:-1] = [{"json": {"stream": "stdout", "data": text}}]
-    data["meta"]["edited"] = [
-        "stdout: Vercel's firewall refuses plain HTTP to a named host (SNI only; no firewall here)"
-    ]
+    data["meta"]["edited"] = ["stdout: what Vercel's egress policy gives (the stand-in has no internet)"]
     _save(path, data)
 
 

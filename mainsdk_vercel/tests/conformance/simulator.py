@@ -19,7 +19,9 @@ Every shape follows the current official clients, read for this:
   stopping (``sandbox.ts``, ``isSandboxStoppedError`` / ``isSandboxStoppingError``).
 
 A kill signals the command's one process (the API names a command, not a
-process group); stop kills everything. A wrong token is answered as Vercel's
+process group): the process ``command`` named, which ``unshare`` (no
+``--fork``) and ``sh -c 'exec'`` leave at the same pid. Stop kills
+everything the sandbox ran. A wrong token is answered as Vercel's
 API does: 403 with ``invalidToken`` (providers.md, checked 2026-11-30).
 
 Commands run as plain host processes in a private temporary folder standing
@@ -29,6 +31,7 @@ for ``/vercel/sandbox``, in their own mount namespace with a private ``/tmp``
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.server
 import io
@@ -175,8 +178,10 @@ class Sandbox:
         for command in self.commands.values():
             if command.proc.poll() is None:
                 command.proc.kill()
-        # What the code left in the background dies with the VM.
+        # What the code left in the background dies with the VM: whatever names the folder, or works in it (a
+        # child a command started keeps its cwd there).
         subprocess.run(["pkill", "-KILL", "-f", self.dir], check=False)
+        _kill_working_in(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
         shutil.rmtree(self.bin, ignore_errors=True)
 
@@ -352,7 +357,7 @@ class Simulator:
         if rest[2:] == ["kill"]:
             # The one process the command started: the API kills a command, not its process group.
             if command.proc.poll() is None:
-                os.kill(_inner_pid(command.proc.pid), int(json.loads(body or b"{}").get("signal", signal.SIGTERM)))
+                os.kill(command.proc.pid, int(json.loads(body or b"{}").get("signal", signal.SIGTERM)))
             return _json(h, 200, {"command": command.view(command.exit_code is not None)})
         if rest[2:] == ["logs"]:
             return self._stream(h, command, lines=True, ends=False)
@@ -396,13 +401,18 @@ class Simulator:
             pass  # the client hung up (a timeout): the command runs on, as on Vercel
 
 
-def _inner_pid(pid: int) -> int:
-    """The command's own process: the child of our ``unshare`` (which stands for the VM's process launcher)."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return pid
-    return int(children[0]) if children else pid
+def _kill_working_in(folder: str) -> None:
+    """SIGKILL every process whose working folder is ``folder`` or under it (the VM's processes, as it stops)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if cwd == folder or cwd.startswith(folder + "/"):
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def _under_root(cwd: str, sandbox: Sandbox) -> Any:
