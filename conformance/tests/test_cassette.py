@@ -104,6 +104,26 @@ def test_multipart_and_targz_requests_are_matched_by_content_not_boundary_or_tim
     assert body_meaning(stored) == body_meaning(encode_body(second, {}, request=True))
 
 
+def test_a_large_uploaded_part_is_kept_by_digest_and_still_matched_by_content() -> None:
+    # Wheels uploaded for packages: megabytes a cassette need not carry, since a request is only matched.
+    def multipart(content: bytes) -> bytes:
+        head = 'Content-Disposition: form-data; name="file"; filename="/tmp/w/x-1.0-py3-none-any.whl"\r\n\r\n'
+        return b"--b\r\n" + head.encode() + content + b"\r\n--b--\r\n"
+
+    wheel = bytes(range(256)) * 1025  # 262,400 bytes: past the 256 KiB the digest starts at
+    headers = {"content-type": "multipart/form-data; boundary=b"}
+    stored = encode_body(multipart(wheel), headers, request=True)
+    assert stored is not None
+    part = stored["multipart"][0]
+    assert set(part) == {"name", "filename", "content_type", "sha256", "size"} and part["size"] == len(wheel)
+    assert len(json.dumps(stored)) < 1000
+    assert body_meaning(stored) == body_meaning(encode_body(multipart(wheel), headers, request=True))
+    changed = wheel[:-1] + b"\x00"
+    assert body_meaning(stored) != body_meaning(encode_body(multipart(changed), headers, request=True))
+    small = encode_body(multipart(b"hello"), headers, request=True)
+    assert small is not None and small["multipart"][0]["text"] == "hello"  # small parts stay readable
+
+
 def test_json_requests_match_by_value_not_spelling() -> None:
     one = encode_body(b'{"a":1,"b":[1,2]}', JSON_TYPE, request=True)
     two = encode_body(b'{ "b": [1, 2], "a": 1 }', JSON_TYPE, request=True)

@@ -8,7 +8,9 @@ may have a ``fault``. Bodies are stored as what they are:
 - ``{"text": "..."}`` for other UTF-8, ``{"base64": "..."}`` for binary,
 - ``{"connect": [frame, ...]}`` for Connect envelopes (E2B's process stream): each frame
   ``{"flags": 0, "json": ...}``; ``{"ndjson": [line, ...]}`` for NDJSON (Vercel's logs),
-- request only: ``{"multipart": {...}}`` by part, ``{"targz": [...]}`` by archive member.
+- request only: ``{"multipart": {...}}`` by part, ``{"targz": [...]}`` by archive member; a part or member
+  over 256 KiB (uploaded wheels) is kept as ``{"sha256", "size"}``: a request is only ever matched, never
+  sent again, so its digest says all replay needs, and a cassette does not carry megabytes of uploads.
 
 A response frame may carry ``at`` (seconds after the response started) and
 ``after`` (how many requests of its sandbox had arrived when it did), so replay
@@ -24,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
+import hashlib
 import io
 import json
 import re
@@ -90,6 +93,7 @@ JSON_STYLES: dict[str, dict[str, Any]] = {
     "spaced-ascii": {"separators": (", ", ": "), "ensure_ascii": True},
 }
 CONNECT_TYPES = ("application/connect+json", "application/connect+proto")
+DIGEST_OVER = 256 * 1024  # request parts larger than this are stored as their sha256 and size
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/json-seq")
 
 
@@ -125,6 +129,13 @@ def encode_payload(data: bytes, *, json_hint: bool = True) -> dict[str, Any]:
         return {"text": data.decode("utf-8")}
     except UnicodeDecodeError:
         return {"base64": base64.b64encode(data).decode()}
+
+
+def request_payload(data: bytes) -> dict[str, Any]:
+    """A request part's bytes as ``encode_payload`` stores them, or by digest and size when over ``DIGEST_OVER``."""
+    if len(data) > DIGEST_OVER:
+        return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    return encode_payload(data)
 
 
 def decode_payload(stored: Mapping[str, Any]) -> bytes:
@@ -243,10 +254,10 @@ def encode_body(data: bytes, headers: Mapping[str, str], *, request: bool) -> di
         parts = parse_multipart(data, _content_type(headers))
         if parts is not None:
             return {
-                "multipart": [{k: v for k, v in p.items() if k != "data"} | encode_payload(p["data"]) for p in parts]
+                "multipart": [{k: v for k, v in p.items() if k != "data"} | request_payload(p["data"]) for p in parts]
             }
     if request and (members := parse_targz(data)) is not None:
-        return {"targz": [{k: v for k, v in m.items() if k != "data"} | encode_payload(m["data"]) for m in members]}
+        return {"targz": [{k: v for k, v in m.items() if k != "data"} | request_payload(m["data"]) for m in members]}
     return encode_payload(data, json_hint="json" in kind or kind == "")
 
 
@@ -283,6 +294,8 @@ def is_stream(stored: Mapping[str, Any] | None) -> bool:
 
 
 def _meaning(stored: Mapping[str, Any]) -> Any:
+    if "sha256" in stored:
+        return ("sha256", stored["sha256"], stored.get("size"))
     if "json" in stored:
         return ("json", stored["json"])
     data = decode_payload(stored)
