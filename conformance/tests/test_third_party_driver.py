@@ -86,6 +86,17 @@ def test_it_is_under_60_lines_as_formatted() -> None:
     assert len(DRIVER.read_text().splitlines()) < 60
 
 
+EXAMPLE_README = Path(__file__).parents[2] / "plugins" / "mainsdk_example_driver" / "README.md"
+
+
+def test_the_example_drivers_readme_gives_this_driver_whole_under_its_own_name() -> None:
+    # plugins/mainsdk_example_driver/README.md section 0 walks a third party from an empty folder to a passing
+    # suite with this driver's text renamed: the walk stays true as long as this driver passes.
+    text = EXAMPLE_README.read_text()
+    block = text.split("`src/mydriver/__init__.py`", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert block == DRIVER.read_text().replace("ThirdPartyConfig", "MyDriverConfig").replace("third-party", "mydriver")
+
+
 def mypy(folder: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(folder / ".mypy_cache"), "mainsdk_third_party"],

@@ -10,6 +10,7 @@ without the suite installed; at the root of your own tests, ``pytest_plugins =
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,10 +23,13 @@ WEAK = "weak isolation: the code runs as a plain subprocess of the app's user"
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Leave the suite out of a run that did not opt into the plugin: it would have no fixtures."""
+    """Leave the suite out of a run that did not opt into the plugin (it would have no fixtures), and the
+    driver's own tests out of a run where the driver is not installed (``tox -e all`` runs ``plugins``)."""
     if collection_path.name == "test_conformance.py" and not config.pluginmanager.has_plugin(
         "mainsdk_conformance.plugin"
     ):
+        return True
+    if collection_path.name == "test_example_driver.py" and importlib.util.find_spec("mainsdk_example_driver") is None:
         return True
     return None
 

@@ -1,70 +1,35 @@
 """The ``example`` driver: a template to copy when writing a mainsdk sandbox driver.
 
-Each command is a plain subprocess (no shell) in its box's own temp folder, with
-an empty environment, its own session (setsid) so the whole process group can be
-killed, and an RLIMIT_AS memory cap. That is ``weak`` isolation: the code shares
-the host's network, file system and user. Development only, so it declares
-``production=False`` and core refuses it when ``MAINSDK_ENV=production``.
+Each box is a temp folder and each command a plain subprocess (no shell) in it, with an empty
+environment, its own session (setsid) so the whole process group can be killed, and an RLIMIT_AS
+memory cap. That is ``weak`` isolation: the code shares the host's network, file system and user.
+Development only, so it declares ``production=False`` and core refuses it when ``MAINSDK_ENV=production``.
+
+The folder and the subprocess come from core's ``mainsdk.hostbox`` (what any driver whose box is a
+folder on the host needs); a driver for a remote backend replaces each hook's body with calls to it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import resource
 import shutil
-import signal
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-import attrs
 from mainsdk.config import AppConfig
-from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, OutFile, OutputSink, StopReason
-from mainsdk.errors import INVALID_OPTION, NO_SESSION, SandboxError
+from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, OutputSink, SessionDriver
+from mainsdk.errors import INVALID_OPTION, SandboxError
 from mainsdk.hookspecs import hookimpl
+from mainsdk.hostbox import HostBox, run_subprocess
 
-__all__ = ["ExampleBox", "ExampleDriver", "driver_from_config"]
+__all__ = ["ExampleDriver", "driver_from_config"]
 
 # The programs core asks for, by name. Python is the app's own base interpreter, resolved through its venv
 # link so the code does not get the app's installed packages. No node: V8 reserves about 1 GB of address
 # space at start, so RLIMIT_AS cannot cap it; a driver must not offer a language it cannot limit.
 PROGRAMS: dict[str, str | None] = {"python3": os.path.realpath(sys.executable), "bash": shutil.which("bash")}
-READ_CHUNK = 65536
-DRAIN_TIMEOUT = 2.0  # a grandchild that left the process group could hold the pipes open forever
-
-
-@attrs.define
-class ExampleBox:
-    """A box: a temp folder holding ``work/`` (the cwd) and ``out/``, gone when the box stops."""
-
-    id: str
-    root: Path
-    memory: int
-
-    @property
-    def work(self) -> Path:
-        """The code's working folder."""
-        return self.root / "work"
-
-
-def _inside(box: ExampleBox, path: str) -> Path:
-    """``path`` under the work folder (``../out/x`` reaches the out folder); core has checked it already."""
-    target = (box.work / path).resolve()
-    if not target.is_relative_to(box.root.resolve()):  # a symlink the code made must not lead out
-        raise SandboxError(INVALID_OPTION, f"{path!r} leads out of the box")
-    return target
-
-
-def _memory_cap(limit: int) -> Callable[[], None]:
-    def apply() -> None:  # runs in the child between fork and exec
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    return apply
 
 
 class ExampleDriver:
@@ -77,6 +42,7 @@ class ExampleDriver:
             languages=frozenset({"python", "bash"}),
             network=False,  # it cannot give hosts, so core refuses a run that asks for any (MAIN-SANDBOX-0005)
             memory_limit=True,
+            memory_limit_scope="process",  # RLIMIT_AS holds each process on its own, not the tree
             sessions=True,
             production=False,
             network_reach=None,  # it gives no hosts: no filtering to declare, no extra reach
@@ -90,122 +56,40 @@ class ExampleDriver:
         return None  # there is no egress policy to send; core never gives this driver hosts
 
     @hookimpl
-    async def mainsdk_driver_start(self, spec: BoxSpec) -> ExampleBox:
-        root = Path(tempfile.mkdtemp(prefix="mainsdk-example-"))
-        box = ExampleBox(spec.id, root, spec.limits.memory)
-        (root / "work").mkdir()
-        (root / "out").mkdir()
-        for path, data in spec.files.items():
-            await self.mainsdk_driver_write_file(box, path, data)
-        return box
+    async def mainsdk_driver_start(self, spec: BoxSpec) -> HostBox:
+        # A temp folder with work/ (the cwd, holding spec.files) and out/; blocking file work off the loop.
+        return await asyncio.to_thread(HostBox.create, spec, prefix="mainsdk-example-")
 
     @hookimpl
-    async def mainsdk_driver_exec(self, box: ExampleBox, command: Command, output: OutputSink) -> ExecOutcome:
+    async def mainsdk_driver_exec(self, box: HostBox, command: Command, output: OutputSink) -> ExecOutcome:
         executable = PROGRAMS.get(command.program)
         if executable is None:
             raise SandboxError(INVALID_OPTION, f"the example driver runs {sorted(PROGRAMS)}, not {command.program!r}")
-        started = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            executable,
-            *command.args,
-            cwd=box.work,
-            env=dict(command.env),  # only what core passes: never the app's environment
-            stdin=asyncio.subprocess.PIPE if command.stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,  # setsid: the code and its children are one process group to kill
-            preexec_fn=_memory_cap(box.memory),
-        )
-        assert proc.stdout is not None and proc.stderr is not None
-        readers = [
-            asyncio.ensure_future(_pump(proc.stdout, output.stdout)),
-            asyncio.ensure_future(_pump(proc.stderr, output.stderr)),
-        ]
-        stop: StopReason | None = None
-        try:
-            if proc.stdin is not None:
-                proc.stdin.write(command.stdin or b"")
-                with contextlib.suppress(ConnectionError):
-                    await proc.stdin.drain()
-                proc.stdin.close()
-            try:
-                await asyncio.wait_for(proc.wait(), command.timeout)
-            except TimeoutError:
-                stop = "timeout"
-        finally:
-            # Always, also when core cancels us (output limit, its own deadline): kill the whole group, then reap.
-            _kill_group(proc.pid)
-            await asyncio.shield(proc.wait())
-            await asyncio.wait(readers, timeout=DRAIN_TIMEOUT)
-            for reader in readers:
-                reader.cancel()
-        returncode = proc.returncode
-        if stop or returncode is None:
-            return ExecOutcome(exit_code=None, stop=stop, duration=time.monotonic() - started)
-        # asyncio gives -N for a child killed by signal N; core wants the signal, by name (the host's numbering
-        # may not be Linux's), and reports 128 + N as a shell would.
-        if returncode >= 0:
-            return ExecOutcome(exit_code=returncode, duration=time.monotonic() - started)
-        return ExecOutcome(exit_code=None, duration=time.monotonic() - started, signal=_signal_name(-returncode))
+        # setsid, environment exactly command.env, output pushed as it comes, the whole group killed at the
+        # timeout, on cancel (core's output limit and deadline) and when it ends; RLIMIT_AS per process. A crash
+        # comes back as the signal's name, which core reports as 128 + N.
+        return await run_subprocess(executable, command, output, cwd=box.work, memory=box.limits.memory)
 
     @hookimpl
-    async def mainsdk_driver_write_file(self, box: ExampleBox, path: str, data: bytes) -> None:
-        target = _inside(box, path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+    async def mainsdk_driver_write_file(self, box: HostBox, path: str, data: bytes) -> None:
+        box.write(path, data)  # refuses a path a link the code made would lead out of the box
 
     @hookimpl
-    async def mainsdk_driver_read_file(self, box: ExampleBox, path: str) -> bytes:
-        target = _inside(box, path)
-        if not target.is_file():
-            # Not an outage: a retry would not help, so not MAIN-SANDBOX-0006.
-            raise SandboxError(NO_SESSION, f"no file {path!r} in the session", status=404)
-        return target.read_bytes()
+    async def mainsdk_driver_read_file(self, box: HostBox, path: str) -> bytes:
+        return box.read(path)  # missing or not a regular file: MAIN-SANDBOX-0008 (404), not an outage
 
     @hookimpl
-    async def mainsdk_driver_collect(self, box: ExampleBox, max_bytes: int) -> Collected:
-        files: list[OutFile] = []
-        skipped: list[tuple[str, str]] = []
-        total, truncated = 0, False
-        out = box.root / "out"
-        for path in sorted(out.rglob("*")):
-            name = path.relative_to(out).as_posix()
-            if path.is_symlink() or not path.is_file():  # never follow a link the code made
-                if path.is_symlink():
-                    skipped.append((name, "a symbolic link"))
-                continue
-            data = path.read_bytes()
-            if total + len(data) > max_bytes:
-                truncated = True
-                break
-            total += len(data)
-            files.append(OutFile(name, data))
-        return Collected(tuple(files), truncated, tuple(skipped))
+    async def mainsdk_driver_collect(self, box: HostBox, max_bytes: int) -> Collected:
+        return await asyncio.to_thread(box.collect, max_bytes)  # regular files only, never following a link
 
     @hookimpl
-    async def mainsdk_driver_stop(self, box: ExampleBox) -> None:
-        await asyncio.to_thread(shutil.rmtree, box.root, True)
+    async def mainsdk_driver_stop(self, box: HostBox) -> None:
+        await asyncio.to_thread(box.remove)
 
 
-async def _pump(stream: asyncio.StreamReader, sink: Callable[[bytes], None]) -> None:
-    """Pass output on as it arrives: core cuts it at the limit and redacts it."""
-    while chunk := await stream.read(READ_CHUNK):
-        sink(chunk)
+def driver_from_config(config: AppConfig) -> SessionDriver[HostBox]:
+    """The entry point (``mainsdk.drivers: example``): build the driver from the parsed ``main.yaml``.
 
-
-def _signal_name(number: int) -> int | str:
-    """The signal's name (``SIGSEGV``), else its number (a real-time signal has no name of its own)."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return number
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def driver_from_config(config: AppConfig) -> ExampleDriver:
-    """The entry point (``mainsdk.drivers: example``): build the driver from the parsed ``main.yaml``."""
+    Typed as ``SessionDriver[HostBox]``, so mypy checks every hook's signature against the contract.
+    """
     return ExampleDriver()

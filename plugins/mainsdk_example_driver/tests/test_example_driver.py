@@ -1,0 +1,37 @@
+"""The example driver itself, beyond the suite: what hostile code does to a subprocess driver.
+
+Runs where the example driver is installed (``tox -e conformance-example``); the conftest leaves it out
+of other runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+from mainsdk import Sandbox, SandboxDeps
+from mainsdk.config import load_config_text
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    made = Sandbox(SandboxDeps(config=load_config_text("sandbox:\n  driver: example\n"), load_entrypoints=False))
+    yield made
+    made.close()
+
+
+def test_a_process_that_left_the_group_holding_stdout_does_not_turn_an_exit_into_a_timeout(sandbox: Sandbox) -> None:
+    # The grandchild calls setsid, so the group kill cannot reach it (weak isolation), and it keeps stdout open for
+    # 60 s. The command itself exits at once: it must come back as exit 0, not as a timeout 20 s later (the old
+    # driver waited on Process.wait(), which waits for the pipes too).
+    code = "setsid sleep 60 & echo $! > ../out/pid; echo done"
+    result = sandbox.run(code, "bash", limits={"timeout": "20s"})
+    try:
+        assert (result.exit_code, result.stop, result.stdout) == (0, None, "done\n")
+    finally:
+        pid = int(sandbox.files.read(next(f for f in result.files if f.name == "pid")))
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # the escaped sleep, by its pid: nothing it left outlives the test
