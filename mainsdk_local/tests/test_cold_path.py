@@ -12,6 +12,7 @@ import glob
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from mainsdk_local.launcher_client import Box, ExecSpec, Launcher
@@ -102,9 +103,9 @@ def test_core_opens_a_one_shot_box_for_a_run_and_a_session_box_for_a_session() -
     opened: list[bool] = []
     real_open = driver._launcher.open_box
 
-    async def recording_open(*, disk_bytes: int, session: bool = True, max_files: int | None = None) -> Box:
+    async def recording_open(*, session: bool = True, **limits: Any) -> Box:
         opened.append(session)  # a spy on the real call, which runs unchanged
-        return await real_open(disk_bytes=disk_bytes, session=session, max_files=max_files)
+        return await real_open(session=session, **limits)
 
     driver._launcher.open_box = recording_open  # type: ignore[method-assign]
     sandbox = Sandbox(SandboxDeps(driver=driver, load_entrypoints=False))

@@ -165,12 +165,6 @@ HOLD_40_MIB = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="redteam finding: each session command, background ones too, gets its own memory cgroup with the "
-    "whole limit (launcher/server.py, h11b's/h17's); a 64 MiB session held 16 x the limit through session.start. "
-    "Fix: one memory cgroup per box holding the command cgroups, limited to the memory limit",
-)
 def test_background_processes_of_a_session_share_its_memory_limit(
     make_sandbox: Callable[..., Any], local_config: str
 ) -> None:

@@ -128,7 +128,11 @@ class LocalDriver:
         # Built (or found in the cache) before the box opens: a set that cannot be built runs nothing.
         packages = await self._packages(spec.packages) if spec.packages else None
         box = await self._launcher.open_box(
-            disk_bytes=spec.limits.disk, session=spec.session, max_files=box_file_count(spec.limits.memory)
+            disk_bytes=spec.limits.disk,
+            session=spec.session,
+            max_files=box_file_count(spec.limits.memory),
+            memory_bytes=spec.limits.memory,  # a session's box: one cgroup its commands and background share
+            max_sockets=box_socket_count(spec.limits.memory),
         )
         try:
             for path, data in spec.files.items():
@@ -186,12 +190,23 @@ class LocalDriver:
                 proxy=proxy is not None and box.box.namespaces,
                 proxy_port=weak_port,
             )
-            result = await box.box.exec(
-                exec_spec,
-                on_stdout=output.stdout,
-                on_stderr=output.stderr,
-                on_listener=proxy.serve if exec_spec.proxy and proxy is not None else None,
-            )
+            try:
+                result = await box.box.exec(
+                    exec_spec,
+                    on_stdout=output.stdout,
+                    on_stderr=output.stderr,
+                    on_listener=proxy.serve if exec_spec.proxy and proxy is not None else None,
+                )
+            except LauncherError as exc:
+                if exc.ran is not False:
+                    raise  # core judges it: the command may have run
+                # The launcher could not start it (a cgroup it could not make, a worker that died first):
+                # nothing ran, so it is safe to retry; never run with a weaker limit instead.
+                raise SandboxError(
+                    DRIVER_UNAVAILABLE,
+                    f"the local launcher could not start the command, which did not run: {exc}; {LOCAL_REMEDY}",
+                    ran=False,
+                ) from exc
         finally:
             if proxy is not None:
                 proxy.close()  # the command's tree is dead: its proxy and connections go with it
@@ -302,6 +317,18 @@ def _alive(box: LocalBox) -> None:
 # they outlive the command whose cgroup was charged for them: so a box holds at most as many files and folders
 # as half its memory limit pays for at 1 KiB each (32,768 under 64 MiB, 262,144 under the default 512 MB).
 _INODE_COST = 1 << 10
+
+
+# A box holds at most this many inet sockets, where the launcher can bound them (root, cgroup2, BPF): one per
+# 32 KiB of its memory limit, between 64 and 4096. A socket's own memory is charged to the box, but a connection
+# not yet accept()ed is charged to nobody (about 7 KiB here, see _stages): with the count bound, what such
+# connections can hold past the memory limit is at most about a quarter of it.
+_SOCKET_COST = 32 << 10
+
+
+def box_socket_count(memory_bytes: int) -> int:
+    """The most inet sockets a box may hold at once, from its memory limit."""
+    return min(4096, max(64, memory_bytes // _SOCKET_COST))
 
 
 def box_file_count(memory_bytes: int) -> int:

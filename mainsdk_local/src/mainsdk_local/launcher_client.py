@@ -56,7 +56,14 @@ _READ_CHUNK = 1 << 16
 
 
 class LauncherError(Exception):
-    """The launcher failed: setup of a run, the server itself, or the protocol. The message says what and where."""
+    """The launcher failed: setup of a run, the server itself, or the protocol. The message says what and where.
+
+    ``ran``: False when the launcher says the request did nothing (for an exec: no code ran); None otherwise.
+    """
+
+    def __init__(self, message: str, *, ran: bool | None = None) -> None:
+        super().__init__(message)
+        self.ran = ran
 
 
 @attrs.frozen
@@ -138,7 +145,7 @@ def _error_from(header: dict[str, Any], what: str) -> Exception:
     if kind == "os":
         err = header.get("errno")
         return OSError(err if isinstance(err, int) else errno.EIO, message)
-    return LauncherError(f"{what}: {message}")
+    return LauncherError(f"{what}: {message}", ran=False if header.get("ran") is False else None)
 
 
 def _stop_server(proc: subprocess.Popen[bytes] | None, boot: socket.socket | None) -> None:
@@ -272,11 +279,41 @@ class Launcher:
             return "cgroup-v2"
         return "rlimit"
 
-    async def open_box(self, *, disk_bytes: int, session: bool = True, max_files: int | None = None) -> Box:
+    @property
+    def socket_bound(self) -> Literal["bpf", "none"]:
+        """How a box's count of inet sockets is bounded: BPF programs on its cgroup, or not at all. Starts the server.
+
+        ``socket_bound_why`` says why not, where not.
+        """
+        self.start()
+        return "bpf" if self._hello.get("sockets") == "bpf" else "none"
+
+    @property
+    def socket_bound_why(self) -> str:
+        """Why this machine gives no socket bound (not root, no cgroup2, no BPF); empty where it gives one."""
+        self.start()
+        return str(self._hello.get("sockets_why") or "")
+
+    async def open_box(
+        self,
+        *,
+        disk_bytes: int,
+        session: bool = True,
+        max_files: int | None = None,
+        memory_bytes: int | None = None,
+        max_sockets: int | None = None,
+    ) -> Box:
         """Open a box: a private tmpfs of ``disk_bytes`` holding /work and /out, and its own host uid.
 
         ``max_files``: the most files and folders the tmpfs holds (its ``nr_inodes``; None: the kernel's
         default). An empty file costs kernel memory and no block, so only a count bounds it.
+
+        ``memory_bytes``: a session's box (``session``) gets a memory cgroup of this limit holding all its
+        execs' cgroups, so what runs at once in it (background processes, a cell interpreter, a command)
+        shares the limit. Each exec still names its own limit. None: no such cgroup.
+
+        ``max_sockets``: the most inet sockets the box holds at once, all its execs together, where the
+        launcher can bound them (``socket_bound``); past it ``socket()`` fails with EMFILE. None: 4096.
 
         ``session``: more execs are likely to follow, so the server keeps a worker ready inside this box
         after each one (a "hot" spare). False for a box that runs one exec and closes.
@@ -287,6 +324,9 @@ class Launcher:
             raise ValueError("session must be True or False")
         if max_files is not None and (isinstance(max_files, bool) or not isinstance(max_files, int) or max_files < 64):
             raise ValueError("max_files must be None or an integer of at least 64")
+        for name, value in (("memory_bytes", memory_bytes), ("max_sockets", max_sockets)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be None or a positive integer")
         proc = self._proc
         if proc is None or proc.poll() is not None:
             # Starting takes a moment (the server probes namespaces): not on the event loop.
@@ -295,7 +335,15 @@ class Launcher:
             self._check_usable()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            request = {"op": "box", "disk_bytes": disk_bytes, "session": session, "max_files": max_files, "fds": 1}
+            request = {
+                "op": "box",
+                "disk_bytes": disk_bytes,
+                "session": session,
+                "max_files": max_files,
+                "memory_bytes": memory_bytes,
+                "max_sockets": max_sockets,
+                "fds": 1,
+            }
             frame = P.encode(request)
             with self._lock:
                 self._check_usable()

@@ -54,6 +54,7 @@ class Box:
         # A session's box: its next exec is likely, so a hot spare is prepared for it. A one-shot run's box
         # runs one exec and closes: a spare made for it would be thrown away unused.
         self.session = False
+        self.memory_cgroup: str | None = None  # a session box's memory cgroup: its commands' go beneath it
 
 
 class AsBox:

@@ -18,6 +18,19 @@ from . import linux as L
 
 CGROUP_PREFIX = "mainsdk-local-"
 
+# What making or joining a cgroup answers where this machine gives us none to use: no permission (not root, no
+# delegation), a read-only or absent hierarchy, a controller not offered or not enabled (EINVAL, ENOENT), v2's
+# rule against processes in a cgroup with controllers (EBUSY). Anything else (no inode or memory left, too many
+# cgroups: ENOSPC, ENOMEM, EAGAIN) passes, and is an error: never a quieter per-process limit.
+UNUSABLE = frozenset(
+    {errno.EPERM, errno.EACCES, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EINVAL, errno.EBUSY, errno.EOPNOTSUPP}
+)
+
+
+class CgroupSetupError(OSError):
+    """A cgroup the launcher needs could not be made for a reason that passes (see ``UNUSABLE``)."""
+
+
 # (memory_bytes, pids.max) of an exec's cgroups.
 Limits = tuple[int | None, int] | None
 
@@ -54,6 +67,7 @@ class RunCgroup:
         self.memory_dir: str | None = None
         self.memory_version = 0
         self.pids_dir: str | None = None
+        self.joins: list[str] = []  # directories C makes and joins itself (its worker was a generic spare)
 
     def close_fds(self) -> None:
         for fd in self.procs_fds:
@@ -109,6 +123,9 @@ class Cgroups:
         self._retry: list[str] = []
         self._doomed: list[str] = []  # empty cgroups of finished execs, for the next worker to remove
         self._handed: list[str] = []  # given to the last worker; checked at the next hand-out
+        self.v2: tuple[str, str] | None = None  # (mount, our own cgroup's path) of the cgroup2 hierarchy
+        self._joined: str | None = None  # a v2 directory the server itself moved into (socket_dir)
+        self._boxes = 0
 
     @property
     def memory_mode(self) -> str:
@@ -149,6 +166,8 @@ class Cgroups:
                         own_v1[c] = path
         except OSError:
             return
+        if v2_mount is not None and own_v2 is not None:
+            self.v2 = (v2_mount, own_v2)
         for controller in ("memory", "pids"):
             found: tuple[str, int] | None = None
             if controller in v1_mounts and controller in own_v1:
@@ -188,8 +207,11 @@ class Cgroups:
                 knob = {"memory": "memory.max", "pids": "pids.max"}[controller]
             if not os.path.exists(os.path.join(path, knob)):
                 return None
-        except OSError:
-            return None
+        except OSError as exc:
+            if exc.errno in UNUSABLE:
+                return None
+            where = exc.filename or path
+            raise CgroupSetupError(exc.errno, f"cgroup setup failed at {where}: {exc.strerror}") from None
         return (path, version)
 
     def _make_delegated(self, mount: str, own: str, controller: str) -> tuple[str, int] | None:
@@ -264,7 +286,9 @@ class Cgroups:
             subs = [e.path for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
         except OSError:
             return
-        for sub in [*subs, path]:
+        for sub in subs:
+            Cgroups._remove_tree(sub)  # a session box's directory holds its commands' (two levels at most)
+        for sub in [path]:
             for _ in range(50):
                 for pid in Cgroups.members(sub):
                     with contextlib.suppress(OSError):
@@ -285,8 +309,42 @@ class Cgroups:
         except OSError:
             return []
 
-    def plan(self) -> RunCgroup | None:
-        """Names for one exec's fresh, never used cgroups (no system call); None without cgroups."""
+    def make_box(self, memory_bytes: int) -> str:
+        """A session box's memory cgroup, limited to ``memory_bytes``: its commands' cgroups go beneath it.
+
+        So a session's background processes, its cell interpreter and its commands share the one
+        memory limit (and the box's files, charged to whichever command wrote them, stay charged to
+        the box after that command's cgroup is gone). Only mkdir and writes: no process joins it.
+        Raises ``OSError``; the caller reports it as the launcher's error, retryable.
+        """
+        assert self.memory is not None
+        base, version = self.memory
+        self._boxes += 1
+        path = os.path.join(base, f"box-{self._boxes}")
+        os.mkdir(path, 0o755)
+        try:
+            if version == 2:
+                # Its commands' cgroups hold the processes; pids too where it shares the hierarchy.
+                same = self.pids is not None and self.pids[0] == base
+                L.write_file(os.path.join(path, "cgroup.subtree_control"), "+memory +pids" if same else "+memory")
+            configure_cgroup(path, version, None, memory_bytes, 0)
+        except OSError:
+            self._remove_tree(path)
+            raise
+        return path
+
+    def remove_box(self, path: str, *, defer: bool) -> None:
+        """Remove a closed box's memory cgroup once its commands' cgroups are gone (``remove``'s way)."""
+        if defer:
+            self._doomed.append(path)  # after its runs' directories, which are doomed first or retried
+        else:
+            self._retry.append(path)
+
+    def plan(self, box_memory: str | None = None) -> RunCgroup | None:
+        """Names for one exec's fresh, never used cgroups (no system call); None without cgroups.
+
+        ``box_memory``: a session box's memory cgroup, to make the memory cgroup beneath.
+        """
         if self.memory is None and self.pids is None:
             return None
         self._count += 1
@@ -294,17 +352,60 @@ class Cgroups:
         name = f"run-{self._count}"
         if self.memory is not None:
             base, run.memory_version = self.memory
-            run.memory_dir = os.path.join(base, name)
+            run.memory_dir = os.path.join(box_memory or base, name)
             run.dirs.append(run.memory_dir)
         if self.pids is not None:
-            run.pids_dir = os.path.join(self.pids[0], name)
+            pids_base = self.pids[0]
+            if box_memory is not None and self.memory is not None and pids_base == self.memory[0]:
+                pids_base = box_memory  # one v2 hierarchy: the same directory holds both
+            run.pids_dir = os.path.join(pids_base, name)
             if run.pids_dir not in run.dirs:
                 run.dirs.append(run.pids_dir)
         return run
 
-    def make(self) -> RunCgroup | None:
+    def rehome(self, worker_cgroup: RunCgroup, box_memory: str) -> RunCgroup:
+        """The cgroups of an exec whose worker was made before its box was known (a generic spare).
+
+        C makes and joins a new memory cgroup beneath the box's (``joins``); B stays where it is. The
+        result owns the new directory and the worker's, all removed once the worker is reaped.
+        """
+        assert self.memory is not None
+        self._count += 1
+        moved = RunCgroup()
+        moved.memory_version = self.memory[1]
+        moved.memory_dir = os.path.join(box_memory, f"run-{self._count}")
+        shared = worker_cgroup.pids_dir is not None and worker_cgroup.pids_dir == worker_cgroup.memory_dir
+        moved.pids_dir = moved.memory_dir if shared else worker_cgroup.pids_dir  # one v2 directory holds both
+        moved.joins = [moved.memory_dir]
+        moved.dirs = [moved.memory_dir, *worker_cgroup.dirs]
+        worker_cgroup.dirs = []
+        return moved
+
+    def socket_dir(self) -> str:
+        """A cgroup v2 directory holding every run of this server, for the socket bound's programs.
+
+        Where memory or pids use v2, their directory. Otherwise one of ours under our own v2 cgroup,
+        which the server itself joins once, so that all it forks is in it without a join per run (a
+        join waits for an RCU grace period). Raises ``OSError``.
+        """
+        for found in (self.memory, self.pids):
+            if found is not None and found[1] == 2:
+                return found[0]
+        if self.v2 is None:
+            raise OSError(errno.ENOENT, "no cgroup2 hierarchy is mounted")
+        mount, own = self.v2
+        parent = mount + own.rstrip("/")
+        self._clean_stale(parent)
+        path = os.path.join(parent, self.tag)
+        os.mkdir(path, 0o755)
+        self._made.append(path)
+        L.write_file(os.path.join(path, "cgroup.procs"), "0")
+        self._joined = parent
+        return path
+
+    def make(self, box_memory: str | None = None) -> RunCgroup | None:
         """Plan and create one exec's cgroups here, with their cgroup.procs opened (weak mode)."""
-        run = self.plan()
+        run = self.plan(box_memory)
         if run is None:
             return None
         try:
@@ -382,5 +483,10 @@ class Cgroups:
             if not self.retry():
                 break
             time.sleep(0.01)
+        if self._joined is not None:
+            # Out of our own directory first: removing it kills what is still in it.
+            with contextlib.suppress(OSError):
+                L.write_file(os.path.join(self._joined, "cgroup.procs"), "0")
+            self._joined = None
         for path in reversed(self._made):
             self._remove_tree(path)

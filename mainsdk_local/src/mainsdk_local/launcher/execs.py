@@ -65,7 +65,7 @@ class RunExecution:
 
         B writes ``limits`` ahead; a ``bound`` C also enters that box's sandbox ahead.
         """
-        cgroup = self.cgroups.plan()
+        cgroup = self.cgroups.plan(bound.box_memory if bound is not None else None)
         doomed = self.cgroups.take_doomed()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -123,6 +123,9 @@ class RunExecution:
                 for attempt in range(2):
                     # A spare may have died since it was made: then once more with a new worker.
                     worker = self.spares.take(box, key, limits) if attempt == 0 else self._spawn_worker(limits)
+                    if box.memory_cgroup is not None and worker.cgroup is not None and worker.bound is None:
+                        # Made before its box was known: C moves itself beneath the session box's cgroup.
+                        worker.cgroup = self.cgroups.rehome(worker.cgroup, box.memory_cgroup)
                     self._set_limits(ctx, run, worker.cgroup, spec)
                     run.started = time.monotonic()
                     try:
@@ -138,7 +141,7 @@ class RunExecution:
             else:
                 if self.landlock_abi:
                     ctx.landlock = LL.weak_rules(box.path, list(spec.readonly), self.node_preload, spec.proxy_port)
-                weak_cgroup = self.cgroups.make()
+                weak_cgroup = self.cgroups.make(box.memory_cgroup)
                 ctx.cgroup_fds = weak_cgroup.procs_fds if weak_cgroup is not None else []
                 self._set_limits(ctx, run, weak_cgroup, spec)
                 if weak_cgroup is not None:
@@ -183,6 +186,7 @@ class RunExecution:
         ctx.memory_dir = cgroup.memory_dir if cgroup else None
         ctx.memory_version = cgroup.memory_version if cgroup else 0
         ctx.pids_dir = cgroup.pids_dir if cgroup else None
+        ctx.joins = list(cgroup.joins) if cgroup else []
         ctx.memory_bytes = spec.memory_bytes
         if ctx.namespaces and ctx.memory_dir is not None and spec.memory_bytes is not None:
             ctx.memory_bytes = G.session_allowance(spec.memory_bytes, ctx.box_dir)  # the box's files are RAM
@@ -216,7 +220,7 @@ class RunExecution:
     @staticmethod
     def _send_job(worker: Worker, ctx: S.ChildContext) -> None:
         fds = [ctx.stdout, ctx.stderr, *([ctx.stdin] if ctx.stdin is not None else [])]
-        limits_set = worker.limits == (ctx.memory_bytes, ctx.max_processes)
+        limits_set = worker.limits == (ctx.memory_bytes, ctx.max_processes) and not ctx.joins
         frame = P.encode(dict(ctx.job(), fds=len(fds), limits_set=limits_set))
         worker.sock.setblocking(True)  # the worker reads at once; a large argv may need a moment
         try:
@@ -414,7 +418,9 @@ class RunExecution:
             error = run.error
             if error is not None and not (run.killed or run.timed_out):
                 msg = f"exec setup failed at {describe_failure(error)}"
-                self._send(run.box, {"id": run.rid, "ok": False, "kind": "launcher", "error": msg})
+                # Before C's execve, or in B before it forked C, the code did not run; past that, who knows.
+                ran = False if error.get("ran") is False else None
+                self._send(run.box, {"id": run.rid, "ok": False, "kind": "launcher", "error": msg, "ran": ran})
             else:
                 self._send(run.box, self._result(run, oom, ended))
         self._maybe_finish_close(run.box)

@@ -62,6 +62,7 @@ from . import protocol as P
 from . import rootfs as R
 from . import seccomp as SC
 from . import server_setup as SU
+from . import sockets as SK
 from . import weak as W
 from .boxes import Box
 from .execs import RunExecution
@@ -72,6 +73,8 @@ from .spares import Spares
 SPARE_QUIET = 0.25
 # Longest stretch the loop gives one /out collection before it looks at everything else again.
 COLLECT_SLICE = 0.005
+# The socket bound of a box whose opener names none (the driver names one from the memory limit).
+DEFAULT_MAX_SOCKETS = 4096
 
 
 class Server(RunExecution):
@@ -97,6 +100,8 @@ class Server(RunExecution):
         self.parent_pidfd = -1
         self.uid_base = C.UID_BASE + (os.getpid() % 4_000_000) * C.SLOTS_PER_SERVER
         self.cgroups = G.Cgroups("")
+        self.sockets: SK.SocketBound | None = None  # the per-box socket bound, where this machine has it
+        self.sockets_why = ""  # why not, where it has not
         self.templates = R.Templates(C.MOUNT_BASE)
         self.node_preload = N.IN_ROOT  # where a run finds the Node proxy preload (weak mode: on the host)
         self.landlock_abi = 0  # weak mode: the kernel's Landlock ABI, 0 when it has none
@@ -136,11 +141,39 @@ class Server(RunExecution):
             self.landlock_abi = LL.abi()
         if self.root or self.isolation == "namespace":
             self.cgroups.setup(delegated=not self.root)
+        self._setup_socket_bound()
         if not self.root:
             # One uid for every box: ours (0 in our user namespace when we have one).
             self.uid_base = 0 if self.isolation == "namespace" else os.geteuid()
         self.sel.register(self.boot, selectors.EVENT_READ, self._on_boot)
         self.sel.register(self.parent_pidfd, selectors.EVENT_READ, self._on_parent_exit)
+
+    def _setup_socket_bound(self) -> None:
+        """Load the per-box socket bound (root, cgroup2, BPF); where this machine cannot, keep why for hello."""
+        if not self.root:
+            self.sockets_why = "the launcher is not root (loading BPF programs needs it)"
+            return
+        try:
+            with open("/proc/self/uid_map") as fh:
+                initial = fh.read().split() == ["0", "0", "4294967295"]
+        except OSError:
+            initial = False
+        if not initial:
+            # BPF sees uids as the initial user namespace does: not the boxes' uids as we name them.
+            self.sockets_why = "the launcher runs in a user namespace"
+            return
+        bound: SK.SocketBound | None = None
+        try:
+            bound = SK.SocketBound(self.uid_base, C.SLOTS_PER_SERVER)
+            bound.attach(self.cgroups.socket_dir())
+        except OSError as exc:
+            if bound is not None:
+                bound.close()
+            if exc.errno not in SK.UNAVAILABLE:
+                raise OSError(exc.errno, f"socket bound setup failed: {exc.strerror}") from None
+            self.sockets_why = f"no cgroup2 or BPF here: {exc.strerror}"
+            return
+        self.sockets = bound
 
     def _setup_namespaces(self) -> None:
         SU.mount_private_base(new_mount_namespace=self.root)
@@ -161,6 +194,8 @@ class Server(RunExecution):
                     "isolation": self.isolation,
                     "memory": self.cgroups.memory_mode,
                     "pids": "cgroup" if self.cgroups.pids else "rlimit",
+                    "sockets": "bpf" if self.sockets is not None else "none",
+                    "sockets_why": self.sockets_why,
                     "pid": C.host_pid(),
                     "node_preload": self.node_preload,
                     "landlock": self.landlock_abi,
@@ -253,7 +288,7 @@ class Server(RunExecution):
             if frame.header.get("op") == "box" and len(frame.fds) == 1:
                 sock = socket.socket(fileno=frame.fds.pop())
                 header = frame.header
-                self._open_box(sock, header.get("disk_bytes"), header.get("session", True), header.get("max_files"))
+                self._open_box(sock, header)
             frame.close_fds()
 
     def shutdown(self) -> None:
@@ -272,6 +307,8 @@ class Server(RunExecution):
             self._close_channel(box)
             self._destroy_box(box)
         self.templates.shutdown()
+        if self.sockets is not None:
+            self.sockets.close()
         self.cgroups.shutdown()
         if self.mounted_base:
             with contextlib.suppress(OSError):
@@ -284,7 +321,9 @@ class Server(RunExecution):
 
     # -- boxes ---------------------------------------------------------------
 
-    def _open_box(self, sock: socket.socket, disk_bytes: object, session: object, max_files: object) -> None:
+    def _open_box(self, sock: socket.socket, header: dict[str, Any]) -> None:
+        disk_bytes, session, max_files = header.get("disk_bytes"), header.get("session", True), header.get("max_files")
+        memory_bytes, max_sockets = header.get("memory_bytes"), header.get("max_sockets")
         sock.setblocking(False)
         slot = next((s for s in range(C.SLOTS_PER_SERVER) if s not in self.boxes), None)
         if slot is None:
@@ -309,7 +348,11 @@ class Server(RunExecution):
             ):
                 raise C.RequestError("value", "max_files must be null or an integer of at least 64")
             box.max_files = max_files
+            for name, value in (("memory_bytes", memory_bytes), ("max_sockets", max_sockets)):
+                if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                    raise C.RequestError("value", f"{name} must be null or a positive integer")
             B.make_box_fs(box, self.base, tmpfs=self.isolation == "namespace")
+            self._box_limits(box, memory_bytes, max_sockets)
         except C.RequestError as exc:
             self._reply_error(box, 0, exc)
             box.closing = True
@@ -317,9 +360,23 @@ class Server(RunExecution):
             return
         self._send(box, {"id": 0, "ok": True, "uid": box.uid, "isolation": self.isolation})
 
+    def _box_limits(self, box: Box, memory_bytes: int | None, max_sockets: int | None) -> None:
+        """What the box holds at most, whatever runs in it: sockets; for a session's box, memory too."""
+        try:
+            if self.sockets is not None:
+                self.sockets.set_bound(box.slot, DEFAULT_MAX_SOCKETS if max_sockets is None else max_sockets)
+            if box.session and memory_bytes is not None and self.cgroups.memory is not None:
+                box.memory_cgroup = self.cgroups.make_box(memory_bytes)
+        except OSError as exc:
+            raise C.launch_error("box limits", exc) from None
+
     def _destroy_box(self, box: Box) -> None:
         """Last step of a box: every run is dead; remove its files and free the slot."""
         self._stop_collecting(box)
+        if box.memory_cgroup is not None:
+            # After its commands' cgroups: in namespace mode the next worker removes them all, in that order.
+            self.cgroups.remove_box(box.memory_cgroup, defer=self.isolation == "namespace" and not self.stopping)
+            box.memory_cgroup = None
         B.remove_box_fs(box, tmpfs=self.isolation == "namespace")
         box.decoder.close()
         box.destroyed = True
@@ -457,7 +514,8 @@ class Server(RunExecution):
         self._flush(box)
 
     def _reply_error(self, box: Box, rid: object, exc: C.RequestError) -> None:
-        self._send(box, {"id": rid, "ok": False, "kind": exc.kind, "error": str(exc), "errno": exc.errno})
+        # A request refused with a RequestError did nothing: for an exec, no code ran.
+        self._send(box, {"id": rid, "ok": False, "kind": exc.kind, "error": str(exc), "errno": exc.errno, "ran": False})
 
     def _flush(self, box: Box) -> None:
         while box.outq and box.channel_open:

@@ -90,6 +90,7 @@ class Spares:
             bound = S.ChildContext()
             bound.template, bound.box_dir, bound.uid, bound.gid = template, box.path, box.uid, box.gid
             bound.drop_uid, bound.disk_bytes = self._drop_uid, box.disk_bytes
+            bound.box_memory = box.memory_cgroup  # its cgroups go beneath the box's, made ahead
             self.hot = self._spawn(limits, bound)
             self.hot.bound = (box, key)
         except (OSError, C.RequestError) as exc:

@@ -84,6 +84,8 @@ class ChildContext:
         self.pids_dir: str | None = None
         self.memory_bytes: int | None = None
         self.max_processes = 0
+        self.joins: list[str] = []  # cgroups C makes and joins itself (a generic spare taken by a session's box)
+        self.box_memory: str | None = None  # the server's own: a hot spare's box's memory cgroup
         self.landlock: dict[str, list[Any]] | None = None  # weak mode: what the code may read, write, connect to
 
     def job(self) -> dict[str, Any]:
@@ -107,6 +109,7 @@ class ChildContext:
             "pids_dir": self.pids_dir,
             "memory_bytes": self.memory_bytes,
             "max_processes": self.max_processes,
+            "joins": self.joins,
         }
 
     @classmethod
@@ -117,6 +120,7 @@ class ChildContext:
         for key in ("memory_rlimit", "nproc_rlimit", "memory_dir", "memory_version", "pids_dir", "memory_bytes"):
             setattr(ctx, key, job[key])
         ctx.timeout = job.get("timeout", 0.0)
+        ctx.joins = list(job.get("joins") or [])
         ctx.stdout, ctx.stderr = fds[0], fds[1]
         rest = fds[2:]
         if job["stdin"]:
@@ -126,12 +130,15 @@ class ChildContext:
         return ctx
 
 
-def report_failure(fd: int, stage: str, exc: BaseException) -> None:
-    """Tell the server where and why setup failed (from B or C, before execve)."""
+def report_failure(fd: int, stage: str, exc: BaseException, *, ran: bool | None = False) -> None:
+    """Tell the server where and why setup failed (from B or C, before execve).
+
+    ``ran``: False when the code cannot have run (C before execve, B before it forked C).
+    """
     err = exc.errno if isinstance(exc, OSError) else None
     message = f"{type(exc).__name__}: {exc}"[: C.REPORT_LIMIT]
     with contextlib.suppress(OSError):
-        os.write(fd, P.encode({"op": "error", "stage": stage, "errno": err, "message": message}))
+        os.write(fd, P.encode({"op": "error", "stage": stage, "errno": err, "message": message, "ran": ran}))
 
 
 def worker_main(
@@ -146,6 +153,7 @@ def worker_main(
     gc.disable()  # a collection here could run finalizers of the server's objects
     report_fd = sock.fileno()
     stage = "worker"
+    forked = False
     try:
         L.prctl(L.PR_SET_PDEATHSIG, signal.SIGKILL)
         if select.select([server_pidfd], [], [], 0)[0]:
@@ -195,6 +203,7 @@ def worker_main(
             listener.close()
             os.close(timeout_r)
             code_main(report_fd, bound, timeout_w)
+        forked = True
         os.close(timeout_w)
         stage = "proxy listener"
         socket.send_fds(sock, [P.encode({"op": "listener", "fds": 1})], [listener.fileno()])
@@ -219,7 +228,7 @@ def worker_main(
         os.write(report_fd, P.encode({"op": "status", "status": status, "timeout": bool(timed_out)}))
         os._exit(0)
     except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
-        report_failure(report_fd, stage, exc)
+        report_failure(report_fd, stage, exc, ran=None if forked else False)
         os._exit(126)
 
 
@@ -285,6 +294,10 @@ def code_main(report_fd: int, bound: dict[str, Any] | None, timeout_w: int) -> N
         os.write(timeout_w, _TIMEOUT.pack(float(ctx.timeout)))  # 8 bytes into an empty pipe: never blocks
         os.close(timeout_w)
         if not rooted:
+            stage[0] = "cgroup"
+            for path in ctx.joins:  # beneath a session box's cgroup: made now, not ahead (see Cgroups.rehome)
+                os.mkdir(path, 0o755)
+                L.write_file(os.path.join(path, "cgroup.procs"), "0")
             if not frames[0].header.get("limits_set"):
                 stage[0] = "cgroup limits"
                 G.configure_cgroup(
