@@ -166,6 +166,21 @@ async def test_a_process_that_left_the_group_and_holds_the_pipes_does_not_turn_a
     assert time.monotonic() - started < 2 * DRAIN_SECONDS + 5  # not the 20 s timeout, not the 60 s sleep
 
 
+async def test_a_sink_that_raises_kills_the_command_and_its_error_comes_out_of_the_hook(
+    tmp_path: Path, leftover: list[int]
+) -> None:
+    class Raising(Sink):
+        def stdout(self, data: bytes) -> None:
+            raise LookupError("the app's own bug")
+
+    pidfile = tmp_path / "child.pid"
+    command = bash(f"sleep 60 & echo $! > {pidfile}; yes", timeout=30)
+    with pytest.raises(LookupError, match="the app's own bug"):
+        await asyncio.wait_for(run_subprocess(BASH, command, Raising(), cwd=tmp_path), 2 * DRAIN_SECONDS + 10)
+    leftover.append(int(pidfile.read_text()))
+    assert wait_gone(leftover[0]), "the command's background child outlived the sink's failure"
+
+
 async def test_a_command_killed_by_a_signal_is_reported_by_the_signals_name(tmp_path: Path) -> None:
     outcome = await run_subprocess(BASH, bash("kill -SEGV $$"), Sink(), cwd=tmp_path)
     assert (outcome.exit_code, outcome.signal, outcome.stop) == (None, "SIGSEGV", None)

@@ -58,10 +58,20 @@ class _Pushed(asyncio.SubprocessProtocol):
         self.exited = loop.create_future()
         self.pipes_closed = loop.create_future()
         self.open_pipes = {1, 2}
+        self.sink_error: Exception | None = None
+        self.sink_failed = loop.create_future()
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         """A chunk of stdout (1) or stderr (2)."""
-        (self.output.stdout if fd == 1 else self.output.stderr)(data)
+        if self.sink_error is not None:
+            return
+        try:
+            (self.output.stdout if fd == 1 else self.output.stderr)(data)
+        except Exception as exc:  # noqa: BLE001 - the sink's own (an app's on_output): raised from the hook
+            # Raised here it would only reach the loop's exception handler, and the run would go on as if
+            # nothing happened; run_subprocess kills the command and raises it instead.
+            self.sink_error = exc
+            self.sink_failed.set_result(None)
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         """A pipe closed: once both output pipes are, nothing more can come."""
@@ -102,7 +112,9 @@ async def run_subprocess(
     cancelled (the kill happens before the cancel goes on), and when it ends on its own (what it left
     running goes too). ``memory`` caps each process's address space (``RLIMIT_AS``: per process, so a
     driver using it declares ``memory_limit_scope="process"``). A command killed by a signal is reported
-    by the signal's name (``ExecOutcome.signal``), so core reports ``128 + N``. A process that left the
+    by the signal's name (``ExecOutcome.signal``), so core reports ``128 + N``. An exception from
+    ``output`` (an app's ``on_output`` raising) kills the command too, and is raised from here, as core
+    expects of an exec hook. A process that left the
     group (``setsid`` again) escapes the kill: that is weak isolation, and a driver built on this declares
     ``isolation="weak"`` unless its box confines the process another way.
     """
@@ -131,8 +143,10 @@ async def run_subprocess(
             assert isinstance(feed, asyncio.WriteTransport)
             feed.write(command.stdin)
             feed.write_eof()
-        exited, _ = await asyncio.wait([protocol.exited], timeout=command.timeout)
-        if not exited:
+        woken, _ = await asyncio.wait(
+            [protocol.exited, protocol.sink_failed], timeout=command.timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if not woken:
             stop = "timeout"
     finally:
         try:
@@ -142,6 +156,8 @@ async def run_subprocess(
             await asyncio.wait([protocol.pipes_closed], timeout=DRAIN_SECONDS)
         finally:
             transport.close()
+    if protocol.sink_error is not None:
+        raise protocol.sink_error
     duration = loop.time() - started
     returncode = transport.get_returncode()
     if stop is not None or returncode is None:

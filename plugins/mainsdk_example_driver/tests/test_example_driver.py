@@ -35,3 +35,14 @@ def test_a_process_that_left_the_group_holding_stdout_does_not_turn_an_exit_into
         pid = int(sandbox.files.read(next(f for f in result.files if f.name == "pid")))
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)  # the escaped sleep, by its pid: nothing it left outlives the test
+
+
+def test_an_on_output_that_raises_gives_the_apps_own_exception(sandbox: Sandbox) -> None:
+    # Core re-raises an app's listener error that comes out of the exec hook; the old driver's reader task
+    # swallowed it, and the run came back as if nothing had happened.
+    def listener(stream: str, data: bytes) -> None:
+        raise LookupError("the app's own bug")
+
+    code = "import sys, time\nfor _ in range(50): print('x' * 10000, flush=True); time.sleep(0.01)"
+    with pytest.raises(LookupError, match="the app's own bug"):
+        sandbox.run(code, on_output=listener)
