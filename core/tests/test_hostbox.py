@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from mainsdk.driver import BoxSpec, Command, RunLimits
-from mainsdk.errors import INVALID_OPTION, NO_SESSION, SandboxError
+from mainsdk.errors import INVALID_OPTION, NO_SESSION, OUTPUT, SandboxError
 from mainsdk.hostbox import (
     DRAIN_SECONDS,
     MAX_OUT_DEPTH,
@@ -233,6 +233,15 @@ def test_a_read_of_what_is_not_a_regular_file_in_the_box_is_0008(box: HostBox, t
     with pytest.raises(SandboxError) as caught:
         box.read(path)
     assert (caught.value.code, caught.value.status, caught.value.ran) == (NO_SESSION, 404, False)
+
+
+def test_a_file_larger_than_limits_disk_is_never_read_in_part(box: HostBox) -> None:
+    (box.work / "big.bin").write_bytes(b"x" * (LIMITS.disk + 1))
+    with pytest.raises(SandboxError) as caught:
+        box.read("big.bin")
+    assert (caught.value.code, caught.value.ran) == (OUTPUT, False) and "'big.bin'" in caught.value.message
+    (box.work / "big.bin").write_bytes(b"x" * LIMITS.disk)
+    assert len(box.read("big.bin")) == LIMITS.disk
 
 
 def test_a_write_through_a_link_the_code_made_is_refused_and_writes_nothing_outside(

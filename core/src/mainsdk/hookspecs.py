@@ -8,6 +8,10 @@ implementation serves the sync and the async API.
 
 Hooks are called with keyword arguments only, and an implementation may take
 fewer arguments than its spec: a spec can grow without breaking plugins.
+
+The same hooks as types, for mypy to check a driver's signatures against, are
+``mainsdk.driver.Driver`` (the required ones, which core checks for when a
+driver is registered) and ``SessionDriver`` (with the two file hooks).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from pathlib import Path
 import attrs
 
 from mainsdk.driver import BoxSpec, Collected, Command, ExecOutcome, OutFile, OutputSink, RunLimits, StopReason
-from mainsdk.errors import INVALID_OPTION, NO_SESSION, SandboxError
+from mainsdk.errors import INVALID_OPTION, NO_SESSION, OUTPUT, SandboxError
 from mainsdk.out_dir import UnsafeName, check_name, write_under
 
 OUT_PREFIX = "../out/"  # how core names a file of the out folder in read_file
@@ -247,6 +247,9 @@ class HostBox:
         with os.fdopen(fd, "rb") as file:
             # Never more than the box may hold: a file the code is still growing cannot fill the app's memory.
             data = file.read(self.limits.disk + 1)
+        if len(data) > self.limits.disk:  # a whole file or none: a cut one would pass for the file
+            message = f"{path!r} is larger than limits.disk ({self.limits.disk} bytes); nothing was read"
+            raise SandboxError(OUTPUT, message, ran=False)
         return data
 
     def collect(self, max_bytes: int) -> Collected:
