@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from mainsdk import arguments, units
-from mainsdk.limits import SIGNAL_EXIT_BASE, Listener, cost_of
+from mainsdk.lifecycle import Ending, Executed
+from mainsdk.limits import Listener
 from mainsdk.sessions import CommandResult
 
 if TYPE_CHECKING:
@@ -30,12 +31,19 @@ class AsyncProcess:
     """
 
     def __init__(
-        self, session: AsyncSession, program: str, args: Sequence[str], timeout: object, on_output: Listener | None
+        self,
+        session: AsyncSession,
+        program: str,
+        args: Sequence[str],
+        timeout: object,
+        on_output: Listener | None,
+        refuse: Callable[[], None] | None = None,
     ) -> None:
         self._session = session
         self._listener = arguments.listener(on_output)
         self._chunks: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
-        prepared = session._prepare(program, args, timeout, self._take)  # a refusal raises here; nothing runs
+        # A refusal (``refuse``'s own, or the command's plan) is audited and raised here; nothing runs.
+        prepared = session._prepare(program, args, timeout, self._take, refuse)
         self.id = prepared.id
         self._started = time.monotonic()
         self._killed: CommandResult | None = None
@@ -90,20 +98,32 @@ class AsyncProcess:
         except Exception:  # noqa: BLE001 - the driver failed while killing; the process is over either way
             pass
         session = self._session
-        duration = time.monotonic() - self._started
-        cost = cost_of(session._plan.price, duration)
-        session.cost += cost
         stdout, stderr = self.output()
+        # Killed by its caller, not at a limit: no stop, and the signal reported as a shell would (137, SIGKILL).
+        executed = Executed(
+            exit_code=None,
+            driver_stop=None,
+            output_cut=False,
+            timed_out=False,
+            duration=time.monotonic() - self._started,
+            hosts_refused=(),
+            hosts_refused_dropped=0,
+            signal=SIGKILL,
+            stdout=stdout,
+            stderr=stderr,
+        )
+        ended = session.lifecycle.ended(executed, session.opened.plan.price, Ending())
+        session.cost += ended.cost
         self._killed = CommandResult(
             id=self.id,
             session_id=session.id,
             stdout=stdout,
             stderr=stderr,
-            exit_code=SIGNAL_EXIT_BASE + SIGKILL,
-            stop=None,
-            duration=duration,
-            cost=cost,
-            signal="SIGKILL",
+            exit_code=ended.exit_code,
+            stop=ended.stop,
+            duration=ended.duration,
+            cost=ended.cost,
+            signal=ended.signal,
         )
         return self._killed
 

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from mainsdk import arguments, errors, preflight
-from mainsdk.audit import AuditEvent, code_sha256
+from mainsdk.audit import code_sha256
 from mainsdk.driver import Command, ExecOutcome, StopReason
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
+from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
 from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
 from mainsdk.redact import NameRedactor
 from mainsdk.units import MAX_TIMEOUT
@@ -252,7 +253,7 @@ class Interpreter:
         secret = token.token_hex(16)
         self._folder = f"{CELL_FOLDER}/{token.token_hex(6)}"
         self._stream = _KernelStream(
-            f"\x1e{secret}:".encode(), f"\x1e{secret}:end\n".encode(), 6 * session._plan.limits.files + (1 << 20)
+            f"\x1e{secret}:".encode(), f"\x1e{secret}:end\n".encode(), 6 * session.opened.plan.limits.files + (1 << 20)
         )
         # The token goes on stdin, not argv: it never shows in the box's /proc/<pid>/cmdline.
         command = Command(
@@ -260,12 +261,10 @@ class Interpreter:
             ("-E", "-s", "-u", "-c", kernel_source(), self._folder),
             stdin=f"{secret}\n".encode(),
             timeout=MAX_TIMEOUT,
-            env=session._plan.env,
+            env=session.opened.plan.env,
         )
-        sandbox = session._sandbox
-        self._task = asyncio.ensure_future(
-            sandbox._driver_call(sandbox.hooks.exec(session._box, command, self._stream))
-        )
+        # The kernel outlives each cell: its limits per cell are kept here (the cell's timeout, its output).
+        self._task = asyncio.ensure_future(session.lifecycle.exec_unlimited(session.opened.box, command, self._stream))
         self._sent = 0
         self._started_before = True
 
@@ -286,65 +285,57 @@ class Interpreter:
 
     async def _run(self, code: object, language: object, timeout: object, on_output: Listener | None) -> CellResult:
         session = self._session
-        sandbox = session._sandbox
+        lifecycle = session.lifecycle
         self.cells += 1
         number = self.cells
         cell_id = f"cell_{token.token_hex(8)}"
-        event = AuditEvent(
-            id=cell_id,
-            kind="refused",
-            driver=sandbox.driver_id,
-            feature=session.feature,
-            tenant=session.tenant,
-            session_id=session.id,
+        event = session.opened.event(
+            cell_id,
+            "cell",
             cell=number,
             language=language if isinstance(language, str) else None,
             code_sha256=code_sha256(code) if isinstance(code, str) else None,
         )
-        try:
-            on_output = arguments.listener(on_output)
-            language = arguments.language(language)
-            if language != "python":
+
+        def plan() -> tuple[Listener | None, str, CommandPlan]:
+            listener = arguments.listener(on_output)
+            checked_language = arguments.language(language)
+            if checked_language != "python":
                 raise arguments.invalid(
-                    "language", f"cells run Python only, not {language!r}; run other languages with session.run(...)"
+                    "language",
+                    f"cells run Python only, not {checked_language!r}; run other languages with session.run(...)",
                 )
-            code = preflight.check_code(code)
-            if not sandbox.capabilities().cells:
+            checked_code = preflight.check_code(code)
+            if not lifecycle.capabilities().cells:
                 raise SandboxError(
                     errors.INVALID_OPTION,
-                    f"the {sandbox.driver_id!r} driver does not declare cells (Capabilities.cells); "
+                    f"the {lifecycle.driver_id!r} driver does not declare cells (Capabilities.cells); "
                     "run code with session.run(...) or sandbox.run(...) there",
                 )
-            command, cost_bound = session._command("python3", (), timeout)
-            sandbox._check_command(command)
-        except SandboxError as exc:
-            sandbox._audit(attrs.evolve(event, error=exc.code))
-            raise
-        event = attrs.evolve(
-            event,
-            kind="cell",
-            isolation=session._isolation,
-            hosts=session._plan.hosts,
-            extra_reach=session._extra_reach,
-            env_names=session._plan.env_names,
-        )
+            session._check_open()
+            return listener, checked_code, lifecycle.plan_command(session.opened, "python3", (), timeout, session.cost)
+
+        listener, checked_code, command_plan = lifecycle.plan(event, plan)
         try:
             async with session._use():
-                result = await self._exchange(cell_id, number, code, command.timeout, cost_bound, on_output)
+                result = await self._exchange(
+                    cell_id, number, checked_code, command_plan.command.timeout, command_plan.cost_bound, listener
+                )
         except BaseException as exc:
-            sandbox._audit(attrs.evolve(event, error=exc.code if isinstance(exc, SandboxError) else type(exc).__name__))
+            lifecycle.audit_failed(event, exc)
             raise
         session.cost += result.cost
-        sandbox._audit(
-            attrs.evolve(
-                event,
-                duration=result.duration,
+        lifecycle.audit_ended(
+            event,
+            Ended(
                 stop=result.stop,
+                exit_code=None,
+                signal=None,
+                duration=result.duration,
                 cost=result.cost,
-                error=None,
                 hosts_refused=result.hosts_refused,
                 hosts_refused_dropped=result.hosts_refused_dropped,
-            )
+            ),
         )
         return result
 
@@ -352,8 +343,7 @@ class Interpreter:
         self, cell_id: str, number: int, code: str, limit: float, cost_bound: bool, on_output: Listener | None
     ) -> CellResult:
         session = self._session
-        sandbox = session._sandbox
-        plan = session._plan
+        plan = session.opened.plan
         restarted = False
         if not self.alive:
             restarted = self._started_before
@@ -368,10 +358,8 @@ class Interpreter:
         request = {"code": code, "timeout": limit, "grace": GRACE, "max_results": plan.limits.files}
         started = time.monotonic()
         try:
-            await sandbox._driver_call(
-                sandbox.hooks.write_file(
-                    session._box, f"{self._folder}/{self._sent}.json", json.dumps(request).encode()
-                )
+            await session.lifecycle.write_file(
+                session.opened.box, f"{self._folder}/{self._sent}.json", json.dumps(request).encode()
             )
             waits = {
                 asyncio.ensure_future(stream.frame_ready.wait()),
@@ -397,9 +385,8 @@ class Interpreter:
             stream.end()
         # Measured here, never taken from the frame: the cost is charged on it, and the cell could forge a frame.
         duration = time.monotonic() - started
-        stop, error, frame, state_kept = outcome
-        if stop == "timeout" and cost_bound:
-            stop = "cost"
+        ending, error, frame, state_kept = outcome
+        stop = stop_reason(attrs.evolve(ending, cost_bound=cost_bound))
         stdout, stderr = collector.finish()
         redact = NameRedactor(plan.secret_values)
         results, dropped = self._results(frame, number, redact)
@@ -425,48 +412,44 @@ class Interpreter:
 
     async def _settle(
         self, task: asyncio.Task[ExecOutcome], collector: OutputCollector, stream: _KernelStream
-    ) -> tuple[StopReason | None, CellError | None, dict[str, Any] | None, bool]:
-        """How the cell ended: (stop, error when the interpreter died, the kernel's frame, state kept)."""
+    ) -> tuple[Ending, CellError | None, dict[str, Any] | None, bool]:
+        """How the cell ended: (the facts of its end, error when the interpreter died, the kernel's frame, state kept).
+
+        ``mainsdk.lifecycle.stop_reason`` turns the facts into the stop, as for a run or a session command.
+        """
         if self._task is not task:
             # The session closed while the cell ran, and took the interpreter with it.
             raise SandboxError(
                 errors.NO_SESSION, f"sandbox session {self._session.id!r} was closed while the cell ran", status=404
             )
-        if collector.cut:
+        if collector.cut or stream.frame_too_large.is_set():
             await self.kill()
-            return "output", None, None, False
-        if stream.frame_too_large.is_set():
-            await self.kill()
-            return "output", None, None, False
+            return Ending(output_cut=True), None, None, False
         if stream.frame_ready.is_set() and not task.done():
             frame = _parse_frame(stream.frames[-1])
             if frame is None:
                 await self.kill()
                 error = CellError("KernelError", "the interpreter answered with a malformed frame", "")
-                return None, error, None, False
-            stop = frame.get("stop")
-            return ("timeout" if stop == "timeout" else None), None, frame, True
+                return Ending(), error, None, False
+            # The kernel interrupted the cell at its time limit and kept its state.
+            return Ending(timed_out=frame.get("stop") == "timeout"), None, frame, True
         if not task.done():
             # Neither an answer nor an exit past the timeout and its grace: the interpreter is stuck.
             await self.kill()
             stream.flush()
-            return "timeout", None, None, False
+            return Ending(timed_out=True), None, None, False
         # The interpreter ended during the cell: a kill at a limit, a crash, os._exit.
         self._task = None
         stream.flush()
         outcome = task.result()  # a driver failure is raised here, as a session command's would be
         if outcome.stop is not None:
-            return outcome.stop, None, None, False
+            return Ending(driver_stop=outcome.stop), None, None, False
         exit_code, signal = signal_status(outcome.exit_code, outcome.signal, None)
         if exit_code == WATCHDOG_EXIT:
-            return "timeout", None, None, False
+            return Ending(timed_out=True), None, None, False
         how = f"died of {signal}" if signal else f"exited with status {exit_code}"
-        return (
-            None,
-            CellError("InterpreterExited", f"the interpreter {how}; the next cell starts a new one", ""),
-            None,
-            False,
-        )
+        error = CellError("InterpreterExited", f"the interpreter {how}; the next cell starts a new one", "")
+        return Ending(), error, None, False
 
     def _results(
         self, frame: dict[str, Any] | None, number: int, redact: NameRedactor
@@ -505,12 +488,8 @@ class Interpreter:
         if len(raw) <= INLINE_LIMIT:
             return RichResult(mime, data)
         session = self._session
-        name = f"cell-{number}-{index}.{_EXTENSIONS[mime]}"
-        try:
-            ref = session._sandbox._store.put(session.tenant, name, raw)
-        except OSError:
-            return None
-        return RichResult(mime, None, ref)
+        ref = session.lifecycle.keep_file(session.tenant, f"cell-{number}-{index}.{_EXTENSIONS[mime]}", raw)
+        return None if ref is None else RichResult(mime, None, ref)
 
 
 def _parse_frame(raw: bytes) -> dict[str, Any] | None:

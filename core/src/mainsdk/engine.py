@@ -1,17 +1,16 @@
-"""``AsyncSandbox``: where a run goes, from the call through the checks, the driver, the limits and the audit.
+"""``AsyncSandbox``: the sandbox interface, and where each call enters the box lifecycle.
 
-This is the one implementation; ``Sandbox`` (in ``mainsdk.sync``) drives it
-from synchronous code.
+A run, a session and its commands and cells go through ``mainsdk.lifecycle`` (plan -> start -> exec
+within limits -> collect -> stop -> audit). This is the one implementation; ``Sandbox`` (in
+``mainsdk.sync``) drives it from synchronous code.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import secrets as token
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Literal, TypeVar
 
@@ -21,25 +20,14 @@ from mainsdk import arguments, errors, figures, preflight
 from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.config import AppConfig, SandboxConfig
-from mainsdk.driver import (
-    LANGUAGE_PROGRAMS,
-    Box,
-    BoxSpec,
-    Capabilities,
-    Collected,
-    Command,
-    Isolation,
-    OutFile,
-    StopReason,
-    extra_reach,
-)
+from mainsdk.driver import LANGUAGE_PROGRAMS, Box, Capabilities, Collected, Command, Isolation, StopReason
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef, FileStore, LocalDirectoryFileStore
 from mainsdk.hookspecs import hookimpl
 from mainsdk.hosts import host_covered
-from mainsdk.limits import LimitedOutcome, Listener, OutputCollector, cost_of, exec_within_limits
+from mainsdk.lifecycle import Executed, Lifecycle, OpenBox, RunPlan, SessionPlan
+from mainsdk.limits import Listener
 from mainsdk.plugins import Hooks, load_driver, make_plugin_manager
-from mainsdk.redact import NameRedactor
 from mainsdk.secrets import SecretRef, SecretResolver, environment_secrets
 from mainsdk.sessions import DEFAULT_IDLE, AsyncSession, SessionOpener, find_session
 
@@ -224,17 +212,6 @@ class RunResult:
         return data
 
 
-@attrs.frozen
-class Executed:
-    """A command's outcome under core's limits, with its redacted output."""
-
-    outcome: LimitedOutcome
-    stdout: str
-    stderr: str
-    stdout_bytes: bytes = b""
-    stderr_bytes: bytes = b""
-
-
 class _AuditSink:
     """Wraps ``deps.log`` as a plugin."""
 
@@ -289,6 +266,15 @@ class AsyncSandbox:
             patterns = tuple(network)
             self._network_allow = lambda host: host_covered(host, patterns)
         self._store = deps.files or LocalDirectoryFileStore()
+        self._lifecycle = Lifecycle(
+            self.hooks,
+            self.driver_id,
+            self.config,
+            environment=deps.environment,
+            network_allow=self._network_allow,
+            resolver=self._resolver,
+            store=self._store,
+        )
         self._tenancy = deps.tenancy or (lambda: DEFAULT_TENANT)
         self.files = AsyncFiles(self._store, self._tenancy)
         self._sessions: dict[str, AsyncSession] = {}
@@ -330,103 +316,49 @@ class AsyncSandbox:
         tenant = self._tenant()
         event = AuditEvent(
             id=run_id,
-            kind="refused",
+            kind="run",
             driver=self.driver_id,
             feature=feature if isinstance(feature, str) else None,
             tenant=tenant,
             language=language if isinstance(language, str) else None,
             code_sha256=code_sha256(code) if isinstance(code, str) else None,
         )
-        try:
-            arguments.optional_text(feature, "feature")
-            on_output = arguments.listener(on_output)
-            language = arguments.language(language)
-            code = preflight.check_code(code)
-            caps = self.hooks.capabilities()
-            preflight.check_driver_allowed(self.driver_id, caps, self.deps.environment)
-            preflight.check_language(language, caps, self.driver_id)
-            if packages is None and language != "python":
-                packages = ()  # python packages by default only for python code
-            plan = self._plan(caps, files, network, env, limits, max_cost, packages)
-            command = code_command(language, code, plan.limits.timeout, plan.env)
-            self._check_command(command)
-        except SandboxError as exc:
-            self._audit(attrs.evolve(event, error=exc.code))
-            raise
-        event = attrs.evolve(
-            event,
-            kind="run",
-            isolation=caps.isolation,
-            hosts=plan.hosts,
-            extra_reach=extra_reach(caps, plan.hosts),
-            env_names=plan.env_names,
-        )
-        started = time.monotonic()
-        try:
-            spec = self._box_spec(run_id, plan, tenant=tenant)
-            # The policy the driver is asked to enforce, on record (a translation of the hosts: no secret).
-            event = attrs.evolve(event, network_policy=spec.network_policy)
-            result = await self._run_planned(spec, tenant, language, command, plan, caps, on_output)
-        except BaseException as exc:
-            error = exc.code if isinstance(exc, SandboxError) else type(exc).__name__
-            self._audit(attrs.evolve(event, error=error, duration=time.monotonic() - started))
-            raise
-        self._audit(
-            attrs.evolve(
-                event,
-                duration=result.duration,
-                exit_code=result.exit_code,
-                stop=result.stop,
-                cost=result.cost,
-                hosts_refused=result.hosts_refused,
-                hosts_refused_dropped=result.hosts_refused_dropped,
-            )
-        )
-        return result
 
-    async def _run_planned(
-        self,
-        spec: BoxSpec,
-        tenant: str,
-        language: str,
-        command: Command,
-        plan: preflight.RunPlan,
-        caps: Capabilities,
-        on_output: Listener | None,
-    ) -> RunResult:
-        run_id = spec.id
-        box = await self._driver_call(self.hooks.start(spec))
-        try:
-            executed = await self.execute(box, command, plan.limits.output, plan.secret_values, on_output)
-            try:
-                collected = await self._driver_call(self.hooks.collect(box, plan.limits.files))
-            except SandboxError as exc:
-                raise exc.after_exec(ran=True) from exc.__cause__
-        finally:
-            await asyncio.shield(self._stop_box(box))
-        outcome = executed.outcome
-        stop = outcome.stop
-        if stop is None and collected.truncated:
-            stop = "output"
-        refs, dropped = self.keep_collected(tenant, collected, plan.secret_values)
+        def plan_run() -> RunPlan:
+            return self._lifecycle.plan_run(
+                code=code,
+                language=language,
+                feature=feature,
+                files=files,
+                network=network,
+                env=env,
+                limits=limits,
+                max_cost=max_cost,
+                packages=packages,
+                command_for=code_command,
+            )
+
+        on_output = self._lifecycle.plan(event, lambda: arguments.listener(on_output))
+        plan = self._lifecycle.plan(event, plan_run)
+        executed, ended, refs, dropped = await self._lifecycle.run_once(run_id, tenant, plan, event, on_output)
         return RunResult(
             id=run_id,
             stdout=executed.stdout,
             stderr=executed.stderr,
             stdout_bytes=executed.stdout_bytes,
             stderr_bytes=executed.stderr_bytes,
-            exit_code=outcome.exit_code,
-            stop=stop,
+            exit_code=ended.exit_code,
+            stop=ended.stop,
             files=refs,
-            isolation=caps.isolation,
-            duration=outcome.duration,
-            cost=cost_of(plan.price, outcome.duration),
+            isolation=plan.caps.isolation,
+            duration=ended.duration,
+            cost=ended.cost,
             driver=self.driver_id,
-            language=language,
-            hosts_refused=outcome.hosts_refused,
-            hosts_refused_dropped=outcome.hosts_refused_dropped,
-            memory_limit_scope=caps.memory_limit_scope,
-            signal=outcome.signal,
+            language=plan.language,
+            hosts_refused=ended.hosts_refused,
+            hosts_refused_dropped=ended.hosts_refused_dropped,
+            memory_limit_scope=plan.caps.memory_limit_scope,
+            signal=ended.signal,
             files_dropped=dropped,
         )
 
@@ -434,33 +366,7 @@ class AsyncSandbox:
         self, tenant: str, collected: Collected, secret_values: Sequence[bytes]
     ) -> tuple[tuple[FileRef, ...], tuple[str, ...]]:
         """A box's collected out folder as FileRefs of ``tenant`` (path order), and the names of those not kept."""
-        redact_name = NameRedactor(secret_values)
-        # In path order whatever order the driver found them in, so a result lists its files the same way each time.
-        kept = sorted(collected.files, key=lambda f: f.name)
-        refs, not_stored = self._keep_files(tenant, kept, redact_name)
-        # What the driver left out (past limits.files, a symlink, a fifo) is named beside what the store refused.
-        skipped = (redact_name(name) for name, _why in collected.skipped if name and name != "...")
-        return refs, tuple(sorted({*not_stored, *skipped}))
-
-    def _keep_files(
-        self, tenant: str, files: Sequence[OutFile], redact_name: Callable[[str], str]
-    ) -> tuple[tuple[FileRef, ...], tuple[str, ...]]:
-        """Put the out files in the store; one it cannot keep (disk full, too large) is named, not raised.
-
-        The run has finished by now: its output and exit code must reach the caller whatever the store says.
-        The code chose the names: redacted like its output before they leave the box, kept or dropped.
-        """
-        refs: list[FileRef] = []
-        dropped: list[str] = []
-        for file in files:
-            name = redact_name(file.name)
-            try:
-                refs.append(self._store.put(tenant, name, file.data))
-            except OSError as exc:
-                dropped.append(name)
-                # No name or path in the log: a file name is the code's text and may hold anything.
-                log.warning("the file store could not keep an out file of %d bytes (%s)", len(file.data), exc.strerror)
-        return tuple(refs), tuple(dropped)
+        return self._lifecycle.keep_collected(tenant, collected, secret_values)
 
     async def execute(
         self,
@@ -470,35 +376,8 @@ class AsyncSandbox:
         secret_values: Sequence[bytes],
         on_output: Listener | None = None,
     ) -> Executed:
-        """Run one command in a started box under core's limits: output cut and redacted, backstop deadline.
-
-        This is the one place an error escaping a driver's exec is judged: once the command may
-        have been sent, it is ``ran=None`` and not retryable unless the driver said nothing ran.
-        An exception raised by ``on_output`` itself is the app's, and is re-raised as it is.
-        """
-        listener_errors: list[Exception] = []
-
-        def guarded(stream: str, data: bytes) -> None:
-            assert on_output is not None
-            try:
-                on_output(stream, data)
-            except Exception as exc:
-                listener_errors.append(exc)
-                raise
-
-        collector = OutputCollector(
-            output_limit, secret_values, guarded if on_output is not None else None, label=str(getattr(box, "id", box))
-        )
-        try:
-            outcome = await exec_within_limits(
-                lambda: self._driver_call(self.hooks.exec(box, command, collector)), collector, command.timeout
-            )
-        except SandboxError as exc:
-            if listener_errors:
-                raise listener_errors[0] from None
-            raise exc.after_exec() from exc.__cause__
-        stdout, stderr = collector.finish_bytes()
-        return Executed(outcome, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"), stdout, stderr)
+        """Run one command in a started box under core's limits (``mainsdk.lifecycle.Lifecycle.execute``)."""
+        return await self._lifecycle.execute(box, command, output_limit, secret_values, on_output)
 
     def action(
         self,
@@ -552,32 +431,23 @@ class AsyncSandbox:
     ) -> AsyncSession:
         session_id = f"ses_{token.token_hex(12)}"
         tenant = self._tenant()
-        shown_feature = feature if isinstance(feature, str) else None
-        event = AuditEvent(id=session_id, kind="refused", driver=self.driver_id, feature=shown_feature, tenant=tenant)
-        try:
-            arguments.optional_text(feature, "feature")
-            caps = self.hooks.capabilities()
-            preflight.check_driver_allowed(self.driver_id, caps, self.deps.environment)
-            if not caps.sessions:
-                raise SandboxError(errors.INVALID_OPTION, f"the {self.driver_id!r} driver cannot keep a session open")
-            idle_seconds = preflight.check_idle(idle)
-            plan = self._plan(caps, files, network, env, limits, max_cost, packages)
-        except SandboxError as exc:
-            self._audit(attrs.evolve(event, error=exc.code, session_id=session_id))
-            raise
-        spec: BoxSpec | None = None
-        try:
-            spec = self._box_spec(session_id, plan, idle=idle_seconds, tenant=tenant, session=True)
-            box = await self._driver_call(self.hooks.start(spec))
-        except SandboxError as exc:
-            # The box never opened: nothing ran, and the failure is on record like any refusal, with the policy.
-            policy = spec.network_policy if spec is not None else None
-            self._audit(attrs.evolve(event, error=exc.code, session_id=session_id, network_policy=policy))
-            raise
-        session = AsyncSession(
-            self, session_id, tenant, feature, box, plan, idle_seconds, caps.isolation, extra_reach(caps, plan.hosts)
-        )
-        session.network_policy = spec.network_policy
+        event = self._lifecycle.opening_event(session_id, tenant, feature)
+
+        def plan_session() -> SessionPlan:
+            return self._lifecycle.plan_session(
+                feature=feature,
+                idle=idle,
+                files=files,
+                network=network,
+                env=env,
+                limits=limits,
+                max_cost=max_cost,
+                packages=packages,
+            )
+
+        plan = self._lifecycle.plan(event, plan_session)
+        opened = await self._lifecycle.open(plan, event)
+        session = AsyncSession(self._lifecycle, opened, plan.idle, ended=self._session_ended)
         self._sessions[session_id] = session
         return session
 
@@ -616,104 +486,21 @@ class AsyncSandbox:
         if not caps.sessions:
             return None
         idle = preflight.check_idle(DEFAULT_IDLE)
-        plan = self._plan(caps, None, (), None, None, None, ())  # the running box has what its opener chose
-        spec = self._box_spec(session_id, plan, idle=idle, tenant=tenant, session=True)
-        found = self.hooks.reconnect(spec)
-        box = await self._driver_call(found) if found is not None else None
+        plan = self._lifecycle.plan_box(
+            caps, None, (), None, None, None, ()
+        )  # the running box has what its opener chose
+        spec = self._lifecycle.box_spec(session_id, plan, idle=idle, tenant=tenant, session=True)
+        box = await self._lifecycle.reconnect(spec)
         if box is None:
             return None
-        session = AsyncSession(self, session_id, tenant, None, box, plan, idle, caps.isolation, detached=True)
-        session.network_policy = spec.network_policy
+        opened = OpenBox(box, plan, session_id, tenant, None, caps.isolation, (), spec.network_policy)
+        session = AsyncSession(self._lifecycle, opened, idle, ended=self._session_ended, detached=True)
         self._sessions[session_id] = session
         return session
 
     def _tenant(self) -> str:
         """The current tenant, from ``deps.tenancy``; a wrong answer is the app's mistake, named as such."""
         return checked_tenant(self._tenancy)
-
-    def _check_command(self, command: Command) -> None:
-        """Let the driver refuse a command before anything starts (``mainsdk_driver_check``).
-
-        A refusal is the driver's ``SandboxError`` (a program not permitted is 0001); any other
-        exception is the driver failing before the command was sent, so nothing ran.
-        """
-        try:
-            self.hooks.check(command)
-        except SandboxError:
-            raise
-        except Exception as exc:
-            raise SandboxError(
-                errors.DRIVER_UNAVAILABLE,
-                f"the {self.driver_id!r} driver failed while checking the command ({type(exc).__name__})",
-                ran=False,
-            ) from exc
-
-    def _plan(
-        self,
-        caps: Capabilities,
-        files: Mapping[str, str | bytes] | None,
-        network: Sequence[str],
-        env: Mapping[str, str | SecretRef] | None,
-        limits: Mapping[str, Any] | None,
-        max_cost: object,
-        packages: object = None,
-    ) -> preflight.RunPlan:
-        """Check a call's options against this sandbox's config, allowlist, secrets and driver."""
-        return preflight.plan_run(
-            config=self.config,
-            caps=caps,
-            driver_id=self.driver_id,
-            network_allow=self._network_allow,
-            resolver=self._resolver,
-            files=files,
-            network=network,
-            env=env,
-            limits=limits,
-            max_cost=max_cost,
-            packages=packages,
-        )
-
-    def _box_spec(
-        self,
-        box_id: str,
-        plan: preflight.RunPlan,
-        idle: float | None = None,
-        *,
-        tenant: str = "",
-        session: bool = False,
-    ) -> BoxSpec:
-        """The box a planned call starts, with the driver's egress policy for its hosts (asked for once)."""
-        policy = self.hooks.network_policy(plan.hosts)
-        return BoxSpec(
-            id=box_id,
-            limits=plan.limits,
-            files=plan.files,
-            hosts=plan.hosts,
-            network_policy=policy,
-            idle=idle,
-            tenant=tenant,
-            packages=plan.packages,
-            session=session,
-        )
-
-    async def _stop_box(self, box: Box) -> None:
-        try:
-            await self.hooks.stop(box)
-        except Exception:
-            # The run's result stands; a box that failed to stop is the driver's to report.
-            log.exception("driver %s failed to stop box %s", self.driver_id, box.id)
-
-    async def _driver_call(self, awaitable: Awaitable[T]) -> T:
-        """Await a driver hook started through ``self.hooks``, the one boundary that turns a driver's error
-        into a coded ``SandboxError`` naming the driver and the hook (``mainsdk.plugins.Hooks``)."""
-        return await awaitable
-
-    def _outage_remedy(self) -> str:
-        """What the driver says to check when it fails (``Capabilities.outage_remedy``)."""
-        return self.hooks.outage_remedy()
-
-    def _audit(self, event: AuditEvent) -> None:
-        self.hooks.audit(event, self.config)
 
     async def aclose(self) -> None:
         """Release what the driver holds for this process."""

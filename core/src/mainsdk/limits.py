@@ -196,14 +196,21 @@ def cost_of(price: Decimal, duration: float) -> Decimal:
 
 @attrs.frozen
 class LimitedOutcome:
-    """A command's outcome once core's limits are applied."""
+    """The facts of a command run under core's limits; ``mainsdk.lifecycle.stop_reason`` judges them.
+
+    ``driver_stop``: the stop the driver reported. ``output_cut``: core cut the output at its limit.
+    ``timed_out``: the driver overran its deadline and core cancelled the command. ``signal`` is the
+    driver's, as it gave it (see ``signal_status``).
+    """
 
     exit_code: int | None
-    stop: StopReason | None
+    driver_stop: StopReason | None
+    output_cut: bool
+    timed_out: bool
     duration: float
     hosts_refused: tuple[str, ...] = ()
     hosts_refused_dropped: int = 0  # refused hosts past the ones kept in ``hosts_refused``
-    signal: str | None = None  # the signal that ended the code, when it died of one (see ``signal_status``)
+    signal: int | str | None = None
 
 
 async def exec_within_limits(
@@ -226,16 +233,24 @@ async def exec_within_limits(
         full.cancel()
     if task.done():
         outcome = task.result()
-        stop = outcome.stop or ("output" if collector.cut else None)
         for host in outcome.hosts_refused:  # a driver may report them here rather than as they happen
             collector.host_refused(host)
-        refused = tuple(collector.hosts_refused)
-        exit_code, signal = signal_status(outcome.exit_code, outcome.signal, stop)
-        return LimitedOutcome(exit_code, stop, outcome.duration, refused, collector.hosts_refused_dropped, signal)
+        return LimitedOutcome(
+            outcome.exit_code,
+            outcome.stop,
+            collector.cut,
+            False,
+            outcome.duration,
+            tuple(collector.hosts_refused),
+            collector.hosts_refused_dropped,
+            outcome.signal,
+        )
     await _cancel_and_wait(task)
-    cut_stop: StopReason = "output" if collector.cut else "timeout"
     duration = loop.time() - started
-    return LimitedOutcome(None, cut_stop, duration, tuple(collector.hosts_refused), collector.hosts_refused_dropped)
+    cut = collector.cut
+    return LimitedOutcome(
+        None, None, cut, not cut, duration, tuple(collector.hosts_refused), collector.hosts_refused_dropped
+    )
 
 
 async def _cancel_and_wait(task: asyncio.Future[ExecOutcome]) -> None:

@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from mainsdk import arguments, errors, preflight
+from mainsdk import arguments, errors
 from mainsdk.audit import AuditEvent
-from mainsdk.driver import Box, Command, NetworkPolicy, StopReason
+from mainsdk.driver import NetworkPolicy, StopReason
 from mainsdk.errors import BoxGone, SandboxError
 from mainsdk.files import FileRef
-from mainsdk.limits import Listener, cost_of
+from mainsdk.lifecycle import CommandPlan, Lifecycle, OpenBox
+from mainsdk.limits import Listener
 
 if TYPE_CHECKING:
     from mainsdk.background import AsyncProcess
     from mainsdk.cells import CellResult, Interpreter
-    from mainsdk.engine import AsyncSandbox
 
 DEFAULT_IDLE = 300.0
 MAX_BACKGROUND = 16  # background processes running at once in one session
@@ -40,8 +40,7 @@ class _Prepared:
 
     id: str
     event: AuditEvent
-    command: Command
-    cost_bound: bool
+    plan: CommandPlan
     on_output: Listener | None
 
 
@@ -85,29 +84,21 @@ class AsyncSession:
 
     def __init__(
         self,
-        sandbox: AsyncSandbox,
-        session_id: str,
-        tenant: str,
-        feature: str | None,
-        box: Box,
-        plan: preflight.RunPlan,
+        lifecycle: Lifecycle,
+        opened: OpenBox,
         idle: float,
-        isolation: str,
-        extra_reach: tuple[str, ...] = (),
+        *,
+        ended: Callable[[str], None],
         detached: bool = False,
     ) -> None:
-        self.id = session_id
-        self.tenant = tenant
-        self.feature = feature
+        self.id = opened.session_id
+        self.tenant = opened.tenant
+        self.feature = opened.feature
         self.cost = Decimal(0)
-        self._sandbox = sandbox
-        self._box = box
-        self._plan = plan
+        self._lifecycle = lifecycle
+        self._opened = opened
         self._idle = idle
-        self._isolation = isolation
-        self._extra_reach = extra_reach
-        # The egress policy the box was started with (``mainsdk_network_policy``), on each command's audit event.
-        self.network_policy: NetworkPolicy = None
+        self._ended = ended  # tells the sandbox this session is over, so it is never looked up again
         self._closed = False
         # Reconnected from another process (``sandbox.get``): going idle here only lets go of it, since the
         # opener (or another worker) may still be using it; ``close()`` still stops it.
@@ -117,6 +108,21 @@ class AsyncSession:
         self._interpreter: Interpreter | None = None
         self._processes: list[AsyncProcess] = []
         self._watchdog = asyncio.get_running_loop().create_task(self._close_when_idle())
+
+    @property
+    def network_policy(self) -> NetworkPolicy:
+        """The egress policy the box was started with (``mainsdk_network_policy``), on each command's audit event."""
+        return self._opened.network_policy
+
+    @property
+    def opened(self) -> OpenBox:
+        """The session's open box and what every command in it is planned against (``mainsdk.lifecycle``)."""
+        return self._opened
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """The box lifecycle its commands and cells go through."""
+        return self._lifecycle
 
     @property
     def closed(self) -> bool:
@@ -129,7 +135,7 @@ class AsyncSession:
             if remaining <= 0 and not self._busy:
                 if self._detached:
                     self._closed = True
-                    self._sandbox._sessions.pop(self.id, None)
+                    self._ended(self.id)
                 else:
                     await self.close()
                 return
@@ -159,10 +165,10 @@ class AsyncSession:
         """Write a file into the session's work folder (a plain relative path; ``str`` or ``bytes``)."""
         checked = arguments.relative_path(path, "path")
         payload = arguments.file_data(data, "data")
-        if len(payload) > self._plan.limits.files:
+        if len(payload) > self._opened.plan.limits.files:
             raise SandboxError(errors.INVALID_OPTION, f"data: {len(payload)} bytes for {path!r} is above limits.files")
         async with self._use():
-            await self._sandbox._driver_call(self._sandbox.hooks.write_file(self._box, checked, payload))
+            await self._lifecycle.write_file(self._opened.box, checked, payload)
 
     async def read(self, path: str) -> bytes:
         """Read a file from the work folder, or from the out folder as ``../out/name``."""
@@ -171,18 +177,16 @@ class AsyncSession:
         checked = path[len("../out/") :] if path.startswith("../out/") else path
         arguments.relative_path(checked, "path")
         async with self._use():
-            data: bytes = await self._sandbox._driver_call(self._sandbox.hooks.read_file(self._box, path))
-            return data
+            return await self._lifecycle.read_file(self._opened.box, path)
 
     async def out_files(self) -> tuple[tuple[FileRef, ...], tuple[str, ...]]:
         """What the box's out folder holds now, as FileRefs of the session's tenant (path order), and the names of
         those not kept (past limits.files, not regular files). The folder is left as it is.
         """
+        plan = self._opened.plan
         async with self._use():
-            collected = await self._sandbox._driver_call(
-                self._sandbox.hooks.collect(self._box, self._plan.limits.files)
-            )
-        return self._sandbox.keep_collected(self.tenant, collected, self._plan.secret_values)
+            collected = await self._lifecycle.collect(self._opened.box, plan.limits.files)
+        return self._lifecycle.keep_collected(self.tenant, collected, plan.secret_values)
 
     async def run(
         self, program: str, args: Sequence[str] = (), *, timeout: object = None, on_output: Listener | None = None
@@ -197,79 +201,60 @@ class AsyncSession:
         async with self._use():
             return await self._execute(prepared)
 
-    def _prepare(self, program: str, args: Sequence[str], timeout: object, on_output: Listener | None) -> _Prepared:
-        """A checked command and its audit event; a refusal is audited and raised, and nothing runs."""
+    def _prepare(
+        self,
+        program: str,
+        args: Sequence[str],
+        timeout: object,
+        on_output: Listener | None,
+        refuse: Callable[[], None] | None = None,
+    ) -> _Prepared:
+        """A planned command and its audit event; a refusal is audited (by the lifecycle) and raised: nothing runs.
+
+        ``refuse``: a check of the caller's own (a background process's), made inside the same plan.
+        """
         command_id = f"cmd_{token.token_hex(8)}"
-        event = AuditEvent(
-            id=command_id,
-            kind="command",
-            driver=self._sandbox.driver_id,
-            feature=self.feature,
-            tenant=self.tenant,
-            session_id=self.id,
-            isolation=self._isolation,
-            hosts=self._plan.hosts,
-            extra_reach=self._extra_reach,
-            network_policy=self.network_policy,
-            env_names=self._plan.env_names,
-        )
-        try:
-            on_output = arguments.listener(on_output)
-            command, cost_bound = self._command(program, args, timeout)
-            self._sandbox._check_command(command)
-        except SandboxError as exc:
-            self._sandbox._audit(attrs.evolve(event, kind="refused", error=exc.code))
-            raise
-        return _Prepared(command_id, event, command, cost_bound, on_output)
+        event = self._opened.event(command_id, "command")
+
+        def plan() -> tuple[Listener | None, CommandPlan]:
+            listener = arguments.listener(on_output)
+            self._check_open()
+            if refuse is not None:
+                refuse()
+            return listener, self._lifecycle.plan_command(self._opened, program, args, timeout, self.cost)
+
+        listener, command_plan = self._lifecycle.plan(event, plan)
+        return _Prepared(command_id, event, command_plan, listener)
 
     async def _execute(self, prepared: _Prepared) -> CommandResult:
-        """Run a prepared command to its end under the session's limits; audit it and count its cost."""
-        event = prepared.event
+        """Run a prepared command to its end under the session's limits; audit it once and count its cost."""
+        lifecycle, opened = self._lifecycle, self._opened
+        plan = opened.plan
         try:
-            executed = await self._sandbox.execute(
-                self._box,
-                prepared.command,
-                self._plan.limits.output,
-                self._plan.secret_values,
-                prepared.on_output,
+            executed = await lifecycle.execute(
+                opened.box, prepared.plan.command, plan.limits.output, plan.secret_values, prepared.on_output
             )
         except BaseException as exc:
-            error = exc.code if isinstance(exc, SandboxError) else type(exc).__name__
-            self._sandbox._audit(attrs.evolve(event, error=error))
+            lifecycle.audit_failed(prepared.event, exc)
             raise
-        outcome = executed.outcome
-        cost = cost_of(self._plan.price, outcome.duration)
-        self.cost += cost
-        stop = outcome.stop
-        if stop == "timeout" and prepared.cost_bound:
-            stop = "cost"
-        result = CommandResult(
+        ended = lifecycle.ended(executed, plan.price, executed.ending(cost_bound=prepared.plan.cost_bound))
+        self.cost += ended.cost
+        lifecycle.audit_ended(prepared.event, ended)
+        return CommandResult(
             id=prepared.id,
             session_id=self.id,
             stdout=executed.stdout,
             stderr=executed.stderr,
             stdout_bytes=executed.stdout_bytes,
             stderr_bytes=executed.stderr_bytes,
-            exit_code=outcome.exit_code,
-            stop=stop,
-            duration=outcome.duration,
-            cost=cost,
-            hosts_refused=outcome.hosts_refused,
-            hosts_refused_dropped=outcome.hosts_refused_dropped,
-            signal=outcome.signal,
+            exit_code=ended.exit_code,
+            stop=ended.stop,
+            duration=ended.duration,
+            cost=ended.cost,
+            hosts_refused=ended.hosts_refused,
+            hosts_refused_dropped=ended.hosts_refused_dropped,
+            signal=ended.signal,
         )
-        self._sandbox._audit(
-            attrs.evolve(
-                event,
-                duration=outcome.duration,
-                exit_code=outcome.exit_code,
-                stop=stop,
-                cost=cost,
-                hosts_refused=outcome.hosts_refused,
-                hosts_refused_dropped=outcome.hosts_refused_dropped,
-            )
-        )
-        return result
 
     def start(
         self, program: str, args: Sequence[str] = (), *, timeout: object = None, on_output: Listener | None = None
@@ -282,22 +267,21 @@ class AsyncSession:
         """
         from mainsdk.background import AsyncProcess
 
-        if self._closed:
-            raise _no_session(self.id)
-        if not self._sandbox.capabilities().background:
-            raise SandboxError(
-                errors.INVALID_OPTION,
-                f"the {self._sandbox.driver_id!r} driver does not declare background processes "
-                "(Capabilities.background); run the program with session.run(...) there",
-            )
-        running = [p for p in self._processes if p.running]
-        if len(running) >= MAX_BACKGROUND:
-            raise SandboxError(
-                errors.INVALID_OPTION,
-                f"session {self.id} already runs {MAX_BACKGROUND} background processes; wait for or kill one first",
-            )
-        process = AsyncProcess(self, program, args, timeout, on_output)
-        self._processes = [*running, process]
+        def refuse() -> None:
+            if not self._lifecycle.capabilities().background:
+                raise SandboxError(
+                    errors.INVALID_OPTION,
+                    f"the {self._lifecycle.driver_id!r} driver does not declare background processes "
+                    "(Capabilities.background); run the program with session.run(...) there",
+                )
+            if len([p for p in self._processes if p.running]) >= MAX_BACKGROUND:
+                raise SandboxError(
+                    errors.INVALID_OPTION,
+                    f"session {self.id} already runs {MAX_BACKGROUND} background processes; wait for or kill one first",
+                )
+
+        process = AsyncProcess(self, program, args, timeout, on_output, refuse)
+        self._processes = [*(p for p in self._processes if p.running), process]
         return process
 
     async def run_code(
@@ -317,35 +301,17 @@ class AsyncSession:
             self._interpreter = Interpreter(self)
         return await self._interpreter.run(code, language, timeout, on_output)
 
-    def _command(self, program: str, args: Sequence[str], timeout: object) -> tuple[Command, bool]:
-        """The command to send, its time limit cut to what the cost ceiling leaves (and whether it was)."""
+    def _check_open(self) -> None:
+        """A closed session runs nothing: ``MAIN-SANDBOX-0008``."""
         if self._closed:
             raise _no_session(self.id)
-        program = arguments.program(program)
-        args = arguments.program_args(args)
-        arguments.command_args_with_env(args, self._plan.env)
-        limit = self._plan.limits.timeout
-        if timeout is not None:
-            limit = preflight.lower_limits({"timeout": timeout}, self._sandbox.config).timeout
-            limit = min(limit, self._plan.limits.timeout)
-        cost_bound = False
-        if self._plan.max_cost is not None and self._plan.price > 0:
-            left = self._plan.max_cost - self.cost
-            if left <= 0:
-                raise SandboxError(
-                    errors.COST, f"session {self.id} has spent ${self.cost}, its whole max-cost ${self._plan.max_cost}"
-                )
-            affordable = float(left / self._plan.price)
-            if affordable < limit:
-                limit, cost_bound = affordable, True
-        return Command(program, tuple(args), timeout=limit, env=self._plan.env), cost_bound
 
     async def close(self) -> None:
         """Close the session and remove everything its box held. Closing twice is fine."""
         if self._closed:
             return
         self._closed = True
-        self._sandbox._session_ended(self.id)
+        self._ended(self.id)
         if self._watchdog is not asyncio.current_task():
             self._watchdog.cancel()
         await asyncio.shield(self._stop_everything())
@@ -356,7 +322,7 @@ class AsyncSession:
             await self._interpreter.kill()
         for process in self._processes:
             await process.kill()
-        await self._sandbox._stop_box(self._box)
+        await self._lifecycle.stop(self._opened.box)
 
     async def __aenter__(self) -> AsyncSession:
         return self

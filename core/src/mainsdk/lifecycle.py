@@ -1,0 +1,606 @@
+"""One box lifecycle: plan -> start -> exec within limits -> collect -> stop -> audit.
+
+A one-shot run (``AsyncSandbox.run``), a session command (``AsyncSession.run`` and its background twin
+``AsyncSession.start``) and a notebook cell (``AsyncSession.run_code``) all go through ``Lifecycle``:
+
+- **plan**: every refusal is decided before anything starts, while a value is built that says what will
+  run: the call's arguments, the driver's capabilities, ``preflight.plan_run`` (limits, hosts, secrets,
+  files, packages, cost) and the driver's own check of the command (``mainsdk_driver_check``).
+  ``Lifecycle.plan`` is the one place a refusal is audited, once, as ``refused``.
+- **start**: ``mainsdk_driver_start`` with the box the plan describes and the driver's egress policy
+  (``mainsdk_network_policy``, asked once); a session starts its box once and keeps it.
+- **exec within limits**: ``Lifecycle.execute``: output cut and redacted, core's backstop deadline.
+- **collect**: the out folder into the file store (``Lifecycle.collect``, ``Lifecycle.keep_collected``).
+- **stop**: ``mainsdk_driver_stop``, always (``Lifecycle.stop``).
+- **audit**: ``Lifecycle.audit_ended``: one event per run, session command or cell, also when it failed.
+
+``stop_reason`` is the one function that decides why a command stopped (``timeout``, ``memory``,
+``output``, ``cost``), from the facts each kind of call observed (``Ending``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any, TypeVar
+
+import attrs
+
+from mainsdk import arguments, errors, preflight
+from mainsdk.audit import AuditEvent
+from mainsdk.config import AppConfig
+from mainsdk.driver import (
+    Box,
+    BoxSpec,
+    Capabilities,
+    Collected,
+    Command,
+    ExecOutcome,
+    NetworkPolicy,
+    OutFile,
+    OutputSink,
+    StopReason,
+    extra_reach,
+)
+from mainsdk.errors import SandboxError
+from mainsdk.files import FileRef, FileStore
+from mainsdk.limits import Listener, OutputCollector, cost_of, exec_within_limits, signal_status
+from mainsdk.plugins import Hooks
+from mainsdk.redact import NameRedactor
+from mainsdk.secrets import SecretRef, SecretResolver
+
+log = logging.getLogger("mainsdk")
+P = TypeVar("P")
+
+
+@attrs.frozen
+class Ending:
+    """The facts of how a command ended, as each kind of call observed them; ``stop_reason`` judges them.
+
+    ``driver_stop``: what the driver (or, for a cell, the interpreter's own timer) reported: ``timeout``
+    or ``memory``. ``output_cut``: core cut the output at ``limits.output``. ``timed_out``: the command
+    ran past its time limit and core ended it (its backstop deadline, a cell's watchdog). ``files_cut``:
+    the out folder held more than ``limits.files`` or the collection's bounds. ``cost_bound``: the time
+    limit was what the cost ceiling left, so a timeout is the cost's.
+    """
+
+    driver_stop: StopReason | None = None
+    output_cut: bool = False
+    timed_out: bool = False
+    files_cut: bool = False
+    cost_bound: bool = False
+
+
+def stop_reason(ending: Ending) -> StopReason | None:
+    """Why a command stopped, or None: the one place this is decided, for runs, commands and cells alike.
+
+    What the driver saw comes first (it killed the code at the limit it names), then core's own cuts:
+    the output, the deadline, the out folder. A timeout under a time limit the cost ceiling set is ``cost``.
+    """
+    stop = ending.driver_stop
+    if stop is None and ending.output_cut:
+        stop = "output"
+    if stop is None and ending.timed_out:
+        stop = "timeout"
+    if stop is None and ending.files_cut:
+        stop = "output"
+    if stop == "timeout" and ending.cost_bound:
+        stop = "cost"
+    return stop
+
+
+@attrs.frozen
+class Executed:
+    """A command run under core's limits: the driver's facts and its redacted output (``Lifecycle.execute``)."""
+
+    exit_code: int | None
+    driver_stop: StopReason | None
+    output_cut: bool
+    timed_out: bool
+    duration: float
+    hosts_refused: tuple[str, ...]
+    hosts_refused_dropped: int
+    signal: int | str | None
+    stdout: str
+    stderr: str
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
+
+    def ending(self, *, files_cut: bool = False, cost_bound: bool = False) -> Ending:
+        """The facts of its end, for ``stop_reason``."""
+        return Ending(self.driver_stop, self.output_cut, self.timed_out, files_cut, cost_bound)
+
+
+@attrs.frozen
+class Ended:
+    """A command's end as a result reports it: the one stop reason, the exit status as a shell shows it, the cost."""
+
+    stop: StopReason | None
+    exit_code: int | None
+    signal: str | None
+    duration: float
+    cost: Decimal
+    hosts_refused: tuple[str, ...] = ()
+    hosts_refused_dropped: int = 0
+
+
+@attrs.frozen
+class RunPlan:
+    """A one-shot run that passed every check: the box it gets and the command it runs. Nothing has started."""
+
+    box: preflight.RunPlan
+    command: Command
+    language: str
+    caps: Capabilities
+
+
+@attrs.frozen
+class SessionPlan:
+    """A session that passed every check: the box it keeps, and how long it may sit idle."""
+
+    box: preflight.RunPlan
+    caps: Capabilities
+    idle: float
+
+
+@attrs.frozen
+class CommandPlan:
+    """A command planned for an open box: what is sent, and whether its time limit is what the cost ceiling left."""
+
+    command: Command
+    cost_bound: bool = False
+
+
+@attrs.define
+class OpenBox:
+    """A started box kept across commands (a session's), with what every command in it is planned against."""
+
+    box: Box
+    plan: preflight.RunPlan
+    session_id: str
+    tenant: str
+    feature: str | None
+    isolation: str
+    extra_reach: tuple[str, ...] = ()
+    # The egress policy the box was started with (``mainsdk_network_policy``), on each command's audit event.
+    network_policy: NetworkPolicy = None
+
+    def event(self, event_id: str, kind: Any, **fields: Any) -> AuditEvent:
+        """The audit event of a command or cell in this box, to complete when it ends."""
+        return AuditEvent(
+            id=event_id,
+            kind=kind,
+            driver="",  # set by Lifecycle.audit
+            feature=self.feature,
+            tenant=self.tenant,
+            session_id=self.session_id,
+            isolation=self.isolation,
+            hosts=self.plan.hosts,
+            extra_reach=self.extra_reach,
+            network_policy=self.network_policy,
+            env_names=self.plan.env_names,
+            **fields,
+        )
+
+
+class Lifecycle:
+    """The box lifecycle of one sandbox: its driver's hooks, its config, its allowlist, secrets and file store."""
+
+    def __init__(
+        self,
+        hooks: Hooks,
+        driver_id: str,
+        config: AppConfig,
+        *,
+        environment: str | None,
+        network_allow: Callable[[str], bool],
+        resolver: SecretResolver,
+        store: FileStore,
+    ) -> None:
+        self.hooks = hooks
+        self.driver_id = driver_id
+        self.config = config
+        self._environment = environment
+        self._network_allow = network_allow
+        self._resolver = resolver
+        self.store = store
+
+    # -- plan: every refusal, before anything starts ------------------------------------------------------
+
+    def plan(self, event: AuditEvent, planner: Callable[[], P]) -> P:
+        """What ``planner`` decides, or its refusal: the one place a refusal is audited, once, as ``refused``.
+
+        Nothing has started when a planner runs, so a refusal leaves nothing behind.
+        """
+        try:
+            return planner()
+        except SandboxError as exc:
+            self.audit(attrs.evolve(event, kind="refused", error=exc.code))
+            raise
+
+    def capabilities(self) -> Capabilities:
+        """What the driver can do (through the one driver boundary, ``mainsdk.plugins.Hooks``)."""
+        return self.hooks.capabilities()
+
+    def plan_run(
+        self,
+        *,
+        code: object,
+        language: object,
+        feature: object,
+        files: Mapping[str, str | bytes] | None,
+        network: Sequence[str],
+        env: Mapping[str, str | SecretRef] | None,
+        limits: Mapping[str, Any] | None,
+        max_cost: object,
+        packages: Sequence[str] | None,
+        command_for: Callable[[str, str, float, Mapping[str, str]], Command],
+    ) -> RunPlan:
+        """Every check of a one-shot run, in the order a user would fix them; ``command_for`` builds its command."""
+        arguments.optional_text(feature, "feature")
+        language = arguments.language(language)
+        code = preflight.check_code(code)
+        caps = self.capabilities()
+        preflight.check_driver_allowed(self.driver_id, caps, self._environment)
+        preflight.check_language(language, caps, self.driver_id)
+        if packages is None and language != "python":
+            packages = ()  # python packages by default only for python code
+        box = self.plan_box(caps, files, network, env, limits, max_cost, packages)
+        command = command_for(language, code, box.limits.timeout, box.env)
+        self.check_command(command)
+        return RunPlan(box, command, language, caps)
+
+    def plan_session(
+        self,
+        *,
+        feature: object,
+        idle: object,
+        files: Mapping[str, str | bytes] | None,
+        network: Sequence[str],
+        env: Mapping[str, str | SecretRef] | None,
+        limits: Mapping[str, Any] | None,
+        max_cost: object,
+        packages: Sequence[str] | None,
+    ) -> SessionPlan:
+        """Every check of a session's opening."""
+        arguments.optional_text(feature, "feature")
+        caps = self.capabilities()
+        preflight.check_driver_allowed(self.driver_id, caps, self._environment)
+        if not caps.sessions:
+            raise SandboxError(errors.INVALID_OPTION, f"the {self.driver_id!r} driver cannot keep a session open")
+        idle_seconds = preflight.check_idle(idle)
+        return SessionPlan(self.plan_box(caps, files, network, env, limits, max_cost, packages), caps, idle_seconds)
+
+    def plan_command(
+        self, opened: OpenBox, program: object, args: object, timeout: object, spent: Decimal
+    ) -> CommandPlan:
+        """Every check of a command in an open box; its time limit cut to what the cost ceiling leaves."""
+        program = arguments.program(program)
+        checked_args = arguments.program_args(args)
+        arguments.command_args_with_env(checked_args, opened.plan.env)
+        plan = opened.plan
+        limit = plan.limits.timeout
+        if timeout is not None:
+            limit = min(preflight.lower_limits({"timeout": timeout}, self.config).timeout, limit)
+        cost_bound = False
+        if plan.max_cost is not None and plan.price > 0:
+            left = plan.max_cost - spent
+            if left <= 0:
+                raise SandboxError(
+                    errors.COST, f"session {opened.session_id} has spent ${spent}, its whole max-cost ${plan.max_cost}"
+                )
+            affordable = float(left / plan.price)
+            if affordable < limit:
+                limit, cost_bound = affordable, True
+        command = Command(program, tuple(checked_args), timeout=limit, env=plan.env)
+        self.check_command(command)
+        return CommandPlan(command, cost_bound)
+
+    def plan_box(
+        self,
+        caps: Capabilities,
+        files: Mapping[str, str | bytes] | None,
+        network: Sequence[str],
+        env: Mapping[str, str | SecretRef] | None,
+        limits: Mapping[str, Any] | None,
+        max_cost: object,
+        packages: object = None,
+    ) -> preflight.RunPlan:
+        """The box a call gets, checked against this sandbox's config, allowlist, secrets and driver."""
+        return preflight.plan_run(
+            config=self.config,
+            caps=caps,
+            driver_id=self.driver_id,
+            network_allow=self._network_allow,
+            resolver=self._resolver,
+            files=files,
+            network=network,
+            env=env,
+            limits=limits,
+            max_cost=max_cost,
+            packages=packages,
+        )
+
+    def check_command(self, command: Command) -> None:
+        """Let the driver refuse a command before anything starts (``mainsdk_driver_check``).
+
+        A refusal is the driver's ``SandboxError`` (a program not permitted is 0001); any other exception
+        is the driver failing before the command was sent (``Hooks`` makes it a coded ``MAIN-SANDBOX-0006``).
+        """
+        self.hooks.check(command)
+
+    # -- start --------------------------------------------------------------------------------------------
+
+    def box_spec(
+        self,
+        box_id: str,
+        plan: preflight.RunPlan,
+        *,
+        idle: float | None = None,
+        tenant: str = "",
+        session: bool = False,
+    ) -> BoxSpec:
+        """The box a planned call starts, with the driver's egress policy for its hosts (asked for once)."""
+        return BoxSpec(
+            id=box_id,
+            limits=plan.limits,
+            files=plan.files,
+            hosts=plan.hosts,
+            network_policy=self.hooks.network_policy(plan.hosts),
+            idle=idle,
+            tenant=tenant,
+            packages=plan.packages,
+            session=session,
+        )
+
+    async def start(self, spec: BoxSpec) -> Box:
+        """Start the box ``spec`` describes."""
+        return await self.hooks.start(spec)
+
+    def opening_event(self, session_id: str, tenant: str, feature: object) -> AuditEvent:
+        """The event of a session's opening, written only when it is refused or its box never opens."""
+        shown = feature if isinstance(feature, str) else None
+        return AuditEvent(
+            id=session_id, kind="refused", driver=self.driver_id, feature=shown, tenant=tenant, session_id=session_id
+        )
+
+    async def open(self, plan: SessionPlan, event: AuditEvent) -> OpenBox:
+        """Start a session's box; a box that never opened is on record like a refusal, with its policy."""
+        session_id, tenant = event.id, event.tenant
+        spec: BoxSpec | None = None
+        try:
+            spec = self.box_spec(session_id, plan.box, idle=plan.idle, tenant=tenant, session=True)
+            box = await self.start(spec)
+        except SandboxError as exc:
+            # The box never opened: nothing ran, and the failure is on record like any refusal, with the policy.
+            policy = spec.network_policy if spec is not None else None
+            self.audit(attrs.evolve(event, kind="refused", error=exc.code, network_policy=policy))
+            raise
+        return OpenBox(
+            box,
+            plan.box,
+            session_id,
+            tenant,
+            event.feature,
+            plan.caps.isolation,
+            extra_reach(plan.caps, plan.box.hosts),
+            spec.network_policy,
+        )
+
+    async def reconnect(self, spec: BoxSpec) -> Box | None:
+        """A session's box another process started (``mainsdk_driver_reconnect``), or None."""
+        return await self.hooks.reconnect(spec)
+
+    # -- exec within limits -------------------------------------------------------------------------------
+
+    async def execute(
+        self,
+        box: Box,
+        command: Command,
+        output_limit: int,
+        secret_values: Sequence[bytes],
+        on_output: Listener | None = None,
+    ) -> Executed:
+        """Run one command in a started box under core's limits: output cut and redacted, backstop deadline.
+
+        This is the one place an error escaping a driver's exec is judged: once the command may
+        have been sent, it is ``ran=None`` and not retryable unless the driver said nothing ran.
+        An exception raised by ``on_output`` itself is the app's, and is re-raised as it is.
+        """
+        listener_errors: list[Exception] = []
+
+        def guarded(stream: str, data: bytes) -> None:
+            assert on_output is not None
+            try:
+                on_output(stream, data)
+            except Exception as exc:
+                listener_errors.append(exc)
+                raise
+
+        collector = OutputCollector(
+            output_limit, secret_values, guarded if on_output is not None else None, label=str(getattr(box, "id", box))
+        )
+        try:
+            outcome = await exec_within_limits(
+                lambda: self.hooks.exec(box, command, collector), collector, command.timeout
+            )
+        except SandboxError as exc:
+            if listener_errors:
+                raise listener_errors[0] from None
+            raise exc.after_exec() from exc.__cause__
+        stdout, stderr = collector.finish_bytes()
+        return Executed(
+            exit_code=outcome.exit_code,
+            driver_stop=outcome.driver_stop,
+            output_cut=outcome.output_cut,
+            timed_out=outcome.timed_out,
+            duration=outcome.duration,
+            hosts_refused=outcome.hosts_refused,
+            hosts_refused_dropped=outcome.hosts_refused_dropped,
+            signal=outcome.signal,
+            stdout=stdout.decode("utf-8", "replace"),
+            stderr=stderr.decode("utf-8", "replace"),
+            stdout_bytes=stdout,
+            stderr_bytes=stderr,
+        )
+
+    def exec_unlimited(self, box: Box, command: Command, output: OutputSink) -> Awaitable[ExecOutcome]:
+        """Start a long-lived command whose limits its caller keeps itself (a cell's interpreter)."""
+        return self.hooks.exec(box, command, output)
+
+    def ended(self, executed: Executed, price: Decimal, ending: Ending) -> Ended:
+        """A command's end as its result reports it: ``stop_reason`` of ``ending``, its exit status, its cost."""
+        stop = stop_reason(ending)
+        # A signal is reported only when the code died of one by itself: not when the sandbox ended it at a
+        # limit. Too many out files stops the result (``output``) but ended nothing.
+        ended_by_sandbox = ending.driver_stop is not None or ending.output_cut or ending.timed_out
+        exit_code, signal = signal_status(executed.exit_code, executed.signal, stop if ended_by_sandbox else None)
+        return Ended(
+            stop=stop,
+            exit_code=exit_code,
+            signal=signal,
+            duration=executed.duration,
+            cost=cost_of(price, executed.duration),
+            hosts_refused=executed.hosts_refused,
+            hosts_refused_dropped=executed.hosts_refused_dropped,
+        )
+
+    # -- files in an open box -----------------------------------------------------------------------------
+
+    async def write_file(self, box: Box, path: str, data: bytes) -> None:
+        """Write a file into a box's work folder (``path`` already checked)."""
+        await self.hooks.write_file(box, path, data)
+
+    async def read_file(self, box: Box, path: str) -> bytes:
+        """Read a file from a box's work folder, or its out folder as ``../out/name``."""
+        return await self.hooks.read_file(box, path)
+
+    # -- collect ------------------------------------------------------------------------------------------
+
+    async def collect(self, box: Box, max_bytes: int, *, after_exec: bool = False) -> Collected:
+        """The box's out folder; after a command ran, an error here is one raised after the code had run."""
+        try:
+            return await self.hooks.collect(box, max_bytes)
+        except SandboxError as exc:
+            if after_exec:
+                raise exc.after_exec(ran=True) from exc.__cause__
+            raise
+
+    def keep_collected(
+        self, tenant: str, collected: Collected, secret_values: Sequence[bytes]
+    ) -> tuple[tuple[FileRef, ...], tuple[str, ...]]:
+        """A box's collected out folder as FileRefs of ``tenant`` (path order), and the names of those not kept."""
+        redact_name = NameRedactor(secret_values)
+        # In path order whatever order the driver found them in, so a result lists its files the same way each time.
+        kept = sorted(collected.files, key=lambda f: f.name)
+        refs, not_stored = self._keep_files(tenant, kept, redact_name)
+        # What the driver left out (past limits.files, a symlink, a fifo) is named beside what the store refused.
+        skipped = (redact_name(name) for name, _why in collected.skipped if name and name != "...")
+        return refs, tuple(sorted({*not_stored, *skipped}))
+
+    def _keep_files(
+        self, tenant: str, files: Sequence[OutFile], redact_name: Callable[[str], str]
+    ) -> tuple[tuple[FileRef, ...], tuple[str, ...]]:
+        """Put the out files in the store; one it cannot keep (disk full, too large) is named, not raised.
+
+        The run has finished by now: its output and exit code must reach the caller whatever the store says.
+        The code chose the names: redacted like its output before they leave the box, kept or dropped.
+        """
+        refs: list[FileRef] = []
+        dropped: list[str] = []
+        for file in files:
+            name = redact_name(file.name)
+            try:
+                refs.append(self.store.put(tenant, name, file.data))
+            except OSError as exc:
+                dropped.append(name)
+                # No name or path in the log: a file name is the code's text and may hold anything.
+                log.warning("the file store could not keep an out file of %d bytes (%s)", len(file.data), exc.strerror)
+        return tuple(refs), tuple(dropped)
+
+    def keep_file(self, tenant: str, name: str, data: bytes) -> FileRef | None:
+        """Keep ``data`` in the file store as ``tenant``'s; None when the store cannot (disk full)."""
+        try:
+            return self.store.put(tenant, name, data)
+        except OSError:
+            return None
+
+    # -- stop ---------------------------------------------------------------------------------------------
+
+    async def stop(self, box: Box) -> None:
+        """Stop a box, always; a failure to stop is logged, never raised over the run's result."""
+        try:
+            await self.hooks.stop(box)
+        except Exception:
+            # The run's result stands; a box that failed to stop is the driver's to report.
+            log.exception("driver %s failed to stop box %s", self.driver_id, box.id)
+
+    # -- audit --------------------------------------------------------------------------------------------
+
+    def audit(self, event: AuditEvent) -> None:
+        """Send one event to every audit sink."""
+        if not event.driver:
+            event = attrs.evolve(event, driver=self.driver_id)
+        self.hooks.audit(event, self.config)
+
+    def audit_ended(self, event: AuditEvent, ended: Ended) -> None:
+        """The one event of a run, command or cell that ended (stopped or not)."""
+        self.audit(
+            attrs.evolve(
+                event,
+                duration=ended.duration,
+                exit_code=ended.exit_code,
+                stop=ended.stop,
+                cost=ended.cost,
+                hosts_refused=ended.hosts_refused,
+                hosts_refused_dropped=ended.hosts_refused_dropped,
+            )
+        )
+
+    def audit_failed(self, event: AuditEvent, exc: BaseException, started: float | None = None) -> None:
+        """The one event of a call that raised after it passed its plan (a driver outage, a cancel)."""
+        error = exc.code if isinstance(exc, SandboxError) else type(exc).__name__
+        duration = None if started is None else time.monotonic() - started
+        self.audit(attrs.evolve(event, error=error, duration=duration))
+
+    # -- the whole lifecycle of a one-shot run --------------------------------------------------------------
+
+    async def run_once(
+        self, run_id: str, tenant: str, plan: RunPlan, event: AuditEvent, on_output: Listener | None
+    ) -> tuple[Executed, Ended, tuple[FileRef, ...], tuple[str, ...]]:
+        """Start a box, run the planned command within its limits, collect, stop, and audit the run once.
+
+        Returns what the run printed, how it ended, and its out files (kept, dropped).
+        """
+        box_plan = plan.box
+        event = attrs.evolve(
+            event,
+            kind="run",
+            isolation=plan.caps.isolation,
+            hosts=box_plan.hosts,
+            extra_reach=extra_reach(plan.caps, box_plan.hosts),
+            env_names=box_plan.env_names,
+        )
+        started = time.monotonic()
+        try:
+            spec = self.box_spec(run_id, box_plan, tenant=tenant)
+            # The policy the driver is asked to enforce, on record (a translation of the hosts: no secret).
+            event = attrs.evolve(event, network_policy=spec.network_policy)
+            box = await self.start(spec)
+            try:
+                executed = await self.execute(
+                    box, plan.command, box_plan.limits.output, box_plan.secret_values, on_output
+                )
+                collected = await self.collect(box, box_plan.limits.files, after_exec=True)
+            finally:
+                await asyncio.shield(self.stop(box))
+            ended = self.ended(executed, box_plan.price, executed.ending(files_cut=collected.truncated))
+            refs, dropped = self.keep_collected(tenant, collected, box_plan.secret_values)
+        except BaseException as exc:
+            self.audit_failed(event, exc, started)
+            raise
+        self.audit_ended(event, ended)
+        return executed, ended, refs, dropped
