@@ -174,14 +174,21 @@ def test_every_refused_session_command_and_cell_is_audited_once_and_runs_nothing
 
 
 def test_a_background_start_refused_is_audited_once_as_refused(lab: Callable[..., Lab]) -> None:
-    # Before: a refusal made by session.start itself (a closed session, 16 already running) wrote no audit event.
+    # Before: a refusal made by session.start itself (its listener, a closed session, 16 already running) wrote
+    # no audit event.
     made = lab()
     session = made.sandbox.create()
+    with pytest.raises(SandboxError) as caught:
+        session.start("python3", ["-c", "1"], on_output="print")
+    assert caught.value.code == INVALID_OPTION and "on_output" in caught.value.message
     session.close()
     with pytest.raises(SandboxError) as caught:
         session.start("python3", ["-c", "1"])
     assert caught.value.code == NO_SESSION
-    assert [(e.kind, e.error, e.session_id) for e in made.events] == [("refused", NO_SESSION, session.id)]
+    assert [(e.kind, e.error, e.session_id) for e in made.events] == [
+        ("refused", INVALID_OPTION, session.id),
+        ("refused", NO_SESSION, session.id),
+    ]
     assert made.spy.execs == 0
 
 

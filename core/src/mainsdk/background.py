@@ -40,10 +40,16 @@ class AsyncProcess:
         refuse: Callable[[], None] | None = None,
     ) -> None:
         self._session = session
-        self._listener = arguments.listener(on_output)
+        self._listener: Listener | None = None
         self._chunks: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
-        # A refusal (``refuse``'s own, or the command's plan) is audited and raised here; nothing runs.
-        prepared = session._prepare(program, args, timeout, self._take, refuse)
+
+        def checks() -> None:
+            self._listener = arguments.listener(on_output)
+            if refuse is not None:
+                refuse()
+
+        # A refusal (the listener, ``refuse``'s own, the command's plan) is audited and raised here; nothing runs.
+        prepared = session._prepare(program, args, timeout, self._take, checks)
         self.id = prepared.id
         self._started = time.monotonic()
         self._killed: CommandResult | None = None

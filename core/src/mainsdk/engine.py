@@ -329,6 +329,7 @@ class AsyncSandbox:
                 code=code,
                 language=language,
                 feature=feature,
+                on_output=on_output,
                 files=files,
                 network=network,
                 env=env,
@@ -338,9 +339,8 @@ class AsyncSandbox:
                 command_for=code_command,
             )
 
-        on_output = self._lifecycle.plan(event, lambda: arguments.listener(on_output))
         plan = self._lifecycle.plan(event, plan_run)
-        executed, ended, refs, dropped = await self._lifecycle.run_once(run_id, tenant, plan, event, on_output)
+        executed, ended, refs, dropped = await self._lifecycle.run_once(run_id, tenant, plan, event)
         return RunResult(
             id=run_id,
             stdout=executed.stdout,

@@ -129,12 +129,16 @@ class Ended:
 
 @attrs.frozen
 class RunPlan:
-    """A one-shot run that passed every check: the box it gets and the command it runs. Nothing has started."""
+    """A one-shot run that passed every check: the box it gets, the command it runs and who hears its output.
+
+    Nothing has started when it exists.
+    """
 
     box: preflight.RunPlan
     command: Command
     language: str
     caps: Capabilities
+    on_output: Listener | None = None
 
 
 @attrs.frozen
@@ -231,6 +235,7 @@ class Lifecycle:
         code: object,
         language: object,
         feature: object,
+        on_output: object,
         files: Mapping[str, str | bytes] | None,
         network: Sequence[str],
         env: Mapping[str, str | SecretRef] | None,
@@ -241,6 +246,7 @@ class Lifecycle:
     ) -> RunPlan:
         """Every check of a one-shot run, in the order a user would fix them; ``command_for`` builds its command."""
         arguments.optional_text(feature, "feature")
+        listener = arguments.listener(on_output)
         language = arguments.language(language)
         code = preflight.check_code(code)
         caps = self.capabilities()
@@ -251,7 +257,7 @@ class Lifecycle:
         box = self.plan_box(caps, files, network, env, limits, max_cost, packages)
         command = command_for(language, code, box.limits.timeout, box.env)
         self.check_command(command)
-        return RunPlan(box, command, language, caps)
+        return RunPlan(box, command, language, caps, listener)
 
     def plan_session(
         self,
@@ -569,7 +575,7 @@ class Lifecycle:
     # -- the whole lifecycle of a one-shot run --------------------------------------------------------------
 
     async def run_once(
-        self, run_id: str, tenant: str, plan: RunPlan, event: AuditEvent, on_output: Listener | None
+        self, run_id: str, tenant: str, plan: RunPlan, event: AuditEvent
     ) -> tuple[Executed, Ended, tuple[FileRef, ...], tuple[str, ...]]:
         """Start a box, run the planned command within its limits, collect, stop, and audit the run once.
 
@@ -592,7 +598,7 @@ class Lifecycle:
             box = await self.start(spec)
             try:
                 executed = await self.execute(
-                    box, plan.command, box_plan.limits.output, box_plan.secret_values, on_output
+                    box, plan.command, box_plan.limits.output, box_plan.secret_values, plan.on_output
                 )
                 collected = await self.collect(box, box_plan.limits.files, after_exec=True)
             finally:
