@@ -7,6 +7,7 @@ driver declares it (``mainsdk.driver_configs`` in its pyproject) and core checks
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -40,16 +41,16 @@ WEAK = "weak isolation: a plain subprocess of the app's user"
 CONFTEST = f'''
 import pytest
 from mainsdk_conformance import ConformanceTarget
-from mainsdk_third_party import driver_from_config
 
 pytest_plugins = ["mainsdk_conformance.plugin"]
 
 
 @pytest.fixture
 def conformance_target():
+    # driver=None: loaded through its entry point as an app loads it, its section checked by core first.
     return ConformanceTarget(
         driver_id="third-party",
-        driver=driver_from_config,
+        config={{"sandbox": {{"third-party": {{"python": "PYTHON"}}}}}},
         expected_failures={{
             "TestIsolation::test_the_apps_files_are_not_readable": "{WEAK}, on the host's file system",
             "TestNetwork::test_the_apps_host_is_unreachable": "{WEAK}, on the host's network",
@@ -64,7 +65,13 @@ def test_a_minimal_third_party_driver_passes_the_suite(
 ) -> None:
     # As if pip-installed: its code, and its metadata with the entry points its pyproject declares.
     monkeypatch.setenv("PYTHONPATH", f"{SRC}:{installed(pytester.path / 'site')}")
-    pytester.makeconftest(CONFTEST)
+    # Its sandbox.third-party section names the python it runs: a wrapper that notes each run, so the suite is
+    # seen to pass with the section in use, not with its defaults.
+    runs = pytester.path / "runs.txt"
+    python = pytester.path / "python-via-section"
+    python.write_text(f'#!/bin/sh\necho ran >> {runs}\nunset PWD\nexec {os.path.realpath(sys.executable)} "$@"\n')
+    python.chmod(0o755)
+    pytester.makeconftest(CONFTEST.replace("PYTHON", str(python)))
     pytester.makepyfile(test_conformance="from mainsdk_conformance.suite import *  # noqa: F403\n")
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-rfEs", "--conformance-timeout", "60", timeout=600
@@ -76,6 +83,9 @@ def test_a_minimal_third_party_driver_passes_the_suite(
     # What it skips, it skips because it did not declare it.
     skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]
     assert all("driver third-party" in line for line in skips), skips
+    # The python runs went through the section's python: 58 when this was written (the others run bash, or are
+    # refused before anything starts).
+    assert len(runs.read_text().splitlines()) >= 50
 
 
 DRIVER = SRC / "mainsdk_third_party" / "__init__.py"
