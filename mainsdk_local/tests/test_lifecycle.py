@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 from mainsdk.audit import AuditEvent
+from mainsdk.config import load_config_text
 from mainsdk.errors import (
     COST,
+    DRIVER_UNAVAILABLE,
     HOST_NOT_ALLOWED,
     INVALID_OPTION,
     LOCAL_IN_PRODUCTION,
@@ -23,6 +25,7 @@ from mainsdk.errors import (
 )
 from mainsdk.hookspecs import hookimpl
 from mainsdk.secrets import secret
+from mainsdk_local.driver import LocalDriver
 
 CONFIG = """
 sandbox:
@@ -43,11 +46,12 @@ permissions:
 
 
 class Spy:
-    """Counts the boxes the driver was asked to start and the commands it was asked to run; each call goes on."""
+    """Counts the boxes the driver was asked to start and stop and the commands it ran; each call goes on."""
 
     def __init__(self) -> None:
         self.starts = 0
         self.execs = 0
+        self.stops = 0
 
     @hookimpl(tryfirst=True)
     def mainsdk_driver_start(self, spec: Any) -> None:
@@ -56,6 +60,10 @@ class Spy:
     @hookimpl(tryfirst=True)
     def mainsdk_driver_exec(self, box: Any, command: Any, output: Any) -> None:
         self.execs += 1
+
+    @hookimpl(tryfirst=True)
+    def mainsdk_driver_stop(self, box: Any) -> None:
+        self.stops += 1
 
 
 class Lab:
@@ -249,3 +257,32 @@ def test_a_cost_bound_command_and_cell_stop_with_cost_and_a_run_is_refused_first
         cell = session.run_code("while True: pass")  # about $0.5 left: cut to half a second, then cost
         assert cell.stop == "cost"
     assert [(e.kind, e.stop) for e in made.events] == [("refused", None), ("command", "timeout"), ("cell", "cost")]
+
+
+class ExecFails(LocalDriver):
+    """The real local driver, but its exec hook fails as a backend outage would, after the box started."""
+
+    @hookimpl
+    async def mainsdk_driver_exec(self, box: Any, command: Any, output: Any) -> Any:
+        raise OSError("backend gone")
+
+
+def test_a_run_a_command_and_a_cell_that_fail_in_the_driver_each_write_exactly_one_audit_event(
+    lab: Callable[..., Lab],
+) -> None:
+    made = lab(driver=ExecFails(permissions=load_config_text(CONFIG).permissions))
+    with pytest.raises(SandboxError) as caught:
+        made.sandbox.run("print(1)")
+    assert caught.value.code == DRIVER_UNAVAILABLE and caught.value.ran is None
+    with made.sandbox.create() as session:
+        calls: list[Callable[[], Any]] = [lambda: session.run("python3", ["-c", "1"]), lambda: session.run_code("1")]
+        for call in calls:
+            with pytest.raises(SandboxError) as caught:
+                call()
+            assert caught.value.code == DRIVER_UNAVAILABLE
+    assert [(e.kind, e.error) for e in made.events] == [
+        ("run", DRIVER_UNAVAILABLE),
+        ("command", DRIVER_UNAVAILABLE),
+        ("cell", DRIVER_UNAVAILABLE),
+    ]
+    assert (made.spy.starts, made.spy.stops) == (2, 2)  # the run's box and the session's, each stopped
