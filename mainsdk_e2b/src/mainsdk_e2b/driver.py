@@ -28,6 +28,7 @@ import tarfile
 import time
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
@@ -59,6 +60,7 @@ from mainsdk.hookspecs import hookimpl
 from mainsdk.secrets import SecretResolver, environment_secrets
 
 from mainsdk_e2b.config import E2BConfig
+from mainsdk_e2b.packages import ENV_PYTHON, PROBE, WHEELS, BoxPython, Wheelhouse, failure_message, install_line
 
 if TYPE_CHECKING:
     from e2b.sandbox.sandbox_api import SandboxNetworkOpts
@@ -89,6 +91,11 @@ BACKSTOP_GRACE = 5
 # A command gets a refresh of the sandbox's lifetime only when less than its timeout and this is left.
 KEEP_ALIVE_SLACK = 10
 REQUEST_TIMEOUT = 30.0
+# The box's python is probed in seconds; installing pandas and matplotlib offline takes about 15 s.
+PROBE_TIMEOUT = 60.0
+INSTALL_TIMEOUT = 600.0
+# The programs a box with packages runs from its packages' environment (core's python runs and cells say python3).
+PYTHON_PROGRAMS = frozenset({"python3", "python"})
 # The archive a run's command leaves: named after its pid (the start event's), so the driver knows it.
 ARCHIVE = "/tmp/mainsdk-out-{pid}.tar"
 # Bytes read of an archive past limits.files: tar headers and padding (512 B a member, more for long names).
@@ -126,6 +133,7 @@ class E2BBox:
     archive_pid: int | None = None  # the pid (start event) of the command whose archive ``collect`` reads
     stdin_files: int = 0
     stopped: bool = False
+    python: str | None = None  # the interpreter of the box's packages (``packages.ENV_PYTHON``), when it has some
     # A session's requests go one at a time, in an order set by core's calls, never by network timing: core
     # starts the cell kernel's exec as a task and writes the first cell at once, so without this the kernel's
     # input upload and the cell's write race (and a replay, strict about one sandbox's order, sees them
@@ -163,8 +171,12 @@ class E2BDriver:
         memory_mib: int = DEFAULT_MEMORY_MIB,
         missing_key: str = "no E2B API key was given",
         request_timeout: float = REQUEST_TIMEOUT,
+        wheelhouse: Wheelhouse | None = None,
     ) -> None:
         self._api_key = api_key or None
+        self._wheelhouse = wheelhouse or Wheelhouse()
+        # Each template's python, probed once (one Start in the first box that needs packages).
+        self._box_pythons: dict[str | None, BoxPython] = {}
         self._missing_key = missing_key
         self._api_url = api_url
         self._sandbox_url = sandbox_url
@@ -196,6 +208,8 @@ class E2BDriver:
             # concurrent commands, each in a session of its own that the killer ends (see ``killer_line``).
             cells=True,
             background=True,
+            # Wheels fetched on the app side, uploaded with the work files, installed offline: see packages.py.
+            packages=True,
         )
 
     @hookimpl
@@ -205,7 +219,17 @@ class E2BDriver:
 
     @hookimpl
     async def mainsdk_driver_start(self, spec: BoxSpec) -> E2BBox:
-        """Create the sandbox with the egress policy and upload the work files in one request."""
+        """Create the sandbox with the egress policy and upload the work files (and wheels) in one request.
+
+        With packages, the wheels for the template's python are fetched on the app side first (an
+        unresolvable set then creates nothing, once the template's python is known), uploaded with the work
+        files, and installed offline into an environment the box's python commands then run from.
+        """
+        packages = tuple(spec.packages)
+        box_python = self._box_pythons.get(self._template) if packages else None
+        wheels: list[Path] = []
+        if box_python is not None:
+            wheels = await asyncio.to_thread(self._wheelhouse.ensure, box_python, packages)
         lifetime = math.ceil((spec.idle or 0) + spec.limits.timeout) + SANDBOX_MARGIN
         # Exactly the policy core handed over (and audited); none at all: nothing out.
         policy = spec.network_policy if spec.network_policy is not None else e2b_network_policy(())
@@ -233,16 +257,23 @@ class E2BDriver:
         box = E2BBox(spec.id, sandbox, sandbox.sandbox_id, time.monotonic() + lifetime, lifetime)
         if spec.idle is None:
             box.archive_limit = spec.limits.files
-        if spec.files:
+        try:
+            if packages and box_python is None:
+                box_python = await self._probe(box)
+                wheels = await asyncio.to_thread(self._wheelhouse.ensure, box_python, packages)
             entries = [{"path": f"{WORK}/{name}", "data": bytes(data)} for name, data in sorted(spec.files.items())]
-            try:
-                # multipart: every file in one request, whatever envd version answers
-                await sandbox.files.write_files(entries, use_octet_stream=False)  # type: ignore[arg-type]
-            except BaseException as exc:
-                await self._kill(box)
-                if isinstance(exc, Exception):
+            entries += [{"path": f"{WHEELS}/{wheel.name}", "data": wheel.read_bytes()} for wheel in wheels]
+            if entries:
+                try:
+                    # multipart: every file and wheel in one request, whatever envd version answers
+                    await sandbox.files.write_files(entries, use_octet_stream=False)  # type: ignore[arg-type]
+                except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
                     raise self._unavailable("upload the work files", exc) from None
-                raise
+            if packages:
+                await self._install(box, packages, [wheel.name for wheel in wheels])
+        except BaseException:
+            await self._kill(box)
+            raise
         return box
 
     @hookimpl
@@ -265,6 +296,8 @@ class E2BDriver:
         except BaseException:
             turn.release()
             raise
+        if box.python is not None and command.program in PYTHON_PROGRAMS:
+            command = attrs.evolve(command, program=box.python)  # the box's packages are in that environment
         line = shell_line(command, stdin_path, archive_limit=box.archive_limit)
         box.archive_pid = None
         started = time.monotonic()
@@ -429,6 +462,48 @@ class E2BDriver:
                 await AsyncSandbox.kill(orphan.sandbox_id, **self._opts())
             except Exception as exc:  # noqa: BLE001 - one failure must not spare the others; E2B's timeout remains
                 log.warning("e2b: killing sandbox %s failed (%s)", orphan.sandbox_id, type(exc).__name__)
+
+    async def _probe(self, box: E2BBox) -> BoxPython:
+        """The template's python as pip picks wheels for it: one command in the box, once per template."""
+        try:
+            done = await box.sandbox.commands.run(
+                f"python3 -E -s -c {shlex.quote(PROBE)}",
+                envs={"PATH": BASE_PATH},
+                timeout=PROBE_TIMEOUT,
+                request_timeout=self._request_timeout,
+            )
+            found = BoxPython.from_probe(done.stdout)
+        except CommandExitException as exc:
+            raise SandboxError(
+                INVALID_OPTION,
+                f"packages: the E2B template's python3 did not answer ({' '.join(exc.stderr.split())[:300]}); "
+                "packages need python3 in the template",
+                ran=False,
+            ) from None
+        except ValueError as exc:
+            raise SandboxError(INVALID_OPTION, f"packages: {exc}", ran=False) from None
+        except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
+            raise self._unavailable("ask the template's python3 for its version", exc) from None
+        self._box_pythons[self._template] = found
+        return found
+
+    async def _install(self, box: E2BBox, packages: Sequence[str], wheels: Sequence[str]) -> None:
+        """Install the uploaded wheels offline into the box's packages environment (one command)."""
+        try:
+            await box.sandbox.commands.run(
+                install_line(wheels),
+                envs={"PATH": BASE_PATH},
+                timeout=INSTALL_TIMEOUT,
+                request_timeout=self._request_timeout,
+            )
+        except CommandExitException as exc:
+            where = "in the E2B box (offline, from the wheels fetched for it)"
+            raise SandboxError(
+                INVALID_OPTION, failure_message(packages, exc.stdout + exc.stderr, where), ran=False
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
+            raise self._unavailable("install the packages", exc) from None
+        box.python = ENV_PYTHON
 
     @staticmethod
     async def _in_turn(box: E2BBox) -> _Turn:
@@ -728,11 +803,13 @@ def e2b_sandbox_driver(
     price: Decimal | None = None,
     vcpus: int = DEFAULT_VCPUS,
     memory_mib: int = DEFAULT_MEMORY_MIB,
+    wheelhouse: Wheelhouse | None = None,
 ) -> E2BDriver:
     """An ``e2b`` driver with an explicit key and endpoints (tests, or an app that resolves the key itself).
 
     ``api_url`` / ``sandbox_url`` point the SDK elsewhere (a replay server on
-    loopback); ``price`` overrides the estimate from ``vcpus`` and ``memory_mib``.
+    loopback); ``price`` overrides the estimate from ``vcpus`` and ``memory_mib``;
+    ``wheelhouse`` keeps the packages' wheels elsewhere than ``$XDG_CACHE_HOME/mainsdk/wheelhouses``.
     """
     return E2BDriver(
         api_key=api_key,
@@ -742,6 +819,7 @@ def e2b_sandbox_driver(
         price=price,
         vcpus=vcpus,
         memory_mib=memory_mib,
+        wheelhouse=wheelhouse,
     )
 
 

@@ -1,0 +1,58 @@
+"""Author the packages cassettes: record ``test_packages.py``'s own scenarios against ``fake_e2b.py``.
+
+    python mainsdk_e2b/tests/authoring/packages.py
+
+The recorder sits between the real e2b SDK and the stand-in, as for the suite (``author.py``). The stand-in
+runs each command for real on this host: the probe of its ``python3``, pip's offline install of the wheels the
+driver fetched with the app's pip, and the code (pandas and matplotlib drawing the chart): every output and
+PNG in these cassettes is what ran here. Each uploaded wheel is kept as its sha256 (cassette.DIGEST_OVER).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from mainsdk_conformance.cassette import authored_meta  # noqa: E402
+
+KEY = "e2b_" + "ab" * 20  # what the stand-in is given; scrubbed from every cassette
+HOW = (
+    "the real e2b SDK's requests, recorded against fake_e2b.py, which ran each command for real on the "
+    "authoring host (python3 {version}): the probe, pip's offline install of the wheels the app's pip fetched, "
+    "and the code; every output and PNG is what ran there; each uploaded wheel is kept as its sha256"
+)
+
+
+def main() -> None:
+    """Record each scenario into ``cassettes/packages/``."""
+    import platform
+
+    import fake_e2b
+    import test_packages as scenarios
+
+    api, sandbox = fake_e2b.serve()
+    wheels = Path(tempfile.gettempdir()) / "mainsdk-e2b-authoring-wheels"
+    for scenario in (
+        scenarios.runs_and_a_session,
+        scenarios.the_tutorial_chart,
+        scenarios.a_set_that_cannot_be_resolved,
+    ):
+        name = scenario.__name__
+        with scenarios.provider(name, {"api": api, "sandbox": sandbox}, KEY) as server:
+            print(name, {k: v for k, v in scenario(server, wheels, KEY).items() if "png" not in k and "files" not in k})
+        path = scenarios.CASSETTES / f"{name}.json"
+        data = json.loads(path.read_text())
+        how = HOW.format(version=platform.python_version())
+        data["meta"] = authored_meta(data["meta"], test=name, how=how)
+        path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    assert not fake_e2b.STATE.boxes, f"the stand-in still runs {sorted(fake_e2b.STATE.boxes)}"
+
+
+if __name__ == "__main__":
+    main()

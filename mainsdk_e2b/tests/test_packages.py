@@ -1,0 +1,213 @@
+"""Packages on E2B: wheels fetched on the app side for the box's python, uploaded once, installed offline.
+
+Each scenario below runs the real driver through the real e2b SDK. The tests replay it from cassettes in
+``cassettes/packages/``; ``authoring/packages.py`` records the very same scenarios against ``fake_e2b.py``,
+where the probe, pip's offline install and the code really ran. The wheels themselves come from the app's
+package index at test time (pip download, cached in pytest's cache folder), as they would on a live account:
+a cassette keeps each uploaded wheel as its sha256, so a wheel that is not byte for byte the one recorded
+fails the replay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from mainsdk import Sandbox, SandboxDeps, SandboxError
+from mainsdk.config import load_config_text
+from mainsdk.errors import INVALID_OPTION
+from mainsdk_conformance.profiles import E2B
+from mainsdk_conformance.replay import ReplayServer
+from mainsdk_e2b.packages import BoxPython, Wheelhouse, manylinux_platforms
+
+from mainsdk_e2b import e2b_sandbox_driver
+
+HERE = Path(__file__).parent
+CASSETTES = HERE / "cassettes" / "packages"
+KEY = "e2b_" + "5eed" * 10  # what replay sends (conformance/conftest.py)
+INICONFIG = "iniconfig==2.0.0"  # a small pure-Python wheel, in no base image
+# The tutorial's chart needs pandas and matplotlib; every dependency is pinned too, so the set pip resolves (and
+# the wheels a cassette holds the digests of) stays the same when a dependency makes a new release.
+CHART_PINS = (
+    "pandas==2.2.3", "matplotlib==3.9.2", "numpy==2.2.6", "python-dateutil==4.0.0", "pytz==2026.6",
+    "tzdata==2026.6", "contourpy==1.3.2", "cycler==0.12.1", "fonttools==4.68.0", "kiwisolver==1.5.1",
+    "packaging==26.4", "pillow==12.2.0", "pyparsing==3.3.3",
+)  # fmt: skip
+CHART = """
+import pandas as pd
+import matplotlib.pyplot as plt
+
+df = pd.read_csv("data.csv")
+df.plot.bar(x="item", y="count")
+plt.savefig("../out/chart.png")
+print(len(df))
+"""
+CSV = "item,count\na,1\nb,2\nc,3\n"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+class SeededTokens:
+    """Core's cell token and folder from a counter, so a recorded kernel's frames match (conformance/conftest.py)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._count = itertools.count()
+
+    def token_hex(self, nbytes: int = 32) -> str:
+        """``nbytes`` bytes of hex from the scenario's name and a counter."""
+        return hashlib.sha256(f"{self._name}:{next(self._count)}".encode()).hexdigest()[: 2 * nbytes]
+
+
+@contextlib.contextmanager
+def provider(name: str, upstreams: dict[str, str] | None = None, key: str = KEY) -> Iterator[ReplayServer]:
+    """Replay ``cassettes/packages/<name>.json``; with ``upstreams``, record it from them instead (authoring)."""
+    path = CASSETTES / f"{name}.json"
+    if upstreams is None:
+        server = ReplayServer.replayer(E2B, path)
+    else:
+        server = ReplayServer.recorder(E2B, path, upstreams=upstreams, secrets=[key])
+    server.start()
+    try:
+        with mock.patch("mainsdk.cells.token", SeededTokens(name)):
+            yield server
+    finally:
+        server.stop()
+    if upstreams is not None:
+        server.save()
+
+
+def sandbox_on(server: ReplayServer, pins: Sequence[str], wheels: Path, key: str = KEY) -> Sandbox:
+    """A ``Sandbox`` whose e2b driver talks to ``server`` and keeps its wheels in ``wheels``."""
+    listed = ", ".join(pins)
+    config = load_config_text(f"sandbox: {{driver: e2b, limits: {{timeout: 60s}}, packages: {{python: [{listed}]}}}}\n")
+    driver = e2b_sandbox_driver(
+        api_key=key, api_url=server.url("api"), sandbox_url=server.url("sandbox"), wheelhouse=Wheelhouse(str(wheels))
+    )
+    return Sandbox(SandboxDeps(config=config, driver=driver))
+
+
+def requests_of(server: ReplayServer, action: Any) -> tuple[Any, int]:
+    """What ``action()`` returned, and how many requests it sent."""
+    before = len(server.received)
+    result = action()
+    return result, len(server.received) - before
+
+
+def runs_and_a_session(server: ReplayServer, wheels: Path, key: str = KEY) -> dict[str, Any]:
+    """A fresh driver: two runs with iniconfig, one without, then a session's command and two cells, each counted."""
+    sandbox = sandbox_on(server, [INICONFIG], wheels, key)
+    seen: dict[str, Any] = {}
+    try:
+        code = "import iniconfig\nprint(iniconfig.IniConfig.__name__)"
+        seen["first"] = requests_of(server, lambda: sandbox.run(code))
+        seen["second"] = requests_of(server, lambda: sandbox.run(code))
+        seen["without"] = requests_of(server, lambda: sandbox.run("import iniconfig", packages=[]))
+        session, seen["session_open"] = requests_of(server, sandbox.create)
+        with session:
+            args = ["-c", "import iniconfig; print(iniconfig.IniConfig.__name__)"]
+            seen["session_command"] = requests_of(server, lambda: session.run("python3", args))
+            seen["first_cell"] = requests_of(server, lambda: session.run_code("import iniconfig"))
+            seen["second_cell"] = requests_of(server, lambda: session.run_code("iniconfig.IniConfig.__name__"))
+    finally:
+        sandbox.close()
+    return seen
+
+
+def the_tutorial_chart(server: ReplayServer, wheels: Path, key: str = KEY) -> dict[str, Any]:
+    """The tutorial's chart with pandas and matplotlib, as a one-shot run and as cells; the PNGs' bytes."""
+    sandbox = sandbox_on(server, CHART_PINS, wheels, key)
+    seen: dict[str, Any] = {}
+    try:
+        result, seen["run_requests"] = requests_of(server, lambda: sandbox.run(CHART, files={"data.csv": CSV}))
+        seen["run"] = (result.exit_code, result.stdout, result.stderr)
+        seen["run_files"] = {ref.name: sandbox.files.read(ref) for ref in result.files}
+        with sandbox.create() as session:
+            session.write("data.csv", CSV)
+            loaded = session.run_code("import pandas as pd\ndf = pd.read_csv('data.csv')\nlen(df)")
+            drawn = session.run_code("df.plot.bar(x='item', y='count');")
+        seen["cells"] = (loaded.text, loaded.error, drawn.error)
+        seen["cell_pngs"] = [
+            r.bytes() if r.file is None else sandbox.files.read(r.file) for r in drawn.results if r.mime == "image/png"
+        ]
+    finally:
+        sandbox.close()
+    return seen
+
+
+def a_set_that_cannot_be_resolved(server: ReplayServer, wheels: Path, key: str = KEY) -> dict[str, Any]:
+    """A fresh driver asked for a package no index has: the error, and the requests it cost."""
+    sandbox = sandbox_on(server, [INICONFIG, "doesnotexist-xyz==1.0"], wheels, key)
+    try:
+        with pytest.raises(SandboxError) as caught:
+            sandbox.run("print('ran')")
+    finally:
+        sandbox.close()
+    return {"error": caught.value, "requests": len(server.received)}
+
+
+@pytest.fixture
+def wheels(request: pytest.FixtureRequest) -> Path:
+    # Downloaded once per checkout (55 MB for the chart), as an app keeps ~/.cache/mainsdk/wheelhouses.
+    return Path(request.config.cache.mkdir("mainsdk-e2b-wheelhouses"))
+
+
+def test_a_run_gets_its_packages_and_what_it_costs_in_requests(wheels: Path) -> None:
+    with provider("runs_and_a_session") as server:
+        seen = runs_and_a_session(server, wheels)
+    assert server.problems(final=True) == []
+    first, second, without = (seen[k][0] for k in ("first", "second", "without"))
+    assert [(r.exit_code, r.stdout) for r in (first, second)] == [(0, "IniConfig\n")] * 2
+    assert without.exit_code == 1 and "No module named 'iniconfig'" in without.stderr  # a subset: none, so none
+    # create, probe (once per template), upload, install, start, out/'s archive, kill; then the probe is known.
+    assert (seen["first"][1], seen["second"][1], seen["without"][1]) == (7, 6, 4)
+    # A session installs once (create, upload, install); its commands and cells then cost what they cost without.
+    assert seen["session_open"] == 3
+    assert seen["session_command"][0].stdout == "IniConfig\n" and seen["session_command"][1] == 1
+    assert seen["first_cell"][0].ok and seen["first_cell"][1] == 3  # the kernel's input, its start, the cell
+    assert seen["second_cell"][0].text == "'IniConfig'" and seen["second_cell"][1] == 1
+    uploads = [r for r in server.received if r.method == "POST" and r.path == "/files"]
+    assert uploads  # the wheels went up with the work files: counted above as one request per box
+
+
+def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(wheels: Path) -> None:
+    with provider("the_tutorial_chart") as server:
+        seen = the_tutorial_chart(server, wheels)
+    assert server.problems(final=True) == []
+    assert seen["run"][:2] == (0, "3\n"), seen["run"][2]
+    assert seen["run_files"]["chart.png"].startswith(PNG)
+    assert seen["run_requests"] == 7  # create, probe, upload (data.csv and 13 wheels), install, start, out/, kill
+    assert seen["cells"] == ("3", None, None)
+    assert len(seen["cell_pngs"]) == 1 and seen["cell_pngs"][0].startswith(PNG)
+
+
+def test_a_set_that_cannot_be_resolved_is_one_0001_naming_the_package_before_any_code_runs(wheels: Path) -> None:
+    with provider("a_set_that_cannot_be_resolved") as server:
+        seen = a_set_that_cannot_be_resolved(server, wheels)
+    assert server.problems(final=True) == []
+    error = seen["error"]
+    assert error.code == INVALID_OPTION and error.ran is False
+    assert "doesnotexist-xyz==1.0" in error.message and INICONFIG not in error.message
+    assert "pip said: ERROR" in error.message
+    assert seen["requests"] == 3  # create, the probe, the kill: the code never started
+
+
+def test_the_box_python_is_read_from_the_probe_and_odd_boxes_are_refused() -> None:
+    probe = '{"implementation": "cpython", "version": [3, 11], "free_threaded": false, "libc": "glibc 2.36",'
+    found = BoxPython.from_probe(probe + ' "machine": "x86_64"}\n')
+    assert (found.version, found.abi) == ("3.11", "cp311")
+    assert found.platforms[:2] == ("manylinux_2_36_x86_64", "manylinux_2_35_x86_64")
+    assert {"manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"} <= set(found.platforms)
+    assert "manylinux1_aarch64" not in manylinux_platforms(17, "aarch64")
+    for odd in (
+        '{"implementation": "pypy", "version": [3, 10], "libc": "glibc 2.36", "machine": "x86_64"}',
+        '{"implementation": "cpython", "version": [3, 12], "libc": null, "machine": "x86_64"}',  # musl: no glibc
+        "python3: command not found",
+    ):
+        with pytest.raises(ValueError):
+            BoxPython.from_probe(odd)
