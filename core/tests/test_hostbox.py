@@ -258,6 +258,17 @@ def test_a_write_through_a_link_the_code_made_is_refused_and_writes_nothing_outs
     assert list(outside.iterdir()) == []
 
 
+def test_a_write_into_an_out_folder_the_code_replaced_by_a_link_is_refused(box: HostBox, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    box.out.rmdir()
+    os.symlink(outside, box.out)  # the code can reach ../out from its working folder
+    with pytest.raises(SandboxError) as caught:
+        box.write("../out/planted", b"planted")
+    assert caught.value.code == INVALID_OPTION and "symlink" in caught.value.message
+    assert list(outside.iterdir()) == []
+
+
 def test_collect_keeps_regular_files_and_names_what_it_left(box: HostBox, tmp_path: Path) -> None:
     (box.out / "s/t").mkdir(parents=True)
     (box.out / "s/t/b.bin").write_bytes(bytes(range(256)))

@@ -223,7 +223,7 @@ class HostBox:
         """Write ``data`` to ``path``, relative to the work folder (folders made as needed)."""
         folder, name = self._where(path)
         try:
-            write_under(folder, name, data)
+            write_under(folder, name, data, make=False)
         except UnsafeName as exc:
             raise SandboxError(INVALID_OPTION, f"cannot write {path!r} in the box: {exc}", ran=False) from None
 

@@ -31,16 +31,25 @@ def check_name(name: str) -> list[str]:
     return parts
 
 
-def write_under(directory: str | os.PathLike[str], name: str, data: bytes) -> Path:
+def write_under(directory: str | os.PathLike[str], name: str, data: bytes, *, make: bool = True) -> Path:
     """Write ``data`` to ``directory/name`` (its folders made as needed) and return that path.
 
     ``UnsafeName`` when the name is not a plain relative path, or when a part of
     it on disk is a symlink or not a folder; nothing is then written.
+    ``make=False``: ``directory`` must already exist and is itself opened without
+    following a link (a box's folder, which code in the box could have replaced).
     """
     parts = check_name(name)
     root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    if make:
+        root.mkdir(parents=True, exist_ok=True)
+    else:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(root, flags)
+    except OSError as exc:
+        raise UnsafeName(f"the folder is a symlink or not a folder ({exc.strerror})") from None
     try:
         for part in parts[:-1]:
             with contextlib.suppress(FileExistsError):
