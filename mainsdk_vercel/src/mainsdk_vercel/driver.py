@@ -39,12 +39,13 @@ from mainsdk.driver import (
     OutFile,
     OutputSink,
 )
-from mainsdk.errors import INVALID_OPTION, NO_SESSION, BoxGone, SandboxError, before_command
+from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, BoxGone, SandboxError, before_command
 from mainsdk.hookspecs import hookimpl
 from mainsdk.secrets import environment_secrets
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
 from mainsdk_vercel.config import VercelConfig
+from mainsdk_vercel.packages import INSTALL, PROBE, BoxPython, Wheelhouse, failure_message
 
 log = logging.getLogger("mainsdk.vercel")
 DRIVER_ID = "vercel-sandbox"
@@ -68,6 +69,8 @@ TAG_TENANT = "mainsdk-tenant"
 ARCHIVE_SLACK = 8 * 1024 * 1024
 # Entries of an out archive looked at, at most (each costs a tar header to read; the rest is truncated).
 MAX_OUT_ENTRIES = 10_000
+INSTALL_TIMEOUT = 300.0  # seconds for pip to install a set offline in the box (pandas + matplotlib: well under)
+CAPTURE_LIMIT = 64 * 1024  # bytes kept of each stream of the driver's own commands (probe, install)
 
 # Every command runs under this fixed script (no caller text is ever spliced into it; everything comes as
 # arguments): the code in its own session and process group (``setsid``), so that its whole tree can be
@@ -140,6 +143,32 @@ class VercelBox:
     sending: asyncio.Lock = attrs.field(factory=asyncio.Lock)
 
 
+class _Capture:
+    """A command's output, kept (up to ``CAPTURE_LIMIT`` bytes a stream) for the driver's own commands."""
+
+    def __init__(self) -> None:
+        self._kept = {"stdout": bytearray(), "stderr": bytearray()}
+
+    def _take(self, stream: str, data: bytes) -> None:
+        kept = self._kept[stream]
+        kept += data[: max(CAPTURE_LIMIT - len(kept), 0)]
+
+    def stdout(self, data: bytes) -> None:
+        """Take stdout."""
+        self._take("stdout", data)
+
+    def stderr(self, data: bytes) -> None:
+        """Take stderr."""
+        self._take("stderr", data)
+
+    def host_refused(self, host: str) -> None:
+        """Not reported for the driver's own commands."""
+
+    def text(self, stream: str) -> str:
+        """What ``stream`` said, as text."""
+        return bytes(self._kept[stream]).decode("utf-8", "replace")
+
+
 @attrs.define
 class _Run:
     """What a command's stream told so far: its id, and its exit code once it ended."""
@@ -163,12 +192,15 @@ class VercelDriver:
         base_url: str = DEFAULT_BASE_URL,
         client: httpx.AsyncClient | None = None,
         vcpus: int = VCPUS,
+        wheelhouse: Wheelhouse | None = None,
     ) -> None:
         self._api = VercelApi(token=token, team=team, base_url=base_url, client=client)
         self._project = project
         self._image = runtime  # sandbox.vercel.runtime names an image (v3 has no runtimes); None: Vercel's default
         self._vcpus = vcpus
         self._price = price if price is not None else default_price(vcpus)
+        self._wheelhouse = wheelhouse or Wheelhouse()
+        self._python: BoxPython | None = None  # the image's python3, probed by the first box that needs packages
 
     def __repr__(self) -> str:
         return f"VercelDriver(project={self._project!r})"  # never the token
@@ -190,6 +222,9 @@ class VercelDriver:
             # ``api-client.ts`` ``runCommand``), and other requests (the cell files' ``fs/write``) go alongside.
             cells=True,
             background=True,
+            # Wheels downloaded on the app's side and installed offline in the box (packages.py): the run's
+            # network is never widened for them.
+            packages=True,
             production=True,
             price_per_second=self._price,
             # Vercel's egress firewall matches a domain by the TLS SNI; other traffic falls back to IP rules
@@ -358,8 +393,17 @@ class VercelDriver:
         return command_timeout + (box.spec.idle or 0.0) + MARGIN
 
     async def _create(self, box: VercelBox) -> None:
-        """Create the box's sandbox (not persistent: its stop leaves no snapshot behind), and write its files."""
-        needed = self._lifetime(box, box.spec.limits.timeout)
+        """Create the box's sandbox (not persistent: its stop leaves no snapshot behind), write its files and
+        wheels (one request), and install its packages.
+
+        A set of packages is downloaded before the sandbox is created when the image's Python is known; the
+        first box that needs packages asks the image (one command) after its create.
+        """
+        pins = tuple(box.spec.packages)
+        wheels = None
+        if pins and self._python is not None:
+            wheels = await asyncio.to_thread(self._wheelhouse.ensure, self._python, pins)
+        needed = self._lifetime(box, box.spec.limits.timeout) + (INSTALL_TIMEOUT if pins else 0.0)
         lease = needed * (2 if box.session else 1)
         policy = box.spec.network_policy
         body: dict[str, Any] = {
@@ -384,12 +428,59 @@ class VercelDriver:
         except (KeyError, TypeError):
             raise self._api.error("create", None, cause="the answer names no session id") from None
         box.expires = time.monotonic() + lease
-        if box.spec.files:
-            try:
-                await self._write(box, {f"work/{name}": data for name, data in box.spec.files.items()})
-            except SandboxError:
-                await self._stop_quietly(box)
-                raise
+        try:
+            if pins and wheels is None:
+                self._python = await self._probe(box)
+                wheels = await asyncio.to_thread(self._wheelhouse.ensure, self._python, pins)
+            upload = {f"work/{name}": data for name, data in box.spec.files.items()}
+            folder = f".mainsdk/wheels-{wheels.key[:16]}" if wheels is not None else ""
+            if wheels is not None:
+                wheel_bytes = await asyncio.to_thread(wheels.read)
+                upload.update({f"{folder}/{name}": data for name, data in wheel_bytes.items()})
+            if upload:
+                # Wheels are zip files already: gzip's fastest level costs little and saves nothing less.
+                await self._write(box, upload, level=1 if wheels is not None else 9)
+            if wheels is not None:
+                await self._install(box, f"{ROOT}/{folder}", wheels.pins)
+        except BaseException:
+            await asyncio.shield(self._stop_quietly(box))
+            raise
+
+    async def _probe(self, box: VercelBox) -> BoxPython:
+        """The box's ``python3`` as pip sees a platform (one command, once per driver)."""
+        captured = _Capture()
+        run = _Run()
+        await self._run(box, "python3", ["-I", "-c", PROBE], {}, run, captured)
+        try:
+            if run.exit_code != 0:
+                raise ValueError(captured.text("stderr"))
+            return BoxPython.parse(captured.text("stdout"))
+        except ValueError:
+            raise SandboxError(
+                INVALID_OPTION,
+                "packages: the Vercel sandbox's image has no usable python3 to install sandbox.packages.python "
+                f"into (it said {captured.text('stderr')[-300:]!r}); choose an image with Python "
+                "(sandbox.vercel.runtime: python3.13)",
+                ran=False,
+            ) from None
+
+    async def _install(self, box: VercelBox, folder: str, pins: Sequence[str]) -> None:
+        """Install the uploaded wheels offline (``INSTALL``); a failure is 0001 quoting pip, before any code ran."""
+        captured = _Capture()
+        run = _Run()
+        try:
+            async with asyncio.timeout(INSTALL_TIMEOUT):
+                await self._run(box, "bash", ["-c", INSTALL, folder, *pins], {}, run, captured)
+        except TimeoutError:
+            raise SandboxError(
+                DRIVER_UNAVAILABLE,
+                f"packages: installing {', '.join(pins)} in the Vercel sandbox took more than "
+                f"{INSTALL_TIMEOUT:.0f}s; retry",
+                ran=False,
+            ) from None
+        if run.exit_code != 0:
+            said = captured.text("stderr") + captured.text("stdout")
+            raise SandboxError(INVALID_OPTION, failure_message(pins, said), ran=False)
 
     async def _ensure(self, box: VercelBox) -> None:
         """Refuse a stopped box; extend a session's timeout when less than one command's lease is left.
@@ -413,13 +504,13 @@ class VercelDriver:
                 )
                 box.expires += needed
 
-    async def _write(self, box: VercelBox, files: Mapping[str, bytes]) -> None:
+    async def _write(self, box: VercelBox, files: Mapping[str, bytes], level: int = 9) -> None:
         """Write files (paths relative to ``ROOT``) as one gzipped tar, extracted by Vercel at ``ROOT``."""
         await self._api.request(
             "POST",
             f"{SESSIONS}/{box.session_id}/fs/write",
             "fs/write",
-            content=_targz(files, ()),
+            content=_targz(files, (), level),
             headers={"content-type": "application/gzip", "x-cwd": ROOT},
             idempotent=True,  # the same bytes to the same paths
         )
@@ -708,7 +799,7 @@ def _out_name(raw: str) -> str | None:
     return normal
 
 
-def _targz(files: Mapping[str, bytes], folders: Sequence[str]) -> bytes:
+def _targz(files: Mapping[str, bytes], folders: Sequence[str], level: int = 9) -> bytes:
     """A gzipped tar of ``folders`` (empty) and ``files``, deterministic: fixed times, owner and order."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
@@ -720,7 +811,7 @@ def _targz(files: Mapping[str, bytes], folders: Sequence[str]) -> bytes:
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
             archive.addfile(info, io.BytesIO(data))
-    return gzip.compress(raw.getvalue(), mtime=0)
+    return gzip.compress(raw.getvalue(), compresslevel=level, mtime=0)
 
 
 def resolve_token(value: str, environ: Mapping[str, str] | None = None) -> str:

@@ -460,7 +460,47 @@ def record() -> tuple[int, dict[str, float]]:
         sim.stop()
 
 
+def record_packages() -> int:
+    """Author ``tests/cassettes/packages/`` by running ``tests/test_packages.py`` through the stand-in."""
+    import pytest
+
+    # The token test_packages.py replays with (not a secret): the stand-in takes it.
+    sim = importlib.import_module("simulator").Simulator(token="replay-token-not-a-secret")
+    sim.start()
+    os.environ["MAINSDK_VERCEL_AUTHOR_PACKAGES"] = sim.url
+    args = [a for a in sys.argv[1:] if a != "--packages"]
+    try:
+        status = int(pytest.main([str(HERE.parent / "test_packages.py"), "-q", *args]))
+    finally:
+        sim.stop()
+        os.environ.pop("MAINSDK_VERCEL_AUTHOR_PACKAGES", None)
+    for path in sorted((HERE.parent / "cassettes" / "packages").glob("*.json")):
+        data = _load(path)
+        _hold_abandoned_streams(data)
+        _unpace(data)
+        _save(path, data)
+    return status
+
+
+UNPACED = "pace: each frame's arrival time (at) dropped, so pip's install does not make the replay wait; order kept"
+
+
+def _unpace(data: dict[str, Any]) -> None:
+    """Drop the frames' ``at``: an offline install of pandas takes its 20 s again in every replay otherwise.
+
+    ``after`` (which request a frame waited for) stays, so the order of a cell's answers is still replayed.
+    """
+    for interaction in data["interactions"]:
+        for line in ((interaction.get("response") or {}).get("body") or {}).get("ndjson") or []:
+            line.pop("at", None)
+    edited = data["meta"].setdefault("edited", [])
+    if UNPACED not in edited:
+        edited.append(UNPACED)
+
+
 if __name__ == "__main__":
+    if "--packages" in sys.argv:
+        sys.exit(record_packages())
     if "--finish" in sys.argv:
         finish(simulated=False)
     else:

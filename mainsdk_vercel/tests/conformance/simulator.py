@@ -50,6 +50,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import pip
+
 ROOT = "/vercel/sandbox"
 PYTHON = os.path.realpath(sys.executable)
 BASE = "/var/tmp"  # not under /tmp, which each command gets empty
@@ -70,7 +72,7 @@ class Command:
         self.cond = threading.Condition()
         self.exit_code: int | None = None
         args = [sandbox.map(a) for a in body.get("args", [])]
-        env = {"PATH": f"{sandbox.bin}:/usr/bin:/bin", "HOME": sandbox.dir, **body.get("env", {})}
+        env = {"PATH": f"{sandbox.venv}/bin:{sandbox.bin}:/usr/bin:/bin", "HOME": sandbox.dir, **body.get("env", {})}
         # A private /tmp: the VM does not share the app's files. No network unless the policy is allow-all: a
         # deny-all VM reaches nothing, and a custom policy reaches named hosts only by TLS SNI, which this
         # stand-in has no firewall to tell (so it reaches nothing: where it errs, it errs on the strict side).
@@ -130,9 +132,19 @@ class Sandbox:
         self.dir = tempfile.mkdtemp(prefix="vercel-sim-", dir=BASE)
         self.bin = tempfile.mkdtemp(prefix="vercel-sim-bin-", dir=BASE)
         # The default image (vercel/sandbox/universal) has Node 24, Python and Bash (sandbox.ts, Sandbox.create).
-        for name_, target in (("python3", PYTHON), ("node", shutil.which("node")), ("bash", "/bin/bash")):
+        for name_, target in (("node", shutil.which("node")), ("bash", "/bin/bash")):
             if target:
                 os.symlink(target, os.path.join(self.bin, name_))
+        # Python is the VM's own: an environment of this sandbox alone, so what a command installs into its
+        # site-packages stays in this sandbox, as in a VM. Vercel's Python image ships pip ("System
+        # Specifications": python3.13 with pip and uv); the stand-in's sees the host's pip and nothing else.
+        self.venv = os.path.join(self.bin, "venv")
+        subprocess.run([PYTHON, "-m", "venv", "--without-pip", self.venv], check=True, capture_output=True)
+        pip_only = os.path.join(self.bin, "pip-only")
+        os.mkdir(pip_only)
+        os.symlink(os.path.dirname(pip.__file__), os.path.join(pip_only, "pip"))
+        for site in Path(self.venv, "lib").glob("python3*/site-packages"):
+            (site / "vercel-sim-pip.pth").write_text(pip_only + "\n")
         self.commands: dict[str, Command] = {}
         self.status = "running"
         self.created = int(time.time() * 1000)
