@@ -55,6 +55,7 @@ class Box:
         # runs one exec and closes: a spare made for it would be thrown away unused.
         self.session = False
         self.memory_cgroup: str | None = None  # a session box's memory cgroup: its commands' go beneath it
+        self.memory_limit: int | None = None  # a session box's: the limit its memory cgroup gets
 
 
 class AsBox:

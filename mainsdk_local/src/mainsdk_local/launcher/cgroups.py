@@ -68,6 +68,21 @@ class RunCgroup:
         self.memory_version = 0
         self.pids_dir: str | None = None
         self.joins: list[str] = []  # directories C makes and joins itself (its worker was a generic spare)
+        self.wrapper: str | None = None  # a box-level memory cgroup around memory_dir (see plan), made first
+        self.wrapper_pids = False  # one v2 directory holds memory and pids: the wrapper enables both
+
+    def make_wrapper(self) -> None:
+        """Make the box-level memory cgroup that holds this exec's (before the exec's own)."""
+        if self.wrapper is None:
+            return
+        os.mkdir(self.wrapper, 0o755)
+        if self.memory_version == 2:  # its children need the controllers
+            controllers = "+memory +pids" if self.wrapper_pids else "+memory"
+            L.write_file(os.path.join(self.wrapper, "cgroup.subtree_control"), controllers)
+
+    def removable(self) -> list[str]:
+        """Every directory to remove once the exec's worker is reaped, children first."""
+        return [*self.dirs, *([self.wrapper] if self.wrapper is not None else [])]
 
     def close_fds(self) -> None:
         for fd in self.procs_fds:
@@ -310,27 +325,41 @@ class Cgroups:
             return []
 
     def make_box(self, memory_bytes: int) -> str:
-        """A session box's memory cgroup, limited to ``memory_bytes``: its commands' cgroups go beneath it.
+        """A session box's memory cgroup made here (mkdir and writes, no join), for when ``adopt`` cannot serve.
 
-        So a session's background processes, its cell interpreter and its commands share the one
-        memory limit (and the box's files, charged to whichever command wrote them, stay charged to
-        the box after that command's cgroup is gone). Only mkdir and writes: no process joins it.
-        Raises ``OSError``; the caller reports it as the launcher's error, retryable.
+        Raises ``OSError``.
         """
         assert self.memory is not None
         base, version = self.memory
-        self._boxes += 1
-        path = os.path.join(base, f"box-{self._boxes}")
-        os.mkdir(path, 0o755)
+        self._count += 1
+        run = RunCgroup()
+        run.memory_version, run.wrapper = version, os.path.join(base, f"box-{self._count}")
+        run.wrapper_pids = self.pids is not None and self.pids[0] == base
+        run.make_wrapper()
+        path = run.wrapper
         try:
-            if version == 2:
-                # Its commands' cgroups hold the processes; pids too where it shares the hierarchy.
-                same = self.pids is not None and self.pids[0] == base
-                L.write_file(os.path.join(path, "cgroup.subtree_control"), "+memory +pids" if same else "+memory")
             configure_cgroup(path, version, None, memory_bytes, 0)
         except OSError:
             self._remove_tree(path)
             raise
+        return path
+
+    @staticmethod
+    def adopt(run: RunCgroup, memory_bytes: int) -> str | None:
+        """Make the box-level cgroup around ``run``'s its session box's, limited to ``memory_bytes``.
+
+        Every exec's memory cgroup is made inside one of its own (``plan``), ahead with the worker, so a
+        session's first exec turns it into the box's with a write, no join; the box's later execs'
+        cgroups go beneath it. Background processes, the cell interpreter and commands then share the
+        one memory limit (and the box's files, charged to whichever command wrote them, stay charged to
+        the box after that command's cgroup is gone). Only once the directory exists: a worker that said
+        it is ready, or cgroups made here (weak mode). Returns the box's cgroup (None without one, which
+        ``run`` then keeps). Raises ``OSError``.
+        """
+        if run.wrapper is None:
+            return None
+        configure_cgroup(run.wrapper, run.memory_version, None, memory_bytes, 0)
+        path, run.wrapper = run.wrapper, None
         return path
 
     def remove_box(self, path: str, *, defer: bool) -> None:
@@ -343,7 +372,9 @@ class Cgroups:
     def plan(self, box_memory: str | None = None) -> RunCgroup | None:
         """Names for one exec's fresh, never used cgroups (no system call); None without cgroups.
 
-        ``box_memory``: a session box's memory cgroup, to make the memory cgroup beneath.
+        ``box_memory``: a session box's memory cgroup, to make the memory cgroup beneath. Without one
+        the memory cgroup gets a box-level one of its own around it (``wrapper``, unlimited), which a
+        session box adopts at its first exec (``adopt``) and a one-shot run's removal takes along.
         """
         if self.memory is None and self.pids is None:
             return None
@@ -352,7 +383,10 @@ class Cgroups:
         name = f"run-{self._count}"
         if self.memory is not None:
             base, run.memory_version = self.memory
-            run.memory_dir = os.path.join(box_memory or base, name)
+            if box_memory is None:
+                run.wrapper = box_memory = os.path.join(base, f"box-{self._count}")
+                run.wrapper_pids = self.pids is not None and self.pids[0] == base
+            run.memory_dir = os.path.join(box_memory, name)
             run.dirs.append(run.memory_dir)
         if self.pids is not None:
             pids_base = self.pids[0]
@@ -378,6 +412,7 @@ class Cgroups:
         moved.pids_dir = moved.memory_dir if shared else worker_cgroup.pids_dir  # one v2 directory holds both
         moved.joins = [moved.memory_dir]
         moved.dirs = [moved.memory_dir, *worker_cgroup.dirs]
+        moved.wrapper, worker_cgroup.wrapper = worker_cgroup.wrapper, None
         worker_cgroup.dirs = []
         return moved
 
@@ -409,6 +444,7 @@ class Cgroups:
         if run is None:
             return None
         try:
+            run.make_wrapper()
             for path in run.dirs:
                 os.mkdir(path, 0o755)
                 run.procs_fds.append(os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
@@ -450,11 +486,12 @@ class Cgroups:
     def remove(self, run: RunCgroup, *, defer: bool = False) -> None:
         """Remove a finished exec's cgroups now, or (defer) through the next worker."""
         run.close_fds()
+        paths = run.removable()
+        run.dirs, run.wrapper = [], None
         if defer:
-            self._doomed += run.dirs
-            run.dirs = []
+            self._doomed += paths
             return
-        for path in run.dirs:
+        for path in paths:
             try:
                 os.rmdir(path)
             except FileNotFoundError:

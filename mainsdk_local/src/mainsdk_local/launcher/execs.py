@@ -123,9 +123,7 @@ class RunExecution:
                 for attempt in range(2):
                     # A spare may have died since it was made: then once more with a new worker.
                     worker = self.spares.take(box, key, limits) if attempt == 0 else self._spawn_worker(limits)
-                    if box.memory_cgroup is not None and worker.cgroup is not None and worker.bound is None:
-                        # Made before its box was known: C moves itself beneath the session box's cgroup.
-                        worker.cgroup = self.cgroups.rehome(worker.cgroup, box.memory_cgroup)
+                    worker.cgroup = self._box_cgroup(box, worker.cgroup, made=worker.ready)
                     self._set_limits(ctx, run, worker.cgroup, spec)
                     run.started = time.monotonic()
                     try:
@@ -142,6 +140,7 @@ class RunExecution:
                 if self.landlock_abi:
                     ctx.landlock = LL.weak_rules(box.path, list(spec.readonly), self.node_preload, spec.proxy_port)
                 weak_cgroup = self.cgroups.make(box.memory_cgroup)
+                weak_cgroup = self._box_cgroup(box, weak_cgroup, made=True)
                 ctx.cgroup_fds = weak_cgroup.procs_fds if weak_cgroup is not None else []
                 self._set_limits(ctx, run, weak_cgroup, spec)
                 if weak_cgroup is not None:
@@ -178,6 +177,27 @@ class RunExecution:
         heapq.heappush(self.deadlines, (run.deadline, id(run), run))
         if run.stdin_w is not None:
             self._feed_stdin(run)
+
+    def _box_cgroup(self, box: Box, cgroup: G.RunCgroup | None, *, made: bool) -> G.RunCgroup | None:
+        """A session box's exec: its memory cgroup beneath the box's.
+
+        The box's is its first exec's box-level cgroup when that one is ``made`` already (a ready spare:
+        no join on the critical path); otherwise the server makes the box's, and C moves beneath it.
+        """
+        if cgroup is None or cgroup.memory_dir is None or not box.session or box.memory_limit is None:
+            return cgroup
+        if box.memory_cgroup is None:
+            try:
+                if made:
+                    box.memory_cgroup = self.cgroups.adopt(cgroup, box.memory_limit)
+                if box.memory_cgroup is None:
+                    box.memory_cgroup = self.cgroups.make_box(box.memory_limit)
+            except OSError as exc:
+                raise C.launch_error("box cgroup", exc) from None
+        if os.path.dirname(cgroup.memory_dir) != box.memory_cgroup:
+            # Made before its box was known (a generic spare, the box's first one taken): C moves itself.
+            return self.cgroups.rehome(cgroup, box.memory_cgroup)
+        return cgroup
 
     @staticmethod
     def _set_limits(ctx: S.ChildContext, run: Run, cgroup: G.RunCgroup | None, spec: ExecSpec) -> None:

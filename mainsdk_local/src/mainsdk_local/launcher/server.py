@@ -362,11 +362,11 @@ class Server(RunExecution):
 
     def _box_limits(self, box: Box, memory_bytes: int | None, max_sockets: int | None) -> None:
         """What the box holds at most, whatever runs in it: sockets; for a session's box, memory too."""
+        if box.session:
+            box.memory_limit = memory_bytes  # its cgroup is its first exec's box-level one (RunExecution)
         try:
             if self.sockets is not None:
                 self.sockets.set_bound(box.slot, DEFAULT_MAX_SOCKETS if max_sockets is None else max_sockets)
-            if box.session and memory_bytes is not None and self.cgroups.memory is not None:
-                box.memory_cgroup = self.cgroups.make_box(memory_bytes)
         except OSError as exc:
             raise C.launch_error("box limits", exc) from None
 

@@ -173,6 +173,7 @@ def worker_main(
         with contextlib.suppress(PermissionError):
             L.write_file("/proc/self/oom_score_adj", "-1000")
         if cgroup is not None:
+            cgroup.make_wrapper()
             for path in cgroup.dirs:
                 os.mkdir(path, 0o755)
                 L.write_file(os.path.join(path, "cgroup.procs"), "0")  # "0": the writer; its children follow
