@@ -181,6 +181,17 @@ async def test_a_sink_that_raises_kills_the_command_and_its_error_comes_out_of_t
     assert wait_gone(leftover[0]), "the command's background child outlived the sink's failure"
 
 
+@pytest.mark.parametrize("executable", ["no-such-program", "not-executable", "not-a-binary", "."])
+async def test_a_program_that_cannot_start_is_0001_naming_it_and_nothing_ran(tmp_path: Path, executable: str) -> None:
+    (tmp_path / "not-executable").write_text("#!/bin/sh\n")
+    (tmp_path / "not-a-binary").write_bytes(b"\x00\x01 neither ELF nor #!")
+    (tmp_path / "not-a-binary").chmod(0o755)
+    with pytest.raises(SandboxError) as caught:
+        await run_subprocess(str(tmp_path / executable), Command("mytool"), Sink(), cwd=tmp_path)
+    assert (caught.value.code, caught.value.ran) == (INVALID_OPTION, False)
+    assert "'mytool'" in caught.value.message
+
+
 async def test_a_command_killed_by_a_signal_is_reported_by_the_signals_name(tmp_path: Path) -> None:
     outcome = await run_subprocess(BASH, bash("kill -SEGV $$"), Sink(), cwd=tmp_path)
     assert (outcome.exit_code, outcome.signal, outcome.stop) == (None, "SIGSEGV", None)

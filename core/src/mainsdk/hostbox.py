@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import resource
 import shutil
@@ -45,6 +46,8 @@ MAX_OUT_FILES = 1000
 MAX_OUT_ENTRIES = 10_000
 MAX_OUT_DEPTH = 32
 MAX_OUT_SKIPPED = 100
+# What execve says of a program that is not one: missing, not executable, a folder, not a binary or script.
+_NOT_A_PROGRAM = {errno.ENOENT, errno.EACCES, errno.ENOTDIR, errno.EISDIR, errno.ENOEXEC, errno.ELOOP}
 _NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a fifo the code left is opened at once rather than waiting for a writer, then skipped by its type.
 _NOFOLLOW_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -121,18 +124,25 @@ async def run_subprocess(
     loop = asyncio.get_running_loop()
     started = loop.time()
     stdin = asyncio.subprocess.PIPE if command.stdin else asyncio.subprocess.DEVNULL
-    transport, protocol = await loop.subprocess_exec(
-        lambda: _Pushed(output, loop),
-        executable,
-        *command.args,
-        cwd=cwd,
-        env=dict(command.env),  # only what core passes: never the app's environment
-        stdin=stdin,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=_memory_cap(memory) if memory is not None else None,
-    )
+    try:
+        transport, protocol = await loop.subprocess_exec(
+            lambda: _Pushed(output, loop),
+            executable,
+            *command.args,
+            cwd=cwd,
+            env=dict(command.env),  # only what core passes: never the app's environment
+            stdin=stdin,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_memory_cap(memory) if memory is not None else None,
+        )
+    except OSError as exc:
+        if exc.errno not in _NOT_A_PROGRAM:
+            raise  # out of processes, descriptors or memory: an outage, for core to report as one
+        # A program that is not there, or cannot be run, is the caller's to fix, not an outage; nothing ran.
+        message = f"cannot start {command.program!r} in the box: {exc.strerror}"
+        raise SandboxError(INVALID_OPTION, message, ran=False) from None
     pid = transport.get_pid()
     stop: StopReason | None = None
     try:

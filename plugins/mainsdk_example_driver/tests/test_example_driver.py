@@ -10,10 +10,12 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from mainsdk import Sandbox, SandboxDeps
+from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
+from mainsdk.errors import INVALID_OPTION
 
 
 @pytest.fixture
@@ -46,3 +48,19 @@ def test_an_on_output_that_raises_gives_the_apps_own_exception(sandbox: Sandbox)
     code = "import sys, time\nfor _ in range(50): print('x' * 10000, flush=True); time.sleep(0.01)"
     with pytest.raises(LookupError, match="the app's own bug"):
         sandbox.run(code, on_output=listener)
+
+
+def test_a_program_it_does_not_run_is_refused_before_the_command_is_sent() -> None:
+    events: list[Any] = []
+    refusing = Sandbox(
+        SandboxDeps(config=load_config_text("sandbox:\n  driver: example\n"), load_entrypoints=False, log=events.append)
+    )
+    try:
+        with refusing.create() as session, pytest.raises(SandboxError) as caught:
+            session.run("node", ["-e", "1"])
+    finally:
+        refusing.close()
+    assert (caught.value.code, caught.value.ran) == (INVALID_OPTION, False) and "'node'" in caught.value.message
+    # Audited as a refusal, not as a command that failed: nothing was sent.
+    [event] = [event for event in events if event.error == INVALID_OPTION]
+    assert event.kind == "refused"

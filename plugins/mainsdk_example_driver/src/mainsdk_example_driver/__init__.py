@@ -56,15 +56,22 @@ class ExampleDriver:
         return None  # there is no egress policy to send; core never gives this driver hosts
 
     @hookimpl
+    def mainsdk_driver_check(self, command: Command) -> None:
+        # Optional: refuse before anything starts. Core calls it before a run's box starts and before each
+        # session command is sent, and audits the refusal as "refused": nothing ran.
+        if PROGRAMS.get(command.program) is None:
+            message = f"the example driver runs {sorted(PROGRAMS)}, not {command.program!r}"
+            raise SandboxError(INVALID_OPTION, message, ran=False)
+
+    @hookimpl
     async def mainsdk_driver_start(self, spec: BoxSpec) -> HostBox:
         # A temp folder with work/ (the cwd, holding spec.files) and out/; blocking file work off the loop.
         return await asyncio.to_thread(HostBox.create, spec, prefix="mainsdk-example-")
 
     @hookimpl
     async def mainsdk_driver_exec(self, box: HostBox, command: Command, output: OutputSink) -> ExecOutcome:
-        executable = PROGRAMS.get(command.program)
-        if executable is None:
-            raise SandboxError(INVALID_OPTION, f"the example driver runs {sorted(PROGRAMS)}, not {command.program!r}")
+        executable = PROGRAMS[command.program]  # mainsdk_driver_check refused any other
+        assert executable is not None
         # setsid, environment exactly command.env, output pushed as it comes, the whole group killed at the
         # timeout, on cancel (core's output limit and deadline) and when it ends; RLIMIT_AS per process. A crash
         # comes back as the signal's name, which core reports as 128 + N.
