@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shutil
 import signal
 import sys
@@ -334,3 +335,56 @@ def test_collect_of_an_out_folder_replaced_by_a_link_reads_nothing(box: HostBox,
     collected = box.collect(1 << 20)
     [(name, why)] = collected.skipped
     assert collected.files == () and name == "" and why.startswith("unreadable folder: ")
+
+
+def _random_tree(rng: random.Random, folder: Path, outside: Path, depth: int) -> None:
+    for i in range(rng.randint(0, 6)):
+        name = f"{rng.choice('abcXYZ_.-')}{i}{rng.choice(['', '.txt', ' space', 'é'])}"
+        kind = rng.choices(["file", "dir", "link", "dirlink", "fifo", "empty"], [6, 2, 1, 1, 1, 1])[0]
+        path = folder / name
+        if kind == "file":
+            path.write_bytes(rng.randbytes(rng.randint(1, 400)))
+        elif kind == "empty":
+            path.write_bytes(b"")
+        elif kind == "dir" and depth < 4:
+            path.mkdir()
+            _random_tree(rng, path, outside, depth + 1)
+        elif kind == "link":
+            os.symlink(outside / "secret", path)
+        elif kind == "dirlink":
+            os.symlink(outside, path)
+        elif kind == "fifo":
+            os.mkfifo(path)
+
+
+# A fixed-seed slice of 30 trees; HOSTBOX_FUZZ_SEEDS=1500 runs a longer one (about 20 s).
+@pytest.mark.parametrize("seed", range(int(os.environ.get("HOSTBOX_FUZZ_SEEDS", "30"))))
+def test_collect_of_random_trees_keeps_only_regular_files_within_budget_and_names_the_rest(
+    tmp_path: Path, seed: int
+) -> None:
+    # Random trees of files, folders, links to a secret outside, fifos, checked against what must hold.
+    rng = random.Random(seed)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"SECRET-OUTSIDE-THE-BOX")
+    out = tmp_path / "out"
+    out.mkdir()
+    _random_tree(rng, out, outside, 0)
+    regular = {
+        path.relative_to(out).as_posix(): path.read_bytes()
+        for path in out.rglob("*")
+        if path.is_file() and not path.is_symlink() and not any(p.is_symlink() for p in path.parents)
+    }
+    budget = rng.choice([0, 100, 700, 1 << 20])
+    collected = collect_folder(out, budget)
+    kept = {f.name: f.data for f in collected.files}
+    assert len(kept) == len(collected.files)  # no file twice
+    assert all(regular.get(name) == data for name, data in kept.items())  # only regular files, as they are
+    assert not any(b"SECRET-OUTSIDE" in data for data in kept.values())  # no link followed
+    assert sum(map(len, kept.values())) <= budget
+    skipped = {name for name, _ in collected.skipped}
+    left_out = set(regular) - set(kept)
+    assert left_out <= skipped or collected.truncated
+    assert collected.truncated == any(why.startswith("larger than") for _, why in collected.skipped)
+    if budget == 1 << 20:
+        assert kept == regular and not collected.truncated
