@@ -43,3 +43,24 @@ def test_every_plain_run_costs_the_stated_figure() -> None:
                 continue  # refused before any request, or live only
             writes = steps.count("POST write")
             assert len(steps) == PLAIN_RUN + writes and writes <= 1, (path.name, steps)
+
+
+def test_a_cell_in_a_warm_session_is_one_request() -> None:
+    # The interpreter starts with its stdin file (its token) and its command, whose stream stays open; each cell
+    # is one write of its file, answered on that stream (the first cell's file goes first: core asks for it as it
+    # starts the interpreter, and requests go in the order core asked). Closing kills the interpreter, then stops.
+    steps = _steps("TestCells/test_state_stays_across_cells.json")
+    assert steps == [
+        "POST sandboxes",
+        "POST write",  # cell 1
+        "POST write",  # the kernel's stdin
+        "POST cmd",  # the kernel
+        "POST write",  # cell 2
+        "POST kill",
+        "POST stop",
+    ]
+
+
+def test_a_background_process_is_one_command_and_its_kill() -> None:
+    steps = _steps("TestBackground/test_output_so_far_wait_and_kill.json")
+    assert steps == ["POST sandboxes", "POST cmd", "POST cmd", "POST kill", "POST stop"]
