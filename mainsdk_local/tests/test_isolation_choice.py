@@ -113,6 +113,7 @@ from mainsdk_local import local_sandbox_driver
 config = load_config_text("sandbox: {driver: local, limits: {memory: 64MB}}\\n")
 driver = local_sandbox_driver(programs={"python": "/usr/bin/python3"})
 caps = driver.mainsdk_driver_capabilities()
+sockets = [driver._launcher.socket_bound, driver._launcher.socket_bound_why]
 sandbox = Sandbox(SandboxDeps(config=config, driver=driver, load_entrypoints=False))
 tree = sandbox.run(
     "import os, time\\nkids = []\\n"
@@ -124,7 +125,7 @@ tree = sandbox.run(
 one = sandbox.run("b = bytearray(300 << 20)\\nprint('survived')")
 sandbox.close()
 print(json.dumps({"caps": [caps.isolation, caps.memory_limit_scope], "scope": tree.memory_limit_scope,
-                  "tree": tree.stdout.strip(), "one": [one.stdout, one.exit_code]}))
+                  "tree": tree.stdout.strip(), "one": [one.stdout, one.exit_code], "sockets": sockets}))
 """
 
 
@@ -197,3 +198,5 @@ def test_a_non_root_app_is_told_its_memory_limit_is_per_process() -> None:
     assert answer["scope"] == "process", answer
     assert answer["tree"] == "8", answer  # what "per process" means: each of them got its 24 MiB
     assert answer["one"][0] == "" and answer["one"][1] != 0, answer  # RLIMIT_AS: MemoryError
+    # No socket count either (loading BPF programs needs root), and the launcher says so and why.
+    assert answer["sockets"] == ["none", "the launcher is not root (loading BPF programs needs it)"], answer
