@@ -13,6 +13,9 @@ matplotlib's own output on this machine).
 from __future__ import annotations
 
 import os
+import platform
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,7 @@ from mainsdk.errors import INVALID_OPTION
 from mainsdk_conformance.plugin import seeded_cell_tokens
 from mainsdk_conformance.profiles import VERCEL
 from mainsdk_conformance.replay import ReplayServer
-from mainsdk_vercel.packages import Wheelhouse
+from mainsdk_vercel.packages import PROBE, BoxPython, Wheelhouse
 
 from mainsdk_vercel import VercelDriver
 
@@ -202,3 +205,23 @@ def test_a_cell_drawing_with_pandas_and_matplotlib_returns_the_figure_as_a_png(h
     assert len(pngs) == 1
     data = pngs[0].bytes() if pngs[0].file is None else h.sandbox.files.read(pngs[0].file)
     assert data is not None and data.startswith(PNG)
+
+
+def test_the_probe_run_by_a_real_python_says_what_pip_needs_and_odd_answers_are_refused() -> None:
+    said = subprocess.run([sys.executable, "-I", "-c", PROBE], capture_output=True, text=True, check=True).stdout
+    python = BoxPython.parse(said)
+    assert python.version == f"{sys.version_info[0]}.{sys.version_info[1]}" and python.implementation == "cpython"
+    assert python.machine == platform.machine()
+    options = python.pip_target()
+    assert options[:4] == ["--python-version", python.version, "--implementation", "cp"]
+    if python.glibc:
+        assert f"manylinux2014_{python.machine}" in python.platforms()
+        assert python.platforms()[0] == f"manylinux_2_{python.glibc.split('.')[1]}_{python.machine}"
+    for answer in (
+        "[]",
+        '{"version": "2.7"}',
+        '{"version": "3.13", "machine": "x86_64 --index-url=http://evil"}',
+        '{"version": "3.13", "glibc": "2.34; rm"}',
+    ):
+        with pytest.raises(ValueError):
+            BoxPython.parse(answer)

@@ -77,15 +77,27 @@ class BoxPython:
     def parse(cls, text: str) -> BoxPython:
         """The probe's answer; ``ValueError`` when it is not one."""
         data = json.loads(text)
-        if not isinstance(data, dict) or not re.fullmatch(r"3\.\d{1,2}", str(data.get("version", ""))):
+        if not isinstance(data, dict):
             raise ValueError(f"not a probe answer: {text[:200]!r}")
-        return cls(
-            version=str(data["version"]),
+        found = cls(
+            version=str(data.get("version", "")),
             implementation=str(data.get("implementation") or "cpython"),
             abiflags=str(data.get("abiflags") or ""),
             machine=str(data.get("machine") or "x86_64"),
             glibc=str(data.get("glibc") or ""),
         )
+        # Each part becomes a pip option on the app's side: only the forms a Python can say are taken.
+        shapes = {
+            "version": r"3\.\d{1,2}",
+            "implementation": r"[a-z]{1,20}",
+            "abiflags": r"[a-z]{0,4}",
+            "machine": r"[A-Za-z0-9_]{1,20}",
+            "glibc": r"(2\.\d{1,3})?",
+        }
+        for name, shape in shapes.items():
+            if not re.fullmatch(shape, getattr(found, name)):
+                raise ValueError(f"not a probe answer ({name}): {text[:200]!r}")
+        return found
 
     @property
     def nodot(self) -> str:
