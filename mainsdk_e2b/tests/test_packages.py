@@ -10,9 +10,11 @@ fails the replay.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import itertools
+import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -211,3 +213,23 @@ def test_the_box_python_is_read_from_the_probe_and_odd_boxes_are_refused() -> No
     ):
         with pytest.raises(ValueError):
             BoxPython.from_probe(odd)
+
+
+def test_the_wheelhouse_fetches_a_set_once_for_each_box_python(tmp_path: Path) -> None:
+    # Real pip against the app's index: a tiny pure wheel, fetched for two interpreters; two threads at once.
+    house = Wheelhouse(str(tmp_path))
+    py311 = BoxPython("3.11", "cp311", manylinux_platforms(36, "x86_64"))
+    py312 = BoxPython("3.12", "cp312", manylinux_platforms(36, "x86_64"))
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first, again = pool.map(lambda _: house.ensure(py311, [INICONFIG]), range(2))
+    assert first == again and [w.name for w in first] == ["iniconfig-2.0.0-py3-none-any.whl"]
+    assert house.downloads == 1
+    assert house.ensure(py311, [INICONFIG]) == first and house.downloads == 1  # cached: pip not run again
+    other = house.ensure(py312, [INICONFIG])
+    assert other != first and house.downloads == 2  # keyed by the box's python too
+    manifest = json.loads((first[0].parent / "mainsdk-wheels.json").read_text())
+    assert manifest["packages"] == [INICONFIG] and manifest["python"]["abi"] == "cp311"
+    assert manifest["wheels"][0]["sha256"] == hashlib.sha256(first[0].read_bytes()).hexdigest()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == sorted(
+        {first[0].parent.name, other[0].parent.name}
+    )  # no half-built folder left behind

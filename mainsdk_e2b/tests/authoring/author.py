@@ -37,6 +37,7 @@ def main(argv: list[str]) -> int:
             if json.loads(path.read_text())["meta"].get("made") == "authored":
                 path.unlink()
 
+    before = {path: path.stat().st_mtime_ns for path in CASSETTES.rglob("*.json")}
     api, sandbox = fake_e2b.serve()
     command = [
         sys.executable,
@@ -67,7 +68,13 @@ def main(argv: list[str]) -> int:
             data["meta"]["how"] = NOTE
             changed = True
         how = str(data["meta"].get("how", ""))
-        if how.startswith("recorded against a stand-in") and RAN not in how and not data["meta"].get("edited"):
+        written = before.get(path) != path.stat().st_mtime_ns  # only what this run recorded
+        if (
+            written
+            and how.startswith("recorded against a stand-in")
+            and RAN not in how
+            and not data["meta"].get("edited")
+        ):
             data["meta"]["how"] = f"{how}; {RAN}"
             changed = True
         if changed:

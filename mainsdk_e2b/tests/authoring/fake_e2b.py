@@ -59,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "conformance" / "sr
 from mainsdk_conformance.cassette import parse_multipart
 
 ENVD_VERSION = "0.6.13"  # packages/envd/pkg/version.go
+STD_CHUNK_SIZE = 32 << 10  # packages/envd/internal/services/process/handler/handler.go stdChunkSize
 HOME = "/home/user"
 
 
@@ -362,7 +363,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         chunks: queue.Queue[tuple[str, bytes]] = queue.Queue()
 
         def pump(name: str, stream: Any) -> None:
-            while data := os.read(stream.fileno(), 65536):
+            # envd reads a command's pipes 32 KiB at a time and sends each read as one data event
+            # (handler.go stdChunkSize): a cell's frame with a PNG in it comes in several events.
+            while data := os.read(stream.fileno(), STD_CHUNK_SIZE):
                 chunks.put((name, data))
             chunks.put((name, b""))
 
