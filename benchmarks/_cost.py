@@ -128,7 +128,8 @@ class Worker:
     """A process running one case, in a cgroup of its own; lines of JSON in and out.
 
     ``case`` is {"kind": "sandbox"} (``sandbox.run`` with the code on ``pythonpath``, or the
-    installed code when None) or {"kind": "bare", "argv": [...]}.
+    installed code when None; ``"pool": N`` sets the local driver's warm pool, left at the
+    driver's default when absent) or {"kind": "bare", "argv": [...]}.
     """
 
     def __init__(self, name: str, case: dict[str, Any], pythonpath: str | None = None) -> None:
@@ -203,13 +204,15 @@ async def _worker(spec: dict[str, Any]) -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     sandbox: Any = None
     session: Any = None
+    driver: Any = None
     if spec["kind"] == "sandbox":
         from mainsdk import AsyncSandbox, SandboxDeps
 
         import mainsdk_local
         from mainsdk_local import local_sandbox_driver
 
-        sandbox = AsyncSandbox(SandboxDeps(driver=local_sandbox_driver(), load_entrypoints=False))
+        driver = local_sandbox_driver(**({"pool": spec["pool"]} if "pool" in spec else {}))
+        sandbox = AsyncSandbox(SandboxDeps(driver=driver, load_entrypoints=False))
         source = mainsdk_local.__file__
 
     async def one(language: str) -> None:
@@ -248,6 +251,12 @@ async def _worker(spec: dict[str, Any]) -> None:
                 started = time.perf_counter()
                 await asyncio.gather(*(_lane(one, left, request["language"]) for _ in range(request["concurrency"])))
                 answer = time.perf_counter() - started
+            elif op == "pool":  # the warm pool's counters (a box of its own asks the launcher)
+                box = await driver._launcher.open_box(disk_bytes=1 << 20, session=False)
+                try:
+                    answer = await box.pool_stats()
+                finally:
+                    await box.close()
             elif op == "rss":
                 answer = {"self": _rss_kb(os.getpid()), "children": sum(_rss_kb(p) for p in _children())}
             print(json.dumps(answer), flush=True)

@@ -3,14 +3,33 @@
 from __future__ import annotations
 
 import attrs
+from mainsdk.errors import INVALID_OPTION, SandboxError
 
-__all__ = ["LocalPrograms"]
+from mainsdk_local.launcher.common import MAX_POOL
+
+__all__ = ["DEFAULT_POOL", "MAX_POOL", "LocalPrograms"]
+
+# Warm Python interpreters kept idle at most (about 10 MB each, only while runs ask for them); 0: no pool.
+DEFAULT_POOL = 4
+
+
+def _pool_size(_instance: object, _attribute: object, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_POOL:
+        raise SandboxError(
+            INVALID_OPTION,
+            f"sandbox.local.pool: {value!r} must be a whole number from 0 (no warm pool) to {MAX_POOL}",
+        )
 
 
 @attrs.frozen
 class LocalPrograms:
-    """``sandbox.local``: the interpreter for each language on the ``local`` driver."""
+    """``sandbox.local``: the interpreter for each language on the ``local`` driver, and its warm pool.
+
+    ``pool``: how many warm Python interpreters (started ahead, each in its own fresh box,
+    each used for one run) the driver may keep idle; 0 turns the pool off.
+    """
 
     python: str = "python3"
     node: str = "node"
     bash: str = "bash"
+    pool: int = attrs.field(default=DEFAULT_POOL, validator=_pool_size)

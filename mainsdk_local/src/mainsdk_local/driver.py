@@ -34,7 +34,7 @@ from mainsdk.driver import (
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, BoxGone, SandboxError
 from mainsdk.hookspecs import hookimpl
 
-from mainsdk_local.config import LocalPrograms
+from mainsdk_local.config import DEFAULT_POOL, MAX_POOL, LocalPrograms
 from mainsdk_local.egress_proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
 from mainsdk_local.launcher.protocol import MAX_HEADER, PROXY_PORT
 from mainsdk_local.launcher_client import Box as LauncherBox
@@ -77,13 +77,14 @@ class LocalDriver:
         max_processes: int = DEFAULT_MAX_PROCESSES,
         force_weak: bool = False,
         resolve: Mapping[str, str] | None = None,
+        pool: int = DEFAULT_POOL,
     ) -> None:
         self._permissions = permissions or Permissions()
         self._resolve = check_resolve_mapping(resolve)
         self._programs = {"python": "python3", "node": "node", "bash": "bash", **(programs or {})}
         self._restrict = restrict_processes
         self._max_processes = max_processes
-        self._launcher = Launcher(force_weak=force_weak)
+        self._launcher = Launcher(force_weak=force_weak, pool=pool)
         self._cache = ProgramCache()
         self.envs = EnvBuilder()
         self._ready: dict[tuple[str, ...], str] = {}  # pins -> their site-packages, once built or found
@@ -189,6 +190,8 @@ class LocalDriver:
                 overlays=_package_overlay(box, command.program, program),
                 proxy=proxy is not None and box.box.namespaces,
                 proxy_port=weak_port,
+                # A python command may run on a warm interpreter; the launcher decides whether its shape allows.
+                warm="python" if _PROGRAM_LANGUAGE.get(command.program) == "python" else None,
             )
             try:
                 result = await box.box.exec(
@@ -366,6 +369,7 @@ def local_sandbox_driver(
     max_processes: int = DEFAULT_MAX_PROCESSES,
     force_weak: bool = False,
     resolve: Mapping[str, str] | None = None,
+    pool: int = DEFAULT_POOL,
 ) -> LocalDriver:
     """The ``local`` driver: a limited subprocess for development and tests.
 
@@ -378,7 +382,8 @@ def local_sandbox_driver(
     ``resolve`` maps host names to IP addresses for the proxy alone, bypassing
     DNS and the refusal of private addresses: ``{"api.example.test": "127.0.0.1"}``
     lets a test allow a server it started on loopback by name. A host must still
-    be given to a run to be reached.
+    be given to a run to be reached. ``pool`` is how many warm Python interpreters
+    may wait idle for runs (``sandbox.local.pool``; 0: none, every run starts cold).
     """
     permissions = _permissions_argument(permissions)
     return LocalDriver(
@@ -387,6 +392,7 @@ def local_sandbox_driver(
         max_processes=arguments.count(max_processes, "max_processes", minimum=1, maximum=1 << 20),
         force_weak=arguments.boolean(force_weak, "force_weak"),
         resolve=_resolve_argument(resolve),
+        pool=arguments.count(pool, "pool", minimum=0, maximum=MAX_POOL),
         restrict_processes=permissions is not None and permissions.processes is not None,
     )
 
@@ -430,4 +436,6 @@ def driver_from_config(config: AppConfig) -> LocalDriver:
     permissions = config.permissions
     if permissions.processes is None:
         permissions = attrs.evolve(permissions, processes=tuple(dict.fromkeys(programs.values())))
-    return LocalDriver(permissions=permissions, programs=programs, restrict_processes=config.source is not None)
+    return LocalDriver(
+        permissions=permissions, programs=programs, restrict_processes=config.source is not None, pool=local.pool
+    )

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import attrs
 
 from mainsdk_local.launcher import protocol as P
+from mainsdk_local.launcher.common import MAX_POOL
 
 # The server is started by path (see launcher/__main__.py), never imported into the app.
 _SERVER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher", "__main__.py")
@@ -82,6 +83,8 @@ class ExecSpec:
     ``overlays``: (host folder, hidden path) pairs: the folder is bound read-only over that
     hidden path instead of the empty directory (a package env over the interpreter's
     site-packages). Namespace mode only.
+    ``warm``: "python" when ``argv`` is a Python interpreter, so the server may run it on an
+    interpreter it started ahead (the warm pool, ``launcher/pool.py``) when its shape allows; None: never.
     """
 
     argv: tuple[str, ...]
@@ -95,6 +98,7 @@ class ExecSpec:
     overlays: tuple[tuple[str, str], ...] = ()
     proxy: bool = False
     proxy_port: int | None = None
+    warm: Literal["python"] | None = None
 
 
 @attrs.frozen
@@ -105,6 +109,7 @@ class ExecResult:
     signal: int | None
     stop: Literal["timeout", "memory"] | None
     duration: float
+    warm: bool = False  # it ran on a warm interpreter (the warm pool)
 
 
 @attrs.frozen
@@ -173,12 +178,16 @@ class Launcher:
 
     ``python`` is the interpreter for the server (default: the real path of
     ``sys.executable``). ``force_weak`` runs without namespaces even where they
-    work, to test that mode. Thread-safe; boxes may live on different event loops.
+    work, to test that mode. ``pool``: how many warm Python interpreters the server
+    may keep idle (``launcher/pool.py``; 0: none). Thread-safe; boxes may live on different event loops.
     """
 
-    def __init__(self, *, python: str | None = None, force_weak: bool = False) -> None:
+    def __init__(self, *, python: str | None = None, force_weak: bool = False, pool: int = 0) -> None:
         self._python = python if python is not None else os.path.realpath(sys.executable)
         self._force_weak = force_weak
+        if not isinstance(pool, int) or isinstance(pool, bool) or not 0 <= pool <= MAX_POOL:
+            raise ValueError(f"pool must be a whole number from 0 to {MAX_POOL}")
+        self._pool = pool
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._boot: socket.socket | None = None
@@ -204,6 +213,7 @@ class Launcher:
             try:
                 argv = [self._python, "-I", "-S", _SERVER_PATH, "--fd", str(theirs.fileno())]
                 argv += ["--parent", str(os.getpid())] + (["--weak"] if self._force_weak else [])
+                argv += ["--pool", str(self._pool)]
                 try:
                     # No preexec_fn: the app may have threads. start_new_session keeps a
                     # terminal's Ctrl-C from reaching the server before the app decides.
@@ -637,6 +647,14 @@ class Box:
             raise _error_from(reply.header, f"read {path}")
         return reply.payload
 
+    async def pool_stats(self) -> dict[str, int]:
+        """The server's warm pool: ``capacity`` (its size), ``ready``, ``warming``, ``hits`` and ``misses`` so far."""
+        self._check_loop()
+        reply = await self._request({"op": "pool"}, work=0.0)
+        if not reply.header.get("ok"):
+            raise _error_from(reply.header, "pool")
+        return {k: int(reply.header.get(k, 0)) for k in ("capacity", "ready", "warming", "hits", "misses")}
+
     async def collect_out(self, *, max_bytes: int) -> Collected:
         """Regular files under /out, in name order, until ``max_bytes``; other entries are skipped with a reason."""
         self._check_loop()
@@ -827,6 +845,7 @@ class Box:
             signal=sig if isinstance(sig, int) else None,
             stop="timeout" if stop == "timeout" else "memory" if stop == "memory" else None,
             duration=float(h.get("duration", 0.0)),
+            warm=h.get("warm") is True,
         )
 
     async def close(self) -> None:
@@ -865,4 +884,5 @@ def _spec_json(spec: ExecSpec) -> dict[str, Any]:
         "overlays": [list(pair) for pair in spec.overlays],
         "proxy": spec.proxy,
         "proxy_port": spec.proxy_port,
+        "warm": spec.warm,
     }

@@ -56,6 +56,8 @@ class Box:
         self.session = False
         self.memory_cgroup: str | None = None  # a session box's memory cgroup: its commands' go beneath it
         self.memory_limit: int | None = None  # a session box's: the limit its memory cgroup gets
+        self.execs = 0  # execs started in it: only a one-shot box's first may take a warm interpreter
+        self.pool_slot: int | None = None  # a warm interpreter's slot whose uid the box took (held until destroyed)
 
 
 class AsBox:

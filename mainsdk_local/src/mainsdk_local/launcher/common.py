@@ -15,6 +15,7 @@ SLOTS_PER_SERVER = 512  # boxes open at once in one server; also spaces servers'
 INSIDE_ID = 1000  # the code's uid and gid inside its user namespace
 MOUNT_BASE = "/tmp/.mainsdk-local"  # the server's private tmpfs of boxes and root templates
 REPORT_LIMIT = 4096  # the longest setup error a forked stage reports
+MAX_POOL = 64  # warm interpreters a server may keep idle at most (about 10 MB each; see pool.py)
 
 
 class RequestError(Exception):

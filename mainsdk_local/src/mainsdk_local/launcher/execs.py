@@ -16,7 +16,8 @@ import signal
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import cgroups as G
 from . import common as C
@@ -31,6 +32,7 @@ from .spares import FAILED_SPARE_PAUSE, Spares
 if TYPE_CHECKING:
     from . import rootfs as R
     from .boxes import Box
+    from .pool import Pool
 
 WEAK_SWEEP_SECONDS = 2.0
 
@@ -49,6 +51,7 @@ class RunExecution:
     cgroups: G.Cgroups
     templates: R.Templates
     spares: Spares
+    pool: Pool
     workers: dict[int, Worker]
     deadlines: list[tuple[float, int, Run]]
 
@@ -60,10 +63,22 @@ class RunExecution:
 
         def _maybe_finish_close(self, box: Box) -> None: ...
 
-    def _spawn_worker(self, limits: G.Limits, bound: S.ChildContext | None = None) -> Worker:
+        def _start_warm(
+            self, box: Box, run: Run, ctx: S.ChildContext, spec: ExecSpec, root: tuple[Any, ...], has_cgroups: bool
+        ) -> bool: ...
+
+    def _spawn_worker(
+        self,
+        limits: G.Limits,
+        bound: S.ChildContext | None = None,
+        *,
+        child: Callable[[int, int], NoReturn] | None = None,
+        keep: frozenset[int] = frozenset(),
+    ) -> Worker:
         """Fork B into a new pid namespace and fresh cgroups; it prepares itself and waits for a job.
 
-        B writes ``limits`` ahead; a ``bound`` C also enters that box's sandbox ahead.
+        B writes ``limits`` ahead; a ``bound`` C also enters that box's sandbox ahead; ``child``
+        and ``keep``: what C runs instead and the descriptors it needs (see ``S.worker_main``).
         """
         cgroup = self.cgroups.plan(bound.box_memory if bound is not None else None)
         doomed = self.cgroups.take_doomed()
@@ -72,7 +87,9 @@ class RunExecution:
             pid = SU.fork_in_new_pidns(self.own_pidns)
             if pid == 0:
                 ours.close()
-                S.worker_main(theirs, self.self_pidfd, cgroup, limits, doomed, bound.job() if bound else None)
+                S.worker_main(
+                    theirs, self.self_pidfd, cgroup, limits, doomed, bound.job() if bound else None, child, keep
+                )
         except BaseException:
             ours.close()
             self.cgroups.give_back(doomed)
@@ -103,6 +120,7 @@ class RunExecution:
         ctx.stdout, ctx.stderr = fds
         ctx.disk_bytes = box.disk_bytes
         run = Run(rid, box, spec)
+        box.execs += 1
         stdin_r: int | None = None
         weak_cgroup: G.RunCgroup | None = None
         key = (spec.readonly, spec.hidden, spec.overlays)
@@ -120,7 +138,8 @@ class RunExecution:
                 if box.session:
                     self.spares.hot_want = (box, key, limits, ctx.template)
                 self.spares.last_limits = limits
-                for attempt in range(2):
+                self._start_warm(box, run, ctx, spec, key, has_cgroups)
+                for attempt in range(0 if run.warm else 2):
                     # A spare may have died since it was made: then once more with a new worker.
                     worker = self.spares.take(box, key, limits) if attempt == 0 else self._spawn_worker(limits)
                     worker.cgroup = self._box_cgroup(box, worker.cgroup, made=worker.ready)
@@ -376,6 +395,7 @@ class RunExecution:
         worker.listener = None
         self.workers.pop(worker.pid, None)
         self.spares.forget(worker)
+        self.pool.gone(worker)
         if worker.run is None and not worker.discarded and not self.stopping:
             self.spares.not_before = time.monotonic() + FAILED_SPARE_PAUSE  # a spare died unused: do not spin
             if worker.error is not None:
@@ -432,6 +452,8 @@ class RunExecution:
         if self.isolation == "weak":
             self._sweep_weak(run, wait=True)
         run.box.runs.pop(run.rid, None)
+        if run.pool_key is not None:
+            self.pool.finished(run.pool_key)
         self._close_stdin(run)
         oom = run.cgroup is not None and G.Cgroups.oom_killed(run.cgroup)
         if reply and not (run.killed and run.box.closing):
@@ -470,4 +492,5 @@ class RunExecution:
             "stop": stop,
             "duration": ended - run.started,
             "killed": run.killed,
+            "warm": run.warm,
         }

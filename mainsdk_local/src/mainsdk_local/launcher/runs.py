@@ -71,6 +71,10 @@ class ExecSpec:
             raise C.RequestError("value", "proxy_port must be None or a TCP port")
         self.proxy_port: int | None = port  # weak mode: the host port of the run's proxy, the one it may connect to
         self.has_stdin = has_stdin
+        warm = raw.get("warm")
+        if warm not in (None, "python"):
+            raise C.RequestError("value", "warm must be null or 'python'")
+        self.warm: str | None = warm  # the client says argv is a Python interpreter (see pool.py)
 
     @staticmethod
     def _overlays(value: object, hidden: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -133,6 +137,8 @@ class Run:
         self.box = box
         self.spec = spec
         self.worker: Worker | None = None
+        self.warm = False  # on a warm interpreter (pool.py)
+        self.pool_key: Any = None  # the warm pool's key when the exec has one: its demand counts
         self.started = 0.0
         self.deadline = 0.0
         self.timed_out = False

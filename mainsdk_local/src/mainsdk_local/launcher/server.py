@@ -66,6 +66,7 @@ from . import sockets as SK
 from . import weak as W
 from .boxes import Box
 from .execs import RunExecution
+from .pool import Pool, WarmExecution
 from .runs import ExecSpec, Run, Worker
 from .spares import Spares
 
@@ -77,10 +78,10 @@ COLLECT_SLICE = 0.005
 DEFAULT_MAX_SOCKETS = 4096
 
 
-class Server(RunExecution):
+class Server(RunExecution, WarmExecution):
     """The event loop: bootstrap socket, box channels, deadlines, /out collection; runs are in ``execs.py``."""
 
-    def __init__(self, boot: socket.socket, parent: int, force_weak: bool) -> None:
+    def __init__(self, boot: socket.socket, parent: int, force_weak: bool, pool: int = 0) -> None:
         self.boot = boot
         self.parent = parent
         self.force_weak = force_weak
@@ -91,6 +92,7 @@ class Server(RunExecution):
         self.boxes: dict[int, Box] = {}
         self.workers: dict[int, Worker] = {}
         self.spares = Spares(self._spawn_worker, self._kill_worker, drop_uid=self.root)
+        self.pool = Pool(pool, C.MOUNT_BASE, self._spawn_pooled, self._kill_worker, self._unwatch)
         self.deadlines: list[tuple[float, int, Run]] = []
         self.collecting: dict[tuple[int, int], tuple[Box, int, B.OutCollector]] = {}  # (slot, id): unfinished
         self.base = C.MOUNT_BASE
@@ -145,6 +147,8 @@ class Server(RunExecution):
         if not self.root:
             # One uid for every box: ours (0 in our user namespace when we have one).
             self.uid_base = 0 if self.isolation == "namespace" else os.geteuid()
+        if self.isolation != "namespace" or self.cgroups.memory is None or self.cgroups.pids is None:
+            self.pool.size = 0  # a warm interpreter's limits are rewritten from outside: it needs cgroups
         self.sel.register(self.boot, selectors.EVENT_READ, self._on_boot)
         self.sel.register(self.parent_pidfd, selectors.EVENT_READ, self._on_parent_exit)
 
@@ -200,20 +204,28 @@ class Server(RunExecution):
                     "node_preload": self.node_preload,
                     "landlock": self.landlock_abi,
                     "seccomp": SC.FILTER is not None,
+                    "pool": self.pool.size,
                 }
             )
         )
 
     def _spare_wanted(self) -> tuple[float, str] | None:
-        """(seconds until, kind) of the next spare to prepare: only while boxes are open, in namespace mode.
+        """(seconds until, kind) of the next spare or warm interpreter to prepare, in namespace mode.
 
-        Never while a run that started less than SPARE_QUIET ago has not reported: preparing a
-        spare forks and sets up namespaces, which would compete with that run's own interpreter
-        start and report for the CPUs. A short run gets its spare after its result is sent.
+        Spares only while boxes are open; a warm interpreter (kind "pool") whenever the pool has
+        room for one of a kind runs asked for. Never while a run that started less than
+        SPARE_QUIET ago has not reported: preparing one forks and sets up namespaces, which
+        would compete with that run's own start and report for the CPUs. A short run gets its
+        replacement after its result is sent.
         """
-        if self.stopping or not self.boxes or self.isolation != "namespace":
+        if self.stopping or self.isolation != "namespace":
             return None
-        wanted = self.spares.wanted()
+        wanted = self.spares.wanted() if self.boxes else None
+        # A generic spare first when there is none (a run that finds no warm interpreter takes it: without
+        # it, that run forks its worker itself), then warm interpreters, then a session's hot spare.
+        first_spare = wanted is not None and wanted[1] == "generic" and not self.spares.generic
+        if not first_spare and self.pool.size and self.pool.wanted(self._free_pool_slot) is not None:
+            wanted = (max(0.0, self.spares.not_before - time.monotonic()), "pool")
         if wanted is None:
             return None
         now = time.monotonic()
@@ -228,7 +240,9 @@ class Server(RunExecution):
     def _idle_work(self) -> None:
         """Prepare the next exec's worker."""
         wanted = self._spare_wanted()
-        if wanted is not None:
+        if wanted is not None and wanted[1] == "pool":
+            self._warm_one()
+        elif wanted is not None:
             self.spares.prepare(wanted[1])
 
     def loop(self) -> None:
@@ -306,6 +320,7 @@ class Server(RunExecution):
         for box in list(self.boxes.values()):
             self._close_channel(box)
             self._destroy_box(box)
+        self.pool.shutdown()
         self.templates.shutdown()
         if self.sockets is not None:
             self.sockets.close()
@@ -325,7 +340,7 @@ class Server(RunExecution):
         disk_bytes, session, max_files = header.get("disk_bytes"), header.get("session", True), header.get("max_files")
         memory_bytes, max_sockets = header.get("memory_bytes"), header.get("max_sockets")
         sock.setblocking(False)
-        slot = next((s for s in range(C.SLOTS_PER_SERVER) if s not in self.boxes), None)
+        slot = next((s for s in range(C.SLOTS_PER_SERVER) if s not in self.boxes and s not in self.pool.held), None)
         if slot is None:
             with contextlib.suppress(OSError):
                 sock.send(P.encode({"id": 0, "ok": False, "kind": "launcher", "error": "too many open boxes"}))
@@ -378,6 +393,7 @@ class Server(RunExecution):
             self.cgroups.remove_box(box.memory_cgroup, defer=self.isolation == "namespace" and not self.stopping)
             box.memory_cgroup = None
         B.remove_box_fs(box, tmpfs=self.isolation == "namespace")
+        self.pool.box_destroyed(box)
         box.decoder.close()
         box.destroyed = True
         if self.boxes.get(box.slot) is box:
@@ -450,6 +466,8 @@ class Server(RunExecution):
             if run is not None and not run.done:
                 run.killed = True
                 self._kill(run)
+        elif op == "pool":
+            self._send(box, dict(self.pool.stats(), id=rid, ok=True))
         elif op == "close":
             box.close_id = rid
             self._begin_close(box)
@@ -558,9 +576,10 @@ class Server(RunExecution):
 
 
 def main(argv: list[str]) -> int:
-    """Entry point (see ``__main__.py``): ``--fd N --parent PID [--weak]``."""
+    """Entry point (see ``__main__.py``): ``--fd N --parent PID [--weak] [--pool N]``."""
     fd = parent = -1
     weak = False
+    pool = 0
     args = iter(argv)
     for arg in args:
         if arg == "--fd":
@@ -569,9 +588,11 @@ def main(argv: list[str]) -> int:
             parent = int(next(args))
         elif arg == "--weak":
             weak = True
+        elif arg == "--pool":
+            pool = int(next(args))
     os.set_inheritable(fd, False)
     boot = socket.socket(fileno=fd)
-    server = Server(boot, parent, weak)
+    server = Server(boot, parent, weak, pool)
     try:
         server.setup()
     except Exception as exc:  # noqa: BLE001 - tell the client why, whatever it is

@@ -33,6 +33,7 @@ import select
 import signal
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from . import cgroups as G
@@ -148,8 +149,14 @@ def worker_main(
     limits: G.Limits,
     doomed: list[str],
     bound: dict[str, Any] | None,
+    child: Callable[[int, int], NoReturn] | None = None,
+    keep: frozenset[int] = frozenset(),
 ) -> NoReturn:
-    """B: pid 1 of a fresh pid namespace. Prepares, forks C (which takes the job), reaps, reports."""
+    """B: pid 1 of a fresh pid namespace. Prepares, forks C (which takes the job), reaps, reports.
+
+    ``child(report_fd, timeout_w)``, when given, is what C runs instead of waiting for a job (a
+    warm interpreter, see ``pool``); ``keep`` are descriptors it needs, closed in B once C has them.
+    """
     gc.disable()  # a collection here could run finalizers of the server's objects
     report_fd = sock.fileno()
     stage = "worker"
@@ -159,7 +166,7 @@ def worker_main(
         if select.select([server_pidfd], [], [], 0)[0]:
             os._exit(1)  # the server died before PDEATHSIG was armed
         # Other runs' pipes, box channels, the bootstrap socket: none of it is ours.
-        C.close_all_except({0, 1, 2, report_fd})
+        C.close_all_except({0, 1, 2, report_fd, *keep})
         stage = "cgroup"
         # Empty cgroups of finished execs: removing them takes cgroup_mutex, so we do it here,
         # not the server. Whatever is still busy stays for the next worker.
@@ -199,12 +206,16 @@ def worker_main(
         listener.listen(P.PROXY_BACKLOG)
         stage = "fork"
         timeout_r, timeout_w = os.pipe2(os.O_CLOEXEC)
-        child = os.fork()
-        if child == 0:
+        pid = os.fork()
+        if pid == 0:
             listener.close()
             os.close(timeout_r)
+            if child is not None:
+                child(report_fd, timeout_w)
             code_main(report_fd, bound, timeout_w)
         forked = True
+        for fd in keep:
+            os.close(fd)
         os.close(timeout_w)
         stage = "proxy listener"
         socket.send_fds(sock, [P.encode({"op": "listener", "fds": 1})], [listener.fileno()])
@@ -214,8 +225,8 @@ def worker_main(
         stage = "reap"
         status = None
         while status is None:
-            pid, st = os.waitpid(-1, 0)
-            if pid == child:
+            reaped, st = os.waitpid(-1, 0)
+            if reaped == pid:
                 status = st
         signal.setitimer(signal.ITIMER_REAL, 0)  # C is gone: a timer firing now would mislabel its end
         # C is gone: end the run now. Kill whatever it left (background jobs, double forks,
@@ -352,6 +363,9 @@ def _code_enter_root(ctx: ChildContext, stage: list[str]) -> None:
         stage[0] = "mounts"
         # Now, not when the spare was forked: the copy must hold the current boxes and roots.
         L.unshare(L.CLONE_NEWNS)
+        # Our copies receive mount events from the server's namespace and send none back: detaching the
+        # old root below must not propagate to a shared mount there (the warm pool's folders, see pool.py).
+        L.mount(None, "/", None, L.MS_REC | L.MS_SLAVE)
         root = ctx.template
         # hidepid=2: processes the code cannot ptrace are invisible. That is B, pid 1, which
         # stays in the server's mount namespace: its mountinfo and cmdline are not the code's business.
