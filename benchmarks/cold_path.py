@@ -69,8 +69,8 @@ def main() -> None:
                 for what in (*CODE, "session"):
                     name = f"sandbox.run {what} ({side})" if what != "session" else f"session.run python3 ({side})"
                     # This checkout's driver with its warm pool off (benchmarks/warm_pool.py measures it on).
-                    case = {"kind": "sandbox", **({"pool": 0} if pythonpath is None else {})}
-                    worker = Worker(name, case, pythonpath)
+                    worker_case = {"kind": "sandbox", **({"pool": 0} if pythonpath is None else {})}
+                    worker = Worker(name, worker_case, pythonpath)
                     if pythonpath is not None and not worker.ready["source"].startswith(base):
                         source = worker.ready["source"]
                         raise RuntimeError(f"the old worker imported {source}, not the code under {base}")

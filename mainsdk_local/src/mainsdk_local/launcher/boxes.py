@@ -57,6 +57,7 @@ class Box:
         self.memory_cgroup: str | None = None  # a session box's memory cgroup: its commands' go beneath it
         self.memory_limit: int | None = None  # a session box's: the limit its memory cgroup gets
         self.execs = 0  # execs started in it: only a one-shot box's first may take a warm interpreter
+        self.max_sockets = 0  # the box's socket bound (sockets.py), set at open
         self.pool_slot: int | None = None  # a warm interpreter's slot whose uid the box took (held until destroyed)
 
 

@@ -65,6 +65,7 @@ from .spares import FAILED_SPARE_PAUSE
 
 if TYPE_CHECKING:
     from . import rootfs as R
+    from . import sockets as SK
     from .boxes import Box
     from .runs import ExecSpec, Run, Worker
     from .spares import Spares
@@ -489,6 +490,7 @@ class WarmExecution:
     templates: R.Templates
     spares: Spares
     pool: Pool
+    sockets: SK.SocketBound | None
 
     if TYPE_CHECKING:  # the loop's and the runs', in server.py and execs.py
 
@@ -584,6 +586,8 @@ class WarmExecution:
         self._set_limits(ctx, run, worker.cgroup, spec)
         run.started = time.monotonic()
         try:
+            if self.sockets is not None and box.uid != entry.uid:
+                self.sockets.set_bound(entry.slot, box.max_sockets)  # the bound follows the box to its new uid
             self.pool.hand_off(entry, box, ctx, index, has_cgroups)
         except OSError as exc:
             if exc.errno:  # errno 0: too many files in the box to give to the interpreter's uid, an expected cold run

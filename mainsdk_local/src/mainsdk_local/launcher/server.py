@@ -380,8 +380,9 @@ class Server(RunExecution, WarmExecution):
         if box.session:
             box.memory_limit = memory_bytes  # its cgroup is its first exec's box-level one (RunExecution)
         try:
+            box.max_sockets = DEFAULT_MAX_SOCKETS if max_sockets is None else max_sockets
             if self.sockets is not None:
-                self.sockets.set_bound(box.slot, DEFAULT_MAX_SOCKETS if max_sockets is None else max_sockets)
+                self.sockets.set_bound(box.slot, box.max_sockets)
         except OSError as exc:
             raise C.launch_error("box limits", exc) from None
 
