@@ -68,6 +68,7 @@ async def run(
     max_processes: int = 64,
     disk: int = 16 * MiB,
     session: bool = False,
+    flags: tuple[str, ...] = FLAGS,
 ) -> Ran:
     """One run in a fresh box, as the driver does it: open, write files, exec python -E -s -c, close."""
     box = await launcher.open_box(disk_bytes=disk, session=session)
@@ -78,7 +79,7 @@ async def run(
             await box.write_file(path, data)
         result = await box.exec(
             ExecSpec(
-                argv=(python.executable, *FLAGS, code, *args),
+                argv=(python.executable, *flags, code, *args),
                 env=dict(env or {}),
                 timeout=timeout,
                 memory_bytes=memory,
@@ -394,3 +395,33 @@ def test_sandbox_local_pool_is_read_and_checked_with_its_line() -> None:
         [problem] = caught.value.problems
         assert (problem.code, problem.line) == (INVALID_OPTION, 3)
         assert "sandbox.local.pool" in f"{problem.key}: {problem.message}"
+
+
+async def test_an_interpreter_that_prints_as_it_starts_is_never_handed_a_run(
+    launcher: Launcher, python: Program
+) -> None:
+    # Without -E, PYTHONCOERCECLOCALE=warn under LC_ALL=C makes Python print a warning as it starts: a warm
+    # interpreter would have printed it before any run, so this kind must always start cold, warning included.
+    env = {"LC_ALL": "C", "PYTHONCOERCECLOCALE": "warn"}
+    for _ in range(4):
+        ran = await run(launcher, python, "print(1)", env=env, flags=("-s", "-c"))
+        assert not ran.result.warm
+        assert ran.stdout == b"1\n"
+        assert ran.stderr.startswith(b"Python runtime initialized with LC_CTYPE=C")
+        await asyncio.sleep(0.5)
+    assert (await stats(launcher))["ready"] == 0
+
+
+async def test_the_pool_shrinks_when_idle(python: Program) -> None:
+    launcher = Launcher(pool=2, pool_idle=1.0)
+    try:
+        await until_ready(launcher, python)
+        deadline = time.monotonic() + 20
+        while (seen := await stats(launcher))["ready"] + seen["warming"]:
+            assert time.monotonic() < deadline, f"idle warm interpreters were kept: {seen}"
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.5)  # nobody asks: none is warmed again
+        seen = await stats(launcher)
+        assert seen["ready"] + seen["warming"] == 0
+    finally:
+        launcher.close()

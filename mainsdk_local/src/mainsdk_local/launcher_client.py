@@ -179,15 +179,23 @@ class Launcher:
     ``python`` is the interpreter for the server (default: the real path of
     ``sys.executable``). ``force_weak`` runs without namespaces even where they
     work, to test that mode. ``pool``: how many warm Python interpreters the server
-    may keep idle (``launcher/pool.py``; 0: none). Thread-safe; boxes may live on different event loops.
+    may keep idle (``launcher/pool.py``; 0: none), ``pool_idle`` how many seconds one nobody takes is kept
+    (default 60). Thread-safe; boxes may live on different event loops.
     """
 
-    def __init__(self, *, python: str | None = None, force_weak: bool = False, pool: int = 0) -> None:
+    def __init__(
+        self, *, python: str | None = None, force_weak: bool = False, pool: int = 0, pool_idle: float | None = None
+    ) -> None:
         self._python = python if python is not None else os.path.realpath(sys.executable)
         self._force_weak = force_weak
         if not isinstance(pool, int) or isinstance(pool, bool) or not 0 <= pool <= MAX_POOL:
             raise ValueError(f"pool must be a whole number from 0 to {MAX_POOL}")
         self._pool = pool
+        if pool_idle is not None and (
+            isinstance(pool_idle, bool) or not isinstance(pool_idle, (int, float)) or not 0 < pool_idle < float("inf")
+        ):
+            raise ValueError("pool_idle must be a positive number of seconds")
+        self._pool_idle = pool_idle
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._boot: socket.socket | None = None
@@ -214,6 +222,8 @@ class Launcher:
                 argv = [self._python, "-I", "-S", _SERVER_PATH, "--fd", str(theirs.fileno())]
                 argv += ["--parent", str(os.getpid())] + (["--weak"] if self._force_weak else [])
                 argv += ["--pool", str(self._pool)]
+                if self._pool_idle is not None:
+                    argv += ["--pool-idle", repr(float(self._pool_idle))]
                 try:
                     # No preexec_fn: the app may have threads. start_new_session keeps a
                     # terminal's Ctrl-C from reaching the server before the app decides.

@@ -79,7 +79,7 @@ STARTUP_VARIABLES = ("LANG", "LANGUAGE", "TZ", "TZDIR", "GLIBC_TUNABLES", "HOSTA
 STARTUP_PREFIXES = ("LC_", "PYTHON", "LD_", "MALLOC_", "GCONV_")
 # A one-shot box's files are given to the pooled interpreter's uid one by one: past this many, run cold.
 MAX_REHOMED_ENTRIES = 256
-# An idle interpreter nobody took for this long is dropped, and so is a key nobody asked for.
+# An idle interpreter nobody took for this long is dropped, and so is a key nobody asked for (the default).
 IDLE_SECONDS = 60.0
 # Demand is the most runs of a key in flight at once over this window.
 DEMAND_WINDOW = 10.0
@@ -94,22 +94,36 @@ _DEADLINE = struct.Struct("d")  # what C sends B in the cold path, sent by the s
 STUB = """\
 def _mainsdk_pool():
     import sys, os
-    modules = set(sys.modules)
-    finders = set(sys.path_importer_cache)
-    path0 = sys.path.pop(0) if sys.path[:1] == [""] else None
-    import _socket, ctypes, functools, marshal, resource
-    if path0 is not None:
-        sys.path.insert(0, path0)
-    with open("/proc/self/environ", "rb") as f:
-        raw = dict(e.partition(b"=")[::2] for e in f.read().split(b"\\0") if e)
-    startup = [(k, v) for k, v in os.environb.items() if raw.get(k) != v]
-    os.set_blocking(5, False)
     try:
-        dirty = os.read(5, 1)
-    except BlockingIOError:
-        dirty = b""
+        modules = set(sys.modules)
+        finders = set(sys.path_importer_cache)
+        path0 = sys.path.pop(0) if sys.path[:1] == [""] else None
+        import _socket, ctypes, functools, marshal, resource
+        if path0 is not None:
+            sys.path.insert(0, path0)
+        with open("/proc/self/environ", "rb") as f:
+            raw = dict(e.partition(b"=")[::2] for e in f.read().split(b"\\0") if e)
+        startup = [(k, v) for k, v in os.environb.items() if raw.get(k) != v]
+
+        class Flags(ctypes.Structure):
+            _fields_ = [("cf_flags", ctypes.c_int), ("cf_feature_version", ctypes.c_int)]
+
+        flags = Flags(0x0800, sys.version_info[1])  # PyCF_IGNORE_COOKIE, as python -c compiles its command
+        run = ctypes.pythonapi.PyRun_SimpleStringFlags
+        run.argtypes = (ctypes.c_char_p, ctypes.c_void_p)
+        run.restype = ctypes.c_int
+        os.set_blocking(5, False)
+        try:
+            fit = not os.read(5, 1)  # anything printed while starting would show in no cold run
+        except BlockingIOError:
+            fit = True
+    except Exception:
+        fit = False  # not CPython, no ctypes: this kind runs cold
+    if not fit:
+        os.write(3, b"D")
+        os._exit(0)
     sock = _socket.socket(fileno=3)
-    sock.sendall(b"D" if dirty else b"R")
+    sock.sendall(b"R")
     data, anc, _, _ = sock.recvmsg(1 << 16, _socket.CMSG_SPACE(16))
     while 0 < len(data) < 4 or 4 <= len(data) < 4 + int.from_bytes(data[:4], "big"):
         more = sock.recv(1 << 20)
@@ -140,14 +154,6 @@ def _mainsdk_pool():
     if hasattr(sys, "orig_argv"):
         sys.orig_argv[:] = argv
     code = argv[job["code"]].encode("utf-8")
-
-    class Flags(ctypes.Structure):
-        _fields_ = [("cf_flags", ctypes.c_int), ("cf_feature_version", ctypes.c_int)]
-
-    flags = Flags(0x0800, sys.version_info[1])  # PyCF_IGNORE_COOKIE, as python -c compiles its command
-    run = ctypes.pythonapi.PyRun_SimpleStringFlags
-    run.argtypes = (ctypes.c_char_p, ctypes.c_void_p)
-    run.restype = ctypes.c_int
 
     def finish(failed, sys=sys, KeyboardInterrupt=KeyboardInterrupt, SystemExit=SystemExit, keep=(flags, code)):
         # python -c exits 1 after an uncaught exception (printed already); after KeyboardInterrupt the
@@ -234,6 +240,7 @@ class Pool:
         unwatch: Callable[[socket.socket], None],
     ) -> None:
         self.size = size
+        self.idle_seconds = IDLE_SECONDS
         self.base = base
         self._spawn = spawn
         self._kill = kill
@@ -267,9 +274,9 @@ class Pool:
         if self.size <= 0:
             return None
         now = time.monotonic()
-        for entry in [e for e in self.entries if not e.taken and now - e.born > IDLE_SECONDS]:
-            self.discard(entry)  # shrinking when idle: nobody took it for a minute
-        for key in [k for k, seen in self.demand.items() if now - seen[0] > IDLE_SECONDS and seen[1] <= 0]:
+        for entry in [e for e in self.entries if not e.taken and now - e.born > self.idle_seconds]:
+            self.discard(entry)  # shrinking when idle: nobody took it for a while
+        for key in [k for k, seen in self.demand.items() if now - seen[0] > self.idle_seconds and seen[1] <= 0]:
             del self.demand[key]
         idle = [e for e in self.entries if not e.taken]
         if len(idle) >= self.size:
@@ -281,6 +288,11 @@ class Pool:
             if sum(1 for e in idle if e.key == key) < want and free_slot() is not None:
                 return key
         return None
+
+    def next_expiry(self) -> float | None:
+        """Seconds until the oldest idle interpreter is dropped (the loop wakes for it); None: none idle."""
+        born = [e.born for e in self.entries if not e.taken]
+        return max(0.0, min(born) + self.idle_seconds - time.monotonic()) if born else None
 
     def stats(self) -> dict[str, int]:
         """What the pool holds and has done, for tests and benchmarks."""
@@ -316,7 +328,7 @@ class Pool:
         return entry
 
     def on_control(self, entry: Entry) -> str:
-        """The stub wrote to its control socket: "ready", "dirty" (it printed at start) or "gone"."""
+        """What the stub wrote on its control socket: "ready", "dirty" (it printed at start, or no ctypes), "gone"."""
         assert entry.control is not None
         try:
             data = entry.control.recv(16)
@@ -560,7 +572,9 @@ class WarmExecution:
     def _on_pool_control(self, entry: Entry) -> None:
         state = self.pool.on_control(entry)
         if state == "dirty":
-            print("mainsdk-local launcher: a warm interpreter printed at start; that kind runs cold", file=sys.stderr)
+            print(
+                "mainsdk-local launcher: a warm interpreter cannot be made of this kind; it runs cold", file=sys.stderr
+            )
         if state in ("dirty", "gone"):
             self.pool.discard(entry)
 

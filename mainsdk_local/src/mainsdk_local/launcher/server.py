@@ -81,7 +81,9 @@ DEFAULT_MAX_SOCKETS = 4096
 class Server(RunExecution, WarmExecution):
     """The event loop: bootstrap socket, box channels, deadlines, /out collection; runs are in ``execs.py``."""
 
-    def __init__(self, boot: socket.socket, parent: int, force_weak: bool, pool: int = 0) -> None:
+    def __init__(
+        self, boot: socket.socket, parent: int, force_weak: bool, pool: int = 0, pool_idle: float | None = None
+    ) -> None:
         self.boot = boot
         self.parent = parent
         self.force_weak = force_weak
@@ -93,6 +95,8 @@ class Server(RunExecution, WarmExecution):
         self.workers: dict[int, Worker] = {}
         self.spares = Spares(self._spawn_worker, self._kill_worker, drop_uid=self.root)
         self.pool = Pool(pool, C.MOUNT_BASE, self._spawn_pooled, self._kill_worker, self._unwatch)
+        if pool_idle is not None:
+            self.pool.idle_seconds = pool_idle
         self.deadlines: list[tuple[float, int, Run]] = []
         self.collecting: dict[tuple[int, int], tuple[Box, int, B.OutCollector]] = {}  # (slot, id): unfinished
         self.base = C.MOUNT_BASE
@@ -257,6 +261,9 @@ class Server(RunExecution, WarmExecution):
                 timeout = 0.05 if timeout is None else min(timeout, 0.05)
             if self.isolation == "weak" and self.workers:
                 timeout = 0.2 if timeout is None else min(timeout, 0.2)
+            expiry = self.pool.next_expiry()
+            if expiry is not None:  # wake to drop an interpreter idle too long
+                timeout = expiry + 0.01 if timeout is None else min(timeout, expiry + 0.01)
             wanted = self._spare_wanted()
             if wanted is not None and wanted[0] > 0:
                 timeout = wanted[0] if timeout is None else min(timeout, wanted[0])
@@ -577,10 +584,11 @@ class Server(RunExecution, WarmExecution):
 
 
 def main(argv: list[str]) -> int:
-    """Entry point (see ``__main__.py``): ``--fd N --parent PID [--weak] [--pool N]``."""
+    """Entry point (see ``__main__.py``): ``--fd N --parent PID [--weak] [--pool N] [--pool-idle SECONDS]``."""
     fd = parent = -1
     weak = False
     pool = 0
+    pool_idle: float | None = None
     args = iter(argv)
     for arg in args:
         if arg == "--fd":
@@ -591,9 +599,11 @@ def main(argv: list[str]) -> int:
             weak = True
         elif arg == "--pool":
             pool = int(next(args))
+        elif arg == "--pool-idle":
+            pool_idle = float(next(args))
     os.set_inheritable(fd, False)
     boot = socket.socket(fileno=fd)
-    server = Server(boot, parent, weak, pool)
+    server = Server(boot, parent, weak, pool, pool_idle)
     try:
         server.setup()
     except Exception as exc:  # noqa: BLE001 - tell the client why, whatever it is
