@@ -233,6 +233,7 @@ class SocketBound:
 
     def __init__(self, uid_base: int, slots: int) -> None:
         self._fds: list[int] = []
+        self._set: dict[int, int] = {}  # the bound each slot has in the map
         self.slots = slots
         try:
             btf = self._keep(_int_btf())
@@ -265,7 +266,10 @@ class SocketBound:
 
     def set_bound(self, slot: int, count: int) -> None:
         """The most inet sockets the box in ``slot`` may hold from now on."""
+        if self._set.get(slot) == count:
+            return  # the slot's last box had the same bound: no system call on the box's way in
         _elem(_MAP_UPDATE_ELEM, self._bounds, slot, ctypes.create_string_buffer(struct.pack("<Q", count), 8))
+        self._set[slot] = count
 
     def held(self, slot: int) -> int:
         """How many counted sockets the box in ``slot`` holds now."""
