@@ -13,17 +13,16 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hashlib
-import itertools
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION
+from mainsdk_conformance.plugin import seeded_cell_tokens
 from mainsdk_conformance.profiles import E2B
 from mainsdk_conformance.replay import ReplayServer
 from mainsdk_e2b.packages import BoxPython, Wheelhouse, manylinux_platforms
@@ -54,18 +53,6 @@ CSV = "item,count\na,1\nb,2\nc,3\n"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-class SeededTokens:
-    """Core's cell token and folder from a counter, so a recorded kernel's frames match (conformance/conftest.py)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._count = itertools.count()
-
-    def token_hex(self, nbytes: int = 32) -> str:
-        """``nbytes`` bytes of hex from the scenario's name and a counter."""
-        return hashlib.sha256(f"{self._name}:{next(self._count)}".encode()).hexdigest()[: 2 * nbytes]
-
-
 @contextlib.contextmanager
 def provider(name: str, upstreams: dict[str, str] | None = None, key: str = KEY) -> Iterator[ReplayServer]:
     """Replay ``cassettes/packages/<name>.json``; with ``upstreams``, record it from them instead (authoring)."""
@@ -76,7 +63,7 @@ def provider(name: str, upstreams: dict[str, str] | None = None, key: str = KEY)
         server = ReplayServer.recorder(E2B, path, upstreams=upstreams, secrets=[key])
     server.start()
     try:
-        with mock.patch("mainsdk.cells.token", SeededTokens(name)):
+        with seeded_cell_tokens(name):  # the suite's own seeding: the kernel's frames match what was recorded
             yield server
     finally:
         server.stop()

@@ -8,10 +8,7 @@ the recorder instead, which forwards to E2B.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,33 +30,6 @@ def replay_key(config: pytest.Config) -> str:
     if config.getoption("conformance_record"):
         return os.environ["E2B_API_KEY"]
     return REPLAY_KEY
-
-
-class SeededTokens:
-    """``secrets.token_hex`` for core's cell interpreter, from a counter: the same values each time a test runs.
-
-    The kernel echoes its per-interpreter token in every frame, and a cassette holds those answers as they
-    were recorded, so record and replay must start the interpreter with the same token and cell folder.
-    Only the suite's replayed runs use this; the token stays random everywhere else (and on a live account).
-    """
-
-    def __init__(self, test: str) -> None:
-        self._test = test
-        self._count = itertools.count()
-
-    def token_hex(self, nbytes: int = 32) -> str:
-        """``nbytes`` bytes of hex, derived from the test's name and a counter."""
-        seed = f"{self._test}:{next(self._count)}".encode()
-        return hashlib.sha256(seed).hexdigest()[: 2 * nbytes]
-
-
-@pytest.fixture(autouse=True)
-def seeded_cell_tokens(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Core's cell tokens and folders from ``SeededTokens`` while a suite test records or replays."""
-    import mainsdk.cells
-
-    monkeypatch.setattr(mainsdk.cells, "token", SeededTokens(request.node.name))
-    yield
 
 
 @pytest.fixture
