@@ -54,9 +54,11 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @contextlib.contextmanager
-def provider(name: str, upstreams: dict[str, str] | None = None, key: str = KEY) -> Iterator[ReplayServer]:
-    """Replay ``cassettes/packages/<name>.json``; with ``upstreams``, record it from them instead (authoring)."""
-    path = CASSETTES / f"{name}.json"
+def provider(
+    name: str, upstreams: dict[str, str] | None = None, key: str = KEY, folder: Path = CASSETTES
+) -> Iterator[ReplayServer]:
+    """Replay ``<folder>/<name>.json``; with ``upstreams``, record it from them instead (authoring)."""
+    path = folder / f"{name}.json"
     if upstreams is None:
         server = ReplayServer.replayer(E2B, path)
     else:

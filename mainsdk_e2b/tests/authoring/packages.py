@@ -1,6 +1,6 @@
 """Author the packages cassettes: record ``test_packages.py``'s own scenarios against ``fake_e2b.py``.
 
-    python mainsdk_e2b/tests/authoring/packages.py
+    python mainsdk_e2b/tests/authoring/packages.py [SCENARIO ...]   (all of them when none is named)
 
 The recorder sits between the real e2b SDK and the stand-in, as for the suite (``author.py``). The stand-in
 runs each command for real on this host: the probe of its ``python3``, pip's offline install of the wheels the
@@ -29,8 +29,8 @@ HOW = (
 )
 
 
-def main() -> None:
-    """Record each scenario into ``cassettes/packages/``."""
+def main(only: set[str]) -> None:
+    """Record each scenario (those in ``only``, when given) into ``cassettes/packages/`` or ``cassettes/lifetime/``."""
     import platform
 
     import fake_e2b
@@ -44,6 +44,8 @@ def main() -> None:
         scenarios.a_set_that_cannot_be_resolved,
     ):
         name = scenario.__name__
+        if only and name not in only:
+            continue
         with scenarios.provider(name, {"api": api, "sandbox": sandbox}, KEY) as server:
             print(name, {k: v for k, v in scenario(server, wheels, KEY).items() if "png" not in k and "files" not in k})
         path = scenarios.CASSETTES / f"{name}.json"
@@ -51,8 +53,19 @@ def main() -> None:
         how = HOW.format(version=platform.python_version())
         data["meta"] = authored_meta(data["meta"], test=name, how=how)
         path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    import test_lifetime
+
+    name = test_lifetime.a_session_kept_alive_by_its_cells.__name__
+    if only and name not in only:
+        return
+    with scenarios.provider(name, {"api": api, "sandbox": sandbox}, KEY, test_lifetime.CASSETTES) as server:
+        print(name, test_lifetime.a_session_kept_alive_by_its_cells(server, KEY))
+    path = test_lifetime.CASSETTES / f"{name}.json"
+    data = json.loads(path.read_text())
+    data["meta"] = authored_meta(data["meta"], test=name, how=HOW.format(version=platform.python_version()))
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     assert not fake_e2b.STATE.boxes, f"the stand-in still runs {sorted(fake_e2b.STATE.boxes)}"
 
 
 if __name__ == "__main__":
-    main()
+    main(set(sys.argv[1:]))
