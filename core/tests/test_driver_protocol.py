@@ -7,12 +7,25 @@ and core checks at load. These tests keep the two the same hook for hook, argume
 from __future__ import annotations
 
 import inspect
+import os
+import sys
+from pathlib import Path
 
 import pytest
-from mainsdk import hookspecs
-from mainsdk.driver import Driver, SessionDriver
+from mainsdk import Sandbox, SandboxDeps, hookspecs
+from mainsdk.driver import (
+    BoxSpec,
+    Capabilities,
+    Collected,
+    Command,
+    Driver,
+    ExecOutcome,
+    OutputSink,
+    SessionDriver,
+)
 from mainsdk.errors import INVALID_OPTION, SandboxError
 from mainsdk.hookspecs import hookimpl
+from mainsdk.hostbox import HostBox, run_subprocess
 from mainsdk.plugins import REQUIRED_DRIVER_HOOKS, check_driver
 
 
@@ -65,3 +78,67 @@ def test_a_driver_missing_a_protocol_hook_is_still_refused_at_load() -> None:
     assert caught.value.code == INVALID_OPTION
     assert "driver NoCollect lacks the required hook mainsdk_driver_collect" in caught.value.message
     assert "mainsdk.driver.Driver" in caught.value.message
+
+
+class HostDriver:
+    """A whole driver on ``mainsdk.hostbox``, the right way round: sync capabilities, async box hooks."""
+
+    @hookimpl
+    def mainsdk_driver_capabilities(self) -> Capabilities:
+        return Capabilities(isolation="weak", languages=frozenset({"python"}))
+
+    @hookimpl
+    async def mainsdk_driver_start(self, spec: BoxSpec) -> HostBox:
+        return HostBox.create(spec)
+
+    @hookimpl
+    async def mainsdk_driver_exec(self, box: HostBox, command: Command, output: OutputSink) -> ExecOutcome:
+        return await run_subprocess(os.path.realpath(sys.executable), command, output, cwd=box.work)
+
+    @hookimpl
+    async def mainsdk_driver_collect(self, box: HostBox, max_bytes: int) -> Collected:
+        return box.collect(max_bytes)
+
+    @hookimpl
+    async def mainsdk_driver_stop(self, box: HostBox) -> None:
+        box.remove()
+
+
+def test_a_whole_driver_on_hostbox_runs_code() -> None:
+    sandbox = Sandbox(SandboxDeps(driver=HostDriver(), load_entrypoints=False))
+    try:
+        result = sandbox.run("open('../out/r.txt', 'w').write('out'); print(6 * 7)")
+    finally:
+        sandbox.close()
+    assert (result.exit_code, result.stdout, [f.name for f in result.files]) == (0, "42\n", ["r.txt"])
+
+
+def test_an_async_hook_core_does_not_await_is_refused_at_load() -> None:
+    # Every other hook is async def, so this slip is natural. It used to build, then every run failed with a raw
+    # AttributeError ('coroutine' object has no attribute 'production'): a traceback, not a coded error.
+    class AsyncCapabilities(HostDriver):
+        @hookimpl
+        async def mainsdk_driver_capabilities(self) -> Capabilities:  # type: ignore[override]
+            return Capabilities(isolation="weak", languages=frozenset({"python"}))
+
+    with pytest.raises(SandboxError) as caught:
+        Sandbox(SandboxDeps(driver=AsyncCapabilities(), load_entrypoints=False))
+    assert caught.value.code == INVALID_OPTION
+    assert caught.value.message.startswith("driver AsyncCapabilities: mainsdk_driver_capabilities is async def")
+
+
+def test_a_box_hook_that_returns_no_awaitable_is_a_driver_error_not_an_outage_to_retry(tmp_path: Path) -> None:
+    # It used to come back as a retryable MAIN-SANDBOX-0006, "check that the driver's backend is up".
+    class SyncStart(HostDriver):
+        @hookimpl
+        def mainsdk_driver_start(self, spec: BoxSpec) -> HostBox:  # type: ignore[override]
+            return HostBox.create(spec, prefix=f"{tmp_path}/")
+
+    sandbox = Sandbox(SandboxDeps(driver=SyncStart(), load_entrypoints=False))
+    try:
+        with pytest.raises(SandboxError) as caught:
+            sandbox.run("print(1)")
+    finally:
+        sandbox.close()
+    assert (caught.value.code, caught.value.retryable) == (INVALID_OPTION, False)
+    assert "mainsdk_driver_start returned HostBox, not an awaitable; write it as async def" in caught.value.message

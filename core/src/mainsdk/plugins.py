@@ -182,6 +182,14 @@ def make_plugin_manager(
 # and the type cannot drift); the others are optional (sessions need write_file and read_file: ``SessionDriver``).
 REQUIRED_DRIVER_HOOKS = tuple(name for name in vars(Driver) if name.startswith("mainsdk_"))
 _HOOKIMPL_ATTRIBUTE = f"{hookspecs.PROJECT}_impl"  # where pluggy's HookimplMarker leaves its mark
+# The driver hooks core calls without awaiting: their spec returns a value, not an awaitable (the others).
+SYNC_DRIVER_HOOKS = tuple(
+    hook
+    for hook in dir(hookspecs)
+    if hook.startswith("mainsdk_")
+    and hook != "mainsdk_audit_event"  # an audit sink's, not a driver's
+    and "Awaitable" not in str(inspect.signature(getattr(hookspecs, hook)).return_annotation)
+)
 
 
 def check_driver(driver: object) -> None:
@@ -226,6 +234,18 @@ def check_driver(driver: object) -> None:
             "a driver implements every hook of mainsdk.driver.Driver, each marked @hookimpl "
             "(pass a driver plugin such as local_sandbox_driver(...), or None to load sandbox.driver)",
         )
+    # An async def here returns a coroutine core never awaits: every run would fail on it, far from the cause.
+    awaitable = [hook for hook in SYNC_DRIVER_HOOKS if _is_async(getattr(driver, hook, None))]
+    if awaitable:
+        raise SandboxError(
+            INVALID_OPTION,
+            f"driver {name}: {', '.join(awaitable)} is async def, but core calls it without awaiting (it returns "
+            "its value at once); write it as a plain def",
+        )
+
+
+def _is_async(function: object) -> bool:
+    return inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
 
 
 _ISOLATED = "_mainsdk_isolated_sink"
@@ -301,7 +321,16 @@ class Hooks:
     async def _await(self, hook: str, **kwargs: Any) -> Any:
         """Call an async hook and await it inside the boundary."""
         try:
-            return await getattr(self._hook, hook)(**kwargs)
+            result = getattr(self._hook, hook)(**kwargs)
+            if not inspect.isawaitable(result):
+                # A plain def where the spec says awaitable: a bug in the driver, not an outage to retry. Whether
+                # the command ran is core's to judge for exec (it may have, synchronously); nothing else ran.
+                raise SandboxError(
+                    INVALID_OPTION,
+                    f"the {self._driver_id!r} driver's {hook} returned {type(result).__name__}, not an awaitable; "
+                    "write it as async def (see mainsdk.hookspecs)",
+                )
+            return await result
         except SandboxError:
             raise
         except Exception as exc:
