@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from mainsdk.audit import AuditEvent
 from mainsdk.config import load_config_text
+from mainsdk.driver import BoxSpec, Command
 from mainsdk.errors import (
     COST,
     DRIVER_UNAVAILABLE,
@@ -286,3 +287,39 @@ def test_a_run_a_command_and_a_cell_that_fail_in_the_driver_each_write_exactly_o
         ("cell", DRIVER_UNAVAILABLE),
     ]
     assert (made.spy.starts, made.spy.stops) == (2, 2)  # the run's box and the session's, each stopped
+
+
+class NoNetworkHere(LocalDriver):
+    """The real local driver with a check that also looks at the box: it refuses any box given hosts."""
+
+    checked: list[tuple[str, tuple[str, ...], Any]]
+
+    # The hook's full signature; the local driver's own takes the command alone, as pluggy allows (hence the ignore).
+    @hookimpl
+    def mainsdk_driver_check(self, command: Command, spec: BoxSpec) -> None:  # type: ignore[override]
+        self.checked.append((command.program, spec.hosts, spec.network_policy))
+        if spec.hosts:
+            raise SandboxError(HOST_NOT_ALLOWED, "this backend gives no box network access; call it without network")
+        LocalDriver.mainsdk_driver_check(self, command)  # and the program, as the local driver checks it
+
+
+def test_the_drivers_check_sees_the_planned_box_and_refuses_before_anything_starts(lab: Callable[..., Lab]) -> None:
+    driver = NoNetworkHere(permissions=load_config_text(CONFIG).permissions)
+    driver.checked = []
+    made = lab(driver=driver)
+    with pytest.raises(SandboxError) as caught:
+        made.sandbox.run("print(1)", network=["api.example.test"])
+    assert caught.value.code == HOST_NOT_ALLOWED and made.spy.starts == 0
+    # It saw the policy the box would have been started with: asked for once, in the plan.
+    assert driver.checked == [("python3", ("api.example.test",), {"hosts": ["api.example.test"]})]
+    assert made.sandbox.run("print(2)").stdout == "2\n"
+    with made.sandbox.create(network=["api.example.test"]) as session:
+        with pytest.raises(SandboxError) as caught:
+            session.run("python3", ["-c", "print(3)"])
+        assert caught.value.code == HOST_NOT_ALLOWED
+    assert [(e.kind, e.error) for e in made.events] == [
+        ("refused", HOST_NOT_ALLOWED),
+        ("run", None),
+        ("refused", HOST_NOT_ALLOWED),
+    ]
+    assert (made.spy.starts, made.spy.execs) == (2, 1)  # the second run's box and the session's; one command ran

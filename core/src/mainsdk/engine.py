@@ -326,6 +326,8 @@ class AsyncSandbox:
 
         def plan_run() -> RunPlan:
             return self._lifecycle.plan_run(
+                run_id,
+                tenant,
                 code=code,
                 language=language,
                 feature=feature,
@@ -340,7 +342,7 @@ class AsyncSandbox:
             )
 
         plan = self._lifecycle.plan(event, plan_run)
-        executed, ended, refs, dropped = await self._lifecycle.run_once(run_id, tenant, plan, event)
+        executed, ended, refs, dropped = await self._lifecycle.run_once(plan, event)
         return RunResult(
             id=run_id,
             stdout=executed.stdout,
@@ -435,6 +437,8 @@ class AsyncSandbox:
 
         def plan_session() -> SessionPlan:
             return self._lifecycle.plan_session(
+                session_id,
+                tenant,
                 feature=feature,
                 idle=idle,
                 files=files,
@@ -486,14 +490,13 @@ class AsyncSandbox:
         if not caps.sessions:
             return None
         idle = preflight.check_idle(DEFAULT_IDLE)
-        plan = self._lifecycle.plan_box(
-            caps, None, (), None, None, None, ()
-        )  # the running box has what its opener chose
+        # The running box has what its opener chose; this process plans its commands with the config's defaults.
+        plan = self._lifecycle.plan_box(caps, None, (), None, None, None, ())
         spec = self._lifecycle.box_spec(session_id, plan, idle=idle, tenant=tenant, session=True)
         box = await self._lifecycle.reconnect(spec)
         if box is None:
             return None
-        opened = OpenBox(box, plan, session_id, tenant, None, caps.isolation, (), spec.network_policy)
+        opened = OpenBox(box, plan, spec, None, caps.isolation)
         session = AsyncSession(self._lifecycle, opened, idle, ended=self._session_ended, detached=True)
         self._sessions[session_id] = session
         return session

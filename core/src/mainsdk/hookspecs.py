@@ -56,12 +56,15 @@ def mainsdk_driver_start(spec: BoxSpec) -> Awaitable[Box]:
 
 
 @hookspec(firstresult=True)
-def mainsdk_driver_check(command: Command) -> None:
+def mainsdk_driver_check(command: Command, spec: BoxSpec) -> None:
     """Refuse ``command`` before anything starts, by raising ``SandboxError`` (optional hook).
 
-    Called for every run before its box starts, and for every session command
-    before it is sent, so a refusal (a program the config does not permit is
-    ``MAIN-SANDBOX-0001``) is audited as ``refused`` and nothing runs.
+    Called for every run before its box starts, and for every session command and
+    cell before it is sent, so a refusal (a program the config does not permit is
+    ``MAIN-SANDBOX-0001``) is audited as ``refused`` and nothing runs. ``spec`` is
+    the plan of the box the command runs in: for a run, the box about to start
+    (limits, files, hosts, the egress policy, packages); for a session, its box as
+    it was started. A driver may refuse on either; it may also take ``command`` alone.
     """
 
 
@@ -130,7 +133,8 @@ def mainsdk_driver_stop(box: Box) -> Awaitable[None]:
 def mainsdk_network_policy(hosts: Sequence[str]) -> NetworkPolicy:
     """Translate the hosts a run may reach into the backend's egress policy (no hosts: nothing out).
 
-    Core calls it once per run and per session, after its checks, hands the result to
+    Core calls it once per run and per session, at the end of its plan, shows the result to the
+    driver's check (``spec.network_policy`` of ``mainsdk_driver_check``), hands it to
     ``mainsdk_driver_start`` as ``spec.network_policy`` and copies it into the run's audit event, so
     an auditor sees what the backend was asked to enforce. The start hook enforces exactly that
     policy, never one recomputed from ``spec.hosts``. Return plain JSON-able data holding no secret.

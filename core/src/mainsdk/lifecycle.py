@@ -5,7 +5,7 @@ A one-shot run (``AsyncSandbox.run``), a session command (``AsyncSession.run`` a
 
 - **plan**: every refusal is decided before anything starts, while a value is built that says what will
   run: the call's arguments, the driver's capabilities, ``preflight.plan_run`` (limits, hosts, secrets,
-  files, packages, cost) and the driver's own check of the command (``mainsdk_driver_check``).
+  files, packages, cost) and the driver's own check of the command in that box (``mainsdk_driver_check``).
   ``Lifecycle.plan`` is the one place a refusal is audited, once, as ``refused``.
 - **start**: ``mainsdk_driver_start`` with the box the plan describes and the driver's egress policy
   (``mainsdk_network_policy``, asked once); a session starts its box once and keeps it.
@@ -135,6 +135,7 @@ class RunPlan:
     """
 
     box: preflight.RunPlan
+    spec: BoxSpec  # the box to start, with the driver's egress policy for its hosts
     command: Command
     language: str
     caps: Capabilities
@@ -146,6 +147,7 @@ class SessionPlan:
     """A session that passed every check: the box it keeps, and how long it may sit idle."""
 
     box: preflight.RunPlan
+    spec: BoxSpec  # the box to start, with the driver's egress policy for its hosts
     caps: Capabilities
     idle: float
 
@@ -164,13 +166,25 @@ class OpenBox:
 
     box: Box
     plan: preflight.RunPlan
-    session_id: str
-    tenant: str
+    spec: BoxSpec  # what the box was started with (for a reconnected box: the config's defaults)
     feature: str | None
     isolation: str
     extra_reach: tuple[str, ...] = ()
-    # The egress policy the box was started with (``mainsdk_network_policy``), on each command's audit event.
-    network_policy: NetworkPolicy = None
+
+    @property
+    def session_id(self) -> str:
+        """The session's id, which is its box's."""
+        return self.spec.id
+
+    @property
+    def tenant(self) -> str:
+        """Whose box it is."""
+        return self.spec.tenant
+
+    @property
+    def network_policy(self) -> NetworkPolicy:
+        """The egress policy the box was started with (``mainsdk_network_policy``), on each command's audit event."""
+        return self.spec.network_policy
 
     def event(self, event_id: str, kind: Any, **fields: Any) -> AuditEvent:
         """The audit event of a command or cell in this box, to complete when it ends."""
@@ -231,6 +245,8 @@ class Lifecycle:
 
     def plan_run(
         self,
+        run_id: str,
+        tenant: str,
         *,
         code: object,
         language: object,
@@ -256,11 +272,14 @@ class Lifecycle:
             packages = ()  # python packages by default only for python code
         box = self.plan_box(caps, files, network, env, limits, max_cost, packages)
         command = command_for(language, code, box.limits.timeout, box.env)
-        self.check_command(command)
-        return RunPlan(box, command, language, caps, listener)
+        spec = self.box_spec(run_id, box, tenant=tenant)
+        self.hooks.check(command, spec)
+        return RunPlan(box, spec, command, language, caps, listener)
 
     def plan_session(
         self,
+        session_id: str,
+        tenant: str,
         *,
         feature: object,
         idle: object,
@@ -278,7 +297,9 @@ class Lifecycle:
         if not caps.sessions:
             raise SandboxError(errors.INVALID_OPTION, f"the {self.driver_id!r} driver cannot keep a session open")
         idle_seconds = preflight.check_idle(idle)
-        return SessionPlan(self.plan_box(caps, files, network, env, limits, max_cost, packages), caps, idle_seconds)
+        box = self.plan_box(caps, files, network, env, limits, max_cost, packages)
+        spec = self.box_spec(session_id, box, idle=idle_seconds, tenant=tenant, session=True)
+        return SessionPlan(box, spec, caps, idle_seconds)
 
     def plan_command(
         self, opened: OpenBox, program: object, args: object, timeout: object, spent: Decimal
@@ -302,7 +323,7 @@ class Lifecycle:
             if affordable < limit:
                 limit, cost_bound = affordable, True
         command = Command(program, tuple(checked_args), timeout=limit, env=plan.env)
-        self.check_command(command)
+        self.hooks.check(command, opened.spec)
         return CommandPlan(command, cost_bound)
 
     def plan_box(
@@ -330,14 +351,6 @@ class Lifecycle:
             packages=packages,
         )
 
-    def check_command(self, command: Command) -> None:
-        """Let the driver refuse a command before anything starts (``mainsdk_driver_check``).
-
-        A refusal is the driver's ``SandboxError`` (a program not permitted is 0001); any other exception
-        is the driver failing before the command was sent (``Hooks`` makes it a coded ``MAIN-SANDBOX-0006``).
-        """
-        self.hooks.check(command)
-
     # -- start --------------------------------------------------------------------------------------------
 
     def box_spec(
@@ -349,7 +362,10 @@ class Lifecycle:
         tenant: str = "",
         session: bool = False,
     ) -> BoxSpec:
-        """The box a planned call starts, with the driver's egress policy for its hosts (asked for once)."""
+        """The box a planned call starts, with the driver's egress policy for its hosts.
+
+        Asked for once, in the plan: the driver's check sees it, the start hook gets it, the audit event records it.
+        """
         return BoxSpec(
             id=box_id,
             limits=plan.limits,
@@ -375,25 +391,14 @@ class Lifecycle:
 
     async def open(self, plan: SessionPlan, event: AuditEvent) -> OpenBox:
         """Start a session's box; a box that never opened is on record like a refusal, with its policy."""
-        session_id, tenant = event.id, event.tenant
-        spec: BoxSpec | None = None
         try:
-            spec = self.box_spec(session_id, plan.box, idle=plan.idle, tenant=tenant, session=True)
-            box = await self.start(spec)
+            box = await self.start(plan.spec)
         except SandboxError as exc:
             # The box never opened: nothing ran, and the failure is on record like any refusal, with the policy.
-            policy = spec.network_policy if spec is not None else None
-            self.audit(attrs.evolve(event, kind="refused", error=exc.code, network_policy=policy))
+            self.audit(attrs.evolve(event, kind="refused", error=exc.code, network_policy=plan.spec.network_policy))
             raise
         return OpenBox(
-            box,
-            plan.box,
-            session_id,
-            tenant,
-            event.feature,
-            plan.caps.isolation,
-            extra_reach(plan.caps, plan.box.hosts),
-            spec.network_policy,
+            box, plan.box, plan.spec, event.feature, plan.caps.isolation, extra_reach(plan.caps, plan.box.hosts)
         )
 
     async def reconnect(self, spec: BoxSpec) -> Box | None:
@@ -575,7 +580,7 @@ class Lifecycle:
     # -- the whole lifecycle of a one-shot run --------------------------------------------------------------
 
     async def run_once(
-        self, run_id: str, tenant: str, plan: RunPlan, event: AuditEvent
+        self, plan: RunPlan, event: AuditEvent
     ) -> tuple[Executed, Ended, tuple[FileRef, ...], tuple[str, ...]]:
         """Start a box, run the planned command within its limits, collect, stop, and audit the run once.
 
@@ -589,13 +594,12 @@ class Lifecycle:
             hosts=box_plan.hosts,
             extra_reach=extra_reach(plan.caps, box_plan.hosts),
             env_names=box_plan.env_names,
+            # The policy the driver is asked to enforce, on record (a translation of the hosts: no secret).
+            network_policy=plan.spec.network_policy,
         )
         started = time.monotonic()
         try:
-            spec = self.box_spec(run_id, box_plan, tenant=tenant)
-            # The policy the driver is asked to enforce, on record (a translation of the hosts: no secret).
-            event = attrs.evolve(event, network_policy=spec.network_policy)
-            box = await self.start(spec)
+            box = await self.start(plan.spec)
             try:
                 executed = await self.execute(
                     box, plan.command, box_plan.limits.output, box_plan.secret_values, plan.on_output
@@ -604,7 +608,7 @@ class Lifecycle:
             finally:
                 await asyncio.shield(self.stop(box))
             ended = self.ended(executed, box_plan.price, executed.ending(files_cut=collected.truncated))
-            refs, dropped = self.keep_collected(tenant, collected, box_plan.secret_values)
+            refs, dropped = self.keep_collected(plan.spec.tenant, collected, box_plan.secret_values)
         except BaseException as exc:
             self.audit_failed(event, exc, started)
             raise

@@ -355,9 +355,9 @@ class Hooks:
         """Run a command in a box."""
         return cast("ExecOutcome", await self._await("mainsdk_driver_exec", box=box, command=command, output=output))
 
-    def check(self, command: Command) -> None:
-        """Let the driver refuse a command before anything starts (an optional hook)."""
-        self._call("mainsdk_driver_check", command=command)
+    def check(self, command: Command, spec: BoxSpec) -> None:
+        """Let the driver refuse a command in the box ``spec`` plans before anything starts (an optional hook)."""
+        self._call("mainsdk_driver_check", command=command, spec=spec)
 
     async def write_file(self, box: Box, path: str, data: bytes) -> None:
         """Write a file into a box's work folder."""
