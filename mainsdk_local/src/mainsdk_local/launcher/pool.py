@@ -329,7 +329,8 @@ class Pool:
 
     def on_control(self, entry: Entry) -> str:
         """What the stub wrote on its control socket: "ready", "dirty" (it printed at start, or no ctypes), "gone"."""
-        assert entry.control is not None
+        if entry.control is None:
+            return "wait"  # closed (discarded or reaped) earlier in the loop turn that found it readable
         try:
             data = entry.control.recv(16)
         except BlockingIOError:
