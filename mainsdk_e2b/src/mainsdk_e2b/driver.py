@@ -205,7 +205,10 @@ class E2BDriver:
             network_reach=E2B_NETWORK_REACH,
             reports_signals=True,  # the script ends by the program's signal; envd's end event names it
             # Cells: core's kernel is one long command (exec) fed by files (write_file); background processes are
-            # concurrent commands, each in a session of its own that the killer ends (see ``killer_line``).
+            # concurrent commands, each in a session of its own that the killer ends (see ``killer_line``). A
+            # cell's KeyboardInterrupt is the kernel's own SIGINT to itself, never envd's SendSignal: that
+            # signals the one pid envd started (handler.go ``cmd.Process.Signal``), which is this driver's
+            # script, not the kernel. A stuck kernel is killed like any command: its whole session.
             cells=True,
             background=True,
             # Wheels fetched on the app side, uploaded with the work files, installed offline: see packages.py.
