@@ -98,20 +98,35 @@ def _mainsdk_pool():
         modules = set(sys.modules)
         finders = set(sys.path_importer_cache)
         path0 = sys.path.pop(0) if sys.path[:1] == [""] else None
-        import _socket, ctypes, functools, marshal, resource
+        import _ctypes, _socket, marshal, resource  # _ctypes alone: the ctypes package costs 3-4 CPU-ms more
         if path0 is not None:
             sys.path.insert(0, path0)
         with open("/proc/self/environ", "rb") as f:
             raw = dict(e.partition(b"=")[::2] for e in f.read().split(b"\\0") if e)
         startup = [(k, v) for k, v in os.environb.items() if raw.get(k) != v]
 
-        class Flags(ctypes.Structure):
-            _fields_ = [("cf_flags", ctypes.c_int), ("cf_feature_version", ctypes.c_int)]
+        class Int(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class Text(_ctypes._SimpleCData):
+            _type_ = "z"
+
+        class Pointer(_ctypes._SimpleCData):
+            _type_ = "P"
+
+        class Flags(_ctypes.Structure):
+            _fields_ = [("cf_flags", Int), ("cf_feature_version", Int)]
+
+        class PythonApi(_ctypes.CFuncPtr):  # ctypes.pythonapi's kind: called with the GIL held
+            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_PYTHONAPI
+            _restype_ = Int
+
+        class Self:
+            _handle = _ctypes.dlopen(None, 0)
 
         flags = Flags(0x0800, sys.version_info[1])  # PyCF_IGNORE_COOKIE, as python -c compiles its command
-        run = ctypes.pythonapi.PyRun_SimpleStringFlags
-        run.argtypes = (ctypes.c_char_p, ctypes.c_void_p)
-        run.restype = ctypes.c_int
+        run = PythonApi(("PyRun_SimpleStringFlags", Self))
+        run.argtypes = (Text, Pointer)
         os.set_blocking(5, False)
         try:
             fit = not os.read(5, 1)  # anything printed while starting would show in no cold run
@@ -165,12 +180,12 @@ def _mainsdk_pool():
         del sys.modules[name]
     for name in set(sys.path_importer_cache) - finders:
         del sys.path_importer_cache[name]
-    globals().update(_mainsdk_finish=finish, _mainsdk_run=functools.partial(run, code, ctypes.byref(flags)))
+    globals().update(_mainsdk_finish=finish, _mainsdk_run=run, _mainsdk_args=(code, _ctypes.byref(flags)))
 
 
 _mainsdk_pool()
 del _mainsdk_pool
-globals().pop("_mainsdk_finish")(globals().pop("_mainsdk_run")())
+globals().pop("_mainsdk_finish")(globals().pop("_mainsdk_run")(*globals().pop("_mainsdk_args")))
 """
 
 PoolKey = tuple[tuple[str, ...], tuple[Any, ...], tuple[tuple[str, str], ...]]  # argv up to -c, root, start-up env
