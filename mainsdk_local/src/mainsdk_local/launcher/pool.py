@@ -45,6 +45,7 @@ start-up variables only (``os.environ`` and children see the run's environment).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import gc
 import marshal
@@ -394,7 +395,8 @@ class Pool:
             4,
         )
         frame = len(job).to_bytes(4, "big") + job
-        assert entry.control is not None
+        if entry.control is None:
+            raise OSError(errno.EPIPE, "the warm interpreter's control socket is closed")
         control, entry.control = entry.control, None
         self._unwatch(control)
         try:
@@ -626,6 +628,9 @@ class WarmExecution:
             self.pool.misses += 1
             ctx.uid, ctx.gid = box.uid, box.gid  # the box may have taken the interpreter's uid before it failed
             return False
+        except BaseException:
+            self.pool.discard(entry)  # taken and never handed a run: it must not wait forever
+            raise
         self.pool.hits += 1
         run.warm = True
         run.worker, worker.run = worker, run
