@@ -144,7 +144,7 @@ def mainsdk_network_policy(hosts: Sequence[str]) -> NetworkPolicy:
 
 @hookspec
 def mainsdk_audit_event(event: AuditEvent, config: AppConfig) -> None:
-    """Record one audit event. Called once per run, per session command and per refused call.
+    """Record one audit event. Called once per run, per session command or cell, and per refused call.
 
     ``config`` is the app config, for sinks that read their settings from it (read them once per
     config, not on every event). The event never holds code, output or secret values. The hook is
