@@ -325,6 +325,10 @@ async def test_a_stopped_launcher_holds_no_run_past_its_timeout(phase: str, loca
         watchdog = asyncio.get_running_loop().call_later(20, resume)
         marker = f"spin-{secrets.token_hex(4)}"
         code = f"print('up', flush=True)\nwhile {phase == 'exec'}: pass  # {marker}\nprint('done')"
+        if phase == "collect":
+            # The server collects a one-shot run's /out unasked, right after the run: 40 MB of out files keep it
+            # at that (reading and sending them) when the driver's collect hook stops it.
+            code += "\nfor i in range(40): open(f'../out/{i:02d}.bin', 'wb').write(bytes(1 << 20))"
         started = time.monotonic()
         try:
             driver.armed = phase == "collect"

@@ -33,12 +33,13 @@ from mainsdk.driver import (
 )
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, BoxGone, SandboxError
 from mainsdk.hookspecs import hookimpl
+from mainsdk.plugins import DriverHookError
 
 from mainsdk_local.config import DEFAULT_POOL, MAX_POOL, LocalPrograms
 from mainsdk_local.egress_proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
 from mainsdk_local.launcher.protocol import MAX_HEADER, PROXY_PORT
 from mainsdk_local.launcher_client import Box as LauncherBox
-from mainsdk_local.launcher_client import ExecSpec, Launcher, LauncherError
+from mainsdk_local.launcher_client import ExecSpec, Launcher, LauncherError, OpenFailed
 from mainsdk_local.packages import EnvBuilder
 from mainsdk_local.programs import Program, ProgramCache
 
@@ -63,6 +64,9 @@ class LocalBox:
     memory: int
     egress: EgressPolicy | None = None  # None: no hosts, no proxy, nothing out
     packages: str | None = None  # the built env's site-packages, bound over the python's own; None: no packages
+    # A one-shot run's box: the bytes of /out its exec asks for (core's limits.files, what it collects), so the
+    # server collects and closes right after the run, with no request between. None: a session's box.
+    one_shot_collect: int | None = None
 
 
 class LocalDriver:
@@ -128,12 +132,30 @@ class LocalDriver:
     async def mainsdk_driver_start(self, spec: BoxSpec) -> LocalBox:
         # Built (or found in the cache) before the box opens: a set that cannot be built runs nothing.
         packages = await self._packages(spec.packages) if spec.packages else None
+        max_files = box_file_count(spec.limits.memory)
+        max_sockets = box_socket_count(spec.limits.memory)
+        # The proxy lets through exactly the policy core handed over (and audited); none: nothing out.
+        hosts = tuple((spec.network_policy or {}).get("hosts", ()))
+        egress = EgressPolicy(hosts, self._resolve) if hosts else None
+        if not spec.session:
+            # A one-shot run: the open and the files go out now unanswered, the exec follows them and asks
+            # for /out and the close too, so the whole run is one exchange with the launcher (README, "The
+            # cold path"). A failed open or file is raised by the exec, as this hook would have (_open_failed).
+            box = await self._launcher.open_box(
+                disk_bytes=spec.limits.disk,
+                max_files=max_files,
+                memory_bytes=spec.limits.memory,
+                max_sockets=max_sockets,
+                one_shot=True,
+                files=spec.files,
+            )
+            return LocalBox(spec.id, box, spec.limits.memory, egress, packages, one_shot_collect=spec.limits.files)
         box = await self._launcher.open_box(
             disk_bytes=spec.limits.disk,
-            session=spec.session,
-            max_files=box_file_count(spec.limits.memory),
+            session=True,
+            max_files=max_files,
             memory_bytes=spec.limits.memory,  # a session's box: one cgroup its commands and background share
-            max_sockets=box_socket_count(spec.limits.memory),
+            max_sockets=max_sockets,
         )
         try:
             for path, data in spec.files.items():
@@ -141,9 +163,6 @@ class LocalDriver:
         except BaseException:
             await box.close()
             raise
-        # The proxy lets through exactly the policy core handed over (and audited); none: nothing out.
-        hosts = tuple((spec.network_policy or {}).get("hosts", ()))
-        egress = EgressPolicy(hosts, self._resolve) if hosts else None
         return LocalBox(spec.id, box, spec.limits.memory, egress, packages)
 
     async def _packages(self, pins: Sequence[str]) -> str:
@@ -199,7 +218,10 @@ class LocalDriver:
                     on_stdout=output.stdout,
                     on_stderr=output.stderr,
                     on_listener=proxy.serve if exec_spec.proxy and proxy is not None else None,
+                    then_collect=box.one_shot_collect,
                 )
+            except OpenFailed as exc:
+                raise _open_failed(exc.cause) from exc.cause
             except LauncherError as exc:
                 if exc.ran is not False:
                     raise  # core judges it: the command may have run
@@ -298,7 +320,9 @@ class LocalDriver:
     async def _program(self, program: str) -> Program:
         """The real interpreter for ``program``, if the config permits it."""
         language, name = self._permitted_name(program)
-        return await asyncio.to_thread(self._cache.get, language, name)
+        # Resolved once (it runs the interpreter); every later exec takes it here, without a thread hop.
+        cached = self._cache.cached(language, name)
+        return cached if cached is not None else await asyncio.to_thread(self._cache.get, language, name)
 
 
 def _package_overlay(box: LocalBox, program_name: str, program: Program) -> tuple[tuple[str, str], ...]:
@@ -306,6 +330,15 @@ def _package_overlay(box: LocalBox, program_name: str, program: Program) -> tupl
     if box.packages is None or _PROGRAM_LANGUAGE.get(program_name) != "python" or not program.hidden_paths:
         return ()
     return ((box.packages, program.hidden_paths[0]),)
+
+
+def _open_failed(cause: Exception) -> SandboxError:
+    """A one-shot box's open or file failed, found by its exec: the error the start hook would have raised.
+
+    Core turns a start hook's exception into this outage (``DriverHookError``); the code did not run, so it
+    says so (``ran=False``) and a retry is as safe as it was.
+    """
+    return DriverHookError(DRIVER_ID, "mainsdk_driver_start", cause, LOCAL_REMEDY).nothing_ran()
 
 
 def _alive(box: LocalBox) -> None:

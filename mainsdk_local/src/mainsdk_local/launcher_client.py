@@ -67,6 +67,18 @@ class LauncherError(Exception):
         self.ran = ran
 
 
+class OpenFailed(LauncherError):
+    """A one-shot box's open or one of its files failed, found by its exec: the command did not run.
+
+    ``cause`` is what ``open_box`` or ``write_file`` would have raised (``OSError``, ``ValueError``
+    or ``LauncherError``).
+    """
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(f"the box did not open: {cause}")
+        self.cause = cause
+
+
 @attrs.frozen
 class ExecSpec:
     """One command to run in a box.
@@ -322,6 +334,8 @@ class Launcher:
         max_files: int | None = None,
         memory_bytes: int | None = None,
         max_sockets: int | None = None,
+        one_shot: bool = False,
+        files: Mapping[str, bytes] | None = None,
     ) -> Box:
         """Open a box: a private tmpfs of ``disk_bytes`` holding /work and /out, and its own host uid.
 
@@ -337,11 +351,24 @@ class Launcher:
 
         ``session``: more execs are likely to follow, so the server keeps a worker ready inside this box
         after each one (a "hot" spare). False for a box that runs one exec and closes.
+
+        ``one_shot``: the box runs one exec and closes (implies ``session=False``), all in one exchange
+        with the server: this returns without waiting for the open, ``files`` (path to bytes, written
+        into the box first) follow it unanswered, and the exec sends its command behind them and asks
+        for /out and the close in the same request (``Box.exec``'s ``then_collect``). The exec then
+        raises ``OpenFailed`` if the open or a file failed, and nothing ran. Paths are checked here.
         """
         if isinstance(disk_bytes, bool) or not isinstance(disk_bytes, int) or disk_bytes < 4096:
             raise ValueError("disk_bytes must be an integer of at least 4096")
         if not isinstance(session, bool):
             raise ValueError("session must be True or False")
+        if not isinstance(one_shot, bool):
+            raise ValueError("one_shot must be True or False")
+        if files and not one_shot:
+            raise ValueError("files are passed to open_box only for a one_shot box; use Box.write_file")
+        for path in files or {}:
+            _validate_box_path(path)
+        session = session and not one_shot
         if max_files is not None and (isinstance(max_files, bool) or not isinstance(max_files, int) or max_files < 64):
             raise ValueError("max_files must be None or an integer of at least 64")
         for name, value in (("memory_bytes", memory_bytes), ("max_sockets", max_sockets)):
@@ -400,6 +427,9 @@ class Launcher:
             on_stall=on_stall,
             server=self._proc,
         )
+        if one_shot:
+            box._pipeline_open(files or {})
+            return box
         try:
             await box._await_open()
         except BaseException:
@@ -479,6 +509,12 @@ class Box:
         self._error: LauncherError | None = None
         self._closed = False
         self.host_uid = -1
+        # A one-shot box: the requests sent ahead of its exec (the open, id 0, and its files), not yet checked.
+        self._opening: list[tuple[int, asyncio.Future[P.Frame], str, int]] = []  # (id, reply, what, payload bytes)
+        self._one_shot = False
+        # The exec's pipelined /out collection: its reply and max_bytes (the server sends it unasked).
+        self._then: tuple[asyncio.Future[P.Frame], int] | None = None
+        self._exec_done = False  # the one-shot exec got its reply: the tree is gone
         sock.setblocking(False)
         self._pending[0] = loop.create_future()
         loop.add_reader(sock.fileno(), self._on_readable)
@@ -494,6 +530,40 @@ class Box:
         if not reply.header.get("ok"):
             raise _error_from(reply.header, "open box")
         self.host_uid = int(reply.header.get("uid", -1))
+
+    def _pipeline_open(self, files: Mapping[str, bytes]) -> None:
+        """A one-shot box: send its files right behind the open, without waiting for either (see ``exec``)."""
+        self._one_shot = True
+        self._opening.append((0, self._pending[0], "open box", 0))
+        for path, data in files.items():
+            rid = self._next_id
+            self._next_id += 1
+            fut: asyncio.Future[P.Frame] = self._loop.create_future()
+            self._pending[rid] = fut
+            self._send({"op": "write", "path": path, "id": rid}, bytes(data))
+            self._opening.append((rid, fut, f"write {path}", len(data)))
+
+    async def _check_opened(self) -> None:
+        """The replies to the open and the files sent ahead: ``OpenFailed`` with the first error, if any."""
+        opening, self._opening = self._opening, []
+        if not opening:
+            return
+        seconds = _CALL_GRACE + sum(size for _, _, _, size in opening) / _TRANSFER_RATE
+        timer = self._loop.call_later(seconds, self._stall, "open box", seconds)
+        try:
+            for rid, fut, what, _ in opening:
+                try:
+                    reply = await fut
+                except LauncherError as exc:
+                    raise OpenFailed(exc) from None
+                if not reply.header.get("ok"):
+                    raise OpenFailed(_error_from(reply.header, what))
+                if rid == 0:
+                    self.host_uid = int(reply.header.get("uid", -1))
+        finally:
+            timer.cancel()
+            for rid, _, _, _ in opening:
+                self._pending.pop(rid, None)
 
     # -- channel -------------------------------------------------------------
 
@@ -667,9 +737,20 @@ class Box:
 
     async def collect_out(self, *, max_bytes: int) -> Collected:
         """Regular files under /out, in name order, until ``max_bytes``; other entries are skipped with a reason."""
-        self._check_loop()
         work = P.COLLECT_SECONDS + max(max_bytes, 0) / _TRANSFER_RATE
-        reply = await self._request({"op": "collect", "max_bytes": max_bytes}, work=work)
+        if self._then is not None:
+            # The exec asked for it already: the server collects as soon as the run ends and sends it, then
+            # closes the box (so the channel may be closed by now, after the reply came: not an error).
+            if asyncio.get_running_loop() is not self._loop:
+                raise LauncherError("a Box must be used from the event loop that opened it")
+            fut, asked = self._then
+            self._then = None
+            if max_bytes != asked:
+                raise ValueError(f"max_bytes {max_bytes} is not the {asked} the one-shot exec asked for")
+            reply = fut.result() if fut.done() else await self._within(fut, _CALL_GRACE + work, "collect")
+        else:
+            self._check_loop()
+            reply = await self._request({"op": "collect", "max_bytes": max_bytes}, work=work)
         h = reply.header
         if not h.get("ok"):
             raise _error_from(h, "collect /out")
@@ -688,6 +769,7 @@ class Box:
         on_stdout: Callable[[bytes], None],
         on_stderr: Callable[[bytes], None],
         on_listener: Callable[[socket.socket], None] | None = None,
+        then_collect: int | None = None,
     ) -> ExecResult:
         """Run ``spec`` and wait until it has exited and its output is drained.
 
@@ -697,10 +779,27 @@ class Box:
         is raised instead of a result. With ``spec.proxy``, ``on_listener`` gets the
         exec's proxy listener (and owns it) as soon as it exists, before or while the
         code runs.
+
+        ``then_collect`` (a one-shot box's only exec): once the run ends the server
+        collects /out up to that many bytes (``collect_out`` then takes it, with the same
+        max_bytes) and closes the box, with no request in between. The open and files
+        sent ahead are checked first: ``OpenFailed`` if one failed (the command did not run).
         """
         self._check_loop()
         if spec.proxy and (on_listener is None or not self.namespaces):
             raise ValueError("spec.proxy needs on_listener and namespace isolation")
+        then: dict[str, int] | None = None
+        if then_collect is not None:
+            if isinstance(then_collect, bool) or not isinstance(then_collect, int) or then_collect < 0:
+                raise ValueError("then_collect must be None or a non-negative integer")
+            if not self._one_shot or self._then is not None or self._exec_done:
+                raise ValueError("then_collect is for the one exec of a box opened with one_shot=True")
+            collect_id = self._next_id
+            self._next_id += 1
+            collected: asyncio.Future[P.Frame] = self._loop.create_future()
+            self._pending[collect_id] = collected
+            self._then = (collected, then_collect)
+            then = {"collect_id": collect_id, "max_bytes": then_collect}
         rid = self._next_id
         self._next_id += 1
         state = _Exec(rid, on_stdout, on_stderr)
@@ -721,12 +820,15 @@ class Box:
         fut: asyncio.Future[P.Frame] = self._loop.create_future()
         self._pending[rid] = fut
         header = {"op": "exec", "id": rid, "spec": _spec_json(spec), "stdin": spec.stdin is not None, "fds": 2}
+        if then is not None:
+            header["then"] = then
         if spec.proxy and on_listener is not None:
             self._listener_handlers[rid] = on_listener  # the listener frame comes before the reply
         sent = self._loop.time()
         try:
             self._send(header, spec.stdin or b"", child_ends)  # closes our copies of the write ends
             child_ends = []
+            await self._opened_before(state, fut)
             reply = await self._await_exit(
                 state, fut, spec.timeout + _EXEC_GRACE + len(spec.stdin or b"") / _TRANSFER_RATE
             )
@@ -750,11 +852,27 @@ class Box:
                 raise state.callback_error
             return self._result(h, spec, state)
         finally:
+            if _answered_ok(fut):
+                # The server reported the run (killed or not): its tree is gone, and a one-shot box's /out
+                # comes next, unasked, then the box closes (even when this raises, e.g. a callback's error).
+                self._exec_done = True
+            else:
+                self._then = None  # no run to collect after: close() asks the server to close as usual
             for w in child_ends:
                 os.close(w)
             self._close_streams(state)
             self._pending.pop(rid, None)
             self._listener_handlers.pop(rid, None)
+
+    async def _opened_before(self, state: _Exec, fut: asyncio.Future[P.Frame]) -> None:
+        """A one-shot box: check its open and files (sent ahead of this exec) before waiting for the run."""
+        try:
+            await self._check_opened()
+        except asyncio.CancelledError:
+            # The exec went out with them: if it runs, kill it, and wait until the server says so.
+            self._send_kill(state)
+            await self._wait_confirmed(fut)
+            raise
 
     async def _await_exit(self, state: _Exec, fut: asyncio.Future[P.Frame], seconds: float) -> P.Frame | None:
         timer = self._loop.call_later(seconds, self._stall_exec, state, seconds)
@@ -870,9 +988,11 @@ class Box:
             else:
                 self._teardown(error)
             return
-        if self._error is None:
+        if self._error is None and not (self._one_shot and self._exec_done):
             with contextlib.suppress(LauncherError):
                 await self._request({"op": "close"})  # returns once the box's processes are gone
+        # A one-shot box whose exec ended has no process left (its report came after the tree died), and
+        # the server closes it after its /out: closing our end is all that is left, and no wait.
         self._teardown(error)
 
     async def __aenter__(self) -> Box:
@@ -880,6 +1000,11 @@ class Box:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _answered_ok(fut: asyncio.Future[P.Frame]) -> bool:
+    """Whether an exec's reply came and says the run ended (rather than an error, or no reply at all)."""
+    return fut.done() and not fut.cancelled() and fut.exception() is None and bool(fut.result().header.get("ok"))
 
 
 def _spec_json(spec: ExecSpec) -> dict[str, Any]:

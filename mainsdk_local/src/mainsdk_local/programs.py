@@ -93,6 +93,10 @@ class ProgramCache:
         self._lock = threading.Lock()
         self._resolved: dict[tuple[str, str], Program] = {}
 
+    def cached(self, language: str, name: str) -> Program | None:
+        """The program for ``language`` named ``name`` if it was resolved already (no lookup, no blocking)."""
+        return self._resolved.get((language, name))
+
     def get(self, language: str, name: str) -> Program:
         """The resolved program for ``language`` named ``name``."""
         key = (language, name)

@@ -48,6 +48,9 @@ class Box:
         self.max_files: int | None = None  # the tmpfs's nr_inodes; None: the kernel's default
         self.runs: dict[int, Run] = {}  # running execs by request id
         self.destroyed = False
+        self.doomed = False  # closed: its files are removed when the server's loop has a moment
+        self.failed = False  # a request on it failed: a one-shot exec sent behind it does not run
+        self.close_after: int | None = None  # a one-shot box closes once the collection with this id is sent
         self.closing = False
         self.close_id: int | None = None
         self.channel_open = True

@@ -67,6 +67,8 @@ class RunExecution:
             self, box: Box, run: Run, ctx: S.ChildContext, spec: ExecSpec, root: tuple[Any, ...], has_cgroups: bool
         ) -> bool: ...
 
+        def _collect_after(self, run: Run) -> None: ...
+
     def _spawn_worker(
         self,
         limits: G.Limits,
@@ -465,6 +467,7 @@ class RunExecution:
                 self._send(run.box, {"id": run.rid, "ok": False, "kind": "launcher", "error": msg, "ran": ran})
             else:
                 self._send(run.box, self._result(run, oom, ended))
+                self._collect_after(run)  # a one-shot box's /out, with no request to wait for
         self._maybe_finish_close(run.box)
 
     def _result(self, run: Run, oom: bool, ended: float) -> dict[str, Any]:

@@ -149,6 +149,7 @@ class Run:
         self.stdin_data = memoryview(b"")
         self.cgroup: G.RunCgroup | None = None
         self.done = False
+        self.then: tuple[int, int] | None = None  # a one-shot exec: (collect id, max_bytes) of /out after it
 
 
 def describe_failure(error: dict[str, Any]) -> str:

@@ -23,7 +23,14 @@ B+C pairs are prepared ahead of time ("spares"), so that work is off the exec's
 critical path: a generic one, and, for a session's box (not a one-shot run's), a
 "hot" one whose C has also pivoted into the root of the box the last exec used (it
 stays root until its job comes). Spares are prepared after a fresh run reports, so
-they do not compete with its start.
+they do not compete with its start, and also for a while after the last box closed
+(``SPARE_LINGER``: one-shot runs keep no box open between them).
+
+A one-shot run is one exchange: its box request, files and exec arrive unanswered, the
+exec carrying ``then`` (collect /out, then close): the server replies to each, sends the
+result when B reports, collects /out and sends it unasked, and closes the box. A failed
+open or file makes the exec refuse to run. A closed box's files (umount, rmdir) are
+removed on a later turn of the loop, after the replies and any request already waiting.
 
 This module is the event loop. Forking, feeding and reporting runs is in ``execs.py``; the
 stages B and C are in ``stages.py``; the rest of a run's pieces each have their module:
@@ -40,6 +47,7 @@ the namespace, and B's exit is seen only after all of it is gone.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
 import os
@@ -72,6 +80,9 @@ from .spares import Spares
 
 # A spare is prepared only once every run started this long ago (or earlier) or has reported; see _spare_wanted.
 SPARE_QUIET = 0.25
+# How long after its last box closed the server still keeps a spare ready: one-shot runs leave no box open
+# between them, and without a spare each would fork and set up its worker (cgroups, namespaces) itself.
+SPARE_LINGER = 60.0
 # Longest stretch the loop gives one /out collection before it looks at everything else again.
 COLLECT_SLICE = 0.005
 # The socket bound of a box whose opener names none (the driver names one from the memory limit).
@@ -99,6 +110,8 @@ class Server(RunExecution, WarmExecution):
             self.pool.idle_seconds = pool_idle
         self.deadlines: list[tuple[float, int, Run]] = []
         self.collecting: dict[tuple[int, int], tuple[Box, int, B.OutCollector]] = {}  # (slot, id): unfinished
+        # Closed boxes whose files are still to be removed: done between requests, never before one (loop).
+        self.doomed: collections.deque[Box] = collections.deque()
         self.base = C.MOUNT_BASE
         self.mounted_base = False
         self.own_pidns = -1
@@ -112,6 +125,7 @@ class Server(RunExecution, WarmExecution):
         self.node_preload = N.IN_ROOT  # where a run finds the Node proxy preload (weak mode: on the host)
         self.landlock_abi = 0  # weak mode: the kernel's Landlock ABI, 0 when it has none
         self.stopping = False
+        self.last_box_closed = -SPARE_LINGER  # monotonic time the last box was destroyed (see _spare_wanted)
 
     # -- setup ---------------------------------------------------------------
 
@@ -216,7 +230,8 @@ class Server(RunExecution, WarmExecution):
     def _spare_wanted(self) -> tuple[float, str] | None:
         """(seconds until, kind) of the next spare or warm interpreter to prepare, in namespace mode.
 
-        Spares only while boxes are open; a warm interpreter (kind "pool") whenever the pool has
+        Spares while boxes are open or one closed less than SPARE_LINGER ago (one-shot runs keep
+        no box open between them); a warm interpreter (kind "pool") whenever the pool has
         room for one of a kind runs asked for. Never while a run that started less than
         SPARE_QUIET ago has not reported: preparing one forks and sets up namespaces, which
         would compete with that run's own start and report for the CPUs. A short run gets its
@@ -224,7 +239,10 @@ class Server(RunExecution, WarmExecution):
         """
         if self.stopping or self.isolation != "namespace":
             return None
-        wanted = self.spares.wanted() if self.boxes else None
+        # Spares while boxes are open, and for SPARE_LINGER after the last one closed: one-shot runs keep no
+        # box open between them, and without a spare each would fork and set up its worker on its own path.
+        spares_wanted = bool(self.boxes) or time.monotonic() <= self.last_box_closed + SPARE_LINGER
+        wanted = self.spares.wanted() if spares_wanted else None
         # A generic spare first when there is none (a run that finds no warm interpreter takes it: without
         # it, that run forks its worker itself), then warm interpreters, then a session's hot spare.
         first_spare = wanted is not None and wanted[1] == "generic" and not self.spares.generic
@@ -267,14 +285,17 @@ class Server(RunExecution, WarmExecution):
             wanted = self._spare_wanted()
             if wanted is not None and wanted[0] > 0:
                 timeout = wanted[0] if timeout is None else min(timeout, wanted[0])
-            idle = self._idle_work_pending() or bool(self.collecting)
+            idle = self._idle_work_pending() or bool(self.collecting) or bool(self.doomed)
             events = self.sel.select(0 if idle else timeout)
             for key, mask in events:
                 callback: Callable[[int], None] = key.data
                 callback(mask)
             for box, rid, collector in list(self.collecting.values()):
                 self._collect_slice(box, rid, collector)
-            if self._idle_work_pending():  # after the events: requests first, one spare per turn
+            # After the events (requests first, replies already sent), one piece of idle work per turn.
+            if self.doomed:
+                self._destroy_box(self.doomed.popleft())  # a closed box's umount and rmdir
+            elif self._idle_work_pending():
                 self._idle_work()
             now = time.monotonic()
             while self.deadlines and (self.deadlines[0][2].done or self.deadlines[0][0] <= now):
@@ -395,6 +416,8 @@ class Server(RunExecution, WarmExecution):
 
     def _destroy_box(self, box: Box) -> None:
         """Last step of a box: every run is dead; remove its files and free the slot."""
+        if box.destroyed:
+            return
         self._stop_collecting(box)
         if box.memory_cgroup is not None:
             # After its commands' cgroups: in namespace mode the next worker removes them all, in that order.
@@ -404,6 +427,7 @@ class Server(RunExecution, WarmExecution):
         self.pool.box_destroyed(box)
         box.decoder.close()
         box.destroyed = True
+        self.last_box_closed = time.monotonic()
         if self.boxes.get(box.slot) is box:
             del self.boxes[box.slot]
         if not box.outq:
@@ -436,8 +460,10 @@ class Server(RunExecution, WarmExecution):
             try:
                 self._handle(box, frame)
             except C.RequestError as exc:
+                box.failed = True
                 self._reply_error(box, frame.header.get("id"), exc)
             except Exception as exc:  # noqa: BLE001 - a bug in one request must not take the server down
+                box.failed = True
                 traceback.print_exc()
                 self._reply_error(box, frame.header.get("id"), C.RequestError("launcher", f"internal error: {exc!r}"))
             finally:
@@ -467,8 +493,10 @@ class Server(RunExecution, WarmExecution):
             if len(frame.fds) != 2:
                 raise C.RequestError("launcher", "exec needs stdout and stderr descriptors")
             spec = ExecSpec(h.get("spec"), bool(h.get("stdin")))
+            then = self._then_collect(box, rid, h.get("then"))
             fds, frame.fds = frame.fds, []
             self._start_run(box, rid, spec, fds, frame.payload)  # owns (and closes) fds
+            box.runs[rid].then = then
         elif op == "kill":
             run = box.runs.get(rid)
             if run is not None and not run.done:
@@ -477,10 +505,41 @@ class Server(RunExecution, WarmExecution):
         elif op == "pool":
             self._send(box, dict(self.pool.stats(), id=rid, ok=True))
         elif op == "close":
+            if box.doomed:  # closed already (a one-shot box after its /out): its processes are long gone
+                self._send(box, {"id": rid, "ok": True})
+                return
             box.close_id = rid
             self._begin_close(box)
         else:
             raise C.RequestError("launcher", f"unknown op {op!r}")
+
+    @staticmethod
+    def _then_collect(box: Box, rid: int, then: object) -> tuple[int, int] | None:
+        """An exec's ``then`` (a one-shot box): collect /out as (id, max_bytes) after it, then close the box.
+
+        Its open and files were sent ahead without waiting for their answers: if one of them (or any
+        request on the box) failed, the exec does not run.
+        """
+        if then is None:
+            return None
+        if not isinstance(then, dict):
+            raise C.RequestError("value", "then must be an object")
+        collect_id, max_bytes = then.get("collect_id"), then.get("max_bytes")
+        if not isinstance(collect_id, int) or isinstance(collect_id, bool) or collect_id in (0, rid):
+            raise C.RequestError("value", "then.collect_id must be an integer other than 0 and the exec's id")
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+            raise C.RequestError("value", "then.max_bytes must be a non-negative integer")
+        if box.failed:
+            raise C.RequestError("launcher", "an earlier request on this box failed: the one-shot exec does not run")
+        return collect_id, max_bytes
+
+    def _collect_after(self, run: Run) -> None:
+        """A one-shot box's run has reported: collect its /out at once, unasked, then close the box."""
+        if run.then is None or run.box.closing:
+            return
+        collect_id, max_bytes = run.then
+        run.box.close_after = collect_id
+        self._collect_slice(run.box, collect_id, B.OutCollector(run.box, max_bytes))
 
     def _collect_slice(self, box: Box, rid: int, collector: B.OutCollector) -> None:
         """Collect for one slice (the first one at once: a small /out is done in it); reply when done.
@@ -496,6 +555,8 @@ class Server(RunExecution, WarmExecution):
             collector.close()
             self.collecting.pop((box.slot, rid), None)
             self._reply_error(box, rid, C.RequestError("launcher", f"internal error: {exc!r}"))
+            if box.close_after == rid:
+                self._begin_close(box)
             return
         if not done:
             self.collecting[(box.slot, rid)] = (box, rid, collector)
@@ -503,6 +564,8 @@ class Server(RunExecution, WarmExecution):
         self.collecting.pop((box.slot, rid), None)
         header, payload = collector.reply()
         self._send(box, dict(header, id=rid, ok=True), payload)
+        if box.close_after == rid:
+            self._begin_close(box)  # a one-shot box: its exec asked for /out, and that was all
 
     def _stop_collecting(self, box: Box) -> None:
         """Drop the box's unfinished collections (it is closing): their descriptors must not pin its tmpfs."""
@@ -521,12 +584,16 @@ class Server(RunExecution, WarmExecution):
         self._maybe_finish_close(box)
 
     def _maybe_finish_close(self, box: Box) -> None:
-        if not box.closing or box.runs or box.destroyed:
+        if not box.closing or box.runs or box.destroyed or box.doomed:
             return
         if box.close_id is not None and box.channel_open:
             # The client closes its end on this reply; we close ours once it is sent.
             self._send(box, {"id": box.close_id, "ok": True})
-        self._destroy_box(box)
+        # Its files go (umount, rmdir) on a later turn of the loop: after the reply, and after any request
+        # already waiting (the next run's start, another box's), never ahead of them.
+        self._stop_collecting(box)
+        box.doomed = True
+        self.doomed.append(box)
 
     # -- channel output ------------------------------------------------------
 
