@@ -3,7 +3,8 @@
 For each concurrency (1, 2, 4 and 16 by default) every case does ``--runs`` runs of a
 one-line python program, that many at a time, in batches interleaved with the other
 cases (shuffled, fixed seed), each case in a worker process and a cpuacct cgroup of its
-own (``_cost.py``). Cases: ``sandbox.run`` with this checkout's code, and bare starts of
+own (``_cost.py``). Cases: ``sandbox.run`` with this checkout's code, with its warm pool off (the
+cold path) and at the driver's default, and bare starts of
 the same interpreter: ``-I -S`` (the floor), ``-I`` from an empty venv, and bubblewrap
 (``bwrap --unshare-all``) around the box's own command line. Throughput is runs over the
 median batch's seconds; CPU per run is the cgroup's CPU over all of a case's runs at that
@@ -41,7 +42,8 @@ def main() -> None:
     python = python_program()
     with tempfile.TemporaryDirectory(prefix="throughput-venv-") as venv:
         cases: dict[str, dict[str, object]] = {
-            "sandbox.run": {"kind": "sandbox"},
+            "sandbox.run": {"kind": "sandbox", "pool": 0},
+            "sandbox.run, warm pool": {"kind": "sandbox"},
             "bare -I -S": {"kind": "bare", "argv": [python, "-I", "-S", "-c", CODE["python"]]},
             "bare -I, empty venv": {"kind": "bare", "argv": [empty_venv(venv), "-I", "-c", CODE["python"]]},
         }
@@ -70,11 +72,13 @@ def main() -> None:
                     rates[(name, level)] = args.runs / statistics.median(seconds[name])
                     spent = worker.meter.seconds() - cpu_before[name]
                     cpu[(name, level)] = spent / (args.runs * args.batches)
-            sandbox = workers["sandbox.run"]
-            rss_before = sandbox.call({"op": "rss"})
-            if args.memory_runs:
-                sandbox.call({"op": "batch", "language": "python", "concurrency": 1, "runs": args.memory_runs})
-            rss_after = sandbox.call({"op": "rss"})
+            rss: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
+            for name in ("sandbox.run", "sandbox.run, warm pool"):
+                before = workers[name].call({"op": "rss"})
+                if args.memory_runs:
+                    request = {"op": "batch", "language": "python", "concurrency": 1, "runs": args.memory_runs}
+                    workers[name].call(request)
+                rss[name] = (before, workers[name].call({"op": "rss"}))
         finally:
             for worker in workers.values():
                 worker.close()
@@ -85,27 +89,29 @@ def main() -> None:
     for name in workers:
         row = "".join(f"{rates[(name, level)]:12.1f}{cpu[(name, level)] * 1000:8.2f}" for level in levels)
         print(f"  {name:<22}{row}")
-    print("ratios (sandbox.run against each bare start): throughput, CPU per run")
-    for name in workers:
-        if name == "sandbox.run":
-            continue
-        parts = []
-        for level in levels:
-            rate = rates[("sandbox.run", level)] / rates[(name, level)]
-            spent = cpu[("sandbox.run", level)] / cpu[(name, level)]
-            parts.append(f"x{level}: {rate:.2f}x, CPU {spent:.2f}x")
-        print(f"  vs {name:<20} " + "; ".join(parts))
-    floor = cpu[("sandbox.run", levels[0])] / cpu[("bare -I, empty venv", levels[0])]
-    verdict = "within" if floor <= TARGET_CPU else "ABOVE"
-    print(f"  CPU per run at x{levels[0]} vs bare -I from an empty venv: {floor:.2f}x", end="")
-    print(f" ({verdict} the {TARGET_CPU}x goal)")
-    growth = {key: (rss_after[key] - rss_before[key]) / 1024 for key in ("self", "children")}
-    verdict = "within" if growth["self"] < TARGET_RSS_MB else "ABOVE"
-    print(
-        f"RSS growth over {args.memory_runs} more runs: app {growth['self']:+.1f} MB ({verdict} the {TARGET_RSS_MB} MB"
-        f" goal; {rss_after['self'] / 1024:.1f} MB now), launcher and its spares {growth['children']:+.1f} MB"
-        f" ({rss_after['children'] / 1024:.1f} MB now)"
-    )
+    for case in ("sandbox.run", "sandbox.run, warm pool"):
+        print(f"ratios ({case} against each bare start): throughput, CPU per run")
+        for name in workers:
+            if name.startswith("sandbox.run"):
+                continue
+            parts = []
+            for level in levels:
+                rate = rates[(case, level)] / rates[(name, level)]
+                spent = cpu[(case, level)] / cpu[(name, level)]
+                parts.append(f"x{level}: {rate:.2f}x, CPU {spent:.2f}x")
+            print(f"  vs {name:<20} " + "; ".join(parts))
+        floor = cpu[(case, levels[0])] / cpu[("bare -I, empty venv", levels[0])]
+        verdict = "within" if floor <= TARGET_CPU else "ABOVE"
+        print(f"  CPU per run at x{levels[0]} vs bare -I from an empty venv: {floor:.2f}x", end="")
+        print(f" ({verdict} the {TARGET_CPU}x goal)")
+    for case, (before, after) in rss.items():
+        growth = {key: (after[key] - before[key]) / 1024 for key in ("self", "children")}
+        verdict = "within" if growth["self"] < TARGET_RSS_MB else "ABOVE"
+        print(
+            f"{case}: RSS growth over {args.memory_runs} more runs: app {growth['self']:+.1f} MB ({verdict} the"
+            f" {TARGET_RSS_MB} MB goal; {after['self'] / 1024:.1f} MB now), launcher and its spares"
+            f" {growth['children']:+.1f} MB ({after['children'] / 1024:.1f} MB now)"
+        )
 
 
 if __name__ == "__main__":
