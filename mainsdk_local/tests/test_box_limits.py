@@ -19,9 +19,12 @@ from typing import Any
 
 import pytest
 from mainsdk import SandboxError
+from mainsdk.config import load_config_text
 from mainsdk.errors import DRIVER_UNAVAILABLE
 from mainsdk_local.driver import box_socket_count
 from mainsdk_local.launcher_client import Launcher
+
+from mainsdk_local import local_sandbox_driver
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/user"), reason="needs Linux namespaces")
 
@@ -86,6 +89,24 @@ def test_a_box_holds_no_more_sockets_than_its_bound(make_sandbox: Callable[..., 
     assert json.loads(result.stdout) == {"made": bound, "refused": "EMFILE", "again": 10, "pair": True}
     # The next box gets its whole bound: the places of a finished box's sockets are all given back.
     assert json.loads(sandbox.run(FILL_SOCKETS).stdout)["made"] == bound
+
+
+def test_a_weak_mode_box_holds_no_more_sockets_than_its_bound(
+    make_sandbox: Callable[..., Any], local_config: str
+) -> None:
+    # Must hold: weak mode (the code a plain process on the host, as the box's own uid when the app is root)
+    # gets the same bound: the launcher sits in the cgroup its programs watch, and so does all it forks.
+    needs_the_socket_bound()
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs /usr/bin/python3")  # a weak box's uid cannot enter an interpreter under root's home
+    text = memory_config(local_config, "64MB")
+    config = load_config_text(text)
+    driver = local_sandbox_driver(
+        permissions=config.permissions, programs={"python": "/usr/bin/python3"}, force_weak=True
+    )
+    result = make_sandbox(text, driver=driver).sandbox.run(FILL_SOCKETS)
+    assert (result.isolation, result.exit_code) == ("weak", 0), result.stderr
+    assert json.loads(result.stdout)["made"] == box_socket_count(64 * MIB), result.stdout
 
 
 # Connects to its own listener and accepts each connection until refused; prints every socket it holds.
