@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mainsdk.figures import WRAPPER
 
 STUB = '''
 import pytest
@@ -213,7 +214,7 @@ def lines(*events: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-PRINT = ["-E", "-s", "-c", "print('fault')"]
+PRINT = ["-E", "-s", "-c", WRAPPER, "print('fault')"]  # a python run's command (mainsdk.figures)
 CASSETTES: dict[str, list[dict[str, Any]]] = {
     "TestRun/test_the_exit_code_and_stderr_come_back": [
         CREATE,

@@ -13,10 +13,10 @@ import attrs
 import pytest
 from mainsdk import AsyncSandbox, Capabilities, SandboxError
 from mainsdk.audit import code_sha256
-from mainsdk.cells import INLINE_LIMIT
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION, NO_SESSION
 from mainsdk.hookspecs import hookimpl
+from mainsdk.rich import INLINE_LIMIT
 from mainsdk_local.driver import LocalDriver
 
 PNG = base64.b64decode(

@@ -1,68 +1,205 @@
-"""Plots from one-shot runs: each figure a run leaves open comes back as a PNG FileRef, with no change to the code."""
+"""Plots from one-shot runs on the real local driver, with real pandas and matplotlib in the box.
+
+Each figure the code shows (``plt.show()``) or leaves open comes back in ``RunResult.results`` as an
+``image/png``, with no change to the code and no look at its text; the code's own out files stay its own; a
+run that forges the figures folder gets no more than it could with any out file.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-# matplotlib is not installed in the box here. This stand-in package, given as the run's files, has the calls
-# user code makes and the ones the wrapper makes (get_fignums, figure(n).savefig(path, format="png")).
-PYPLOT = """
+import asyncio
+import json
 import os
-_figures = {}
-def figure(number=None):
-    number = number or len(_figures) + 1
-    _figures.setdefault(number, Figure(number))
-    return _figures[number]
-class Figure:
-    def __init__(self, number): self.number, self.lines = number, []
-    def savefig(self, path, format):
-        assert format == "png" and os.environ["MPLBACKEND"] == "agg"
-        open(path, "wb").write(b"\\x89PNG figure %d %r" % (self.number, self.lines))
-def plot(*values): figure(max(_figures) if _figures else None).lines.append(values)
-def get_fignums(): return sorted(_figures)
-def show(): pass
-"""
-STANDIN = {"matplotlib/__init__.py": "", "matplotlib/pyplot.py": PYPLOT}
+import struct
+import zlib
+from collections.abc import Callable
+
+import pytest
+from conftest import CONFIG, Built
+from mainsdk import AsyncSandbox, SandboxDeps
+from mainsdk import secret as secret_ref
+from mainsdk.config import load_config_text
+from mainsdk.figures import MAX_FIGURES
+from mainsdk.rich import INLINE_LIMIT
+
+from mainsdk_local import local_sandbox_driver
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/mnt"), reason="Linux only")
+
+PNG = b"\x89PNG\r\n\x1a\n"
+CHART_CONFIG = CONFIG.replace("timeout: 10s, memory: 256MB", "timeout: 60s, memory: 1GB").replace(
+    "  secrets: [TEST_API_KEY]\n",
+    "  secrets: [TEST_API_KEY]\n  packages:\n    python: [pandas==2.2.3, matplotlib==3.9.2]\n",
+)
 
 
-def test_each_open_figure_comes_back_as_a_png(make_sandbox: Callable[..., Any]) -> None:
-    sandbox = make_sandbox().sandbox
-    code = "import matplotlib.pyplot as plt\nplt.plot(1, 2)\nplt.show()\nplt.figure()\nplt.plot(3)\nprint(__name__)"
-    result = sandbox.run(code, files=STANDIN)
-    assert result.ok and result.stdout == "__main__\n"
-    pngs = {f.name: sandbox.files.read(f) for f in result.files}
-    assert pngs == {"figure-1.png": b"\x89PNG figure 1 [(1, 2)]", "figure-2.png": b"\x89PNG figure 2 [(3,)]"}
+@pytest.fixture
+def chart(make_sandbox: Callable[..., Built], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Built:
+    """A sandbox whose python runs get pandas and matplotlib.
+
+    The env is kept in pytest's cache folder (as test_packages' chart test keeps it): only the first test run
+    in a checkout builds it (about 20 s), as an app's later runs reuse ~/.cache/mainsdk/envs.
+    """
+    monkeypatch.setenv("XDG_CACHE_HOME", str(request.config.cache.mkdir("mainsdk-packages")))
+    return make_sandbox(CHART_CONFIG)
 
 
-def test_the_wrapper_changes_nothing_else_the_code_sees(make_sandbox: Callable[..., Any]) -> None:
-    sandbox = make_sandbox().sandbox
-    code = (
-        "import sys\nimport matplotlib.pyplot as plt\n"
-        "print(sys.argv, sorted(k for k in globals() if not k.startswith('__')))\n"
-        "open('../out/figure-1.png', 'w').write('mine')\nplt.figure()\n1/0"
+def _png(width: int, height: int, seed: int = 0) -> bytes:
+    """A real PNG of ``width`` x ``height`` grey noise (so it does not compress)."""
+    rows = b"".join(
+        b"\x00" + bytes((x * 7 + y * 13 + seed) * 2654435761 % 251 for x in range(width)) for y in range(height)
     )
-    result = sandbox.run(code, files=STANDIN)
-    assert result.stdout == "['-c'] ['plt', 'sys']\n" and result.exit_code == 1
-    assert result.stderr.startswith('Traceback (most recent call last):\n  File "<string>", line 6, in <module>\n')
-    assert "_mainsdk" not in result.stderr and result.stderr.endswith("ZeroDivisionError: division by zero\n")
-    names = {f.name: sandbox.files.read(f) for f in result.files}
-    assert names["figure-1.png"] == b"mine" and names["figure-2.png"].startswith(b"\x89PNG")  # the code's own stays
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return PNG + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
 
 
-def test_code_that_does_not_draw_runs_as_it_always_did(make_sandbox: Callable[..., Any]) -> None:
-    built = make_sandbox()
-    result = built.sandbox.run("import sys; print(sys.argv); 1/0")
-    assert result.stdout == "['-c']\n"
+TUTORIAL = """
+import pandas as pd
+import matplotlib.pyplot as plt
+
+df = pd.read_csv("data.csv")
+df.plot.bar(x="item", y="count")
+plt.show()
+
+plt.figure()
+plt.plot(df["count"].cumsum())
+plt.savefig("../out/chart.png")
+print(len(df))
+"""
+
+
+def test_the_tutorial_chart_comes_back_as_png_results_and_the_codes_own_file_stays_a_file(chart: Built) -> None:
+    sandbox = chart.sandbox
+    result = sandbox.run(TUTORIAL, files={"data.csv": "item,count\na,1\nb,2\nc,3\n"}, feature="chart")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "3\n"
+    # The bar chart (shown) and the cumulative line (left open at exit), in that order; both real PNGs, inline.
+    assert [r.mime for r in result.results] == ["image/png", "image/png"]
+    shown, left_open = (r.bytes() for r in result.results)
+    assert shown is not None and shown.startswith(PNG) and left_open is not None and left_open.startswith(PNG)
+    assert shown != left_open and result.results_dropped == 0
+    # The code's own savefig is its out file, and the figures folder is not among the files.
+    assert [f.name for f in result.files] == ["chart.png"] and result.files_dropped == ()
+    assert sandbox.files.read(result.files[0]) == left_open  # same figure, saved by the code and at exit
+    data = result.to_dict()
+    assert [r["mime"] for r in data["results"]] == ["image/png", "image/png"] and json.dumps(data)
+
+
+def test_a_figure_larger_than_the_inline_limit_comes_as_a_file_ref(chart: Built) -> None:
+    code = (
+        "import numpy as np, matplotlib.pyplot as plt\n"
+        "plt.figure(figsize=(12, 12))\nplt.imshow(np.random.default_rng(1).random((300, 300)))\n"
+    )
+    result = chart.sandbox.run(code)
+    assert result.ok, result.stderr
+    [figure] = result.results
+    assert figure.mime == "image/png" and figure.data is None and figure.file is not None
+    assert figure.file.name == "figure-1.png" and figure.file.size > INLINE_LIMIT
+    assert chart.sandbox.files.read(figure.file).startswith(PNG)
+    assert result.files == ()
+
+
+def test_a_backend_named_in_the_runs_environment_is_kept(chart: Built) -> None:
+    code = (
+        "import matplotlib, matplotlib.pyplot as plt\nprint(matplotlib.get_backend())\n"
+        "plt.plot([1])\nplt.show()\nplt.close('all')\nplt.figure()\nplt.plot([2])"
+    )
+    chosen = chart.sandbox.run(code, env={"MPLBACKEND": "agg"})
+    assert chosen.exit_code == 0, chosen.stderr
+    assert chosen.stdout == "agg\n" and len(chosen.results) == 1  # agg's show() shows nothing; the open one comes
+    ours = chart.sandbox.run(code)
+    assert ours.stdout == "module://mainsdk_figures\n" and len(ours.results) == 2
+
+
+def test_figures_come_back_from_async_sandbox_run(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(request.config.cache.mkdir("mainsdk-packages")))
+    config = load_config_text(CHART_CONFIG)
+
+    async def main() -> tuple[str, ...]:
+        driver = local_sandbox_driver(permissions=config.permissions)
+        sandbox = AsyncSandbox(SandboxDeps(config=config, driver=driver, load_entrypoints=False))
+        try:
+            result = await sandbox.run("import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.show()")
+            assert result.ok, result.stderr
+            return tuple(r.mime for r in result.results)
+        finally:
+            await sandbox.aclose()
+
+    assert asyncio.run(main()) == ("image/png",)
+
+
+# The rest need no matplotlib: they check what the wrapper keeps as it was, and what forged figures can do.
+
+SNIPPETS = (
+    "import sys\nprint(sys.argv, __name__, sorted(globals()))",
+    "def f():\n    raise ValueError('x')\n\ntry:\n    f()\nexcept ValueError as e:\n    raise KeyError('k') from e",
+    "x = (",
+    "import sys; print('out'); sys.exit(3)",
+    "import sys\ndef hook(t, v, tb):\n    import traceback; print(''.join(traceback.format_tb(tb)))\n"
+    "sys.excepthook = hook\n1/0",
+    "import traceback\ntry:\n    1/0\nexcept Exception:\n    traceback.print_exc()",
+    "import atexit\natexit.register(print, 'bye')\nraise KeyboardInterrupt",
+)
+
+
+def test_tracebacks_argv_main_and_line_numbers_are_what_python_c_gives(make_sandbox: Callable[..., Built]) -> None:
+    sandbox = make_sandbox().sandbox
+    with sandbox.create() as session:
+        for code in SNIPPETS:
+            run = sandbox.run(code)
+            plain = session.run("python3", ["-E", "-s", "-c", code])
+            assert (run.stdout, run.stderr, run.exit_code) == (plain.stdout, plain.stderr, plain.exit_code), code
+            assert "_mainsdk" not in run.stderr and run.results == () and run.files == ()
+
+
+def test_long_code_on_stdin_keeps_what_python_dash_gives(make_sandbox: Callable[..., Built]) -> None:
+    sandbox = make_sandbox().sandbox
+    code = "import sys\n" + "#" * 120_000 + "\nprint(sys.argv, __file__)\n1/0"
+    result = sandbox.run(code)
+    assert result.stdout == "['-'] <stdin>\n" and result.exit_code == 1
     assert result.stderr == (
         "Traceback (most recent call last):\n"
-        '  File "<string>", line 1, in <module>\n'
+        '  File "<stdin>", line 4, in <module>\n'
         "ZeroDivisionError: division by zero\n"
     )
 
 
-def test_long_code_on_stdin_draws_too(make_sandbox: Callable[..., Any]) -> None:
+def test_a_module_named_matplotlib_that_is_not_the_real_one_still_imports(make_sandbox: Callable[..., Built]) -> None:
+    standin = {"matplotlib/__init__.py": "NAME = 'mine'\n", "matplotlib/pyplot.py": "def show(): print('shown')\n"}
+    result = make_sandbox().sandbox.run("import matplotlib, matplotlib.pyplot as plt\nplt.show()", files=standin)
+    assert result.ok, result.stderr
+    assert (result.stdout, result.stderr, result.results, result.files) == ("shown\n", "", (), ())
+
+
+def test_forged_figures_get_no_more_than_out_files(
+    make_sandbox: Callable[..., Built], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The code writes the figures folder itself: a file that is no PNG, a PNG named with a secret, more PNGs
+    # than a run returns, and a figure-1.png of its own at the top. Its PNGs count as figures (it could send
+    # the same bytes as an out file); the rest is dropped, counted, and never named.
     sandbox = make_sandbox().sandbox
-    code = "import matplotlib.pyplot as plt\n" + "#" * 120_000 + "\nplt.figure()\nprint('long')"
-    result = sandbox.run(code, files=STANDIN)
-    assert result.stdout == "long\n" and [f.name for f in result.files] == ["figure-1.png"]
+    png = _png(8, 8)
+    code = (
+        "import os\nos.makedirs('../out/.mainsdk-figures')\n"
+        "def put(name, data):\n    open('../out/.mainsdk-figures/' + name, 'wb').write(data)\n"
+        f"png = {png!r}\n"
+        "put('1.png', b'<script>not a png</script>')\n"
+        "put(os.environ['TEST_API_KEY'] + '.png', png)\n"
+        f"for n in range(2, {MAX_FIGURES + 12}):\n    put('%d.png' % n, png + bytes([n]))\n"
+        "open('../out/figure-1.png', 'wb').write(b'mine')\n"
+    )
+    secret = "sk-test-figures-0123456789"
+    monkeypatch.setenv("TEST_API_KEY", secret)
+    result = sandbox.run(code, env={"TEST_API_KEY": secret_ref("TEST_API_KEY")})
+    assert result.ok, result.stderr
+    assert len(result.results) == MAX_FIGURES
+    assert [r.bytes() for r in result.results] == [png + bytes([n]) for n in range(2, MAX_FIGURES + 2)]
+    assert result.results_dropped == 1 + 1 + 10  # not a PNG, a name the wrapper never writes, past the 50th
+    assert [f.name for f in result.files] == ["figure-1.png"] and result.files_dropped == ()
+    assert secret not in json.dumps(result.to_dict())

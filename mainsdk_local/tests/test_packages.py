@@ -257,7 +257,7 @@ def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(
     result = sandbox.run(CHART, files={"data.csv": "item,count\na,1\nb,2\nc,3\n"}, feature="chart")
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "3\n"
-    files = {ref.name: ref for ref in result.files}  # core may add the open figure as figure-1.png too
+    files = {ref.name: ref for ref in result.files}  # the figure left open comes back in result.results
     assert sandbox.files.read(files["chart.png"]).startswith(b"\x89PNG\r\n\x1a\n")
 
 

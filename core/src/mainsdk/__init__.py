@@ -8,13 +8,14 @@ custom wiring.
 import logging
 
 from mainsdk.background import AsyncProcess
-from mainsdk.cells import CellError, CellResult, RichResult
+from mainsdk.cells import CellError, CellResult
 from mainsdk.config import AppConfig, SandboxConfig, load_config, parse_app_config, parse_sandbox_config
 from mainsdk.default import async_sandbox, sandbox
 from mainsdk.driver import Capabilities, NetworkReach
 from mainsdk.engine import AsyncSandbox, RunResult, SandboxDeps
 from mainsdk.errors import ConfigError, SandboxError
 from mainsdk.files import FileRef
+from mainsdk.rich import RichResult
 from mainsdk.secrets import SecretRef, secret
 from mainsdk.sessions import AsyncSession, CommandResult
 from mainsdk.sync import Process, Sandbox, Session, create_sandbox

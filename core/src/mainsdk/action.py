@@ -20,6 +20,7 @@ from mainsdk.action_cells import ConversationSessions, cell_action_result
 from mainsdk.driver import LANGUAGES
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
+from mainsdk.rich import rich_entry
 
 if TYPE_CHECKING:
     from mainsdk.engine import AsyncSandbox, RunResult
@@ -247,5 +248,6 @@ def action_result(result: RunResult) -> dict[str, Any]:
         "stop": result.stop,
         "files": [file_entry(f) for f in result.files],
         "files_dropped": list(result.files_dropped),
+        "results": [rich_entry(r) for r in result.results],
         "cost": str(result.cost),
     }

@@ -8,12 +8,12 @@ whose session closed (idle expiry, a kill) gets a new one on its next call, and 
 
 from __future__ import annotations
 
-import base64
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from mainsdk import arguments
-from mainsdk.cells import CellResult, RichResult
+from mainsdk.cells import CellResult
+from mainsdk.rich import rich_entry
 
 if TYPE_CHECKING:
     from mainsdk.engine import AsyncSandbox
@@ -64,15 +64,6 @@ class ConversationSessions:
         session = self._sessions.pop(self._key(conversation, agent), None)
         if session is not None:
             await session.close()
-
-
-def rich_entry(result: RichResult) -> dict[str, Any]:
-    """A rich result as an agent sees it: text inline, an image as base64, a large one as a file id."""
-    if result.file is not None:
-        return {"mime": result.mime, "file": {"id": result.file.id, "name": result.file.name, "size": result.file.size}}
-    if isinstance(result.data, bytes):
-        return {"mime": result.mime, "base64": base64.b64encode(result.data).decode("ascii")}
-    return {"mime": result.mime, "text": result.data}
 
 
 def cell_action_result(result: CellResult, restarted: bool) -> dict[str, Any]:

@@ -26,22 +26,20 @@ from mainsdk import arguments, errors, preflight
 from mainsdk.audit import code_sha256
 from mainsdk.driver import Command, ExecOutcome, StopReason
 from mainsdk.errors import SandboxError
-from mainsdk.files import FileRef
 from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
 from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
 from mainsdk.redact import NameRedactor
+from mainsdk.rich import INLINE_LIMIT, MIME_TYPES, RichResult
 from mainsdk.units import MAX_TIMEOUT
 
 if TYPE_CHECKING:
     from mainsdk.sessions import AsyncSession
 
-INLINE_LIMIT = 64 * 1024  # a rich result up to this many bytes comes inline; a larger one as a FileRef
 GRACE = 1.0  # after KeyboardInterrupt, how long a cell has to stop before the interpreter is ended
 BACKSTOP = 3.0  # past the grace, how long the app waits before it kills the interpreter itself
 TEXT_LIMIT = 64 * 1024  # an error's value and traceback are cut to this many characters in the box
 CELL_FOLDER = ".mainsdk-cells"  # in the work folder; the interpreter deletes each cell file as it takes it
 WATCHDOG_EXIT = 124  # the kernel's exit status when it ended itself at a cell's timeout + grace
-MIME_TYPES = ("image/png", "image/svg+xml", "text/html", "application/json", "text/plain")
 _EXTENSIONS = {
     "image/png": "png",
     "image/svg+xml": "svg",
@@ -58,25 +56,6 @@ class CellError:
     name: str
     value: str
     traceback: str
-
-
-@attrs.frozen
-class RichResult:
-    """One form of a value a cell produced, or a figure it drew.
-
-    ``data`` holds it inline (``bytes`` for ``image/png``, ``str`` for the text forms) when it is at most
-    64 KiB; a larger one is kept in the file store and ``file`` is its ``FileRef`` (``data`` is None).
-    """
-
-    mime: str
-    data: str | bytes | None = None
-    file: FileRef | None = None
-
-    def bytes(self) -> bytes | None:
-        """The inline data as bytes (text forms UTF-8 encoded), or None when it is a FileRef."""
-        if self.data is None:
-            return None
-        return self.data if isinstance(self.data, bytes) else self.data.encode()
 
 
 @attrs.frozen

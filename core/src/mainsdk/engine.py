@@ -28,6 +28,7 @@ from mainsdk.hosts import host_covered
 from mainsdk.lifecycle import Executed, Lifecycle, OpenBox, RunPlan, SessionPlan
 from mainsdk.limits import Listener
 from mainsdk.plugins import Hooks, load_driver, make_plugin_manager
+from mainsdk.rich import RichResult, rich_entry
 from mainsdk.secrets import SecretRef, SecretResolver, environment_secrets
 from mainsdk.sessions import DEFAULT_IDLE, AsyncSession, SessionOpener, find_session
 
@@ -191,6 +192,10 @@ class RunResult:
     # The exact output bytes, redacted and cut at the limit; ``stdout``/``stderr`` are them decoded (UTF-8, lossy).
     stdout_bytes: bytes = b""
     stderr_bytes: bytes = b""
+    # Python runs: each matplotlib figure the code showed or left open, as ``image/png`` (``mainsdk.figures``),
+    # inline up to 64 KiB, else a FileRef; ``results_dropped`` counts those not returned.
+    results: tuple[RichResult, ...] = ()
+    results_dropped: int = 0
 
     @property
     def ok(self) -> bool:
@@ -208,6 +213,7 @@ class RunResult:
         del data["stdout_bytes"], data["stderr_bytes"]  # JSON has no bytes: ``stdout``/``stderr`` carry the text
         data["cost"] = str(self.cost)
         data["files"] = [attrs.asdict(f) for f in self.files]
+        data["results"] = [rich_entry(r) for r in self.results]
         data["stop_code"] = self.stop_code
         return data
 
@@ -227,9 +233,9 @@ def code_command(language: str, code: str, timeout: float, env: Mapping[str, str
     """The command that runs ``code``: the language's interpreter with the code in argv, or on stdin when long."""
     program = LANGUAGE_PROGRAMS[language]
     on_stdin = len(code.encode()) > ARGV_CODE_LIMIT
-    if figures.draws(language, code):
-        return figures.figure_command(code, on_stdin=on_stdin, timeout=timeout, env=env)  # plots come back as PNGs
-    prefix: tuple[str, ...] = ("-E", "-s") if language == "python" else ()
+    if language == "python":
+        return figures.python_command(code, on_stdin=on_stdin, timeout=timeout, env=env)  # plots come back as PNGs
+    prefix: tuple[str, ...] = ()
     if on_stdin:
         stdin_flag = {"python": "-", "node": "-", "bash": "-s"}[language]
         return Command(program, (*prefix, stdin_flag), stdin=code.encode(), timeout=timeout, env=env)
@@ -342,7 +348,7 @@ class AsyncSandbox:
             )
 
         plan = self._lifecycle.plan(event, plan_run)
-        executed, ended, refs, dropped = await self._lifecycle.run_once(plan, event)
+        executed, ended, refs, dropped, drawn = await self._lifecycle.run_once(plan, event)
         return RunResult(
             id=run_id,
             stdout=executed.stdout,
@@ -362,6 +368,8 @@ class AsyncSandbox:
             memory_limit_scope=plan.caps.memory_limit_scope,
             signal=ended.signal,
             files_dropped=dropped,
+            results=drawn.results,
+            results_dropped=drawn.dropped,
         )
 
     def keep_collected(

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from mainsdk import arguments, errors, preflight
+from mainsdk import arguments, errors, figures, preflight
 from mainsdk.audit import AuditEvent
 from mainsdk.config import AppConfig
 from mainsdk.driver import (
@@ -581,10 +581,10 @@ class Lifecycle:
 
     async def run_once(
         self, plan: RunPlan, event: AuditEvent
-    ) -> tuple[Executed, Ended, tuple[FileRef, ...], tuple[str, ...]]:
+    ) -> tuple[Executed, Ended, tuple[FileRef, ...], tuple[str, ...], figures.Drawn]:
         """Start a box, run the planned command within its limits, collect, stop, and audit the run once.
 
-        Returns what the run printed, how it ended, and its out files (kept, dropped).
+        Returns what the run printed, how it ended, its out files (kept, dropped) and the figures it drew.
         """
         box_plan = plan.box
         event = attrs.evolve(
@@ -608,9 +608,11 @@ class Lifecycle:
             finally:
                 await asyncio.shield(self.stop(box))
             ended = self.ended(executed, box_plan.price, executed.ending(files_cut=collected.truncated))
-            refs, dropped = self.keep_collected(plan.spec.tenant, collected, box_plan.secret_values)
+            split = figures.take_figures(collected)  # the figures folder holds results, not the code's files
+            refs, dropped = self.keep_collected(plan.spec.tenant, split.collected, box_plan.secret_values)
+            drawn = figures.keep_figures(split, lambda name, data: self.store.put(plan.spec.tenant, name, data))
         except BaseException as exc:
             self.audit_failed(event, exc, started)
             raise
         self.audit_ended(event, ended)
-        return executed, ended, refs, dropped
+        return executed, ended, refs, dropped, drawn

@@ -29,6 +29,7 @@ class TestAction:
             "signal": None,
             "stop": None,
             "files_dropped": [],
+            "results": [],
         }
         assert (file["name"], file["size"], file["mime"]) == ("r.txt", 1, "text/plain")
         assert action.read(file["id"]) == b"1"
