@@ -194,7 +194,8 @@ def test_nothing_outside_work_and_out_can_be_written(sandbox: Sandbox, tmp_path:
     # the root, /usr, /etc, /tmp, /proc/sys and /sys are not, and nothing appears on the host.
     host_dir = tmp_path / "host-dir"
     host_dir.mkdir(mode=0o777)
-    targets = ["/", "/usr", "/usr/lib", "/etc", "/tmp", "/var/tmp", "/root", "/dev", "/dev/shm", "/run", str(host_dir)]
+    targets = ["/", "/usr", "/usr/lib", "/etc", "/etc/fonts", "/var/cache/fontconfig", "/tmp", "/var/tmp", "/root"]
+    targets += ["/dev", "/dev/shm", "/run", str(host_dir)]
     code = (
         "import json, os, sys\nout = {}\n"
         "for d in json.loads(sys.argv[1]) + ['/work', '/out']:\n"

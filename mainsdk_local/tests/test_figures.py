@@ -89,6 +89,14 @@ def test_the_tutorial_chart_comes_back_as_png_results_and_the_codes_own_file_sta
     assert [r["mime"] for r in data["results"]] == ["image/png", "image/png"] and json.dumps(data)
 
 
+def test_matplotlib_in_the_box_writes_no_fontconfig_warning(chart: Built) -> None:
+    code = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.title('fonts')\nplt.show()"
+    result = chart.sandbox.run(code)
+    assert result.ok, result.stderr
+    assert result.stderr == ""  # was "Fontconfig error: Cannot load default config file" (no /etc/fonts)
+    assert len(result.results) == 1
+
+
 def test_a_figure_larger_than_the_inline_limit_comes_as_a_file_ref(chart: Built) -> None:
     code = (
         "import numpy as np, matplotlib.pyplot as plt\n"

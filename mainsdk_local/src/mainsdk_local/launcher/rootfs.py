@@ -32,7 +32,11 @@ ETC_ENTRIES = (
     "ca-certificates",
     "ca-certificates.conf",
     "alternatives",
+    "fonts",  # fontconfig's config: without it fc-list (which matplotlib runs) prints "Cannot load default config"
 )
+# Host folders outside /usr bound read-only when they exist: fontconfig's font caches, so fc-list finds the fonts
+# without writing a cache (the box has none to write: "No writable cache directories").
+HOST_READONLY = ("/var/cache/fontconfig",)
 ETC_HIDDEN = ("ssl/private",)
 DEVICES = ("null", "zero", "full", "random", "urandom")
 
@@ -158,6 +162,9 @@ class Templates:
             elif os.path.isdir(host) or os.path.isfile(host):
                 _mount_point_for(host, target)
                 L.bind_readonly(host, target)
+        for host in HOST_READONLY:
+            if os.path.isdir(host) and not os.path.islink(host):
+                L.bind_readonly(host, _mkdirs(root, host))
         for name, text in (("passwd", PASSWD), ("group", GROUP), ("hosts", HOSTS), ("hostname", "sandbox\n")):
             with open(os.path.join(etc, name), "w") as fh:
                 fh.write(text)
