@@ -140,6 +140,9 @@ class Cgroups:
         self._handed: list[str] = []  # given to the last worker; checked at the next hand-out
         self.v2: tuple[str, str] | None = None  # (mount, our own cgroup's path) of the cgroup2 hierarchy
         self._joined: str | None = None  # a v2 directory the server itself moved into (socket_dir)
+        # Make a box-level memory cgroup around each exec's (see plan): set once a session's box has opened,
+        # so an app that only ever makes one-shot runs does exactly the cgroup work it did before.
+        self.wrap = False
         self._boxes = 0
 
     @property
@@ -369,10 +372,11 @@ class Cgroups:
         else:
             self._retry.append(path)
 
-    def plan(self, box_memory: str | None = None) -> RunCgroup | None:
+    def plan(self, box_memory: str | None = None, *, one_shot: bool = False) -> RunCgroup | None:
         """Names for one exec's fresh, never used cgroups (no system call); None without cgroups.
 
-        ``box_memory``: a session box's memory cgroup, to make the memory cgroup beneath. Without one
+        ``box_memory``: a session box's memory cgroup, to make the memory cgroup beneath. Without one,
+        once sessions are in use (``wrap``) and unless the worker can only serve a ``one_shot`` run,
         the memory cgroup gets a box-level one of its own around it (``wrapper``, unlimited), which a
         session box adopts at its first exec (``adopt``) and a one-shot run's removal takes along.
         """
@@ -383,10 +387,10 @@ class Cgroups:
         name = f"run-{self._count}"
         if self.memory is not None:
             base, run.memory_version = self.memory
-            if box_memory is None:
+            if box_memory is None and self.wrap and not one_shot:
                 run.wrapper = box_memory = os.path.join(base, f"box-{self._count}")
                 run.wrapper_pids = self.pids is not None and self.pids[0] == base
-            run.memory_dir = os.path.join(box_memory, name)
+            run.memory_dir = os.path.join(box_memory or base, name)
             run.dirs.append(run.memory_dir)
         if self.pids is not None:
             pids_base = self.pids[0]

@@ -82,7 +82,7 @@ class RunExecution:
         B writes ``limits`` ahead; a ``bound`` C also enters that box's sandbox ahead; ``child``
         and ``keep``: what C runs instead and the descriptors it needs (see ``S.worker_main``).
         """
-        cgroup = self.cgroups.plan(bound.box_memory if bound is not None else None)
+        cgroup = self.cgroups.plan(bound.box_memory if bound is not None else None, one_shot=child is not None)
         doomed = self.cgroups.take_doomed()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

@@ -407,6 +407,7 @@ class Server(RunExecution, WarmExecution):
         """What the box holds at most, whatever runs in it: sockets; for a session's box, memory too."""
         if box.session:
             box.memory_limit = memory_bytes  # its cgroup is its first exec's box-level one (RunExecution)
+            self.cgroups.wrap = True
         try:
             box.max_sockets = DEFAULT_MAX_SOCKETS if max_sockets is None else max_sockets
             if self.sockets is not None:
