@@ -196,3 +196,60 @@ def test_the_mcp_inspector_receives_the_png_as_an_image(app_dir: Callable[[str],
     )
     [tool] = json.loads(listed.stdout)["tools"]
     assert tool["annotations"]["readOnlyHint"] is False and "outputSchema" in tool
+
+
+# The PNG above, as the value of a cell's final expression (a notebook shows an object's _repr_png_).
+PNG_VALUE = (
+    PNG_CODE.replace("open('../out/plot.png', 'wb').write(png)\n", "")
+    .replace("open('../out/table.csv', 'w').write('a,b\\n1,2\\n')\n", "")
+    .replace("print('drawn')\n", "class Plot:\n    def _repr_png_(self):\n        return png\nPlot()\n")
+)
+
+
+async def test_with_session_run_code_keeps_a_notebook_in_the_same_box(app_dir: Callable[[str], Path]) -> None:
+    app_dir(CONFIG)
+    async with mcp_client("--session") as session:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        wrote = await session.call_tool("code_run", {"code": "open('state.txt', 'w').write('from code_run')"})
+        first = await session.call_tool("run_code", {"code": "x = 41\nprint(open('state.txt').read())"})
+        second = await session.call_tool("run_code", {"code": "x + 1"})
+        failed = await session.call_tool("run_code", {"code": "1 / 0"})
+        drawn = await session.call_tool("run_code", {"code": PNG_VALUE})
+        refused = await session.call_tool("run_code", {"code": "x", "language": "bash"})
+    assert sorted(tools) == ["code_run", "run_code"]
+    assert tools["run_code"].output_schema is not None and "state_kept" in tools["run_code"].output_schema["properties"]
+    assert not wrote.is_error
+    assert first.structured_content is not None and first.structured_content["stdout"] == "from code_run\n"
+    assert second.structured_content is not None
+    assert second.structured_content["results"] == [{"mime": "text/plain", "text": "42"}]
+    assert (second.structured_content["cell"], second.structured_content["state_kept"]) == (2, True)
+    assert not failed.is_error and failed.structured_content is not None
+    assert failed.structured_content["error"]["name"] == "ZeroDivisionError"
+    [image] = [c for c in drawn.content if isinstance(c, types.ImageContent)]
+    assert image.mime_type == "image/png" and base64.b64decode(image.data).startswith(b"\x89PNG\r\n\x1a\n")
+    assert refused.is_error and "unknown input ['language']" in refused.content[0].text  # type: ignore[union-attr]
+
+
+async def test_without_session_there_is_no_run_code(app_dir: Callable[[str], Path]) -> None:
+    app_dir(CONFIG)
+    async with mcp_client() as session:
+        names = [t.name for t in (await session.list_tools()).tools]
+        called = await session.call_tool("run_code", {"code": "1"})
+    assert names == ["code_run"] and called.is_error
+
+
+async def test_a_runs_figures_come_back_as_image_content(app_dir: Callable[[str], Path]) -> None:
+    # No matplotlib in this box: the code writes a PNG where the figures backend writes one (test_figures.py
+    # draws with the real matplotlib); the tool returns it as a result and as image content, not as a file.
+    app_dir(CONFIG)
+    code = PNG_CODE.replace("'../out/plot.png'", "'../out/.mainsdk-figures/1.png'").replace(
+        "import struct, zlib", "import os, struct, zlib\nos.makedirs('../out/.mainsdk-figures')"
+    )
+    async with mcp_client() as session:
+        ran = await session.call_tool("code_run", {"code": code})
+    assert not ran.is_error and ran.structured_content is not None
+    [result] = ran.structured_content["results"]
+    assert result["mime"] == "image/png" and base64.b64decode(result["base64"]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert [f["name"] for f in ran.structured_content["files"]] == ["table.csv"]
+    [image] = [c for c in ran.content if isinstance(c, types.ImageContent)]
+    assert image.data == result["base64"]

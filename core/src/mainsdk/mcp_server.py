@@ -10,9 +10,12 @@ for them: ``logging/setLevel``, or the request's log-level ``_meta`` on newer
 protocol versions; the SDK applies that gate). Out files come back as content
 MCP clients render: images (PNG, JPEG, SVG) as image content, other files as
 embedded resources, each up to ``MAX_INLINE_BYTES``; a larger one is named in a
-note. With ``session=True`` the server keeps one sandbox session for its client
+note. A Python run's figures (``results``) come back as image content too.
+With ``session=True`` the server keeps one sandbox session for its client
 (stdio serves exactly one), so what one call leaves in the work folder is there
-for the next.
+for the next, and adds a second tool, ``run_code``: Python run as the next cell
+of a notebook interpreter that lives as long as that session (variables and
+imports stay), its final value and figures returned as results.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mainsdk import __version__, errors
 from mainsdk.action import CodeRunAction, file_entry
+from mainsdk.action_cells import cell_action_result
 from mainsdk.driver import LANGUAGE_PROGRAMS
 from mainsdk.engine import ARGV_CODE_LIMIT
 from mainsdk.errors import SandboxError
@@ -45,6 +49,20 @@ MAX_INLINE_TOTAL = 4_000_000  # all files' bytes in one tool result
 PROGRESS_EVERY = 1.0  # seconds between progress notifications while a run goes on
 LOG_CHUNK_CHARS = 8_000  # output is sent as log messages of at most this many characters
 
+# A rich result as ``mainsdk.rich.rich_entry`` gives it: inline text, base64 bytes, or a file id.
+RICH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "mime": {"type": "string"},
+        "text": {"type": "string"},
+        "base64": {"type": "string"},
+        "file": {
+            "type": "object",
+            "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "size": {"type": "integer"}},
+        },
+    },
+    "required": ["mime"],
+}
 OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -68,9 +86,47 @@ OUTPUT_SCHEMA: dict[str, Any] = {
             },
         },
         "files_dropped": {"type": "array", "items": {"type": "string"}},
+        "results": {"type": "array", "items": RICH_SCHEMA},
         "cost": {"type": "string"},
     },
     "required": ["stdout", "stderr", "exit_code", "stop", "files", "cost"],
+}
+CELL_TOOL = "run_code"
+CELL_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "code": {"type": "string", "minLength": 1, "description": "The Python code of the cell."},
+        "files": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "Files to put in the working folder first, by relative path.",
+        },
+        "timeout": {
+            "type": ["number", "string"],
+            "description": "A time limit for this cell, in seconds or like '5s'; it can only lower the configured "
+            "limit. At it the cell is interrupted and the variables are kept.",
+        },
+    },
+    "required": ["code"],
+    "additionalProperties": False,
+}
+CELL_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "stdout": {"type": "string"},
+        "stderr": {"type": "string"},
+        "results": {"type": "array", "items": RICH_SCHEMA},
+        "error": {
+            "type": ["object", "null"],
+            "properties": {"name": {"type": "string"}, "value": {"type": "string"}, "traceback": {"type": "string"}},
+        },
+        "stop": {"type": ["string", "null"], "enum": [None, "timeout", "memory", "output", "cost"]},
+        "state_kept": {"type": "boolean"},
+        "restarted": {"type": "boolean"},
+        "cell": {"type": "integer"},
+        "cost": {"type": "string"},
+    },
+    "required": ["stdout", "stderr", "results", "error", "stop", "state_kept", "restarted", "cell", "cost"],
 }
 
 
@@ -98,30 +154,51 @@ def build_server(action: CodeRunAction, *, session: bool = False) -> Server[Any]
             ),
         )
 
+    def cell_tool() -> types.Tool:
+        return types.Tool(
+            name=CELL_TOOL,
+            description=(
+                "Runs Python as the next cell of a notebook kept for this client, in the same sandbox as "
+                f"{action.tool_name()}: variables, imports and files stay from one call to the next. The final "
+                "expression's value and every matplotlib figure come back as results (figures as images)."
+            ),
+            input_schema=CELL_INPUT_SCHEMA,
+            output_schema=CELL_OUTPUT_SCHEMA,
+            annotations=types.ToolAnnotations(
+                read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=open_world
+            ),
+        )
+
+    cells = session and "python" in action.languages  # a notebook runs Python cells only
+
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[tool()])
+        return types.ListToolsResult(tools=[tool(), cell_tool()] if cells else [tool()])
 
     async def set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
         log_level[0] = params.level
         return types.EmptyResult()
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if params.name != action.tool_name():
-            return _error(f"no tool named {params.name!r}; this server has {action.tool_name()!r}")
+        names = [action.tool_name(), CELL_TOOL] if cells else [action.tool_name()]
+        if params.name not in names:
+            return _error(f"no tool named {params.name!r}; this server has {', '.join(map(repr, names))}")
         arguments = params.arguments or {}
         # Newer protocol versions opt in per request (the SDK drops what was not asked for); older ones by setLevel.
         asked = ctx.session.protocol_version in MODERN_PROTOCOL_VERSIONS or log_level[0] in ("debug", "info")
         live = _LiveReport(ctx, send_logs=asked)
         try:
             async with live.running():
-                if session:
+                if params.name == CELL_TOOL:
+                    result = await _run_cell(action, kept, arguments, live.on_output)
+                elif session:
                     result = await _run_in_session(action, kept, arguments, live.on_output)
                 else:
                     result = await action.arun(arguments, on_output=live.on_output)
         except SandboxError as exc:
             return _error(str(exc))
         content: list[Any] = [types.TextContent(text=json.dumps(result, indent=2))]
-        content += await _file_contents(action, result["files"])
+        content += await _result_contents(action, result["results"])
+        content += await _file_contents(action, result.get("files", []))
         return types.CallToolResult(content=content, structured_content=result)
 
     with warnings.catch_warnings():
@@ -196,6 +273,7 @@ class _KeptSession:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
         self.returned: dict[str, str] = {}
+        self.lost = False  # it replaced one that had expired or closed
 
 
 async def _run_in_session(
@@ -209,9 +287,7 @@ async def _run_in_session(
     limits = action.input_limits(arguments)
     if len(code.encode()) > ARGV_CODE_LIMIT:
         raise SandboxError(errors.INVALID_OPTION, f"{action.name}: code longer than {ARGV_CODE_LIMIT} bytes")
-    if not kept or kept[0].session.closed:
-        kept[:] = [_KeptSession(await action._sandbox.create(feature=action.feature))]
-    current = kept[0].session
+    current = await _kept_session(action, kept)
     for path, text in files.items():
         await current.write(path, text)
     program = LANGUAGE_PROGRAMS[language]
@@ -230,8 +306,57 @@ async def _run_in_session(
         "stop": command.stop,
         "files": [file_entry(ref) for ref in fresh],
         "files_dropped": list(dropped),
+        "results": [],  # a session command's figures are not collected: draw with run_code
         "cost": str(command.cost),
     }
+
+
+async def _kept_session(action: CodeRunAction, kept: list[_KeptSession]) -> AsyncSession:
+    """The server's one sandbox session, opened at the first call (again if it expired or closed)."""
+    if not kept or kept[0].session.closed:
+        lost = bool(kept)
+        kept[:] = [_KeptSession(await action._sandbox.create(feature=action.feature))]
+        kept[0].lost = lost
+    return kept[0].session
+
+
+async def _run_cell(
+    action: CodeRunAction, kept: list[_KeptSession], arguments: Mapping[str, Any], on_output: Callable[..., None]
+) -> dict[str, Any]:
+    """Run the call as the next cell of the kept session's interpreter (``run_code``)."""
+    extra = sorted(str(key) for key in arguments if key not in ("code", "files", "timeout"))
+    if extra:
+        raise SandboxError(errors.INVALID_OPTION, f"{CELL_TOOL}: unknown input {extra}; use code, files, timeout")
+    code, _language, files = action.check_input({"code": arguments.get("code"), "files": arguments.get("files")})
+    limits = action.input_limits(arguments)
+    current = await _kept_session(action, kept)
+    for path, text in files.items():
+        await current.write(path, text)
+    cell = await current.run_code(code, timeout=limits["timeout"] if limits else None, on_output=on_output)
+    restarted, kept[0].lost = kept[0].lost, False  # the session itself had ended: its variables went with it
+    return cell_action_result(cell, restarted)
+
+
+async def _result_contents(action: CodeRunAction, results: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Rich results that are images as image content (the rest is in the structured result as text)."""
+    content: list[Any] = []
+    total = 0
+    for entry in results:
+        if entry["mime"] not in IMAGE_TYPES:
+            continue
+        if "base64" in entry:
+            data = base64.b64decode(entry["base64"])
+        elif "text" in entry:  # an SVG
+            data = entry["text"].encode()
+        elif entry["file"]["size"] <= MAX_INLINE_BYTES:
+            data = await action.aread(entry["file"]["id"])
+        else:
+            continue  # named in the structured result, with its file id
+        if total + len(data) > MAX_INLINE_TOTAL:
+            break
+        total += len(data)
+        content.append(types.ImageContent(data=base64.b64encode(data).decode(), mime_type=entry["mime"]))
+    return content
 
 
 async def _file_contents(action: CodeRunAction, files: Sequence[Mapping[str, Any]]) -> list[Any]:
