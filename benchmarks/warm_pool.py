@@ -87,14 +87,21 @@ def main() -> None:
             time.sleep(args.pause)
             idle = idle_interpreters_rss_kb()
             rates: dict[tuple[str, int], list[float]] = {}
+            warm_back_to_back = {1: [0, 0], 4: [0, 0]}  # concurrency: [warm, cold] runs with the pool on
             for _ in range(3):
                 for concurrency in (1, 4):
                     for name in shuffle.sample(names, len(names)):
                         time.sleep(args.pause)
+                        pooled = name == "sandbox.run python, pool on"
+                        start = workers[name].call({"op": "pool"}) if pooled else None
                         seconds = workers[name].call(
                             {"op": "batch", "runs": args.batch, "concurrency": concurrency, "language": "python"}
                         )
                         rates.setdefault((name, concurrency), []).append(args.batch / seconds)
+                        if start is not None:
+                            end = workers[name].call({"op": "pool"})
+                            warm_back_to_back[concurrency][0] += end["hits"] - start["hits"]
+                            warm_back_to_back[concurrency][1] += end["misses"] - start["misses"]
         finally:
             for worker in workers.values():
                 worker.close()
@@ -125,7 +132,8 @@ def main() -> None:
         cells = ", ".join(f"{name} {value:.1f}" for name, value in rate.items())
         ratio_on = bare / rate["sandbox.run python, pool on"]
         verdict = "within" if ratio_on <= GOAL_BACK_TO_BACK else "ABOVE"
-        print(f"  concurrency {concurrency}: {cells}")
+        warm, cold = warm_back_to_back[concurrency]
+        print(f"  concurrency {concurrency}: {cells}; pool on: {warm} warm, {cold} cold")
         print(f"    time per run, pool on vs bare -I -S: {ratio_on:.2f}x ({verdict} the {GOAL_BACK_TO_BACK}x goal)")
 
 

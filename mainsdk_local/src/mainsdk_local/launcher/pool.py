@@ -263,8 +263,12 @@ class Pool:
         self._unwatch = unwatch
         self.entries: list[Entry] = []
         self.held: set[int] = set()  # slots of entries, and of boxes that took one (until they close)
-        self.demand: dict[PoolKey, list[float]] = {}  # key: [last seen, in flight now, peak, peak time]
-        self.broken: set[PoolKey] = set()  # keys whose interpreter printed at start: always cold
+        self.demand: dict[PoolKey, list[float]] = {}  # key: [last seen, in flight, peak, peak time, last miss]
+        self.broken: set[PoolKey] = set()
+        # Refills owed to runs that reported: each report of a run of a pooled kind may warm one interpreter at
+        # once, even while other runs go on (under steady concurrency the loop is never quiet, and the pool
+        # would drain); anything more waits for a quiet moment, as spares do. At most ``size`` are owed.
+        self.refills = 0  # keys whose interpreter printed at start: always cold
         self.hits = 0
         self.misses = 0
         self._count = 0
@@ -274,16 +278,24 @@ class Pool:
     def asked(self, key: PoolKey) -> None:
         """A run of ``key`` starts (warm or cold): its demand counts."""
         now = time.monotonic()
-        seen = self.demand.setdefault(key, [now, 0.0, 0.0, now])
+        seen = self.demand.setdefault(key, [now, 0.0, 0.0, now, -DEMAND_WINDOW])
         seen[0] = now
         seen[1] += 1
         if seen[1] >= seen[2] or now - seen[3] > DEMAND_WINDOW:
             seen[2], seen[3] = seen[1], now
 
+    def missed(self, key: PoolKey) -> None:
+        """A run of ``key`` found no ready interpreter: keep one more ahead for a while (see ``wanted``)."""
+        seen = self.demand.get(key)
+        if seen is not None:
+            seen[4] = time.monotonic()
+
     def finished(self, key: PoolKey) -> None:
+        """A run of ``key`` reported: one less in flight, and one refill owed."""
         seen = self.demand.get(key)
         if seen is not None and seen[1] > 0:
             seen[1] -= 1
+        self.refills = min(self.size, self.refills + 1)
 
     def wanted(self, free_slot: Callable[[], int | None]) -> PoolKey | None:
         """The key of the next interpreter to warm, or None. Drops idle ones first."""
@@ -300,7 +312,10 @@ class Pool:
         for key, seen in sorted(self.demand.items(), key=lambda item: -item[1][0]):
             if key in self.broken:
                 continue
-            want = min(self.size, max(1, int(seen[2] if now - seen[3] <= DEMAND_WINDOW else seen[1])))
+            want = max(1, int(seen[2] if now - seen[3] <= DEMAND_WINDOW else seen[1]))
+            # Runs that found none ready (back to back: a refill starts only once a run reports) get one more
+            # warming ahead, so the next run finds the one that warmed while this one ran.
+            want = min(self.size, want + (1 if now - seen[4] <= DEMAND_WINDOW else 0))
             if sum(1 for e in idle if e.key == key) < want and free_slot() is not None:
                 return key
         return None
@@ -546,6 +561,7 @@ class WarmExecution:
             return
         uid = self.uid_base + slot if self.root else self.uid_base
         gid = uid if self.root else 0
+        self.pool.refills = max(0, self.pool.refills - 1)
         try:
             self.pool.warm(key, slot, uid, gid)
         except (OSError, C.RequestError) as exc:
@@ -613,6 +629,7 @@ class WarmExecution:
         entry = self.pool.take(key)
         if entry is None or entry.worker is None:
             self.pool.misses += 1
+            self.pool.missed(key)
             return False
         worker = entry.worker
         self._set_limits(ctx, run, worker.cgroup, spec)

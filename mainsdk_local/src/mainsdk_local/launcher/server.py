@@ -235,7 +235,9 @@ class Server(RunExecution, WarmExecution):
         room for one of a kind runs asked for. Never while a run that started less than
         SPARE_QUIET ago has not reported: preparing one forks and sets up namespaces, which
         would compete with that run's own start and report for the CPUs. A short run gets its
-        replacement after its result is sent.
+        replacement after its result is sent. The one exception: each run of a pooled kind that
+        reported may warm one interpreter at once (``Pool.refills``), so steady concurrency, where
+        the loop is never quiet, does not drain the pool.
         """
         if self.stopping or self.isolation != "namespace":
             return None
@@ -243,11 +245,15 @@ class Server(RunExecution, WarmExecution):
         # box open between them, and without a spare each would fork and set up its worker on its own path.
         spares_wanted = bool(self.boxes) or time.monotonic() <= self.last_box_closed + SPARE_LINGER
         wanted = self.spares.wanted() if spares_wanted else None
-        # A generic spare first when there is none (a run that finds no warm interpreter takes it: without
-        # it, that run forks its worker itself), then warm interpreters, then a session's hot spare.
+        pool = self.pool.size > 0 and self.pool.wanted(self._free_pool_slot) is not None
+        soon = max(0.0, self.spares.not_before - time.monotonic())
+        if pool and self.pool.refills:
+            return (soon, "pool")  # one warm interpreter per run that reported, even while others run (Pool.refills)
+        # Otherwise a generic spare first when there is none (a run that finds no warm interpreter takes it:
+        # without it, that run forks its worker itself), then warm interpreters, then a session's hot spare.
         first_spare = wanted is not None and wanted[1] == "generic" and not self.spares.generic
-        if not first_spare and self.pool.size and self.pool.wanted(self._free_pool_slot) is not None:
-            wanted = (max(0.0, self.spares.not_before - time.monotonic()), "pool")
+        if pool and not first_spare:
+            wanted = (soon, "pool")
         if wanted is None:
             return None
         now = time.monotonic()
