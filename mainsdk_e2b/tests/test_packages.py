@@ -118,6 +118,10 @@ def the_tutorial_chart(server: ReplayServer, wheels: Path, key: str = KEY) -> di
         result, seen["run_requests"] = requests_of(server, lambda: sandbox.run(CHART, files={"data.csv": CSV}))
         seen["run"] = (result.exit_code, result.stdout, result.stderr)
         seen["run_files"] = {ref.name: sandbox.files.read(ref) for ref in result.files}
+        # The figure the code left open comes back as a rich result too (core's figures wrapper, no code change).
+        seen["run_pngs"] = [
+            r.bytes() if r.file is None else sandbox.files.read(r.file) for r in result.results if r.mime == "image/png"
+        ]
         with sandbox.create() as session:
             session.write("data.csv", CSV)
             loaded = session.run_code("import pandas as pd\ndf = pd.read_csv('data.csv')\nlen(df)")
@@ -172,6 +176,7 @@ def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(wheels: Pat
     assert server.problems(final=True) == []
     assert seen["run"][:2] == (0, "3\n"), seen["run"][2]
     assert seen["run_files"]["chart.png"].startswith(PNG)
+    assert len(seen["run_pngs"]) == 1 and seen["run_pngs"][0].startswith(PNG)  # RunResult.results, one-shot
     assert seen["run_requests"] == 7  # create, probe, upload (data.csv and 13 wheels), install, start, out/, kill
     assert seen["cells"] == ("3", None, None)
     assert len(seen["cell_pngs"]) == 1 and seen["cell_pngs"][0].startswith(PNG)
