@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import shutil
@@ -211,7 +212,9 @@ async def _worker(spec: dict[str, Any]) -> None:
         import mainsdk_local
         from mainsdk_local import local_sandbox_driver
 
-        driver = local_sandbox_driver(**({"pool": spec["pool"]} if "pool" in spec else {}))
+        # An older checkout (--base) may predate the warm pool: it has none to turn off then.
+        takes_pool = "pool" in inspect.signature(local_sandbox_driver).parameters
+        driver = local_sandbox_driver(**({"pool": spec["pool"]} if "pool" in spec and takes_pool else {}))
         sandbox = AsyncSandbox(SandboxDeps(driver=driver, load_entrypoints=False))
         source = mainsdk_local.__file__
 

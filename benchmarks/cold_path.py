@@ -68,8 +68,8 @@ def main() -> None:
                 # One worker per case, so each case's CPU is its own cgroup's.
                 for what in (*CODE, "session"):
                     name = f"sandbox.run {what} ({side})" if what != "session" else f"session.run python3 ({side})"
-                    # This checkout's driver with its warm pool off (benchmarks/warm_pool.py measures it on).
-                    worker_case = {"kind": "sandbox", **({"pool": 0} if pythonpath is None else {})}
+                    # Both sides with the warm pool off, where they have one (benchmarks/warm_pool.py measures it on).
+                    worker_case = {"kind": "sandbox", "pool": 0}
                     worker = Worker(name, worker_case, pythonpath)
                     if pythonpath is not None and not worker.ready["source"].startswith(base):
                         source = worker.ready["source"]
