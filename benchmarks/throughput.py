@@ -109,7 +109,7 @@ def main() -> None:
         verdict = "within" if growth["self"] < TARGET_RSS_MB else "ABOVE"
         print(
             f"{case}: RSS growth over {args.memory_runs} more runs: app {growth['self']:+.1f} MB ({verdict} the"
-            f" {TARGET_RSS_MB} MB goal; {after['self'] / 1024:.1f} MB now), launcher and its spares"
+            f" {TARGET_RSS_MB} MB goal; {after['self'] / 1024:.1f} MB now), its launcher server"
             f" {growth['children']:+.1f} MB ({after['children'] / 1024:.1f} MB now)"
         )
 
