@@ -82,13 +82,18 @@ CAPTURE_LIMIT = 64 * 1024  # bytes kept of each stream of the driver's own comma
 # Bash itself adds PWD, OLDPWD, SHLVL and _ to what its children get; ``env -u`` takes back those the caller did
 # not give, so the code's environment holds only what was given (plus the image's own). The script's own tools
 # are found with ``command -p`` (the system's default PATH), so a PATH given to the code cannot replace them.
+# A stdin file (a cell interpreter's token, long code) is opened, then removed before the code starts: the code
+# reads it on its stdin, and nothing in the box can read it from the disk afterwards.
 #   $0 root, $1 stdin file, $2 archive path or "", $3 the names to take back, then the program and its arguments
 WRAPPER = (
     'root=$0 stdin=$1 archive=$2 drop=; for n in $3; do drop="$drop -u $n"; done; shift 3\n'
     "trap 'kill -KILL -- -$! 2>/dev/null || kill -KILL $! 2>/dev/null; exit 143' TERM\n"
     'command -p mkdir -p "$root/work" "$root/out" "$root/.mainsdk" 2>/dev/null\n'
     'cd "$root/work" || exit 125\n'
-    'command -p setsid "$(command -pv env)" $drop "$@" <"$stdin" &\n'
+    'exec 3<"$stdin" || exit 125\n'
+    'case $stdin in "$root"/.mainsdk/stdin-*) command -p rm -f -- "$stdin";; esac\n'
+    'command -p setsid "$(command -pv env)" $drop "$@" <&3 3<&- &\n'
+    "exec 3<&-\n"
     "wait $!; rc=$?\n"
     "kill -KILL -- -$! 2>/dev/null\n"
     'if [ -n "$archive" ]; then command -p tar -czf "$archive" -C "$root/out" . 2>/dev/null; fi\n'
