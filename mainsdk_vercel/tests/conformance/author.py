@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE))
 from mainsdk_conformance.cassette import authored_meta, mark_edited  # noqa: E402
 from mainsdk_conformance.profiles import VERCEL  # noqa: E402
 from mainsdk_conformance.target import NetworkHosts  # noqa: E402
-from mainsdk_vercel.driver import MARGIN  # noqa: E402
+from mainsdk_vercel.driver import MARGIN, WRAPPER  # noqa: E402
 
 # The placeholder ids the conftest replays with (imported by path: the tests are no package).
 _conftest = importlib.import_module("conftest")
@@ -88,6 +88,7 @@ def finish(simulated: bool, durations: dict[str, float] | None = None) -> None:
         _hold_abandoned_streams(data)
         if durations:
             _pace(data, durations)
+        _rewrap(data)
         _save(path, data)
     if (CASSETTES / "TestNetwork").exists():
         _network()
@@ -194,6 +195,43 @@ def _held_until(data: dict[str, Any], index: int, steps: list[tuple[str, int]], 
     return None
 
 
+REWRAPPED = (
+    "request: the wrapper script as driver.py sends it now (WRAPPER; a kept cassette is not re-recorded); "
+    "the answer is as authored"
+)
+
+
+def _rewrap(data: dict[str, Any]) -> None:
+    """Put the driver's current ``WRAPPER`` in a kept cassette's commands (and the answers that echo them).
+
+    A cassette record mode keeps (edited by hand, a fault) is not recorded again when the wrapper changes; its
+    code and answers stay as they were authored, and only the fixed script in front of the code is brought
+    up to date, saying so in ``meta.edited``.
+    """
+    changed = False
+
+    def fix(args: Any) -> None:
+        nonlocal changed
+        old = isinstance(args, list) and len(args) > 1 and args[0] == "-c" and str(args[1]).startswith("root=$0 ")
+        if old and args[1] != WRAPPER:
+            args[1] = WRAPPER
+            changed = True
+
+    for interaction in data["interactions"]:
+        request = interaction["request"]
+        if request["method"] == "POST" and _CMD.match(request["path"]):
+            fix(((request.get("body") or {}).get("json") or {}).get("args"))
+        for line in ((interaction.get("response") or {}).get("body") or {}).get("ndjson") or []:
+            command = (line.get("json") or {}).get("command") if isinstance(line.get("json"), dict) else None
+            if isinstance(command, dict):
+                fix(command.get("args"))
+        answer = ((interaction.get("response") or {}).get("body") or {}).get("json")
+        if isinstance(answer, dict) and isinstance(answer.get("command"), dict):
+            fix(answer["command"].get("args"))
+    if changed:
+        mark_edited(data["meta"], REWRAPPED)
+
+
 def _pace(data: dict[str, Any], durations: dict[str, float]) -> None:
     """Answer a wait as late as the command ran (over 0.2 s), minus the log stream's own time."""
     steps = _lane_steps(data)
@@ -226,7 +264,7 @@ def _set_stdout(path: Path, text: str) -> None:
         return
     frames = data["interactions"][_find(data, "POST", "/cmd")]["response"]["body"]["ndjson"]
     frames[1:-1] = [{"json": {"stream": "stdout", "data": text}}]
-    data["meta"]["edited"] = ["stdout: what Vercel's egress policy gives (the stand-in has no internet)"]
+    mark_edited(data["meta"], "stdout: what Vercel's egress policy gives (the stand-in has no internet)")
     _save(path, data)
 
 
