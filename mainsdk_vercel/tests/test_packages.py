@@ -191,6 +191,12 @@ def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(harness: An
     assert (result.exit_code, result.stdout) == (0, "3\n"), result.stderr
     files = {ref.name: ref for ref in result.files}
     assert h.sandbox.files.read(files["chart.png"]).startswith(PNG)
+    # The figure the code left open comes back as the run's rich result too (core's figures wrapper in the box,
+    # through the out folder's one archive): no change to the code, no extra request.
+    pngs = [r.bytes() if r.file is None else h.sandbox.files.read(r.file) for r in result.results]
+    assert [r.mime for r in result.results] == ["image/png"]
+    assert pngs[0] is not None and pngs[0].startswith(PNG)
+    assert h.steps() == ["POST sandboxes", "POST cmd", "POST write", "POST cmd", "POST cmd", "POST read", "POST stop"]
 
 
 def test_a_cell_drawing_with_pandas_and_matplotlib_returns_the_figure_as_a_png(harness: Any) -> None:
