@@ -20,6 +20,7 @@ from mainsdk.driver import (
     Command,
     Driver,
     ExecOutcome,
+    Folder,
     OutputSink,
     SessionDriver,
 )
@@ -111,6 +112,50 @@ def test_a_whole_driver_on_hostbox_runs_code() -> None:
     finally:
         sandbox.close()
     assert (result.exit_code, result.stdout, [f.name for f in result.files]) == (0, "42\n", ["r.txt"])
+
+
+class FolderRecordingDriver(HostDriver):
+    """A session driver on ``mainsdk.hostbox`` that keeps what core hands its file hooks."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Folder, str]] = []
+
+    @hookimpl
+    def mainsdk_driver_capabilities(self) -> Capabilities:
+        return Capabilities(isolation="weak", languages=frozenset({"python"}), sessions=True)
+
+    @hookimpl
+    async def mainsdk_driver_write_file(self, box: HostBox, folder: Folder, path: str, data: bytes) -> None:
+        self.calls.append(("write", folder, path))
+        box.write(folder, path, data)
+
+    @hookimpl
+    async def mainsdk_driver_read_file(self, box: HostBox, folder: Folder, path: str) -> bytes:
+        self.calls.append(("read", folder, path))
+        return box.read(folder, path)
+
+
+def test_file_hooks_are_told_the_folder_and_never_parse_a_prefix() -> None:
+    driver = FolderRecordingDriver()
+    sandbox = Sandbox(SandboxDeps(driver=driver, load_entrypoints=False))
+    try:
+        with sandbox.create() as session:
+            session.write("d/in.txt", "in")
+            session.run("python3", ["-c", "open('../out/r.txt', 'w').write(open('d/in.txt').read() + '!')"])
+            assert session.read("../out/r.txt") == b"in!" and session.read("d/in.txt") == b"in"
+            for bad in ("../out/../secret", "../out/", "../work/x", "../out//x"):
+                with pytest.raises(SandboxError) as caught:
+                    session.read(bad)
+                assert caught.value.code == INVALID_OPTION, bad
+    finally:
+        sandbox.close()
+    files = [call for call in driver.calls if call[2] in ("d/in.txt", "r.txt")]
+    assert files == [
+        ("write", Folder.WORK, "d/in.txt"),
+        ("read", Folder.OUT, "r.txt"),
+        ("read", Folder.WORK, "d/in.txt"),
+    ]
+    assert all(".." not in call[2] for call in driver.calls)  # refused paths never reached the driver
 
 
 def test_an_async_hook_core_does_not_await_is_refused_at_load() -> None:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mainsdk.driver import BoxSpec, Command, RunLimits
+from mainsdk.driver import BoxSpec, Command, Folder, RunLimits
 from mainsdk.errors import INVALID_OPTION, NO_SESSION, OUTPUT, SandboxError
 from mainsdk.hostbox import (
     DRAIN_SECONDS,
@@ -228,14 +228,20 @@ def test_a_box_holds_its_files_in_work_and_an_empty_out(box: HostBox, tmp_path: 
 
 
 def test_reads_and_writes_reach_work_and_out(box: HostBox) -> None:
-    box.write("new/x.txt", b"x")
-    box.write("../out/report.txt", b"r")
-    assert box.read("new/x.txt") == b"x" and box.read("../out/report.txt") == b"r"
+    box.write(Folder.WORK, "new/x.txt", b"x")
+    box.write(Folder.OUT, "report.txt", b"r")
+    assert box.read(Folder.WORK, "new/x.txt") == b"x" and box.read(Folder.OUT, "report.txt") == b"r"
     assert (box.out / "report.txt").read_bytes() == b"r"
 
 
-@pytest.mark.parametrize("path", ["missing.txt", "in", "link", "fifo", "dirlink/secret", "../out/nothing"])
-def test_a_read_of_what_is_not_a_regular_file_in_the_box_is_0008(box: HostBox, tmp_path: Path, path: str) -> None:
+@pytest.mark.parametrize(
+    ("folder", "path"),
+    [(Folder.WORK, name) for name in ("missing.txt", "in", "link", "fifo", "dirlink/secret")]
+    + [(Folder.OUT, "nothing")],
+)
+def test_a_read_of_what_is_not_a_regular_file_in_the_box_is_0008(
+    box: HostBox, tmp_path: Path, folder: Folder, path: str
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret").write_text("host secret")
@@ -243,17 +249,17 @@ def test_a_read_of_what_is_not_a_regular_file_in_the_box_is_0008(box: HostBox, t
     os.symlink(outside, box.work / "dirlink")
     os.mkfifo(box.work / "fifo")  # opened without waiting for a writer, then refused by its type
     with pytest.raises(SandboxError) as caught:
-        box.read(path)
+        box.read(folder, path)
     assert (caught.value.code, caught.value.status, caught.value.ran) == (NO_SESSION, 404, False)
 
 
 def test_a_file_larger_than_limits_disk_is_never_read_in_part(box: HostBox) -> None:
     (box.work / "big.bin").write_bytes(b"x" * (LIMITS.disk + 1))
     with pytest.raises(SandboxError) as caught:
-        box.read("big.bin")
+        box.read(Folder.WORK, "big.bin")
     assert (caught.value.code, caught.value.ran) == (OUTPUT, False) and "'big.bin'" in caught.value.message
     (box.work / "big.bin").write_bytes(b"x" * LIMITS.disk)
-    assert len(box.read("big.bin")) == LIMITS.disk
+    assert len(box.read(Folder.WORK, "big.bin")) == LIMITS.disk
 
 
 def test_a_write_through_a_link_the_code_made_is_refused_and_writes_nothing_outside(
@@ -265,7 +271,7 @@ def test_a_write_through_a_link_the_code_made_is_refused_and_writes_nothing_outs
     os.symlink(outside / "file", box.work / "filelink")
     for path in ("dirlink/planted", "filelink"):
         with pytest.raises(SandboxError) as caught:
-            box.write(path, b"planted")
+            box.write(Folder.WORK, path, b"planted")
         assert caught.value.code == INVALID_OPTION and path in caught.value.message
     assert list(outside.iterdir()) == []
 
@@ -276,7 +282,7 @@ def test_a_write_into_an_out_folder_the_code_replaced_by_a_link_is_refused(box: 
     box.out.rmdir()
     os.symlink(outside, box.out)  # the code can reach ../out from its working folder
     with pytest.raises(SandboxError) as caught:
-        box.write("../out/planted", b"planted")
+        box.write(Folder.OUT, "planted", b"planted")
     assert caught.value.code == INVALID_OPTION and "symlink" in caught.value.message
     assert list(outside.iterdir()) == []
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from mainsdk.driver import BoxSpec, Command, RunLimits
+from mainsdk.driver import BoxSpec, Command, Folder, RunLimits
 from mainsdk.errors import NO_SESSION, BoxGone
 from mainsdk_vercel.driver import VercelBox, vercel_sandbox_driver
 
@@ -31,8 +31,8 @@ def test_every_call_on_a_stopped_sandbox_is_box_gone_and_nothing_is_sent() -> No
     async def calls() -> None:
         for call in (
             driver.mainsdk_driver_exec(box, Command("python3", ("-c", "1")), _Sink()),
-            driver.mainsdk_driver_write_file(box, "a", b"x"),
-            driver.mainsdk_driver_read_file(box, "a"),
+            driver.mainsdk_driver_write_file(box, Folder.WORK, "a", b"x"),
+            driver.mainsdk_driver_read_file(box, Folder.WORK, "a"),
         ):
             with pytest.raises(BoxGone) as caught:
                 await call

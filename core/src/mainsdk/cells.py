@@ -24,7 +24,7 @@ import attrs
 
 from mainsdk import arguments, errors, preflight
 from mainsdk.audit import code_sha256
-from mainsdk.driver import Command, ExecOutcome, StopReason
+from mainsdk.driver import Command, ExecOutcome, Folder, StopReason
 from mainsdk.errors import SandboxError
 from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
 from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
@@ -338,7 +338,7 @@ class Interpreter:
         started = time.monotonic()
         try:
             await session.lifecycle.write_file(
-                session.opened.box, f"{self._folder}/{self._sent}.json", json.dumps(request).encode()
+                session.opened.box, Folder.WORK, f"{self._folder}/{self._sent}.json", json.dumps(request).encode()
             )
             waits = {
                 asyncio.ensure_future(stream.frame_ready.wait()),

@@ -8,6 +8,7 @@ A driver is a pluggy plugin implementing the hooks in ``mainsdk.hookspecs``.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
 from typing import Any, Literal, Protocol, TypeAlias, TypeVar
@@ -30,6 +31,26 @@ Scheme = Literal["http", "https"]
 
 WORK_DIR = "/work"
 OUT_DIR = "/out"
+
+
+class Folder(enum.Enum):
+    """Which of a box's two folders a file hook means: the work folder the code starts in, or the out folder
+    whose files come back. Core reads the user's ``../out/name`` once (``box_path``); a driver never parses a
+    path prefix, it is told the folder."""
+
+    WORK = "work"
+    OUT = "out"
+
+
+OUT_PREFIX = "../out/"  # how a user names a file of the out folder, from the work folder where the code starts
+
+
+def box_path(path: str) -> tuple[Folder, str]:
+    """The folder and the path within it that a user's box path names: ``../out/x`` is ``(OUT, "x")``, any other
+    path ``(WORK, path)``. The path within is checked by the caller (``arguments.relative_path``)."""
+    if path.startswith(OUT_PREFIX):
+        return Folder.OUT, path[len(OUT_PREFIX) :]
+    return Folder.WORK, path
 
 
 @attrs.frozen
@@ -248,12 +269,12 @@ class Driver(Protocol[BoxT]):
 class SessionDriver(Driver[BoxT], Protocol[BoxT]):
     """A driver with sessions (``Capabilities.sessions``): the required hooks and the two a session needs."""
 
-    def mainsdk_driver_write_file(self, box: BoxT, path: str, data: bytes) -> Awaitable[None]:
-        """Write ``data`` to ``path`` (relative to the work folder, checked by core)."""
+    def mainsdk_driver_write_file(self, box: BoxT, folder: Folder, path: str, data: bytes) -> Awaitable[None]:
+        """Write ``data`` to ``path`` in ``folder`` (relative, checked by core)."""
         ...
 
-    def mainsdk_driver_read_file(self, box: BoxT, path: str) -> Awaitable[bytes]:
-        """Read ``path`` (``../out/x`` for the out folder); missing or not a regular file: ``NO_SESSION`` 404."""
+    def mainsdk_driver_read_file(self, box: BoxT, folder: Folder, path: str) -> Awaitable[bytes]:
+        """Read ``path`` in ``folder``; missing or not a regular file: ``NO_SESSION`` 404."""
         ...
 
 

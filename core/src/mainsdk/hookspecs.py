@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         Collected,
         Command,
         ExecOutcome,
+        Folder,
         NetworkPolicy,
         OutputSink,
     )
@@ -103,14 +104,18 @@ def mainsdk_driver_reconnect(spec: BoxSpec) -> Awaitable[Box | None]:
 
 
 @hookspec(firstresult=True)
-def mainsdk_driver_write_file(box: Box, path: str, data: bytes) -> Awaitable[None]:
-    """Write ``data`` to ``path`` (relative to the work folder, already checked by core)."""
+def mainsdk_driver_write_file(box: Box, folder: Folder, path: str, data: bytes) -> Awaitable[None]:
+    """Write ``data`` to ``path`` in ``folder`` (``Folder.WORK`` or ``Folder.OUT``).
+
+    ``path`` is relative to that folder and already checked by core: no leading ``/``, no empty, ``.`` or
+    ``..`` segment, no NUL. Folders on the way are made; a file there is replaced, never written through.
+    """
     raise NotImplementedError
 
 
 @hookspec(firstresult=True)
-def mainsdk_driver_read_file(box: Box, path: str) -> Awaitable[bytes]:
-    """Read ``path`` (relative to the work folder; ``../out/...`` for the out folder).
+def mainsdk_driver_read_file(box: Box, folder: Folder, path: str) -> Awaitable[bytes]:
+    """Read ``path`` in ``folder`` (relative to it, checked by core as for ``write_file``).
 
     A path that is missing or not a regular file raises ``SandboxError(NO_SESSION)`` (404), not an outage.
     """

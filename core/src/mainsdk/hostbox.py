@@ -11,7 +11,7 @@ a container or a VM) has to get the same three things right, and each is easy to
   a finished command into a timeout.
 - ``collect_folder``: the out folder's regular files, never following a link the code made, bounded in
   files, entries and depth whatever tree the code left.
-- ``HostBox``: the folder itself, files in, ``../out/...`` paths, reads and writes through descriptors
+- ``HostBox``: the folder itself, files in, reads and writes in either folder through descriptors
   opened without following links, and removal.
 
 Using them is optional and changes nothing in the contract: the hooks stay the driver's own, and the
@@ -34,11 +34,20 @@ from pathlib import Path
 
 import attrs
 
-from mainsdk.driver import BoxSpec, Collected, Command, ExecOutcome, OutFile, OutputSink, RunLimits, StopReason
+from mainsdk.driver import (
+    BoxSpec,
+    Collected,
+    Command,
+    ExecOutcome,
+    Folder,
+    OutFile,
+    OutputSink,
+    RunLimits,
+    StopReason,
+)
 from mainsdk.errors import INVALID_OPTION, NO_SESSION, OUTPUT, SandboxError
 from mainsdk.out_dir import UnsafeName, check_name, write_under
 
-OUT_PREFIX = "../out/"  # how core names a file of the out folder in read_file
 DRAIN_SECONDS = 2.0  # after the command's group is killed: how long a pipe held by an escaped process is waited for
 # Bounds on collecting the out folder, the local driver's (its README's "Out files"): past one, the run stops
 # with "output" and keeps what fit, whatever tree the code left.
@@ -207,7 +216,7 @@ class HostBox:
             box.work.mkdir()
             box.out.mkdir()
             for path, data in spec.files.items():
-                box.write(path, data)
+                box.write(Folder.WORK, path, data)
         except BaseException:
             box.remove()
             raise
@@ -223,31 +232,27 @@ class HostBox:
         """The folder whose files come back (``../out/`` from the working folder)."""
         return self.root / "out"
 
-    def _where(self, path: str) -> tuple[Path, str]:
-        """The folder and the name within it of a path core hands over (``../out/x`` is in ``out/``)."""
-        if path.startswith(OUT_PREFIX):
-            return self.out, path[len(OUT_PREFIX) :]
-        return self.work, path
+    def folder(self, folder: Folder) -> Path:
+        """The host folder behind one of the box's folders."""
+        return self.out if folder is Folder.OUT else self.work
 
-    def write(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path``, relative to the work folder (folders made as needed)."""
-        folder, name = self._where(path)
+    def write(self, folder: Folder, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` in ``folder`` (folders on the way made as needed)."""
         try:
-            write_under(folder, name, data, make=False)
+            write_under(self.folder(folder), path, data, make=False)
         except UnsafeName as exc:
             raise SandboxError(INVALID_OPTION, f"cannot write {path!r} in the box: {exc}", ran=False) from None
 
-    def read(self, path: str) -> bytes:
-        """The bytes of ``path`` (relative to the work folder; ``../out/x`` in the out folder).
+    def read(self, folder: Folder, path: str) -> bytes:
+        """The bytes of ``path`` in ``folder``.
 
         A path that is missing, or is not a regular file, is ``MAIN-SANDBOX-0008`` (404): a retry would not
         help, so it is not an outage.
         """
-        folder, name = self._where(path)
         missing = SandboxError(NO_SESSION, f"no file {path!r} in the session", status=404, ran=False)
         try:
-            parts = check_name(name)
-            with _opened_folder(folder, parts[:-1]) as dir_fd:
+            parts = check_name(path)
+            with _opened_folder(self.folder(folder), parts[:-1]) as dir_fd:
                 fd = os.open(parts[-1], _NOFOLLOW_FILE, dir_fd=dir_fd)
         except (UnsafeName, OSError):
             raise missing from None

@@ -39,6 +39,7 @@ from mainsdk.driver import (
     Collected,
     Command,
     ExecOutcome,
+    Folder,
     NetworkPolicy,
     OutFile,
     OutputSink,
@@ -481,13 +482,13 @@ class Lifecycle:
 
     # -- files in an open box -----------------------------------------------------------------------------
 
-    async def write_file(self, box: Box, path: str, data: bytes) -> None:
-        """Write a file into a box's work folder (``path`` already checked)."""
-        await self.hooks.write_file(box, path, data)
+    async def write_file(self, box: Box, folder: Folder, path: str, data: bytes) -> None:
+        """Write a file into one of a box's folders (``path`` already checked)."""
+        await self.hooks.write_file(box, folder, path, data)
 
-    async def read_file(self, box: Box, path: str) -> bytes:
-        """Read a file from a box's work folder, or its out folder as ``../out/name``."""
-        return await self.hooks.read_file(box, path)
+    async def read_file(self, box: Box, folder: Folder, path: str) -> bytes:
+        """Read a file from one of a box's folders (``path`` already checked)."""
+        return await self.hooks.read_file(box, folder, path)
 
     # -- collect ------------------------------------------------------------------------------------------
 

@@ -29,7 +29,17 @@ from mainsdk.errors import DEFAULT_OUTAGE_REMEDY, DRIVER_UNAVAILABLE, INVALID_OP
 if TYPE_CHECKING:
     from mainsdk.audit import AuditEvent
     from mainsdk.config import AppConfig
-    from mainsdk.driver import Box, BoxSpec, Capabilities, Collected, Command, ExecOutcome, NetworkPolicy, OutputSink
+    from mainsdk.driver import (
+        Box,
+        BoxSpec,
+        Capabilities,
+        Collected,
+        Command,
+        ExecOutcome,
+        Folder,
+        NetworkPolicy,
+        OutputSink,
+    )
     from mainsdk.secrets import SecretResolver
 
 log = logging.getLogger("mainsdk")
@@ -359,15 +369,15 @@ class Hooks:
         """Let the driver refuse a command in the box ``spec`` plans before anything starts (an optional hook)."""
         self._call("mainsdk_driver_check", command=command, spec=spec)
 
-    async def write_file(self, box: Box, path: str, data: bytes) -> None:
-        """Write a file into a box's work folder."""
+    async def write_file(self, box: Box, folder: Folder, path: str, data: bytes) -> None:
+        """Write a file into one of a box's folders."""
         self._require("mainsdk_driver_write_file")
-        await self._await("mainsdk_driver_write_file", box=box, path=path, data=data)
+        await self._await("mainsdk_driver_write_file", box=box, folder=folder, path=path, data=data)
 
-    async def read_file(self, box: Box, path: str) -> bytes:
-        """Read a file from a box."""
+    async def read_file(self, box: Box, folder: Folder, path: str) -> bytes:
+        """Read a file from one of a box's folders."""
         self._require("mainsdk_driver_read_file")
-        return cast(bytes, await self._await("mainsdk_driver_read_file", box=box, path=path))
+        return cast(bytes, await self._await("mainsdk_driver_read_file", box=box, folder=folder, path=path))
 
     def _require(self, hook: str) -> None:
         if not getattr(self._hook, hook).get_hookimpls():

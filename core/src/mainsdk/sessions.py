@@ -20,7 +20,7 @@ import attrs
 
 from mainsdk import arguments, errors
 from mainsdk.audit import AuditEvent
-from mainsdk.driver import NetworkPolicy, StopReason
+from mainsdk.driver import Folder, NetworkPolicy, StopReason, box_path
 from mainsdk.errors import BoxGone, SandboxError
 from mainsdk.files import FileRef
 from mainsdk.lifecycle import CommandPlan, Lifecycle, OpenBox
@@ -168,16 +168,16 @@ class AsyncSession:
         if len(payload) > self._opened.plan.limits.files:
             raise SandboxError(errors.INVALID_OPTION, f"data: {len(payload)} bytes for {path!r} is above limits.files")
         async with self._use():
-            await self._lifecycle.write_file(self._opened.box, checked, payload)
+            await self._lifecycle.write_file(self._opened.box, Folder.WORK, checked, payload)
 
     async def read(self, path: str) -> bytes:
         """Read a file from the work folder, or from the out folder as ``../out/name``."""
         if not isinstance(path, str):
             raise arguments.invalid("path", f"must be a string, not {arguments.type_name(path)}")
-        checked = path[len("../out/") :] if path.startswith("../out/") else path
-        arguments.relative_path(checked, "path")
+        folder, within = box_path(path)
+        checked = arguments.relative_path(within, "path")
         async with self._use():
-            return await self._lifecycle.read_file(self._opened.box, path)
+            return await self._lifecycle.read_file(self._opened.box, folder, checked)
 
     async def out_files(self) -> tuple[tuple[FileRef, ...], tuple[str, ...]]:
         """What the box's out folder holds now, as FileRefs of the session's tenant (path order), and the names of

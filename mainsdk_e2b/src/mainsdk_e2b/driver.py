@@ -21,7 +21,6 @@ import io
 import logging
 import math
 import os
-import posixpath
 import re
 import shlex
 import tarfile
@@ -51,6 +50,7 @@ from mainsdk.driver import (
     Collected,
     Command,
     ExecOutcome,
+    Folder,
     NetworkReach,
     OutFile,
     OutputSink,
@@ -72,6 +72,7 @@ log = logging.getLogger("mainsdk.e2b")
 HOME = "/home/user"
 WORK = f"{HOME}/work"
 OUT = f"{HOME}/out"
+FOLDERS = {Folder.WORK: WORK, Folder.OUT: OUT}
 # The only variables a command gets besides the ones it is given: a login shell's would leak the template's.
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -347,21 +348,23 @@ class E2BDriver:
         return ExecOutcome(exit_code=exit_code, duration=time.monotonic() - started)
 
     @hookimpl
-    async def mainsdk_driver_write_file(self, box: E2BBox, path: str, data: bytes) -> None:
-        """Write one file into the work folder (sessions); a cell is such a file, so it keeps the sandbox alive."""
+    async def mainsdk_driver_write_file(self, box: E2BBox, folder: Folder, path: str, data: bytes) -> None:
+        """Write one file into a folder of the box (sessions); a cell is such a file, so it keeps the sandbox alive."""
         # Core's cell kernel is one command that outlives any deadline; each cell is a write. A write may start up
         # to a command's timeout of work, then the session's idle time: the sandbox must last that long.
         with await self._in_turn(box):
             await self._keep_alive(box, box.lifetime - SANDBOX_MARGIN)
             try:
-                await box.sandbox.files.write_files([{"path": f"{WORK}/{path}", "data": data}], use_octet_stream=False)
+                await box.sandbox.files.write_files(
+                    [{"path": f"{FOLDERS[folder]}/{path}", "data": data}], use_octet_stream=False
+                )
             except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
                 raise self._unavailable("write a file", exc) from None
 
     @hookimpl
-    async def mainsdk_driver_read_file(self, box: E2BBox, path: str) -> bytes:
-        """Read a file of the work folder, or ``../out/...`` of the out folder (sessions)."""
-        full = posixpath.normpath(f"{WORK}/{path}")
+    async def mainsdk_driver_read_file(self, box: E2BBox, folder: Folder, path: str) -> bytes:
+        """Read a file of the work or the out folder (sessions)."""
+        full = f"{FOLDERS[folder]}/{path}"  # checked by core: relative, no '.' or '..' segment
         try:
             return bytes(await box.sandbox.files.read(full, format="bytes"))
         except FileNotFoundException:

@@ -26,6 +26,7 @@ from mainsdk.driver import (
     Collected,
     Command,
     ExecOutcome,
+    Folder,
     NetworkPolicy,
     NetworkReach,
     OutFile,
@@ -269,15 +270,15 @@ class LocalDriver:
         return proxy, port
 
     @hookimpl
-    async def mainsdk_driver_write_file(self, box: LocalBox, path: str, data: bytes) -> None:
+    async def mainsdk_driver_write_file(self, box: LocalBox, folder: Folder, path: str, data: bytes) -> None:
         _alive(box)
-        await box.box.write_file(path, data)
+        await box.box.write_file(_launcher_path(folder, path), data)
 
     @hookimpl
-    async def mainsdk_driver_read_file(self, box: LocalBox, path: str) -> bytes:
+    async def mainsdk_driver_read_file(self, box: LocalBox, folder: Folder, path: str) -> bytes:
         _alive(box)
         try:
-            return await box.box.read_file(path)
+            return await box.box.read_file(_launcher_path(folder, path))
         except OSError as exc:
             # Missing, a folder, a link or a FIFO: the file is not there to read. Not an outage to retry.
             raise SandboxError(NO_SESSION, f"no regular file {path!r} in the session ({exc.strerror})") from None
@@ -339,6 +340,11 @@ def _open_failed(cause: Exception) -> SandboxError:
     says so (``ran=False``) and a retry is as safe as it was.
     """
     return DriverHookError(DRIVER_ID, "mainsdk_driver_start", cause, LOCAL_REMEDY).nothing_ran()
+
+
+def _launcher_path(folder: Folder, path: str) -> str:
+    """How the launcher's wire names a file: relative to /work, or ``../out/x`` for /out (see launcher/boxes.py)."""
+    return path if folder is Folder.WORK else f"../out/{path}"
 
 
 def _alive(box: LocalBox) -> None:

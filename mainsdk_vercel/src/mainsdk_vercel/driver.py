@@ -35,6 +35,7 @@ from mainsdk.driver import (
     Collected,
     Command,
     ExecOutcome,
+    Folder,
     NetworkReach,
     OutFile,
     OutputSink,
@@ -345,16 +346,17 @@ class VercelDriver:
         return ExecOutcome(exit_code=run.exit_code, duration=loop.time() - started)
 
     @hookimpl
-    async def mainsdk_driver_write_file(self, box: VercelBox, path: str, data: bytes) -> None:
+    async def mainsdk_driver_write_file(self, box: VercelBox, folder: Folder, path: str, data: bytes) -> None:
         async with box.sending:
             await self._ensure(box)
-            await self._write(box, {f"work/{path}": data})
+            await self._write(box, {f"{folder.value}/{path}": data})  # the folders are ROOT/work and ROOT/out
 
     @hookimpl
-    async def mainsdk_driver_read_file(self, box: VercelBox, path: str) -> bytes:
+    async def mainsdk_driver_read_file(self, box: VercelBox, folder: Folder, path: str) -> bytes:
         async with box.sending:
             await self._ensure(box)
-            return await self._read(box, posixpath.normpath(posixpath.join(WORK, path)), path)
+            # ``path`` is checked by core (relative, no '.' or '..' segment).
+            return await self._read(box, f"{WORK if folder is Folder.WORK else OUT}/{path}", path)
 
     @hookimpl
     async def mainsdk_driver_collect(self, box: VercelBox, max_bytes: int) -> Collected:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mainsdk.config import AppConfig
-from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, OutputSink, SessionDriver
+from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, Folder, OutputSink, SessionDriver
 from mainsdk.errors import INVALID_OPTION, SandboxError
 from mainsdk.hookspecs import hookimpl
 from mainsdk.hostbox import HostBox, run_subprocess
@@ -78,12 +78,12 @@ class ExampleDriver:
         return await run_subprocess(executable, command, output, cwd=box.work, memory=box.limits.memory)
 
     @hookimpl
-    async def mainsdk_driver_write_file(self, box: HostBox, path: str, data: bytes) -> None:
-        box.write(path, data)  # refuses a path a link the code made would lead out of the box
+    async def mainsdk_driver_write_file(self, box: HostBox, folder: Folder, path: str, data: bytes) -> None:
+        box.write(folder, path, data)  # refuses a path a link the code made would lead out of the box
 
     @hookimpl
-    async def mainsdk_driver_read_file(self, box: HostBox, path: str) -> bytes:
-        return box.read(path)  # missing or not a regular file: MAIN-SANDBOX-0008 (404), not an outage
+    async def mainsdk_driver_read_file(self, box: HostBox, folder: Folder, path: str) -> bytes:
+        return box.read(folder, path)  # missing or not a regular file: MAIN-SANDBOX-0008 (404), not an outage
 
     @hookimpl
     async def mainsdk_driver_collect(self, box: HostBox, max_bytes: int) -> Collected:

@@ -7,7 +7,7 @@ import sys
 
 import attrs
 from mainsdk.config import AppConfig
-from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, OutputSink, SessionDriver
+from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, Folder, OutputSink, SessionDriver
 from mainsdk.hookspecs import hookimpl
 from mainsdk.hostbox import HostBox, run_subprocess
 
@@ -37,12 +37,12 @@ class SubprocessDriver:
         return await run_subprocess(program, command, output, cwd=box.work)
 
     @hookimpl
-    async def mainsdk_driver_write_file(self, box: HostBox, path: str, data: bytes) -> None:
-        box.write(path, data)
+    async def mainsdk_driver_write_file(self, box: HostBox, folder: Folder, path: str, data: bytes) -> None:
+        box.write(folder, path, data)
 
     @hookimpl
-    async def mainsdk_driver_read_file(self, box: HostBox, path: str) -> bytes:
-        return box.read(path)
+    async def mainsdk_driver_read_file(self, box: HostBox, folder: Folder, path: str) -> bytes:
+        return box.read(folder, path)
 
     @hookimpl
     async def mainsdk_driver_collect(self, box: HostBox, max_bytes: int) -> Collected:
