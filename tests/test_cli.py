@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import importlib.metadata
 import json
 import subprocess
@@ -145,6 +146,35 @@ def test_out_with_json_says_where_each_file_was_written(app_dir: Callable[[str],
         ("n.txt", str(target / "n.txt")),
         ("plots/p.png", str(target / "plots" / "p.png")),
     ]
+
+
+# Where the figures backend writes a run's figures (no matplotlib in this box: the code writes two PNGs there),
+# and a figure-2.png of the code's own.
+FIGURES_CODE = (
+    "import os, struct, zlib\nos.makedirs('../out/.mainsdk-figures')\n"
+    "def chunk(kind, data):\n"
+    "    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))\n"
+    "png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 1, 1, 8, 2, 0, 0, 0))\n"
+    "png += chunk(b'IDAT', zlib.compress(b'\\x00\\xff\\x00\\x00')) + chunk(b'IEND', b'')\n"
+    "for n in (1, 2):\n    open('../out/.mainsdk-figures/%d.png' % n, 'wb').write(png)\n"
+    "open('../out/figure-2.png', 'w').write('mine')\n"
+)
+
+
+def test_figures_come_back_in_json_and_out_writes_them(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
+    target = tmp_path / "results"
+    done = mainsdk("sandbox", "run", "--json", "--out", str(target), "--code", FIGURES_CODE)
+    result = json.loads(done.stdout)
+    assert [(r["mime"], r["written"]) for r in result["results"]] == [
+        ("image/png", str(target / "figure-1.png")),
+        ("image/png", None),  # the code's own figure-2.png is there: it is not overwritten
+    ]
+    assert base64.b64decode(result["results"][0]["base64"]) == (target / "figure-1.png").read_bytes()
+    assert (target / "figure-2.png").read_text() == "mine"
+    assert [f["name"] for f in result["files"]] == ["figure-2.png"]
+    assert "mainsdk: figure 2 not written: the code's own figure-2.png is there" in done.stderr
+    plain = mainsdk("sandbox", "run", "--code", FIGURES_CODE)
+    assert "mainsdk: 2 figures; pass --out DIR to write them\n" in plain.stderr
 
 
 def test_without_out_the_cli_says_how_to_keep_the_files(app_dir: Callable[[str], Path]) -> None:

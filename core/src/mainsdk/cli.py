@@ -148,10 +148,13 @@ def _run(args: argparse.Namespace) -> int:
         on_output=None if args.json else echo,
     )
     written = _write_out_files(sandbox, result, args.out)
+    drawn = _write_figures(sandbox, result, args.out, taken=set(written.values()))
     if args.json:
         data = result.to_dict()
         for entry in data["files"]:
             entry["written"] = written.get(entry["id"])
+        for entry, path in zip(data["results"], drawn, strict=True):
+            entry["written"] = path
         print(json.dumps(data, indent=2))
     elif result.stop:
         print(f"mainsdk: stopped: {result.stop} ({result.stop_code})", file=sys.stderr)
@@ -194,6 +197,36 @@ def _write_out_files(sandbox: Sandbox, result: RunResult, directory: str | None)
         written[ref.id] = str(path)
         print(f"mainsdk: wrote {_shown(str(path))} ({ref.size} bytes)", file=sys.stderr)
     return written
+
+
+def _write_figures(sandbox: Sandbox, result: RunResult, directory: str | None, taken: set[str]) -> list[str | None]:
+    """Write the run's figures (``results``) as ``figure-<n>.png`` under ``directory``; where each went, in order.
+
+    A name the code's own out files already took is not overwritten: that figure stays in the result only.
+    """
+    if directory is None:
+        if result.results:
+            print(f"mainsdk: {len(result.results)} figures; pass --out DIR to write them", file=sys.stderr)
+        return [None] * len(result.results)
+    paths: list[str | None] = []
+    for number, figure in enumerate(result.results, start=1):
+        name = f"figure-{number}.png"
+        if str(Path(directory) / name) in taken:
+            print(f"mainsdk: figure {number} not written: the code's own {name} is there", file=sys.stderr)
+            paths.append(None)
+            continue
+        data = (figure.file and sandbox.files.read(figure.file)) or figure.bytes() or b""
+        try:
+            path = write_under(directory, name, data)
+        except UnsafeName as exc:
+            print(f"mainsdk: figure {number} not written: {exc}", file=sys.stderr)
+            paths.append(None)
+            continue
+        except OSError as exc:
+            raise UsageError(f"--out {directory}: cannot write {name}: {exc.strerror}") from None
+        paths.append(str(path))
+        print(f"mainsdk: wrote {_shown(str(path))} ({len(data)} bytes, a figure)", file=sys.stderr)
+    return paths
 
 
 def _mcp(args: argparse.Namespace) -> int:
