@@ -12,12 +12,14 @@ import asyncio
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import pytest
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION, ConfigError, SandboxError
 from mainsdk_local.config import DEFAULT_POOL, LocalPrograms
 from mainsdk_local.launcher_client import Box, ExecResult, ExecSpec, Launcher
+from mainsdk_local.packages import EnvBuilder
 from mainsdk_local.programs import Program, resolve_program
 
 from mainsdk_local import local_sandbox_driver
@@ -69,6 +71,7 @@ async def run(
     disk: int = 16 * MiB,
     session: bool = False,
     flags: tuple[str, ...] = FLAGS,
+    overlays: tuple[tuple[str, str], ...] = (),
 ) -> Ran:
     """One run in a fresh box, as the driver does it: open, write files, exec python -E -s -c, close."""
     box = await launcher.open_box(disk_bytes=disk, session=session)
@@ -86,6 +89,7 @@ async def run(
                 max_processes=max_processes,
                 readonly_paths=python.readonly_paths,
                 hidden_paths=python.hidden_paths,
+                overlays=overlays,
                 warm="python" if warm else None,
             ),
             on_stdout=out.append,
@@ -104,10 +108,15 @@ async def stats(launcher: Launcher) -> dict[str, int]:
         await box.close()
 
 
-async def until_ready(launcher: Launcher, python: Program, env: Mapping[str, str] | None = None) -> None:
+async def until_ready(
+    launcher: Launcher,
+    python: Program,
+    env: Mapping[str, str] | None = None,
+    overlays: tuple[tuple[str, str], ...] = (),
+) -> None:
     """Ask for a warm interpreter of this shape once (a run), then wait until one is ready."""
     if (await stats(launcher))["ready"] == 0:
-        await run(launcher, python, "pass", env=env)
+        await run(launcher, python, "pass", env=env, overlays=overlays)
     deadline = time.monotonic() + 60
     while (await stats(launcher))["ready"] == 0:
         assert time.monotonic() < deadline, "no warm interpreter became ready in 60 s"
@@ -116,7 +125,7 @@ async def until_ready(launcher: Launcher, python: Program, env: Mapping[str, str
 
 async def warm_run(launcher: Launcher, python: Program, code: str, **kwargs: object) -> Ran:
     """``code`` on a warm interpreter (asserted): waits for one to be ready first."""
-    await until_ready(launcher, python, kwargs.get("env"))  # type: ignore[arg-type]
+    await until_ready(launcher, python, kwargs.get("env"), kwargs.get("overlays", ()))  # type: ignore[arg-type]
     ran = await run(launcher, python, code, **kwargs)  # type: ignore[arg-type]
     assert ran.result.warm, f"expected a warm run: {ran.seen()}"
     return ran
@@ -425,3 +434,26 @@ async def test_the_pool_shrinks_when_idle(python: Program) -> None:
         assert seen["ready"] + seen["warming"] == 0
     finally:
         launcher.close()
+
+
+async def test_a_package_set_gets_warm_interpreters_of_its_own(
+    launcher: Launcher, python: Program, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not python.hidden_paths:
+        pytest.skip("this python has no site-packages folder to put packages in")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    site = EnvBuilder().ensure(python, ["six==1.16.0"])
+    overlays = ((site, python.hidden_paths[0]),)
+    code = "import importlib.util\nprint(importlib.util.find_spec('six') is not None)"
+    with_six = await warm_run(launcher, python, code, overlays=overlays)
+    assert with_six.stdout == b"True\n"
+    # The pool keys on the root: interpreters warmed for the package set are never handed a run without it,
+    # warm or cold, and the runs without it get warm interpreters of their own.
+    warm = 0
+    deadline = time.monotonic() + 60
+    while warm < 2:
+        assert time.monotonic() < deadline, "runs without the package set never ran warm"
+        without = await run(launcher, python, code)
+        assert without.stdout == b"False\n"
+        warm += without.result.warm
+        await asyncio.sleep(0.3)

@@ -307,17 +307,26 @@ class Pool:
         for key in [k for k, seen in self.demand.items() if now - seen[0] > self.idle_seconds and seen[1] <= 0]:
             del self.demand[key]
         idle = [e for e in self.entries if not e.taken]
-        if len(idle) >= self.size:
-            return None
-        for key, seen in sorted(self.demand.items(), key=lambda item: -item[1][0]):
+        for key, seen in sorted(self.demand.items(), key=lambda item: -item[1][0]):  # most recently asked first
             if key in self.broken:
                 continue
             want = max(1, int(seen[2] if now - seen[3] <= DEMAND_WINDOW else seen[1]))
             # Runs that found none ready (back to back: a refill starts only once a run reports) get one more
             # warming ahead, so the next run finds the one that warmed while this one ran.
             want = min(self.size, want + (1 if now - seen[4] <= DEMAND_WINDOW else 0))
-            if sum(1 for e in idle if e.key == key) < want and free_slot() is not None:
-                return key
+            if sum(1 for e in idle if e.key == key) >= want:
+                continue
+            if len(idle) >= self.size:
+                # Full: make room from a kind asked for less recently than this one, or none is warmed for it
+                # until those idle out (a kind used once must not keep the kind in use cold for a minute).
+                asked = {e.key: self.demand.get(e.key, [-IDLE_SECONDS])[0] for e in idle}
+                older = [e for e in idle if asked[e.key] < seen[0]]
+                if not older:
+                    return None
+                victim = min(older, key=lambda e: (asked[e.key], e.born))
+                self.discard(victim)
+                idle.remove(victim)
+            return key if free_slot() is not None else None
         return None
 
     def next_expiry(self) -> float | None:
