@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import tarfile
 import time
@@ -19,7 +20,14 @@ from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION
 from mainsdk.plugins import load_driver
 from mainsdk_conformance.profiles import E2B
 from mainsdk_conformance.replay import ReplayServer
-from mainsdk_e2b.driver import extract_out_archive, killer_line, resolve_key, shell_line, signal_of
+from mainsdk_e2b.driver import (
+    BACKSTOP_GRACE,
+    extract_out_archive,
+    killer_line,
+    resolve_key,
+    shell_line,
+    signal_of,
+)
 
 from mainsdk_e2b import E2BDriver, e2b_network_policy, e2b_sandbox_driver, estimate_price
 
@@ -350,3 +358,12 @@ def test_envds_end_event_names_the_signal_the_script_died_of() -> None:
     assert signal_of("signal: signal 34") == 34  # a real-time signal, which Go names by number
     assert signal_of("exit status 139") is None and signal_of(None) is None
     assert e2b_sandbox_driver(api_key=KEY).mainsdk_driver_capabilities().reports_signals
+
+
+@pytest.mark.parametrize(("timeout", "seconds"), [(0.2, 1), (1.0, 1), (1.2, 2), (30.0, 30), (30.5, 31)])
+def test_the_in_vm_backstop_fires_its_grace_past_the_deadline_rounded_up(timeout: float, seconds: int) -> None:
+    # The replay takes this number as volatile (a session's cost ceiling makes it depend on timing), so it is
+    # checked here: never before the deadline, and BACKSTOP_GRACE seconds past it at most a second more.
+    line = shell_line(Command("python3", ("-c", "1"), timeout=timeout))
+    assert f"( sleep {seconds + BACKSTOP_GRACE} & s=$!;" in line
+    assert re.search(E2B.volatile[-1], line) is not None  # the pattern the replay treats as volatile

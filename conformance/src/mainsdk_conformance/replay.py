@@ -281,8 +281,9 @@ class ReplayServer:
         if body[0] == "json":
             for pointer in self.profile.ignore_json:
                 _drop_pointer(body[1], pointer)
-            body = (body[0], self._steady(body[1]), *body[2:])
-        return (upstream, request["method"].upper(), request["path"], query, body)
+        # Volatile values count as one placeholder wherever they are: a JSON body, or the JSON messages of a
+        # Connect stream (E2B's process Start carries the command line).
+        return (upstream, request["method"].upper(), request["path"], query, self._steady(body))
 
     def _steady(self, value: Any) -> Any:
         """``value`` with the profile's volatile values (ids that change every run) replaced by one placeholder."""
@@ -296,6 +297,8 @@ class ReplayServer:
             return {key: self._steady(item) for key, item in value.items()}
         if isinstance(value, list):
             return [self._steady(item) for item in value]
+        if isinstance(value, tuple):
+            return tuple(self._steady(item) for item in value)
         return value
 
     def _lane_of(self, index: int) -> str:
