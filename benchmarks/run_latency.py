@@ -16,6 +16,9 @@ worker process of its own; the rounds alternate between them (and which goes fir
 and each worker times its own runs, so both see the same machine:
 
     python benchmarks/run_latency.py --compare-with /work/wt/base/.venv/bin/python --rounds 400
+
+``--pool N`` gives this code's driver ``local_sandbox_driver(pool=N)`` (the warm pool's size; 0 turns it off),
+on both sides of a comparison only where the other code has the option (the old side always runs its default).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import json, sys, time
 from mainsdk import Sandbox, SandboxDeps
 from mainsdk_local import local_sandbox_driver
 import mainsdk_local
-sandbox = Sandbox(SandboxDeps(driver=local_sandbox_driver(), load_entrypoints=False))
+sandbox = Sandbox(SandboxDeps(driver=local_sandbox_driver(**json.loads(sys.argv[2])), load_entrypoints=False))
 code = sys.argv[1]
 for _ in range(10):
     sandbox.run(code)
@@ -78,9 +81,9 @@ def timed(call: Callable[[], object]) -> float:
 class Worker:
     """A process of its own running sandbox.run with the code installed for ``python``."""
 
-    def __init__(self, python: str) -> None:
+    def __init__(self, python: str, options: dict[str, object]) -> None:
         self.proc = subprocess.Popen(
-            [python, "-c", _WORKER, CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [python, "-c", _WORKER, CODE, json.dumps(options)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
@@ -96,9 +99,9 @@ class Worker:
         self.proc.wait()
 
 
-def compare(old_python: str, rounds: int) -> None:
+def compare(old_python: str, rounds: int, new_options: dict[str, object]) -> None:
     """Median sandbox.run latency of this code against the code installed for ``old_python``, interleaved."""
-    workers = {"new": Worker(sys.executable), "old": Worker(old_python)}
+    workers = {"new": Worker(sys.executable, new_options), "old": Worker(old_python, {})}
     times: dict[str, list[float]] = {name: [] for name in workers}
     try:
         for i in range(rounds):
@@ -109,7 +112,7 @@ def compare(old_python: str, rounds: int) -> None:
         for worker in workers.values():
             worker.close()
     medians = {name: statistics.median(values) for name, values in times.items()}
-    print(f"{rounds} rounds, interleaved, each side in its own worker process")
+    print(f"{rounds} rounds, interleaved, each side in its own worker process; new driver options {new_options}")
     for name, worker in workers.items():
         print(f"  {name}: median {medians[name]:7.2f} ms  ({worker.source})")
     extra = medians["new"] - medians["old"]
@@ -128,13 +131,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--memory-runs", type=int, default=1000)
     parser.add_argument("--compare-with", metavar="PYTHON", help="an interpreter with the old code installed")
+    parser.add_argument("--pool", type=int, help="this code's warm pool size (0: off); default: the driver's")
     args = parser.parse_args()
+    options: dict[str, object] = {} if args.pool is None else {"pool": args.pool}
     if args.compare_with:
-        compare(args.compare_with, args.rounds)
+        compare(args.compare_with, args.rounds, options)
         return
 
     python = resolve_program("python", "python3").executable
-    sandbox = Sandbox(SandboxDeps(driver=local_sandbox_driver(), load_entrypoints=False))
+    sandbox = Sandbox(SandboxDeps(driver=local_sandbox_driver(**options), load_entrypoints=False))  # type: ignore[arg-type]
 
     def bare(*flags: str) -> Callable[[], object]:
         argv = [python, *flags, "-c", CODE]
