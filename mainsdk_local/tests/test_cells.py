@@ -231,7 +231,7 @@ os.environ["MPLBACKEND"]
     with make_sandbox().sandbox.create() as session:
         drawn = session.run_code(standin)
         assert [(r.mime, r.data) for r in drawn.results] == [
-            ("text/plain", "'agg'"),  # no display in a box: matplotlib is told so before the code imports it
+            ("text/plain", "'module://mainsdk_cell_figures'"),  # the cells' backend, set before the code imports it
             ("image/png", PNG),
             ("image/png", b"\x89PNG second"),
         ]

@@ -280,6 +280,29 @@ def test_a_cell_drawing_with_pandas_and_matplotlib_returns_the_figure_as_a_png(
     assert data is not None and data.startswith(b"\x89PNG\r\n\x1a\n")
 
 
+def test_each_show_in_a_cell_returns_that_figure_then_closes_it_as_a_notebook_does(
+    make_sandbox: Callable[..., Built], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under Agg a cell's plt.show() did nothing: three shows in a loop drew into one figure, returned once at the
+    # cell's end, and fig.show() printed "FigureCanvasAgg is non-interactive, and thus cannot be shown". The
+    # cells' own backend hands each shown figure to the cell and closes it, as matplotlib-inline does.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(request.config.cache.mkdir("mainsdk-packages")))  # as above
+    text = _config("pandas==2.2.3", "matplotlib==3.9.2")
+    text = text.replace("timeout: 10s, memory: 256MB", "timeout: 60s, memory: 1GB")
+    sandbox = make_sandbox(text).sandbox
+    with sandbox.create(packages=["matplotlib"]) as session:
+        loop = "import matplotlib.pyplot as plt\nfor i in range(3):\n    plt.plot([i, i + 1])\n    plt.show()\n"
+        shown = session.run_code(loop + "len(plt.get_fignums())")
+        method = session.run_code("fig = plt.figure()\nfig.gca().plot([3, 1])\nfig.show()")
+        closed = session.run_code("len(plt.get_fignums())")
+    assert shown.ok and shown.stderr == "", shown
+    assert [r.mime for r in shown.results] == ["image/png"] * 3 + ["text/plain"]  # each show as it came, the value
+    assert shown.results[-1].data == "0"  # each show closed its figure
+    assert len({r.data for r in shown.results[:3]}) == 3  # three different figures, not one drawn three times
+    assert method.ok and method.stderr == "" and [r.mime for r in method.results] == ["image/png"], method
+    assert [r.data for r in closed.results] == ["0"]
+
+
 # uv 0.x's own words for an unknown package, captured from `uv pip install --target ... --no-progress` on this
 # machine (stderr, not a terminal).
 UV_OUTPUT = (

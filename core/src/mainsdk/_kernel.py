@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 
 MARK = "\x1e"
 WATCHDOG_EXIT = 124  # cells.WATCHDOG_EXIT
@@ -114,8 +115,15 @@ class _Results:
         self.add("text/plain", text)
 
 
-def _figures(results):
-    """Every open matplotlib figure as a PNG, then closed: what a notebook shows, with no change to the code."""
+def _png(figure, results):
+    """One figure as a PNG result."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    results.add("image/png", buffer.getvalue())
+
+
+def _figures(results, shown):
+    """Every open matplotlib figure not yet shown as a PNG, then all closed: what a notebook shows at a cell's end."""
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
         return
@@ -125,15 +133,58 @@ def _figures(results):
         return
     for number in numbers:
         try:
-            buffer = io.BytesIO()
-            pyplot.figure(number).savefig(buffer, format="png")
-            results.add("image/png", buffer.getvalue())
+            figure = pyplot.figure(number)
+            if id(figure) not in shown:
+                _png(figure, results)
         except Exception:
             continue
     try:
         pyplot.close("all")
     except Exception:
         pass
+
+
+# The cells' matplotlib backend, ``module://mainsdk_cell_figures``: Agg canvases whose ``plt.show()`` (and
+# ``fig.show()``) hand the figures to the running cell's results, as matplotlib-inline's ``show`` does in a
+# notebook, instead of Agg's "non-interactive, cannot be shown" warning. Its text runs only when matplotlib asks
+# for the backend, so a kernel that never draws imports nothing of matplotlib.
+_BACKEND = """
+from matplotlib._pylab_helpers import Gcf
+from matplotlib.backend_bases import FigureManagerBase
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+
+class FigureManager(FigureManagerBase):
+    def show(self):
+        _emit(self.canvas.figure)
+
+
+class FigureCanvas(FigureCanvasAgg):
+    manager_class = FigureManager
+
+
+def show(*args, **kwargs):
+    for _number, manager in sorted(Gcf.figs.items()):
+        _emit(manager.canvas.figure)
+    Gcf.destroy_all()
+"""
+
+
+def _cell_backend(emit):
+    """The backend module, put in ``sys.modules``; its names are made on first use (PEP 562)."""
+    module = types.ModuleType("mainsdk_cell_figures")
+
+    def lazy(name):
+        if "FigureCanvas" not in module.__dict__:
+            module.__dict__["_emit"] = emit
+            text = compile(_BACKEND, "<mainsdk_cell_figures>", "exec")  # mainsdk: allow MAIN-SANDBOX-0010
+            exec(text, module.__dict__)  # mainsdk: allow MAIN-SANDBOX-0010
+        if name in module.__dict__:
+            return module.__dict__[name]
+        raise AttributeError(name)
+
+    module.__getattr__ = lazy
+    return module
 
 
 def _compile_cell(code, filename):
@@ -229,7 +280,16 @@ def main():
     mark_out = (MARK + token + ":").encode()
     end_err = (MARK + token + ":end\n").encode()
     del token
-    os.environ.setdefault("MPLBACKEND", "agg")  # no display in a box; figures come back as PNGs
+    current = [None, set()]  # the running cell's results, and the ids of the figures it has shown
+
+    def emit(figure):
+        results_now, shown = current
+        if results_now is not None:
+            _png(figure, results_now)
+            shown.add(id(figure))
+
+    sys.modules["mainsdk_cell_figures"] = _cell_backend(emit)
+    os.environ.setdefault("MPLBACKEND", "module://mainsdk_cell_figures")  # no display in a box: PNG results
     namespace = {"__name__": "__main__", "__builtins__": builtins, "__doc__": None}
     watchdog = _Watchdog()
     running = [False]
@@ -245,6 +305,7 @@ def main():
         number += 1
         request = _wait_for(os.path.join(folder, f"{number}.json"))
         results = _Results(int(request.get("max_results", 1 << 20)))
+        current[:] = [results, set()]
         filename = f"<cell-{number}>"
         code = request["code"]
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
@@ -275,9 +336,10 @@ def main():
             error = _error(exc, 1)
         duration = time.monotonic() - started
         try:
-            _figures(results)
+            _figures(results, current[1])
         except BaseException:
             pass
+        current[:] = [None, set()]
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
