@@ -35,10 +35,14 @@ MAX_FIGURES = 50  # figures a run returns; the wrapper saves no more, core keeps
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _FIGURE_NAME = re.compile(r"([1-9][0-9]{0,5})\.png")
 
-# Standard library only; runs in the box before the code. Every name it needs lives in a function, so the
-# code's globals are the ones ``python -c`` gives. ``type(sys.__spec__)`` is ModuleSpec without an import.
-WRAPPER = """\
-def _mainsdk_run():
+# The wrapper is three texts, standard library only. ``_RUN`` is what every run compiles: it sets up the code as
+# ``python -c`` / ``python -`` would, puts a finder at the head of ``sys.meta_path`` that does nothing but compare
+# names, and ``exec``s the code text (``exec`` of a string, unlike the first ``compile()`` call, does not set up
+# the ``ast`` module's types: about 1 ms). ``_HOOK`` (the real finder) and ``_BACKEND`` (the matplotlib backend)
+# ride along as string constants, compiled only when matplotlib is imported. Every name ``_RUN`` needs lives in
+# a function, so the code's globals are the ones ``python -c`` gives.
+_RUN = """\
+def _mainsdk_run(hook, backend):
     import os, sys
     main = sys.modules["__main__"].__dict__
     del main["_mainsdk_run"]
@@ -51,9 +55,119 @@ def _mainsdk_run():
         code, name = sys.stdin.buffer.read(), "<stdin>"
         sys.argv[0] = "-"
         main["__file__"], main["__cached__"] = name, None
-    folder = os.path.join(os.path.dirname(os.getcwd()), "out", ".mainsdk-figures")
-    count = [0]
-    backend = '''
+    scope = {"backend": backend, "folder": os.path.join(os.path.dirname(os.getcwd()), "out", ".mainsdk-figures")}
+
+    def find_spec(fullname, path=None, target=None):
+        if fullname not in ("matplotlib", "matplotlib.pyplot", "mainsdk_figures"):
+            return None
+        exec(hook, scope)
+        return Hook.find_spec(fullname, path, target)
+
+    Hook = scope["Hook"] = type(sys.implementation)(find_spec=find_spec)
+    sys.meta_path.insert(0, Hook)
+    here = sys._getframe()
+    outer = here.f_back.f_code
+    here = here.f_code
+    try:
+        if name == "<stdin>":
+            code = compile(code, name, "exec", dont_inherit=True)
+        exec(code, main)
+    except SystemExit:
+        raise
+    except BaseException:
+        if name == "<stdin>":
+            for stream in (sys.stderr, sys.stdout):
+                try:
+                    stream.flush()
+                except Exception:
+                    pass
+        shown = sys.excepthook
+
+        def trimmed(kind, value, tb):
+            while tb is not None and (tb.tb_frame.f_code is here or tb.tb_frame.f_code is outer):
+                tb = tb.tb_next
+            shown(kind, value.with_traceback(tb) if value is not None else value, tb)
+
+        sys.excepthook = trimmed
+        raise
+"""
+
+# Run once, by the first import of a matplotlib name, in a namespace holding ``Hook`` (a SimpleNamespace, cheaper
+# to make than a class), ``backend`` and ``folder``: it makes ``Hook`` the real finder and loader.
+# ``type(sys.__spec__)`` is ModuleSpec without an import.
+_HOOK = """\
+import os, sys
+count = [0]
+
+def save(figure):
+    count[0] += 1
+    if count[0] > 50:
+        if count[0] == 51:
+            sys.stderr.write("mainsdk: figures past the 50th are not kept\\n")
+        return
+    try:
+        os.makedirs(folder, exist_ok=True)
+        figure.savefig(os.path.join(folder, "%d.png" % count[0]), format="png")
+    except Exception as exc:
+        sys.stderr.write("mainsdk: figure %d not kept: %s\\n" % (count[0], type(exc).__name__))
+
+def loaded(fullname, module):
+    if fullname == "matplotlib":
+        if "MPLBACKEND" not in os.environ:
+            try:
+                module.rcParams["backend"] = "module://mainsdk_figures"
+            except Exception:
+                pass
+    else:
+        try:
+            __import__("mainsdk_figures")
+        except Exception:
+            pass
+        sys.meta_path[:] = [f for f in sys.meta_path if f is not Hook]
+
+def find_spec(fullname, path=None, target=None):
+    if fullname == "mainsdk_figures":
+        return type(sys.__spec__)(fullname, Hook)
+    if fullname not in ("matplotlib", "matplotlib.pyplot"):
+        return None
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        spec = None if finder is Hook or find is None else find(fullname, path, target)
+        if spec is not None:
+            break
+    else:
+        return None
+    loader = spec.loader
+    real = getattr(loader, "exec_module", None)
+    if real is None:
+        return spec
+
+    def exec_module(module):
+        try:
+            del loader.exec_module
+        except AttributeError:
+            pass
+        real(module)
+        loaded(fullname, module)
+
+    try:
+        loader.exec_module = exec_module
+    except (AttributeError, TypeError):
+        pass
+    return spec
+
+def create_module(spec):
+    return None
+
+def exec_module(module):
+    module._save = save
+    exec(compile(backend, "<mainsdk_figures>", "exec", dont_inherit=True), module.__dict__)
+
+Hook.find_spec, Hook.create_module, Hook.exec_module = find_spec, create_module, exec_module
+"""
+
+# The ``mainsdk_figures`` backend module; ``_save`` is set on it before it runs.
+_BACKEND = """\
 import atexit, weakref
 from matplotlib._pylab_helpers import Gcf
 from matplotlib.backend_bases import FigureManagerBase
@@ -79,102 +193,9 @@ def _left_open():
             _save(manager.canvas.figure)
 
 atexit.register(_left_open)
-'''
-
-    def save(figure):
-        count[0] += 1
-        if count[0] > 50:
-            if count[0] == 51:
-                sys.stderr.write("mainsdk: figures past the 50th are not kept\\n")
-            return
-        try:
-            os.makedirs(folder, exist_ok=True)
-            figure.savefig(os.path.join(folder, "%d.png" % count[0]), format="png")
-        except Exception as exc:
-            sys.stderr.write("mainsdk: figure %d not kept: %s\\n" % (count[0], type(exc).__name__))
-
-    def loaded(fullname, module):
-        if fullname == "matplotlib":
-            if "MPLBACKEND" not in os.environ:
-                try:
-                    module.rcParams["backend"] = "module://mainsdk_figures"
-                except Exception:
-                    pass
-        else:
-            try:
-                __import__("mainsdk_figures")
-            except Exception:
-                pass
-            sys.meta_path[:] = [f for f in sys.meta_path if f is not Hook]
-
-    class Hook:
-        @staticmethod
-        def find_spec(fullname, path=None, target=None):
-            if fullname == "mainsdk_figures":
-                return type(sys.__spec__)(fullname, Hook)
-            if fullname not in ("matplotlib", "matplotlib.pyplot"):
-                return None
-            for finder in sys.meta_path:
-                find = getattr(finder, "find_spec", None)
-                spec = None if finder is Hook or find is None else find(fullname, path, target)
-                if spec is not None:
-                    break
-            else:
-                return None
-            loader = spec.loader
-            real = getattr(loader, "exec_module", None)
-            if real is None:
-                return spec
-
-            def exec_module(module):
-                try:
-                    del loader.exec_module
-                except AttributeError:
-                    pass
-                real(module)
-                loaded(fullname, module)
-
-            try:
-                loader.exec_module = exec_module
-            except (AttributeError, TypeError):
-                pass
-            return spec
-
-        @staticmethod
-        def create_module(spec):
-            return None
-
-        @staticmethod
-        def exec_module(module):
-            module._save = save
-            exec(compile(backend, "<mainsdk_figures>", "exec", dont_inherit=True), module.__dict__)
-
-    sys.meta_path.insert(0, Hook)
-    compiled = None
-    try:
-        compiled = compile(code, name, "exec", dont_inherit=True)
-        exec(compiled, main)
-    except SystemExit:
-        raise
-    except BaseException:
-        if name == "<stdin>":
-            for stream in (sys.stderr, sys.stdout):
-                try:
-                    stream.flush()
-                except Exception:
-                    pass
-        shown = sys.excepthook
-
-        def trimmed(kind, value, tb):
-            while tb is not None and tb.tb_frame.f_code is not compiled:
-                tb = tb.tb_next
-            shown(kind, value.with_traceback(tb) if value is not None else value, tb)
-
-        sys.excepthook = trimmed
-        raise
-
-_mainsdk_run()
 """
+
+WRAPPER = f"{_RUN}_mainsdk_run({_HOOK!r}, {_BACKEND!r})\n"
 
 
 def python_command(code: str, *, on_stdin: bool, timeout: float, env: Mapping[str, str]) -> Command:
