@@ -11,7 +11,8 @@ Before that it puts one import hook at the head of ``sys.meta_path`` that waits 
 - when ``matplotlib.pyplot`` is imported, the backend module is loaded, which saves the figures still open at
   exit (before pyplot's own exit hook closes them), and the hook leaves ``sys.meta_path``.
 
-A run that never imports matplotlib pays for compiling the wrapper and one failed name check per new import.
+A run that never imports matplotlib pays for compiling a small run function (the hook is a string constant,
+compiled only when matplotlib is imported) and one failed name check per new import.
 Figures are written as ``../out/.mainsdk-figures/<n>.png``; core takes that folder out of the run's files and
 returns its PNGs as ``RunResult.results`` (``take_figures``). So any driver that collects the out folder gets
 them, with no driver change. Code could write that folder itself: it gets no more than it could with any out
