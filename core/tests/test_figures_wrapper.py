@@ -110,3 +110,14 @@ def test_the_figures_folder_is_split_from_the_codes_files_in_drawing_order() -> 
     assert figures.collected.skipped == (("big.bin", "past limits.files"),)
     many = Collected(files=tuple(OutFile(f"{FOLDER}/{n}.png", png) for n in range(1, MAX_FIGURES + 6)))
     assert (len(take_figures(many).pngs), take_figures(many).dropped) == (MAX_FIGURES, 5)
+
+
+def test_the_hook_is_set_up_only_when_matplotlib_is_imported(work: Path) -> None:
+    # A run that never imports matplotlib pays for a name check per import, not for compiling the hook: the
+    # finder at the head of sys.meta_path only becomes a loader (exec_module) once a matplotlib name is asked.
+    code = (
+        "import sys, json\nfinder = sys.meta_path[0]\nprint(hasattr(finder, 'exec_module'))\n"
+        "try:\n    import matplotlib\nexcept ImportError:\n    pass\nprint(hasattr(finder, 'exec_module'))"
+    )
+    out, err, status = _run(sys.executable, ["-c", WRAPPER, code], b"", work)
+    assert (out, err, status) == (b"False\nTrue\n", b"", 0)
