@@ -72,7 +72,10 @@ class TestLimits:
         assert time.monotonic() - started < 10, "the code kept running after its output passed the limit"
 
     def test_stdout_and_stderr_share_the_output_limit(self, conformance: Conformance) -> None:
-        code = "import sys\nfor _ in range(64):\n    sys.stdout.write('o' * 16384); sys.stderr.write('e' * 16384)\n"
+        code = (
+            "import sys, time\nfor _ in range(64):\n    sys.stdout.write('o' * 16384); sys.stderr.write('e' * 16384)\n"
+            "sys.stdout.flush()\ntime.sleep(30)\n"  # still running at the stop, as above
+        )
         result = conformance.sandbox().run(code, limits={"output": "256KB"})
         assert result.stop == "output" and len(result.stdout) + len(result.stderr) == 256 * 1024
         assert set(result.stdout) <= {"o"} and set(result.stderr) <= {"e"}
@@ -119,7 +122,10 @@ class TestOutput:
         assert conformance.sandbox().run(FAKE_KEY_CODE).stdout == f"{REDACTED}\n"
 
     def test_output_cut_inside_a_secret_shows_none_of_it(self, conformance: Conformance) -> None:
-        code = "import os, sys\nsys.stdout.write('x' * 1020 + os.environ['K'])"
+        # It sleeps after writing, so the output stop always ends a running command (replays see the same kill).
+        code = (
+            "import os, sys, time\nsys.stdout.write('x' * 1020 + os.environ['K']); sys.stdout.flush()\ntime.sleep(30)"
+        )
         result = conformance.sandbox().run(code, env={"K": secret(SECRET)}, limits={"output": "1KB"})
         assert result.stop == "output" and result.stdout == "x" * 1020 + REDACTED
         assert SECRET_VALUES[SECRET][:4] not in result.stdout
