@@ -20,12 +20,12 @@ from mainsdk import arguments, errors, figures, preflight
 from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.config import AppConfig, SandboxConfig
-from mainsdk.driver import LANGUAGE_PROGRAMS, Box, Capabilities, Collected, Command, Isolation, StopReason
+from mainsdk.driver import LANGUAGE_PROGRAMS, Capabilities, Command, Isolation, StopReason
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef, FileStore, LocalDirectoryFileStore
 from mainsdk.hookspecs import hookimpl
 from mainsdk.hosts import host_covered
-from mainsdk.lifecycle import Executed, Lifecycle, OpenBox, RunPlan, SessionPlan
+from mainsdk.lifecycle import Lifecycle, OpenBox, RunPlan, SessionPlan
 from mainsdk.limits import Listener
 from mainsdk.plugins import Hooks, load_driver, make_plugin_manager
 from mainsdk.rich import RichResult, rich_entry
@@ -371,23 +371,6 @@ class AsyncSandbox:
             results=drawn.results,
             results_dropped=drawn.dropped,
         )
-
-    def keep_collected(
-        self, tenant: str, collected: Collected, secret_values: Sequence[bytes]
-    ) -> tuple[tuple[FileRef, ...], tuple[str, ...]]:
-        """A box's collected out folder as FileRefs of ``tenant`` (path order), and the names of those not kept."""
-        return self._lifecycle.keep_collected(tenant, collected, secret_values)
-
-    async def execute(
-        self,
-        box: Box,
-        command: Command,
-        output_limit: int,
-        secret_values: Sequence[bytes],
-        on_output: Listener | None = None,
-    ) -> Executed:
-        """Run one command in a started box under core's limits (``mainsdk.lifecycle.Lifecycle.execute``)."""
-        return await self._lifecycle.execute(box, command, output_limit, secret_values, on_output)
 
     def action(
         self,
