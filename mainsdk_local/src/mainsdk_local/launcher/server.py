@@ -75,6 +75,7 @@ from . import weak as W
 from .boxes import Box
 from .execs import RunExecution
 from .pool import Pool, WarmExecution
+from .pool_kinds import KINDS
 from .runs import ExecSpec, Run, Worker
 from .spares import Spares
 
@@ -105,7 +106,7 @@ class Server(RunExecution, WarmExecution):
         self.boxes: dict[int, Box] = {}
         self.workers: dict[int, Worker] = {}
         self.spares = Spares(self._spawn_worker, self._kill_worker, drop_uid=self.root)
-        self.pool = Pool(pool, C.MOUNT_BASE, self._spawn_pooled, self._kill_worker, self._unwatch)
+        self.pool = Pool(pool, C.MOUNT_BASE, self._spawn_pooled, self._kill_worker, self._unwatch, KINDS)
         if pool_idle is not None:
             self.pool.idle_seconds = pool_idle
         self.deadlines: list[tuple[float, int, Run]] = []
