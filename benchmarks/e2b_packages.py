@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from mainsdk_e2b.packages import ENV, PROBE, WHEELS, BoxPython, Wheelhouse, install_line
+from mainsdk.wheelhouse import Wheelhouse
+from mainsdk_e2b.packages import ENV, PROBE, WHEELS, BoxPython, install_line
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -58,7 +59,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="e2b-packages-") as temp:
         house = Wheelhouse(os.path.join(temp, "wheelhouses"))
         started = time.perf_counter()
-        wheels = house.ensure(python, options.pins)
+        wheels = house.ensure(python, options.pins).paths
         first = time.perf_counter() - started
         cached = []
         for _ in range(max(options.rounds, 1) * 10):

@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 
 import pip
+from mainsdk.wheelhouse import Wheelhouse, WheelSet
 from mainsdk_vercel.driver import _targz
-from mainsdk_vercel.packages import INSTALL, PROBE, BoxPython, Wheelhouse, Wheels
+from mainsdk_vercel.packages import INSTALL, PROBE, BoxPython
 
 
 def box_python(root: Path) -> Path:
@@ -41,7 +42,7 @@ def box_python(root: Path) -> Path:
     return venv / "bin"
 
 
-def install_once(wheels: Wheels, root: Path) -> float:
+def install_once(wheels: WheelSet, root: Path) -> float:
     """``INSTALL`` into a fresh stand-in box under ``root``; seconds it took."""
     bin_dir = box_python(root)
     folder = root / "wheels"

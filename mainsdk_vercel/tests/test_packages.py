@@ -24,10 +24,11 @@ import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION
+from mainsdk.wheelhouse import Wheelhouse
 from mainsdk_conformance.plugin import seeded_cell_tokens
 from mainsdk_conformance.profiles import VERCEL
 from mainsdk_conformance.replay import ReplayServer
-from mainsdk_vercel.packages import PROBE, BoxPython, Wheelhouse
+from mainsdk_vercel.packages import PROBE, BoxPython
 
 from mainsdk_vercel import VercelDriver
 

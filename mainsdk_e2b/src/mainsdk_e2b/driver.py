@@ -58,9 +58,10 @@ from mainsdk.driver import (
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, SandboxError
 from mainsdk.hookspecs import hookimpl
 from mainsdk.secrets import SecretResolver, environment_secrets
+from mainsdk.wheelhouse import Wheelhouse, failure_message
 
 from mainsdk_e2b.config import E2BConfig
-from mainsdk_e2b.packages import ENV_PYTHON, PROBE, WHEELS, BoxPython, Wheelhouse, failure_message, install_line
+from mainsdk_e2b.packages import ENV_PYTHON, PROBE, WHEELS, BoxPython, install_line
 
 if TYPE_CHECKING:
     from e2b.sandbox.sandbox_api import SandboxNetworkOpts
@@ -233,7 +234,7 @@ class E2BDriver:
         box_python = self._box_pythons.get(self._template) if packages else None
         wheels: list[Path] = []
         if box_python is not None:
-            wheels = await asyncio.to_thread(self._wheelhouse.ensure, box_python, packages)
+            wheels = (await asyncio.to_thread(self._wheelhouse.ensure, box_python, packages)).paths
         lifetime = math.ceil((spec.idle or 0) + spec.limits.timeout) + SANDBOX_MARGIN
         # Exactly the policy core handed over (and audited); none at all: nothing out.
         policy = spec.network_policy if spec.network_policy is not None else e2b_network_policy(())
@@ -264,7 +265,7 @@ class E2BDriver:
         try:
             if packages and box_python is None:
                 box_python = await self._probe(box)
-                wheels = await asyncio.to_thread(self._wheelhouse.ensure, box_python, packages)
+                wheels = (await asyncio.to_thread(self._wheelhouse.ensure, box_python, packages)).paths
             entries = [{"path": f"{WORK}/{name}", "data": bytes(data)} for name, data in sorted(spec.files.items())]
             entries += [{"path": f"{WHEELS}/{wheel.name}", "data": wheel.read_bytes()} for wheel in wheels]
             if entries:
@@ -815,7 +816,7 @@ def e2b_sandbox_driver(
 
     ``api_url`` / ``sandbox_url`` point the SDK elsewhere (a replay server on
     loopback); ``price`` overrides the estimate from ``vcpus`` and ``memory_mib``;
-    ``wheelhouse`` keeps the packages' wheels elsewhere than ``$XDG_CACHE_HOME/mainsdk/wheelhouses``.
+    ``wheelhouse`` keeps the packages' wheels elsewhere than ``$XDG_CACHE_HOME/mainsdk/wheels``.
     """
     return E2BDriver(
         api_key=api_key,

@@ -43,10 +43,11 @@ from mainsdk.driver import (
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, BoxGone, SandboxError, before_command
 from mainsdk.hookspecs import hookimpl
 from mainsdk.secrets import environment_secrets
+from mainsdk.wheelhouse import Wheelhouse, failure_message
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
 from mainsdk_vercel.config import VercelConfig
-from mainsdk_vercel.packages import INSTALL, PROBE, BoxPython, Wheelhouse, failure_message
+from mainsdk_vercel.packages import INSTALL, PROBE, BoxPython
 
 log = logging.getLogger("mainsdk.vercel")
 DRIVER_ID = "vercel-sandbox"
@@ -487,7 +488,8 @@ class VercelDriver:
             ) from None
         if run.exit_code != 0:
             said = captured.text("stderr") + captured.text("stdout")
-            raise SandboxError(INVALID_OPTION, failure_message(pins, said), ran=False)
+            where = "in the Vercel sandbox (offline, from the wheels fetched for it)"
+            raise SandboxError(INVALID_OPTION, failure_message(pins, said, where), ran=False)
 
     async def _ensure(self, box: VercelBox) -> None:
         """Refuse a stopped box; extend a session's timeout when less than one command's lease is left.
