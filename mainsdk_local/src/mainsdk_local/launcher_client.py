@@ -728,12 +728,13 @@ class Box:
         return reply.payload
 
     async def pool_stats(self) -> dict[str, int]:
-        """The server's warm pool: ``capacity`` (its size), ``ready``, ``warming``, ``hits`` and ``misses`` so far."""
+        """The server's warm pool: ``capacity`` (its size), ``ready``, ``warming``, ``hits`` and ``misses`` so far,
+        and ``kinds``, how many kinds of run (argv up to -c, start-up variables) it keeps track of."""
         self._check_loop()
         reply = await self._request({"op": "pool"}, work=0.0)
         if not reply.header.get("ok"):
             raise _error_from(reply.header, "pool")
-        return {k: int(reply.header.get(k, 0)) for k in ("capacity", "ready", "warming", "hits", "misses")}
+        return {k: int(reply.header.get(k, 0)) for k in ("capacity", "ready", "warming", "hits", "misses", "kinds")}
 
     async def collect_out(self, *, max_bytes: int) -> Collected:
         """Regular files under /out, in name order, until ``max_bytes``; other entries are skipped with a reason."""

@@ -61,6 +61,12 @@ if TYPE_CHECKING:
 
 # A one-shot box's files are given to the pooled interpreter's uid one by one: past this many, run cold.
 MAX_REHOMED_ENTRIES = 256
+# The server keeps each key it has seen for a while: a key whose third part (a program, its flags, start-up
+# variables: LANG, LC_*, LD_*, ...) is longer than this runs cold and is never kept, and at most MAX_KINDS keys
+# are kept (the least recently asked goes), so runs with ever new, large start-up variables cannot grow the
+# server without bound (100 runs with a new 100 KB LD_PRELOAD each grew it by 11 MB before).
+MAX_KIND_BYTES = 4096
+MAX_KINDS = 64
 # An idle entry nobody took for this long is dropped, and so is a key nobody asked for (the default).
 IDLE_SECONDS = 60.0
 # Demand is the most runs of a key in flight at once over this window.
@@ -153,7 +159,8 @@ class Pool:
         self.entries: list[Entry] = []
         self.held: set[int] = set()  # slots of entries, and of boxes that took one (until they close)
         self.demand: dict[PoolKey, list[float]] = {}  # key: [last seen, in flight, peak, peak time, last miss]
-        self.broken: set[PoolKey] = set()  # keys whose C said it can never serve a run (b"D"): always cold
+        # Keys whose C said it can never serve a run (b"D"): always cold. The MAX_KINDS latest are kept.
+        self.broken: dict[PoolKey, None] = {}
         # Refills owed to runs that reported: each report of a run of a pooled kind may warm one entry at
         # once, even while other runs go on (under steady concurrency the loop is never quiet, and the pool
         # would drain); anything more waits for a quiet moment, as spares do. At most ``size`` are owed.
@@ -165,13 +172,22 @@ class Pool:
     def keys(self, spec: ExecSpec, root: tuple[Any, ...]) -> list[tuple[PoolKey, Any]]:
         """``(key, plan)`` of each kind that can take ``spec``, most preferred first, broken keys left out."""
         found = (kind.key(spec, root) for kind in self.kinds)
-        return [item for item in found if item is not None and item[0] not in self.broken]
+        return [
+            item
+            for item in found
+            if item is not None and item[0] not in self.broken and len(repr(item[0][2])) <= MAX_KIND_BYTES
+        ]
 
     # -- demand --------------------------------------------------------------
 
     def asked(self, key: PoolKey) -> None:
         """A run of ``key`` starts (warm or cold): its demand counts."""
         now = time.monotonic()
+        if key not in self.demand and len(self.demand) >= MAX_KINDS:
+            # Forget the least recently asked key with no run in flight (a key in flight is one run at least).
+            resting = [(seen[0], k) for k, seen in self.demand.items() if seen[1] <= 0]
+            if resting:
+                del self.demand[min(resting, key=lambda item: item[0])[1]]
         seen = self.demand.setdefault(key, [now, 0.0, 0.0, now, -DEMAND_WINDOW])
         seen[0] = now
         seen[1] += 1
@@ -233,7 +249,14 @@ class Pool:
         idle = [e for e in self.entries if not e.taken]
         ready = sum(1 for e in idle if e.ready)
         warming = len(idle) - ready
-        return {"capacity": self.size, "ready": ready, "warming": warming, "hits": self.hits, "misses": self.misses}
+        return {
+            "capacity": self.size,
+            "ready": ready,
+            "warming": warming,
+            "hits": self.hits,
+            "misses": self.misses,
+            "kinds": len(self.demand) + len(self.broken),  # keys the server keeps (at most MAX_KINDS each)
+        }
 
     # -- entries -------------------------------------------------------------
 
@@ -275,7 +298,9 @@ class Pool:
             entry.ready = True
             return "ready"
         if data == b"D":
-            self.broken.add(entry.key)
+            self.broken[entry.key] = None
+            while len(self.broken) > MAX_KINDS:
+                del self.broken[next(iter(self.broken))]  # the oldest: tried once more if it comes back
             return "dirty"
         return "gone"
 

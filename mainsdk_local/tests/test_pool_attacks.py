@@ -1,0 +1,177 @@
+"""Attacks on the warm pool: a run that reaches for another run, a warming interpreter, the control channel,
+or the pool's own bounds. Real launcher, real namespaces, real CPython; no mocks.
+
+Each test says whether it caught a hole (it failed on the code before its fix) or guards a guarantee that
+already held (it would catch a regression). The helpers come from ``test_warm_pool``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from mainsdk_local.launcher_client import Launcher
+from mainsdk_local.programs import Program, resolve_program
+from test_warm_pool import MiB, run, stats, until_ready, warm_run
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
+
+
+@pytest.fixture(scope="module")
+def python() -> Program:
+    return resolve_program("python", "python3")
+
+
+def _pooled(size: int) -> Launcher:
+    instance = Launcher(pool=size)
+    if instance.isolation != "namespace" or instance._hello.get("pool") != size:
+        instance.close()
+        pytest.skip("the warm pool needs namespaces and memory and pids cgroups (root), which this machine lacks")
+    return instance
+
+
+@pytest.fixture
+def launcher() -> Iterator[Launcher]:
+    instance = _pooled(2)
+    yield instance
+    instance.close()
+
+
+def _server_rss_kib(launcher: Launcher) -> int:
+    proc = launcher._proc
+    assert proc is not None
+    with open(f"/proc/{proc.pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+
+
+async def _both_ready(launcher: Launcher, python: Program) -> None:
+    await until_ready(launcher, python)
+    deadline = time.monotonic() + 60
+    while (await stats(launcher))["ready"] < 2:
+        assert time.monotonic() < deadline, "the pool never held two ready interpreters"
+        await asyncio.sleep(0.05)
+
+
+# What a run tries against everything outside itself: every process it can signal, pid 1 (B, which keeps the
+# deadline and writes the report), B's descriptors, and SysV IPC objects a later run might find.
+ATTACK = r"""
+import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+print('pids', pids)
+for path in ('/proc/1/fd', '/proc/1/environ', '/proc/1/mem', '/proc/1/cmdline'):
+    try:
+        print(path, 'READ', os.listdir(path) if path.endswith('fd') else len(open(path, 'rb').read(64)))
+    except OSError as e:
+        print(path, 'refused')
+for sig in (signal.SIGALRM, signal.SIGKILL, signal.SIGTERM):
+    try:
+        os.kill(1, sig)
+        print('signal B', sig, 'SENT')
+    except OSError as e:
+        print('signal B', sig, 'refused')
+print('ptrace B', libc.ptrace(16, 1, 0, 0), ctypes.get_errno() != 0)  # PTRACE_ATTACH
+"""
+IPC = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print('shm', libc.shmget(0x5EC7E7, 1 << 16, 0o1666) >= 0, 'msg', libc.msgget(0x5EC7E7, 0o1666) >= 0,
+      'sem', libc.semget(0x5EC7E7, 1, 0o1666) >= 0)
+print(sorted(open(f'/proc/sysvipc/{k}').read().count('\n') - 1 for k in ('shm', 'msg', 'sem')))
+"""
+
+
+async def test_a_warm_run_reaches_neither_b_nor_a_warming_interpreter_nor_the_next_run(
+    launcher: Launcher, python: Program
+) -> None:
+    """Guarantee that held on main: pid namespace, uid, hidepid and the IPC namespace are the run's own."""
+    await _both_ready(launcher, python)
+    kill_all = "try:\n    os.kill(-1, signal.SIGKILL)\nexcept ProcessLookupError:\n    print('nobody to kill')\n"
+    attack = await warm_run(launcher, python, ATTACK + kill_all, timeout=10.0)
+    out = attack.stdout.decode()
+    assert "pids [1, 2]" in out or "pids [2]" in out, out  # B (hidden) and itself: no warming interpreter
+    assert "READ" not in out and "SENT" not in out and "ptrace B -1 True" in out, out
+    assert "nobody to kill" in out and attack.result.exit_code == 0, (out, attack.stderr)
+    # The other ready interpreter survived kill(-1): the next run takes it, warm.
+    assert (await stats(launcher))["ready"] >= 1
+    survivor = await run(launcher, python, "print('alive')")
+    assert (survivor.result.warm, survivor.stdout) == (True, b"alive\n")
+    # SysV objects made by one warm run are gone for the next (each interpreter has its own IPC namespace).
+    made = await warm_run(launcher, python, IPC)
+    assert made.stdout.splitlines() == [b"shm True msg True sem True", b"[1, 1, 1]"], made.stdout
+    after = await warm_run(
+        launcher,
+        python,
+        "print(sorted(open(f'/proc/sysvipc/{k}').read().count(chr(10)) - 1 for k in ('shm', 'msg', 'sem')))",
+    )
+    assert after.stdout == b"[0, 0, 0]\n"
+
+
+UID = "print(open('/proc/self/uid_map').read().split()[1]); import time; time.sleep(1.5)"
+
+
+async def test_concurrent_warm_runs_and_ready_interpreters_never_share_a_host_uid(python: Program) -> None:
+    """Guarantee that held on main: each pooled interpreter has a box slot, hence a host uid, of its own."""
+    launcher = _pooled(4)
+    try:
+        # Three at once: the pool keeps as many ready as were in flight at once.
+        await asyncio.gather(*(run(launcher, python, "import time; time.sleep(0.5)") for _ in range(3)))
+        deadline = time.monotonic() + 60
+        while (await stats(launcher))["ready"] < 3:
+            assert time.monotonic() < deadline, "the pool never held three ready interpreters"
+            await asyncio.sleep(0.05)
+        ran = await asyncio.gather(*(run(launcher, python, UID) for _ in range(3)))
+        assert sum(r.result.warm for r in ran) >= 2, [r.seen() for r in ran]
+        uids = [int(r.stdout) for r in ran]
+        assert len(set(uids)) == 3, uids  # warm and cold alike: every concurrent run is its own host user
+        assert all(uid != os.getuid() and uid > 0 for uid in uids)
+    finally:
+        launcher.close()
+
+
+async def test_a_hand_off_that_fails_runs_cold_with_the_same_result_and_the_pool_serves_on(
+    launcher: Launcher, python: Program
+) -> None:
+    """Guarantee that held on main: a limit the warm interpreter already exceeds (the kernel refuses the write
+    with EBUSY) sends the run cold with its own limit; the interpreter is dropped, and the pool refills."""
+    code = "print('ran')"
+    cold = await run(launcher, python, code, warm=False, memory=4 * MiB)
+    await until_ready(launcher, python)
+    failed = await run(launcher, python, code, memory=4 * MiB)
+    assert failed.seen() == cold.seen()
+    after = await warm_run(launcher, python, code)
+    assert after.seen() == (0, None, None, b"ran\n", b"")
+
+
+async def test_runs_with_ever_new_large_start_up_variables_do_not_grow_the_server(
+    launcher: Launcher, python: Program
+) -> None:
+    """Hole found: the server kept every kind (argv up to -c and start-up variables) for 60 s after its last run,
+    and forever once its interpreter had printed at start, however large and however many: 100 runs, each with a new
+    100 KB LD_PRELOAD, grew it by 11 MB (after 60 runs of one such kind). Now a kind over MAX_KIND_BYTES runs cold
+    and is never kept, and at most MAX_KINDS kinds are kept."""
+
+    async def runs(names: list[str]) -> None:
+        for name in names:
+            ran = await run(launcher, python, "print(1)", env={"LD_PRELOAD": f"/nonexistent-{name}-" + "x" * 100_000})
+            assert ran.stdout == b"1\n"
+
+    await runs(["same"] * 60)  # the server's allocator takes what 100 KB requests need once (about 6 MB here)
+    before = _server_rss_kib(launcher)
+    await runs([str(i) for i in range(100)])
+    grown = _server_rss_kib(launcher) - before
+    assert grown < 4 * 1024, f"the server grew by {grown} KiB over 100 runs of new kinds"
+
+
+async def test_the_kinds_the_server_keeps_are_bounded(launcher: Launcher, python: Program) -> None:
+    """Hole found (see above), with small values: 80 new kinds were 80 kinds kept; now at most MAX_KINDS (64).
+    (Before the fix the stats had no ``kinds``; the RSS test above is the one that shows the growth.)"""
+    for i in range(80):
+        ran = await run(launcher, python, "print(1)", env={"LC_MAINSDK_PROBE": str(i)})
+        assert ran.stdout == b"1\n"
+    kinds = (await stats(launcher))["kinds"]
+    assert 1 <= kinds <= 64, kinds
