@@ -175,3 +175,19 @@ async def test_the_kinds_the_server_keeps_are_bounded(launcher: Launcher, python
         assert ran.stdout == b"1\n"
     kinds = (await stats(launcher))["kinds"]
     assert 1 <= kinds <= 64, kinds
+
+
+async def test_a_disk_size_no_rlimit_can_hold_is_refused_by_name_before_anything_runs(
+    launcher: Launcher, python: Program
+) -> None:
+    """Hole found: a box of 2**63 bytes or more opened, then a cold run failed at C's setrlimit (a setup error),
+    and a warm run reported exit code 1 with no output, as if the code had run and failed: the stub's setrlimit
+    raised after hand-off. Now the box is refused when it opens, naming disk_bytes, warm or cold."""
+    for warm in (False, True):
+        if warm:
+            await until_ready(launcher, python)
+        with pytest.raises(ValueError, match="disk_bytes") as caught:
+            await run(launcher, python, "print(1)", warm=warm, disk=1 << 63)
+        assert "rlimit" not in str(caught.value)
+    ok = await run(launcher, python, "print(1)", disk=(1 << 63) - 1)  # the largest size still takes a run
+    assert ok.seen() == (0, None, None, b"1\n", b"")

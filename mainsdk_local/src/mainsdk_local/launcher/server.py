@@ -88,6 +88,7 @@ SPARE_LINGER = 60.0
 COLLECT_SLICE = 0.005
 # The socket bound of a box whose opener names none (the driver names one from the memory limit).
 DEFAULT_MAX_SOCKETS = 4096
+MAX_DISK = (1 << 63) - 1  # a box's disk size in bytes: what RLIMIT_FSIZE (a C long) can hold
 
 
 class Server(RunExecution, WarmExecution):
@@ -387,8 +388,10 @@ class Server(RunExecution, WarmExecution):
         self.boxes[slot] = box
         self.sel.register(sock, selectors.EVENT_READ, lambda mask, b=box: self._on_channel(b, mask))
         try:
-            if not isinstance(disk_bytes, int) or isinstance(disk_bytes, bool) or disk_bytes < 4096:
-                raise C.RequestError("value", "disk_bytes must be an integer of at least 4096")
+            if not isinstance(disk_bytes, int) or isinstance(disk_bytes, bool) or not 4096 <= disk_bytes <= MAX_DISK:
+                # Above MAX_DISK no RLIMIT_FSIZE can hold it: refused here, before anything runs, not by C's setrlimit
+                # (the cold path's setup error) or a warm interpreter's (which looked like the code's exit 1).
+                raise C.RequestError("value", f"disk_bytes must be an integer from 4096 to {MAX_DISK}")
             box.disk_bytes = disk_bytes
             if not isinstance(session, bool):
                 raise C.RequestError("value", "session must be true or false")
