@@ -13,7 +13,7 @@ import os
 import secrets
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 from mainsdk import arguments
@@ -54,6 +54,8 @@ LOCAL_REMEDY = (
 )
 # Which language a program name serves, to read sandbox.local.
 _PROGRAM_LANGUAGE = {program: language for language, program in LANGUAGE_PROGRAMS.items()}
+# The languages the launcher's warm pool has a kind for (launcher/pool.py, launcher/node_pool.py).
+_WARM_LANGUAGES: dict[str, Literal["python", "node"]] = {"python": "python", "node": "node"}
 
 
 @attrs.frozen
@@ -210,8 +212,8 @@ class LocalDriver:
                 overlays=_package_overlay(box, command.program, program),
                 proxy=proxy is not None and box.box.namespaces,
                 proxy_port=weak_port,
-                # A python command may run on a warm interpreter; the launcher decides whether its shape allows.
-                warm="python" if _PROGRAM_LANGUAGE.get(command.program) == "python" else None,
+                # A python or node command may run on a warm interpreter; the launcher decides whether its shape allows.
+                warm=_WARM_LANGUAGES.get(_PROGRAM_LANGUAGE.get(command.program, "")),
             )
             try:
                 result = await box.box.exec(

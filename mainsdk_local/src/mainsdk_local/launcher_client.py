@@ -95,8 +95,9 @@ class ExecSpec:
     ``overlays``: (host folder, hidden path) pairs: the folder is bound read-only over that
     hidden path instead of the empty directory (a package env over the interpreter's
     site-packages). Namespace mode only.
-    ``warm``: "python" when ``argv`` is a Python interpreter, so the server may run it on an
-    interpreter it started ahead (the warm pool, ``launcher/pool.py``) when its shape allows; None: never.
+    ``warm``: "python" when ``argv`` is a Python interpreter, "node" when it is node, so the server may run
+    it on an interpreter it started ahead (the warm pool, ``launcher/pool.py``) when its shape allows;
+    None: never.
     """
 
     argv: tuple[str, ...]
@@ -110,7 +111,7 @@ class ExecSpec:
     overlays: tuple[tuple[str, str], ...] = ()
     proxy: bool = False
     proxy_port: int | None = None
-    warm: Literal["python"] | None = None
+    warm: Literal["python", "node"] | None = None
 
 
 @attrs.frozen
@@ -499,6 +500,7 @@ class Box:
         self.namespaces = namespaces  # each exec has its own network namespace (and proxy listener)
         self.node_preload = node_preload  # where the code finds the Node proxy preload
         self._listener_handlers: dict[int, Callable[[socket.socket], None]] = {}
+        self._running: dict[int, _Exec] = {}  # execs waiting for their reply, for an "output" frame
         self._sock = sock
         self._loop = loop
         self._decoder = P.Decoder()
@@ -590,7 +592,10 @@ class Box:
                 if frame.header.get("op") == "listener":
                     self._take_listener(frame, rid)
                     continue
-                frame.close_fds()  # only a listener frame carries a descriptor
+                if frame.header.get("op") == "output":
+                    self._take_output(frame, rid)
+                    continue
+                frame.close_fds()  # only listener and output frames carry descriptors
                 fut = self._pending.get(rid) if isinstance(rid, int) else None
                 if fut is not None and not fut.done():
                     fut.set_result(frame)
@@ -606,6 +611,25 @@ class Box:
             handler(listener)
         except Exception:  # noqa: BLE001 - a handler that failed has not taken it; the code then reaches nothing
             listener.close()
+
+    def _take_output(self, frame: P.Frame, rid: object) -> None:
+        """A run's output comes on other pipes (a warm node's, made before the run; see launcher/node_pool.py).
+
+        The server sends their read ends before the run's reply; the pipes this exec made are
+        read no more (nothing writes to them; the server closes their write ends).
+        """
+        state = self._running.get(rid) if isinstance(rid, int) else None
+        if state is None or len(frame.fds) != 2:
+            frame.close_fds()
+            return
+        for stream, fd in zip((1, 2), frame.fds, strict=True):
+            self._close_stream(state, stream)
+            os.set_blocking(fd, False)
+            state.fds[stream] = fd
+            state.open_streams += 1
+            self._loop.add_reader(fd, self._on_output, state, stream)
+        frame.fds.clear()
+        state.drained.clear()
 
     def _send(self, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
         """Queue a frame; ``fds`` go with its first byte and are closed here once sent."""
@@ -820,6 +844,7 @@ class Box:
             raise
         fut: asyncio.Future[P.Frame] = self._loop.create_future()
         self._pending[rid] = fut
+        self._running[rid] = state
         header = {"op": "exec", "id": rid, "spec": _spec_json(spec), "stdin": spec.stdin is not None, "fds": 2}
         if then is not None:
             header["then"] = then
@@ -863,6 +888,7 @@ class Box:
                 os.close(w)
             self._close_streams(state)
             self._pending.pop(rid, None)
+            self._running.pop(rid, None)
             self._listener_handlers.pop(rid, None)
 
     async def _opened_before(self, state: _Exec, fut: asyncio.Future[P.Frame]) -> None:

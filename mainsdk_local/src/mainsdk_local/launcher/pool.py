@@ -41,7 +41,9 @@ import gc
 import os
 import selectors
 import socket
+import struct
 import sys
+import termios
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -86,6 +88,11 @@ class Kind:
     """
 
     name = ""
+    own_output = False
+    """C's stdout and stderr are pipes made at warm time, not the run's (node cannot ``dup2``): the server keeps
+    their read ends on the entry, checks at hand-off that nothing was written on them (else the key is broken:
+    it runs cold), and sends them to the app in an ``output`` frame before the run's reply. ``configure`` finds
+    their write ends in ``ctx.stdout`` and ``ctx.stderr``, for C."""
 
     def key(self, spec: ExecSpec, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
         """``(key, plan)`` for an exec this kind can take (``plan``: what ``job`` needs of it); None otherwise.
@@ -110,6 +117,15 @@ class Kind:
         """The bytes and descriptors sent on the control socket at hand-off, from the run's ``ctx``."""
         raise NotImplementedError
 
+    def feed(self, entry: Entry, data: bytes) -> str:
+        """What C said on its control socket (``data``; empty: EOF): "ready", "dirty", "gone" or "wait" (more to come).
+
+        ``entry.said`` keeps what a kind's own messages left unparsed between calls.
+        """
+        if data == b"R" and not entry.ready:
+            return "ready"
+        return "dirty" if data == b"D" else "gone"
+
 
 class Entry:
     """One pool entry: its kind, worker, control socket, pool folder and box slot."""
@@ -128,6 +144,8 @@ class Entry:
         self.given = False  # a box took its uid (and holds its slot until destroyed)
         self.born = time.monotonic()
         self.bound: list[str] = []  # box folders bound over work/ and out/ at hand-off
+        self.output: list[int] = []  # an own_output kind's: the read ends of C's stdout and stderr (the server's)
+        self.said = b""  # what C said on its control socket that its kind has not parsed yet
 
 
 class Pool:
@@ -289,20 +307,23 @@ class Pool:
         if entry.control is None:
             return "wait"  # closed (discarded or reaped) earlier in the loop turn that found it readable
         try:
-            data = entry.control.recv(16)
+            data = entry.control.recv(1 << 16)
         except BlockingIOError:
             return "wait"
         except OSError:
             data = b""
-        if data == b"R" and not entry.ready:
+        state = entry.kind.feed(entry, data)
+        if state == "ready":
             entry.ready = True
-            return "ready"
-        if data == b"D":
-            self.broken[entry.key] = None
-            while len(self.broken) > MAX_KINDS:
-                del self.broken[next(iter(self.broken))]  # the oldest: tried once more if it comes back
-            return "dirty"
-        return "gone"
+        if state == "dirty":
+            self.mark_broken(entry.key)
+        return state
+
+    def mark_broken(self, key: PoolKey) -> None:
+        """``key`` can never serve a run looking like the cold path's: its execs run cold."""
+        self.broken[key] = None
+        while len(self.broken) > MAX_KINDS:
+            del self.broken[next(iter(self.broken))]  # the oldest: tried once more if it comes back
 
     def take(self, key: PoolKey) -> Entry | None:
         """A ready entry for ``key`` (it leaves the pool), or None."""
@@ -327,6 +348,9 @@ class Pool:
             entry.bound.append(target)
         if has_cgroups:
             G.configure_cgroup(ctx.memory_dir, ctx.memory_version, ctx.pids_dir, ctx.memory_bytes, ctx.max_processes)
+        if entry.kind.own_output and (len(entry.output) != 2 or any(unread(fd) for fd in entry.output)):
+            self.mark_broken(entry.key)  # it printed while starting: no cold run shows that
+            raise OSError(errno.EPROTO, f"a pool entry of kind {entry.kind.name} printed before its run; it runs cold")
         frame, fds = entry.kind.job(ctx, plan)
         if entry.control is None:
             raise OSError(errno.EPIPE, "the pool entry's control socket is closed")
@@ -355,6 +379,8 @@ class Pool:
             return None
         self.entries.remove(entry)
         self._close_control(entry)
+        for fd in self.take_output(entry):
+            C.close_fd(fd)
         if not entry.given:
             self.held.discard(entry.slot)  # no box holds its uid
         self._remove_folder(entry)
@@ -370,8 +396,16 @@ class Pool:
             if entry.control is not None:
                 entry.control.close()
                 entry.control = None
+            for fd in self.take_output(entry):
+                C.close_fd(fd)
             self._remove_folder(entry)
         self.entries.clear()
+
+    @staticmethod
+    def take_output(entry: Entry) -> list[int]:
+        """An own_output entry's read ends (the caller closes them, or sends them to the app)."""
+        fds, entry.output = entry.output, []
+        return fds
 
     def _close_control(self, entry: Entry) -> None:
         if entry.control is not None:
@@ -388,6 +422,11 @@ class Pool:
         for name in ("work", "out", ""):
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(entry.folder, name) if name else entry.folder)
+
+
+def unread(fd: int) -> int:
+    """How many bytes wait in the pipe ``fd`` (FIONREAD)."""
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
 
 
 def rehome(box: Box, uid: int, gid: int) -> None:
@@ -459,6 +498,10 @@ class WarmExecution:
 
         def _hand_listener(self, run: Run) -> None: ...
 
+        def _send(
+            self, box: Box, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
+        ) -> None: ...
+
     def _warm_one(self) -> None:
         """Start one entry for the key the pool wants most."""
         key = self.pool.wanted(self._free_pool_slot)
@@ -488,6 +531,17 @@ class WarmExecution:
         ctx.box_dir = entry.folder
         ctx.uid, ctx.gid = entry.uid, entry.gid
         ctx.drop_uid = self.root
+        output: list[int] = []  # own_output: stdout's and stderr's read ends, then their write ends
+        if kind.own_output:
+            out_r, out_w = os.pipe2(os.O_CLOEXEC)
+            try:
+                err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            except OSError:
+                C.close_fd(out_r)
+                C.close_fd(out_w)
+                raise
+            output = [out_r, err_r, out_w, err_w]
+            ctx.stdout, ctx.stderr = out_w, err_w
         kind.configure(ctx, entry.key)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fd = theirs.fileno()
@@ -495,15 +549,20 @@ class WarmExecution:
             worker = self._spawn_worker(
                 self.spares.last_limits,
                 child=lambda report_fd, timeout_w: warm_main(ctx, kind, fd, report_fd, timeout_w),
-                keep=frozenset({fd}),
+                keep=frozenset({fd, *output[2:]}),
             )
         except BaseException:
             ours.close()
+            for end in output[:2]:
+                C.close_fd(end)
             raise
         finally:
             theirs.close()
+            for end in output[2:]:
+                C.close_fd(end)  # C holds the only write ends: EOF once it and whatever it started are gone
         ours.setblocking(False)
         entry.control = ours
+        entry.output = output[:2]
         self.sel.register(ours, selectors.EVENT_READ, lambda mask: self._on_pool_control(entry))
         return worker
 
@@ -529,6 +588,7 @@ class WarmExecution:
 
         The kinds that can take it are tried in order of preference; the demand counts for the first.
         """
+        spec.disk_bytes = box.disk_bytes  # what the cold path's C sets as RLIMIT_FSIZE: part of some kinds' keys
         found = self.pool.keys(spec, root) if self.pool.size and not box.session and box.execs == 1 else []
         if not found:
             return False
@@ -558,6 +618,9 @@ class WarmExecution:
             self.pool.discard(entry)  # taken and never handed a run: it must not wait forever
             raise
         self.pool.hits += 1
+        if entry.output:
+            # The run's output is on the entry's own pipes: their read ends go to the app, before the reply.
+            self._send(box, {"id": run.rid, "op": "output", "fds": 2}, fds=self.pool.take_output(entry))
         run.warm = True
         run.worker, worker.run = worker, run
         self._hand_listener(run)

@@ -6,7 +6,8 @@ the first that can take it at all.
 
 from __future__ import annotations
 
+from .node_pool import NodeStub
 from .pool import Kind
 from .pool_python import PythonStub
 
-KINDS: tuple[Kind, ...] = (PythonStub(),)
+KINDS: tuple[Kind, ...] = (PythonStub(), NodeStub())

@@ -72,9 +72,10 @@ class ExecSpec:
         self.proxy_port: int | None = port  # weak mode: the host port of the run's proxy, the one it may connect to
         self.has_stdin = has_stdin
         warm = raw.get("warm")
-        if warm not in (None, "python"):
-            raise C.RequestError("value", "warm must be null or 'python'")
-        self.warm: str | None = warm  # the client says argv is a Python interpreter (see pool.py)
+        if warm not in (None, "python", "node"):
+            raise C.RequestError("value", "warm must be null, 'python' or 'node'")
+        self.warm: str | None = warm  # the client says argv is a Python interpreter or node (see pool.py)
+        self.disk_bytes = 0  # the box's disk size, set by the server as the exec starts (a warm node's key holds it)
 
     @staticmethod
     def _overlays(value: object, hidden: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

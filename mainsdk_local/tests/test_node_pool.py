@@ -1,0 +1,313 @@
+"""The warm pool's node kind: ``node`` exec'd ahead in a fresh box, handed one ``node -e`` run. Real launcher, no mocks.
+
+Warm and cold runs of the same exec in the same server are compared byte for byte (stdout, stderr,
+exit code, signal, stop), and each pitfall of a warm start has a test: the code cannot reach the
+control channel, nothing carries between runs, the run's own limits hold, the time limit counts
+from hand-off, start-up variables that differ run cold, output keeps its order, EOF and limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Mapping
+
+import pytest
+from mainsdk_local.launcher_client import ExecResult, ExecSpec, Launcher
+from mainsdk_local.programs import Program, resolve_program
+
+pytestmark = [
+    pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only"),
+    pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed"),
+]
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def node() -> Program:
+    return resolve_program("node", "node")
+
+
+@pytest.fixture
+def launcher() -> Iterator[Launcher]:
+    instance = Launcher(pool=2)
+    if instance.isolation != "namespace" or instance._hello.get("pool") != 2:
+        instance.close()
+        pytest.skip("the warm pool needs namespaces and memory and pids cgroups (root), which this machine lacks")
+    yield instance
+    instance.close()
+
+
+class Ran:
+    def __init__(self, result: ExecResult, stdout: bytes, stderr: bytes) -> None:
+        self.result = result
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def seen(self) -> tuple[int | None, int | None, str | None, bytes, bytes]:
+        """Everything the caller sees of the run, but whether it was warm and how long it took."""
+        return (self.result.exit_code, self.result.signal, self.result.stop, self.stdout, self.stderr)
+
+
+async def run(
+    launcher: Launcher,
+    node: Program,
+    code: str,
+    *,
+    warm: bool = True,
+    env: Mapping[str, str] | None = None,
+    files: Mapping[str, bytes] | None = None,
+    memory: int = 512 * MiB,
+    timeout: float = 30.0,
+    max_processes: int = 64,
+    disk: int = 16 * MiB,
+    session: bool = False,
+    argv: tuple[str, ...] | None = None,
+) -> Ran:
+    """One run in a fresh box, as the driver does it: open, write files, exec node -e CODE, close."""
+    box = await launcher.open_box(disk_bytes=disk, session=session)
+    out: list[bytes] = []
+    err: list[bytes] = []
+    try:
+        for path, data in (files or {}).items():
+            await box.write_file(path, data)
+        result = await box.exec(
+            ExecSpec(
+                argv=argv or (node.executable, "-e", code),
+                env=dict(env if env is not None else ENV),
+                timeout=timeout,
+                memory_bytes=memory,
+                max_processes=max_processes,
+                readonly_paths=node.readonly_paths,
+                hidden_paths=node.hidden_paths,
+                warm="node" if warm else None,
+            ),
+            on_stdout=out.append,
+            on_stderr=err.append,
+        )
+    finally:
+        await box.close()
+    return Ran(result, b"".join(out), b"".join(err))
+
+
+ENV = {"PATH": "/usr/bin:/bin", "HOME": "/work", "FOO": "bar"}
+
+
+async def stats(launcher: Launcher) -> dict[str, int]:
+    box = await launcher.open_box(disk_bytes=MiB, session=False)
+    try:
+        return await box.pool_stats()
+    finally:
+        await box.close()
+
+
+async def until_ready(launcher: Launcher, node: Program, env: Mapping[str, str] | None = None) -> None:
+    """Ask for a warm node of this shape once (a run), then wait until one is ready."""
+    if (await stats(launcher))["ready"] == 0:
+        await run(launcher, node, "0", env=env)
+    deadline = time.monotonic() + 90
+    while (await stats(launcher))["ready"] == 0:
+        assert time.monotonic() < deadline, "no warm node became ready in 90 s"
+        await asyncio.sleep(0.05)
+
+
+async def warm_run(launcher: Launcher, node: Program, code: str, **kwargs: object) -> Ran:
+    """``code`` on a warm node of its key (asserted): runs it until one was ready for it (a cold run asks for one)."""
+    await until_ready(launcher, node, kwargs.get("env"))  # type: ignore[arg-type]
+    deadline = time.monotonic() + 90
+    while True:
+        ran = await run(launcher, node, code, **kwargs)  # type: ignore[arg-type]
+        if ran.result.warm or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.3)
+    assert ran.result.warm, f"expected a warm run: {ran.seen()}"
+    return ran
+
+
+# What a run sees of node itself. Each is run cold and warm in the same server and must match byte for byte.
+LOOKS = {
+    "print": "console.log(1 + 1)",
+    "throw": "function f(){g()} function g(){throw new TypeError('x')} f()",
+    "throw 1": "throw 1",
+    "syntax error": "x = (",
+    "rejection": "Promise.reject(new Error('rej'))",
+    "handler": "process.on('uncaughtException',(e,o)=>console.log('caught', o, e.message)); throw new Error('e')",
+    "exit code": "process.exitCode = 3",
+    "order": "setTimeout(()=>console.log('t'),0); setImmediate(()=>console.log('i'));"
+    " process.nextTick(()=>console.log('n')); Promise.resolve().then(()=>console.log('p')); console.log('s')",
+    "argv": "console.log(JSON.stringify([process.argv, process.execArgv, process.argv0, process._eval,"
+    " process.title]))",
+    "module": "console.log(JSON.stringify([module.filename, module.paths, __filename, require.main,"
+    " Object.keys(require.cache), process.cwd(), require('fs').readdirSync('.')]))",
+    "internals": "require('internal/process/execution')",
+    "load list": "console.log(process.moduleLoadList.length, process.moduleLoadList.slice(-3))",
+    "env": "console.log(JSON.stringify(process.env));"
+    " console.log(require('child_process').execFileSync('/usr/bin/env').toString())",
+    "ids": "console.log(process.pid, process.ppid, process.getuid(), process.getgid(), process.umask())",
+    "status": "console.log(require('fs').readFileSync('/proc/self/status','utf8').split('\\n')"
+    ".filter(l=>/^(Cap|NoNewPrivs|Seccomp|Sig|Threads|Uid|Gid)/.test(l)).join('\\n'))",
+    "descriptors": "const fs=require('fs'); console.log(fs.readdirSync('/proc/self/fd').map(f=>{"
+    "try{return f+'>'+fs.readlinkSync('/proc/self/fd/'+f).replace(/[0-9]+/g,'N')}catch(e){return f+'>gone'}}))",
+    "rlimits": "console.log(require('fs').readFileSync('/proc/self/limits','utf8'))",
+    "cgroup": "console.log(require('fs').readFileSync('/proc/self/cgroup','utf8').replace(/[0-9a-f-]{8,}/g,'X'))",
+    "async ids": "const ah=require('async_hooks'); console.log(ah.executionAsyncId(), ah.triggerAsyncId())",
+    "stdio": "console.log(process.stdout._type, process.stderr._type, process.stdout.isTTY);"
+    " process.stdin.on('data',d=>console.log('in',d)).on('end',()=>console.log('end'))",
+    "warning": "process.emitWarning('careful')",
+    "crypto": "console.log(typeof crypto.randomBytes)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOKS))
+async def test_a_warm_node_run_looks_exactly_like_a_cold_one(launcher: Launcher, node: Program, name: str) -> None:
+    code = LOOKS[name]
+    files = {"data.txt": b"some data"}
+    cold = await run(launcher, node, code, warm=False, files=files)
+    assert not cold.result.warm
+    warm = await warm_run(launcher, node, code, files=files)
+    assert warm.seen() == cold.seen()
+
+
+async def test_output_keeps_its_order_size_and_eof(launcher: Launcher, node: Program) -> None:
+    """Much output on both streams, and a background child that writes after the code ended: nothing lost."""
+    code = (
+        "process.stdout.write('o'.repeat(3 << 20)); process.stderr.write('e'.repeat(1 << 20));"
+        " require('child_process').spawn('/bin/sh', ['-c', 'sleep 0.3; echo late'], {stdio: 'inherit'});"
+    )
+    cold = await run(launcher, node, code, warm=False)
+    warm = await warm_run(launcher, node, code)
+    assert warm.seen() == cold.seen()
+    assert warm.stdout == b"o" * (3 << 20) + b"late\n"  # node waited for its child, whose output came last
+    assert warm.stderr == b"e" * (1 << 20)
+
+
+SNOOP = (
+    "const fs = require('fs'), cp = require('child_process');"
+    " const seen = [Math.random(), process.env.SECRET, globalThis.leaked, fs.readdirSync('/work'),"
+    " fs.readdirSync('/out'), cp.execFileSync('/bin/ps', ['-eo', 'pid,comm']).toString()];"
+    " console.log(JSON.stringify(seen));"
+    " fs.writeFileSync('/work/left', 'x'); fs.writeFileSync('/out/left', 'x');"
+    " globalThis.leaked = 1; process.env.SECRET = 'changed';"
+    " cp.spawn('/bin/sleep', ['30'], {detached: true, stdio: 'ignore'}).unref();"
+)
+
+
+async def test_warm_node_runs_share_nothing(launcher: Launcher, node: Program) -> None:
+    first = await warm_run(launcher, node, SNOOP, env=dict(ENV, SECRET="s3cr3t"))
+    second = await warm_run(launcher, node, SNOOP)
+    assert first.result.exit_code == second.result.exit_code == 0, (first.stderr, second.stderr)
+    seen1, seen2 = json.loads(first.stdout), json.loads(second.stdout)
+    assert seen1[0] != seen2[0]  # a fresh Math.random state: each node is its own execve
+    assert (seen1[1], seen2[1]) == ("s3cr3t", None)  # not another run's environment
+    assert seen2[2] is None  # nor its globals
+    assert seen2[3:5] == [[], []]  # no file of another run, in /work or /out
+    assert seen1[5] == seen2[5]  # only its own processes: not the other run's sleep
+    assert "sleep" not in seen2[5]
+
+
+async def test_the_code_cannot_reach_the_control_channel(launcher: Launcher, node: Program) -> None:
+    """What the stub held before hand-off (the control socket, B's deadline pipe) is closed; no status is forged."""
+    code = (
+        "const fs = require('fs'); const open = [];"
+        " for (let fd = 3; fd < 256; fd++) { try { fs.fstatSync(fd); open.push(fd) } catch {} }"
+        " for (const fd of [100, 101]) {"
+        " try { fs.writeSync(fd, 'R' + '\\0'.repeat(64)) } catch (e) { open.push(e.code) } }"
+        " console.log(JSON.stringify(open)); process.reallyExit(7)"
+    )
+    cold = await run(launcher, node, code, warm=False)
+    warm = await warm_run(launcher, node, code)
+    assert warm.seen() == cold.seen()
+    assert warm.stdout.endswith(b'"EBADF","EBADF"]\n')
+    assert warm.result.exit_code == 7  # its own exit status, nothing forged
+
+
+async def test_memory_and_process_limits_are_the_runs_own(launcher: Launcher, node: Program) -> None:
+    hog = "const b = Buffer.alloc(300 * 1024 * 1024, 1); console.log('held', b.length)"
+    small = await warm_run(launcher, node, hog, memory=128 * MiB)
+    assert small.result.stop == "memory"
+    large = await warm_run(launcher, node, hog, memory=768 * MiB)
+    assert (large.result.stop, large.stdout) == (None, b"held 314572800\n")
+    forks = (
+        "const cp = require('child_process'); let n = 0, refused = 0;"
+        " for (let i = 0; i < 24; i++) { const r = cp.spawnSync('/bin/sleep', ['0']); r.error ? refused++ : n++ }"
+        " const kids = [];"
+        " for (let i = 0; i < 24; i++) { try { kids.push(cp.spawn('/bin/sleep', ['2'])) } catch (e) { refused++ } }"
+        " let errors = 0; for (const k of kids) k.on('error', () => errors++);"
+        " setTimeout(() => { console.log(errors > 0); process.exit(0) }, 500)"
+    )
+    cold = await run(launcher, node, forks, warm=False, max_processes=20)
+    warm = await warm_run(launcher, node, forks, max_processes=20)
+    assert warm.seen() == cold.seen()
+    assert warm.stdout == b"true\n"  # the pids limit refused some: it is the run's 20, not the warm node's 64
+
+
+async def test_the_disk_limit_is_the_runs_own(launcher: Launcher, node: Program) -> None:
+    code = (
+        "const fs = require('fs');"
+        " console.log(fs.readFileSync('/proc/self/limits', 'utf8').match(/Max file size.*/)[0]);"
+        " try { fs.writeFileSync('big', Buffer.alloc(3 << 20)) } catch (e) { console.log('refused', e.code) }"
+    )
+    cold = await run(launcher, node, code, warm=False, disk=2 * MiB)
+    warm = await warm_run(launcher, node, code, disk=2 * MiB)
+    assert warm.seen() == cold.seen()
+    assert b"2097152" in warm.stdout and b"refused" in warm.stdout
+
+
+async def test_the_time_limit_counts_from_hand_off(launcher: Launcher, node: Program) -> None:
+    await until_ready(launcher, node)
+    await asyncio.sleep(3)  # the node has waited longer than the run's whole time limit
+    ran = await run(launcher, node, "setTimeout(() => console.log('finished'), 1000)", timeout=2.5)
+    assert ran.result.warm
+    assert (ran.result.stop, ran.stdout) == (None, b"finished\n")
+    late = await warm_run(launcher, node, "setTimeout(() => {}, 30000)", timeout=1.0)
+    assert late.result.stop == "timeout"
+    assert late.result.duration < 10
+
+
+async def test_start_up_variables_and_other_shapes_run_cold(launcher: Launcher, node: Program) -> None:
+    await until_ready(launcher, node)
+    code = "console.log(JSON.stringify([process.env.TZ, process.env.NODE_PATH, new Date(0).getHours(), module.paths]))"
+    for env in (
+        dict(ENV, TZ="Asia/Tokyo"),
+        dict(ENV, NODE_PATH="/work/lib"),
+        dict(ENV, NODE_OPTIONS="--stack-trace-limit=3"),
+        dict(ENV, HOME="/tmp"),
+        dict(ENV, LANG="C.UTF-8"),
+    ):
+        cold = await run(launcher, node, code, warm=False, env=env)
+        other = await run(launcher, node, code, env=env)
+        assert not other.result.warm, env  # no node was started with these
+        assert other.seen() == cold.seen()
+    for shape in ((node.executable, "-e", code, "arg"), (node.executable, "-p", "1"), (node.executable, "-e")):
+        cold = await run(launcher, node, code, warm=False, argv=shape)
+        other = await run(launcher, node, code, argv=shape)
+        assert not other.result.warm, shape
+        assert other.seen() == cold.seen()
+    few = await run(launcher, node, code, max_processes=8)
+    assert not few.result.warm  # node's own threads need more: a cold node might not even start
+    # Other variables are the run's own, set at hand-off.
+    ran = await warm_run(launcher, node, "console.log(process.env.FOO)", env=dict(ENV, FOO="baz"))
+    assert ran.stdout == b"baz\n"
+
+
+async def test_a_node_that_prints_as_it_starts_never_takes_a_run(launcher: Launcher, node: Program) -> None:
+    """NODE_DEBUG makes node (and the stub's own requires) print while starting: that key runs cold, always."""
+    env = dict(ENV, NODE_DEBUG="module")
+    code = "console.log('ran')"
+    cold = await run(launcher, node, code, warm=False, env=env)
+    for _ in range(3):
+        other = await run(launcher, node, code, env=env)
+        assert not other.result.warm
+        assert other.result.exit_code == 0 and other.stdout == b"ran\n"
+        await asyncio.sleep(0.5)
+    assert cold.stdout == b"ran\n"
+
+
+async def test_a_session_box_and_later_execs_run_cold(launcher: Launcher, node: Program) -> None:
+    await until_ready(launcher, node)
+    ran = await run(launcher, node, "console.log(1)", session=True)
+    assert not ran.result.warm
