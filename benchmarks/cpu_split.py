@@ -156,6 +156,7 @@ class Split:
         self.comms: dict[int, str] = {}
         self.server: int | None = None
         self.kernel_comms: collections.defaultdict[str, float] = collections.defaultdict(float)
+        self.dying: set[int] = set()  # tasks past their exit event
 
     def role(self, tid: int) -> str:
         if tid == 0:
@@ -199,14 +200,23 @@ class Split:
         fields = dict(FIELD.findall(m[6]))
         if tid:
             self.tgid[tid] = tgid
+        was = self.running.get(cpu)
+        running = int(fields["prev_pid"]) if event == "sched:sched_switch" else tid
+        if was is not None and was[0] != running:
+            # The record lacks the switch in between: here, the last one of a task that exited (its exit
+            # event comes before it frees its memory and namespaces). Until now that task was exiting.
+            if was[0] in self.dying:
+                self.charge(was[0], was[1], at)
+            self.running[cpu] = was = (running, at)
         if event == "sched:sched_switch":
             prev, nxt = int(fields["prev_pid"]), int(fields["next_pid"])
             self.comms[prev] = fields["prev_comm"]
             self.comms[nxt] = fields["next_comm"]
-            was = self.running.get(cpu)
             if was is not None and was[0] == prev:
                 self.charge(prev, was[1], at)
             self.running[cpu] = (nxt, at)
+        elif event == "sched:sched_process_exit":
+            self.dying.add(tid)
         elif event == "sched:sched_process_fork":
             child, parent = int(fields["child_pid"]), int(fields["pid"])
             ptgid = self.tgid.get(parent, parent)
