@@ -30,6 +30,11 @@ figures of ``cold_path.py`` and ``throughput.py``.
 
     python benchmarks/cpu_split.py [--runs 100] [--cases python-off,python-pool,bash-off,bare-I-S,bare-I] [--base DIR]
 
+``--profile`` also samples the CPU clock (``perf record -g``) and says, per role, how much went to
+user space (the interpreter), page faults (copy-on-write after ``fork``, mostly), and each system call
+(``clone``, ``unshare``, ``execve``, ``exit_group``, ...): the share of the role's samples times its exact
+CPU above.
+
 ``--base DIR`` (a checkout of older code, e.g. ``git archive COMMIT | tar -x -C DIR``) runs each
 sandbox case with that code too, right after this checkout's, for a before/after in one run.
 """
@@ -138,6 +143,8 @@ async def _case(spec: dict[str, Any]) -> None:
 
 # -- reading the scheduler's record --------------------------------------------------------------
 
+STACK = re.compile(r"^\s+[0-9a-f]+ (\S+) \((.*)\)$")
+SAMPLE_HZ = 1999
 LINE = re.compile(r"^\s*(\d+)/(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+(\S+):\s*(.*)$")
 FIELD = re.compile(r"(\w+)=(\S*)")
 
@@ -157,6 +164,12 @@ class Split:
         self.server: int | None = None
         self.kernel_comms: collections.defaultdict[str, float] = collections.defaultdict(float)
         self.dying: set[int] = set()  # tasks past their exit event
+        # --profile: CPU-clock samples per role and what they were doing (see ``category``).
+        self.samples: collections.defaultdict[str, collections.Counter[str]] = collections.defaultdict(
+            collections.Counter
+        )
+        self.stack: list[tuple[str, str]] | None = None  # the frames of the sample being read, leaf first
+        self.sampled: tuple[int, float] = (0, 0.0)
 
     def role(self, tid: int) -> str:
         if tid == 0:
@@ -192,11 +205,29 @@ class Split:
             if role == "kernel threads":
                 self.kernel_comms[re.sub(r"[/:].*", "", self.comms.get(tid, "?"))] += until - since
 
+    def frame(self, line: str) -> None:
+        """One frame of a sample's call graph (leaf first)."""
+        m = STACK.match(line)
+        if m is not None and self.stack is not None:
+            self.stack.append((m[1], m[2]))
+
+    def end_sample(self) -> None:
+        if self.stack is not None:
+            tid, at = self.sampled
+            if self.start <= at <= self.end:
+                self.samples[self.role(tid)][category(self.stack)] += 1
+        self.stack = None
+
     def feed(self, line: str) -> None:
+        self.end_sample()
         m = LINE.match(line)
         if m is None:
             return
         tgid, tid, cpu, at, event = int(m[1]), int(m[2]), int(m[3]), float(m[4]), m[5]
+        if event.startswith("cpu-clock"):
+            self.tgid[tid] = tgid
+            self.stack, self.sampled = [], (tid, at)
+            return
         fields = dict(FIELD.findall(m[6]))
         if tid:
             self.tgid[tid] = tgid
@@ -233,17 +264,33 @@ class Split:
             self.comms[tid] = os.path.basename(fields.get("filename", "?"))
 
     def finish(self) -> None:
+        self.end_sample()
         for tid, since in self.running.values():
             self.charge(tid, since, self.end)
 
 
-def _record(spec: dict[str, Any], folder: str) -> tuple[dict[str, Any], str]:
-    """Run one case under ``perf record``; its window and the path of the record."""
+def category(stack: list[tuple[str, str]]) -> str:
+    """What a sample was doing: user code (the interpreter, libraries), a system call by name, a page fault."""
+    if not stack or "kernel" not in stack[0][1]:
+        return "user space"
+    for symbol, _ in stack:
+        if symbol.startswith("asm_exc_page_fault"):
+            return "page faults"
+        for prefix in ("__x64_sys_", "__do_sys_", "__arm64_sys_"):
+            if symbol.startswith(prefix):
+                return "syscall " + symbol.removeprefix(prefix)
+    return "kernel, other"
+
+
+def _record(spec: dict[str, Any], folder: str, *, sample: bool) -> tuple[dict[str, Any], str]:
+    """Run one case under ``perf record`` (``sample``: with call graphs of the CPU clock); its window, the record."""
     data = os.path.join(folder, "perf.data")
     env = dict(os.environ)
     if spec.get("pythonpath"):
         env["PYTHONPATH"] = spec["pythonpath"]
-    command = ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-a", "-o", data]
+    command = ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-a", "-o", data, "-m", "16M"]
+    if sample:
+        command += ["-g", "-e", f"cpu-clock/freq={SAMPLE_HZ}/"]
     for event in EVENTS:
         command += ["-e", event]
     command += ["--", sys.executable, os.path.abspath(__file__), "--case", json.dumps(spec)]
@@ -251,21 +298,25 @@ def _record(spec: dict[str, Any], folder: str) -> tuple[dict[str, Any], str]:
     return json.loads(out.strip().splitlines()[-1]), data
 
 
-def split(spec: dict[str, Any], folder: str) -> tuple[Split, dict[str, Any]]:
+def split(spec: dict[str, Any], folder: str, *, sample: bool = False) -> tuple[Split, dict[str, Any]]:
     """The case's CPU per role over its window, and the window (its ends, and the cgroup's CPU in it)."""
-    window, data = _record(spec, folder)
+    window, data = _record(spec, folder, sample=sample)
     CpuMeter(f"mainsdk-cpu-split-{window['pid']}").remove()  # the case process is gone: its cgroup is empty
     result = Split(window["pid"], window["start"], window["end"])
     result.server = window.get("server")
+    fields = "pid,tid,cpu,time,event,trace" + (",ip,sym,dso" if sample else "")
     script = subprocess.Popen(
-        ["perf", "script", "-i", data, "-F", "pid,tid,cpu,time,event,trace"],
+        ["perf", "script", "-i", data, "-F", fields],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
     assert script.stdout is not None
     for line in script.stdout:
-        result.feed(line)
+        if line[:1] in ("\t", " ") and STACK.match(line):
+            result.frame(line)
+        else:
+            result.feed(line)
     script.wait()
     result.finish()
     os.unlink(data)
@@ -279,6 +330,11 @@ def main() -> None:
     parser.add_argument("--cases", default="python-off,python-pool,bash-off,bare-I-S,bare-I,bare-bash")
     parser.add_argument("--idle", action="store_true", help="also measure a window where nothing of ours runs")
     parser.add_argument("--base", metavar="DIR", help="also run each sandbox case with the code of this checkout")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also sample the CPU clock with call graphs: what each role spends its CPU on (page faults, syscalls)",
+    )
     args = parser.parse_args()
     if shutil.which("perf") is None or os.geteuid() != 0:
         raise SystemExit("needs root and perf (apt-get install linux-perf)")
@@ -289,6 +345,7 @@ def main() -> None:
     python = python_program()
     rows: dict[str, dict[str, float]] = {}
     kernel: dict[str, str] = {}  # the kernel threads that took most, per column
+    profiles: dict[str, dict[str, tuple[float, collections.Counter[str]]]] = {}
     runs: list[tuple[str, str, str | None]] = []  # (column, case, PYTHONPATH)
     for name in names:
         runs.append((name, name, None))
@@ -301,13 +358,15 @@ def main() -> None:
             spec = dict(CASES[name], runs=args.runs, warmup=args.warmup, pythonpath=pythonpath)
             if "argv" in spec:
                 spec["argv"] = [{"PYTHON": python, "VENV": venv}.get(a, a) for a in spec["argv"]]
-            result, window = split(spec, folder)
+            result, window = split(spec, folder, sample=args.profile)
             seconds = window["end"] - window["start"]
             row = {role: result.spent[role] / args.runs * 1000 for role in (*ROLES, "kernel threads", "other")}
             row["window ms"] = seconds * 1000
             row["cgroup"] = window["cgroup"] / args.runs * 1000
             row["ms per run"] = (seconds - SETTLE) * 1000 / args.runs
             rows[column] = row
+            if args.profile:
+                profiles[column] = {role: (row[role], result.samples[role]) for role in ROLES if role in result.samples}
             top = sorted(result.kernel_comms.items(), key=lambda item: -item[1])[:6]
             kernel[column] = ", ".join(f"{comm} {spent / args.runs * 1000:.2f}" for comm, spent in top)
         if args.idle:
@@ -330,6 +389,15 @@ def main() -> None:
         print(f"idle window: kernel threads {rows['idle']['kernel threads']:.2f} CPU-ms per second")
     for n in columns:
         print(f"  kernel threads in {n}: {kernel[n]}")
+    for column, profile in profiles.items():
+        print(f"{column}: what each role's CPU went to (share of its samples x its CPU-ms per run)")
+        for role in ROLES:
+            if role not in profile or not profile[role][0]:
+                continue
+            spent, counts = profile[role]
+            total = sum(counts.values())
+            parts = ", ".join(f"{what} {count / total * spent:.2f}" for what, count in counts.most_common(7))
+            print(f"  {role} ({spent:.2f}; {total} samples): {parts}")
     for base in ("bare-I", "bare-I-S", "bare-bash"):
         if base not in ours:
             continue
