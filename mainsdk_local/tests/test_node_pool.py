@@ -260,9 +260,10 @@ async def test_the_disk_limit_is_the_runs_own(launcher: Launcher, node: Program)
 async def test_the_time_limit_counts_from_hand_off(launcher: Launcher, node: Program) -> None:
     await until_ready(launcher, node)
     await asyncio.sleep(3)  # the node has waited longer than the run's whole time limit
-    ran = await run(launcher, node, "setTimeout(() => console.log('finished'), 1000)", timeout=2.5)
+    code = "setTimeout(() => console.log('finished', process.uptime() > 3), 1000)"  # uptime: since the node started
+    ran = await run(launcher, node, code, timeout=2.5)
     assert ran.result.warm
-    assert (ran.result.stop, ran.stdout) == (None, b"finished\n")
+    assert (ran.result.stop, ran.stdout) == (None, b"finished true\n")  # served by a node older than its limit
     late = await warm_run(launcher, node, "setTimeout(() => {}, 30000)", timeout=1.0)
     assert late.result.stop == "timeout"
     assert late.result.duration < 10
