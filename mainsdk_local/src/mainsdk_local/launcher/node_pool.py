@@ -21,8 +21,9 @@ cold path does (the same ``stages`` functions), then, instead of the Python stub
 - **What runs cold:** anything but ``node -e CODE`` with no further argument, code on stdin, a run
   with hosts (its proxy preload is a start-up option), ``NODE_OPTIONS``, start-up variables
   (``startup_environment``) unlike the warm node's, text that is not valid UTF-8 (the job is JSON),
-  fewer than ``MIN_PROCESSES`` processes (node's own threads are already there), a key whose probe
-  or stub said "dirty", and, as for Python, a session's box or a box's later exec.
+  fewer than ``MIN_PROCESSES`` processes (node's own threads are already there), code naming
+  ``worker_threads`` or ``Worker`` (a Worker inherits the node's start-up argv and options, the stub's),
+  a key whose probe or stub said "dirty", and, as for Python, a session's box or a box's later exec.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import resource
 import struct
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -63,6 +65,9 @@ MIN_PROCESSES = 16
 # Where C moves descriptors before placing them, out of the numbers node gives its own at start.
 _HIGH_FD = 200
 _PROBE_LIMIT = 1 << 16
+# A worker_threads Worker takes its parent's start-up argv and options (--expose-internals, the stub) unless
+# given its own: code naming one runs cold. (Code that reaches it without naming it is a documented difference.)
+_WORKERS = re.compile(r"worker_threads|\bWorker\b")
 _LENGTH = struct.Struct(">I")
 
 
@@ -130,6 +135,8 @@ class NodeStub(Kind):
             return None
         if not all(_utf8(text) for text in (spec.argv[2], *spec.env, *spec.env.values())):
             return None
+        if _WORKERS.search(spec.argv[2]):
+            return None  # a Worker thread inherits the node's own start-up options and argv: the stub's
         return (self.name, root, (spec.argv[0], spec.disk_bytes, startup_environment(spec.env))), spec.argv[2]
 
     def configure(self, ctx: S.ChildContext, key: PoolKey) -> None:
