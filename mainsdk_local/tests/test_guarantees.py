@@ -324,8 +324,13 @@ async def test_a_stopped_launcher_holds_no_run_past_its_timeout(phase: str, loca
                 os.kill(server, signal.SIGCONT)
 
         watchdog = asyncio.get_running_loop().call_later(20, resume)
-        marker = f"spin-{secrets.token_hex(4)}"
-        code = f"print('up', flush=True)\nwhile {phase == 'exec'}: pass  # {marker}\nprint('done')"
+        # The code starts a `sleep <marker>` to be found by: a warm interpreter's command line is the pool's stub,
+        # never the code (a marker in the code's text would never be seen, and the launcher never stopped).
+        marker = f"1000.{secrets.randbelow(10**6)}"
+        code = (
+            f"import subprocess\nsubprocess.Popen(['/usr/bin/sleep', '{marker}'])\n"
+            f"print('up', flush=True)\nwhile {phase == 'exec'}: pass\nprint('done')"
+        )
         if phase == "collect":
             # The server collects a one-shot run's /out unasked, right after the run: 40 MB of out files keep it
             # at that (reading and sending them) when the driver's collect hook stops it.
@@ -335,7 +340,7 @@ async def test_a_stopped_launcher_holds_no_run_past_its_timeout(phase: str, loca
             driver.armed = phase == "collect"
             task = asyncio.ensure_future(sandbox.run(code, limits={"timeout": "2s"}))
             if phase == "exec":
-                while not processes_matching(marker) and not task.done():
+                while not processes_matching(f"sleep\0{marker}") and not task.done():
                     await asyncio.sleep(0.02)
                 os.kill(server, signal.SIGSTOP)  # the code runs: stop the launcher under it
             result = await task
@@ -348,7 +353,7 @@ async def test_a_stopped_launcher_holds_no_run_past_its_timeout(phase: str, loca
         else:  # the run ended; its /out was lost with the stalled launcher, which is a cut
             assert (result.stop, result.stdout, result.exit_code) == ("output", "up\ndone\n", 0)
         assert elapsed < 2 + 5, elapsed
-        assert processes_matching(marker) == []
+        assert processes_matching(f"sleep\0{marker}") == []
         again = await sandbox.run("print('again')")  # the stalled launcher was replaced
         assert (again.stdout, again.stop) == ("again\n", None)
         assert driver._launcher._proc is not None and driver._launcher._proc.pid != server

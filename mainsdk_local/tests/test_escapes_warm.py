@@ -1,0 +1,26 @@
+"""Every escape test of test_escapes.py again, with each python run the warm pool can take on a warm interpreter.
+
+The escape tests pass with the pool on, but most of their runs find no warm interpreter ready and run cold (6 of
+37 python runs were warm). Here ``pool_forcing`` makes one of the run's kind ready first, and each such run must
+have taken it: the escapes are tried from inside a warm interpreter, whose box was made before the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pool_forcing import force_warm, pool_works
+from test_escapes import *  # noqa: F403 - the same tests, collected again under the fixture below
+
+pytestmark = pytest.mark.skipif(
+    not pool_works(), reason="the warm pool needs namespaces and memory and pids cgroups (root): not here"
+)
+
+
+@pytest.fixture(autouse=True)
+def every_python_run_warm(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    seen = force_warm(monkeypatch)
+    yield
+    assert not seen.cold, f"{len(seen.cold)} runs the pool could take ran cold ({seen.warm} warm): {seen.cold}"
+    assert not seen.unpooled, f"{seen.unpooled} python runs had no warm pool (is sandbox.local.pool 0?)"
