@@ -119,6 +119,11 @@ _STUB = r"""'use strict';
         say('D');  // this node's stack would not be the cold one: the key runs cold
         process.reallyExit(0);
       }
+      // The stub needs no more internals: --expose-internals is undone now, off the run's path.
+      const publicIds = [...BuiltinModule.map.keys()]
+        .filter((id) => BuiltinModule.canBeRequiredByUsers(id) && !id.startsWith('internal/'));
+      BuiltinModule.setRealmAllowRequireByUsers(publicIds);
+      Module.builtinModules = Object.freeze(BuiltinModule.getCanBeRequiredByUsersWithoutSchemeList());
       say('R');
       const job = readJob();
       fs.writeSync(DEADLINE, Buffer.from(Float64Array.of(job.timeout).buffer));
@@ -130,10 +135,6 @@ _STUB = r"""'use strict';
       process.execArgv.splice(0, Infinity, '-e', job.code);
       Object.defineProperty(process, '_eval',
         { __proto__: null, writable: false, configurable: true, enumerable: true, value: job.code });
-      const publicIds = [...BuiltinModule.map.keys()]
-        .filter((id) => BuiltinModule.canBeRequiredByUsers(id) && !id.startsWith('internal/'));
-      BuiltinModule.setRealmAllowRequireByUsers(publicIds);
-      Module.builtinModules = Object.freeze(BuiltinModule.getCanBeRequiredByUsersWithoutSchemeList());
       // The code's callback scope looks like the cold bootstrap's: async id 1, trigger 0, a plain resource.
       asyncIds[kAsyncIdCounter] = 0;
       asyncIds[kDefaultTriggerAsyncId] = 0;
