@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator, Mapping
 
 import pytest
+from mainsdk_local.launcher.node_pool import NodeStub
+from mainsdk_local.launcher.pool import MAX_KINDS, Entry
 from mainsdk_local.launcher_client import ExecResult, ExecSpec, Launcher
 from mainsdk_local.programs import Program, resolve_program
 
@@ -321,3 +323,28 @@ async def test_a_session_box_and_later_execs_run_cold(launcher: Launcher, node: 
     await until_ready(launcher, node)
     ran = await run(launcher, node, "console.log(1)", session=True)
     assert not ran.result.warm
+
+
+def test_the_control_messages_parse_in_any_split_and_the_probes_kept_are_bounded() -> None:
+    """A warm node's C sends ``P``, a length and its probe, then the stub ``R`` or ``D``; the server keeps one probe
+    per key, at most as many keys as the pool keeps kinds."""
+    kind = NodeStub()
+    probe = "Error\n    at [eval]:1:28\n    at node:internal/main/eval_string:51:3"
+    message = b"P" + len(probe).to_bytes(4, "big") + probe.encode() + b"R"
+
+    def entry(n: int) -> Entry:
+        return Entry(kind, ("node", (), ("/usr/bin/node", n, ())), 0, 0, 0, "/nonexistent")
+
+    whole = entry(0)
+    assert kind.feed(whole, message) == "ready"
+    split = entry(1)
+    states = [kind.feed(split, message[i : i + 1]) for i in range(len(message))]
+    assert states == ["wait"] * (len(message) - 1) + ["ready"]
+    assert kind.probes[whole.key] == kind.probes[split.key] == probe
+    assert kind.feed(entry(2), b"D") == "dirty"
+    assert kind.feed(entry(3), b"") == "gone"
+    assert kind.feed(entry(4), b"P" + (1 << 20).to_bytes(4, "big")) == "gone"  # no probe is that long
+    assert kind.feed(entry(5), b"P" + (3).to_bytes(4, "big") + b"abcR") == "dirty"  # not a stack it can use
+    for n in range(6, 6 + 2 * MAX_KINDS):
+        kind.feed(entry(n), message)
+    assert len(kind.probes) == MAX_KINDS

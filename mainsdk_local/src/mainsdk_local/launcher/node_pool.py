@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import common as C
 from . import node_stub as NS
-from .pool import Entry, Kind, PoolKey
+from .pool import MAX_KINDS, Entry, Kind, PoolKey
 
 if TYPE_CHECKING:
     from . import stages as S
@@ -197,6 +197,8 @@ class NodeStub(Kind):
             if not NS.usable_probe(text):
                 return "dirty"
             self.probes.setdefault(entry.key, text)
+            while len(self.probes) > MAX_KINDS:
+                del self.probes[next(iter(self.probes))]  # bounded as the pool's kinds are: the oldest goes
         if not entry.said:
             return "wait"
         said, entry.said = entry.said[:1], entry.said[1:]
