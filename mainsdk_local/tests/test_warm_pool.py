@@ -115,10 +115,10 @@ async def until_ready(
     overlays: tuple[tuple[str, str], ...] = (),
 ) -> None:
     """Ask for a warm interpreter of this shape once (a run), then wait until one is ready."""
-    if (await stats(launcher))["ready"] == 0:
+    if (await stats(launcher))["python_ready"] == 0:
         await run(launcher, python, "pass", env=env, overlays=overlays)
     deadline = time.monotonic() + 60
-    while (await stats(launcher))["ready"] == 0:
+    while (await stats(launcher))["python_ready"] == 0:
         assert time.monotonic() < deadline, "no warm interpreter became ready in 60 s"
         await asyncio.sleep(0.05)
 
@@ -127,7 +127,7 @@ async def warm_run(launcher: Launcher, python: Program, code: str, **kwargs: obj
     """``code`` on a warm interpreter (asserted): waits for one to be ready first."""
     await until_ready(launcher, python, kwargs.get("env"), kwargs.get("overlays", ()))  # type: ignore[arg-type]
     ran = await run(launcher, python, code, **kwargs)  # type: ignore[arg-type]
-    assert ran.result.warm, f"expected a warm run: {ran.seen()}"
+    assert ran.result.warm_kind == "python", f"expected a run on a warm interpreter: {ran.result} {ran.seen()}"
     return ran
 
 
@@ -301,7 +301,7 @@ async def test_the_time_limit_counts_from_hand_off(launcher: Launcher, python: P
     await until_ready(launcher, python)
     await asyncio.sleep(3)  # the interpreter has waited longer than the run's whole time limit
     ran = await run(launcher, python, "import time; time.sleep(1); print('finished')", timeout=2.5)
-    assert ran.result.warm
+    assert ran.result.warm_kind == "python"
     assert (ran.result.stop, ran.stdout) == (None, b"finished\n")
     late = await warm_run(launcher, python, "import time; time.sleep(30)", timeout=1.0)
     assert late.result.stop == "timeout"
@@ -314,7 +314,7 @@ async def test_start_up_variables_that_differ_run_cold(launcher: Launcher, pytho
     for env in ({"LC_ALL": "C"}, {"LANG": "C.UTF-8"}, {"PYTHONUTF8": "0"}, {"LD_PRELOAD": "/nonexistent.so"}):
         cold = await run(launcher, python, code, warm=False, env=env)
         other = await run(launcher, python, code, env=env)
-        assert not other.result.warm, env  # no interpreter was started with these
+        assert other.result.warm_kind != "python", env  # no interpreter was started with these
         assert other.seen() == cold.seen()
     # Other variables are the run's own, set at hand-off.
     ran = await warm_run(launcher, python, "import os; print(os.environ['FOO'])", env={"FOO": "bar"})
@@ -333,7 +333,7 @@ async def test_only_the_first_exec_of_a_one_shot_box_runs_warm(launcher: Launche
             results.append(await _exec(box, python, "print(1)"))
     finally:
         await box.close()
-    assert [r.warm for r in results] == [True, False]
+    assert [r.warm_kind for r in results] == ["python", None]
     shapes = (
         (python.executable, "-E", "-s", "-"),
         (python.executable, "-m", "this"),
@@ -345,7 +345,7 @@ async def test_only_the_first_exec_of_a_one_shot_box_runs_warm(launcher: Launche
             result = await _exec(box, python, "", argv=shape)
         finally:
             await box.close()
-        assert not result.warm, shape
+        assert result.warm_kind != "python", shape  # the stub refuses it (a pre-exec box may take it)
 
 
 async def _exec(box: Box, python: Program, code: str, argv: tuple[str, ...] | None = None) -> ExecResult:
@@ -414,11 +414,11 @@ async def test_an_interpreter_that_prints_as_it_starts_is_never_handed_a_run(
     env = {"LC_ALL": "C", "PYTHONCOERCECLOCALE": "warn"}
     for _ in range(4):
         ran = await run(launcher, python, "print(1)", env=env, flags=("-s", "-c"))
-        assert not ran.result.warm
+        assert ran.result.warm_kind != "python"  # a pre-exec box may take it: its interpreter starts at hand-off
         assert ran.stdout == b"1\n"
         assert ran.stderr.startswith(b"Python runtime initialized with LC_CTYPE=C")
         await asyncio.sleep(0.5)
-    assert (await stats(launcher))["ready"] == 0
+    assert (await stats(launcher))["python_ready"] == 0
 
 
 async def test_the_pool_shrinks_when_idle(python: Program) -> None:
@@ -455,5 +455,5 @@ async def test_a_package_set_gets_warm_interpreters_of_its_own(
         assert time.monotonic() < deadline, "runs without the package set never ran warm"
         without = await run(launcher, python, code)
         assert without.stdout == b"False\n"
-        warm += without.result.warm
+        warm += without.result.warm_kind == "python"
         await asyncio.sleep(0.3)

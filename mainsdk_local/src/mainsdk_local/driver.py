@@ -54,8 +54,9 @@ LOCAL_REMEDY = (
 )
 # Which language a program name serves, to read sandbox.local.
 _PROGRAM_LANGUAGE = {program: language for language, program in LANGUAGE_PROGRAMS.items()}
-# The languages the launcher's warm pool has a kind for (launcher/pool.py, launcher/node_pool.py).
-_WARM_LANGUAGES: dict[str, Literal["python", "node"]] = {"python": "python", "node": "node"}
+# The languages the launcher's warm pool has an interpreter kind for (launcher/pool.py, launcher/node_pool.py); any
+# other command may take a pre-exec box (launcher/pool_exec.py).
+_WARM_LANGUAGES: dict[str, Literal["python", "node", "exec"]] = {"python": "python", "node": "node"}
 
 
 @attrs.frozen
@@ -212,8 +213,9 @@ class LocalDriver:
                 overlays=_package_overlay(box, command.program, program),
                 proxy=proxy is not None and box.box.namespaces,
                 proxy_port=weak_port,
-                # A python or node command may run on a warm interpreter; the launcher decides whether its shape allows.
-                warm=_WARM_LANGUAGES.get(_PROGRAM_LANGUAGE.get(command.program, "")),
+                # Any command may run on a warm pool entry: a python or node command on a warm interpreter when its
+                # shape allows, any on a box entered ahead that execs it; the launcher decides which, or cold.
+                warm=_WARM_LANGUAGES.get(_PROGRAM_LANGUAGE.get(command.program, ""), "exec"),
             )
             try:
                 result = await box.box.exec(

@@ -95,9 +95,10 @@ class ExecSpec:
     ``overlays``: (host folder, hidden path) pairs: the folder is bound read-only over that
     hidden path instead of the empty directory (a package env over the interpreter's
     site-packages). Namespace mode only.
-    ``warm``: "python" when ``argv`` is a Python interpreter, "node" when it is node, so the server may run
-    it on an interpreter it started ahead (the warm pool, ``launcher/pool.py``) when its shape allows;
-    None: never.
+    ``warm``: whether the server may run it on an entry of its warm pool (``launcher/pool.py``): "python"
+    or "node" when ``argv`` is that interpreter (an interpreter started ahead when the shape allows, else a
+    box entered ahead whose C waits just before ``execve``), "exec" for any other program (such a box only);
+    None: never, always the cold path.
     """
 
     argv: tuple[str, ...]
@@ -111,7 +112,7 @@ class ExecSpec:
     overlays: tuple[tuple[str, str], ...] = ()
     proxy: bool = False
     proxy_port: int | None = None
-    warm: Literal["python", "node"] | None = None
+    warm: Literal["python", "node", "exec"] | None = None
 
 
 @attrs.frozen
@@ -122,7 +123,8 @@ class ExecResult:
     signal: int | None
     stop: Literal["timeout", "memory"] | None
     duration: float
-    warm: bool = False  # it ran on a warm interpreter (the warm pool)
+    warm: bool = False  # it ran on a pool entry (the warm pool)
+    warm_kind: str | None = None  # that entry's kind: "python", "exec"
 
 
 @attrs.frozen
@@ -753,12 +755,19 @@ class Box:
 
     async def pool_stats(self) -> dict[str, int]:
         """The server's warm pool: ``capacity`` (its size), ``ready``, ``warming``, ``hits`` and ``misses`` so far,
-        and ``kinds``, how many kinds of run (argv up to -c, start-up variables) it keeps track of."""
+        and ``kinds``, how many keys of run (argv up to -c, start-up variables) it keeps track of.
+
+        Also per kind of entry: ``<kind>_ready``, ``<kind>_warming``, ``<kind>_hits`` (e.g. ``exec_ready``).
+        """
         self._check_loop()
         reply = await self._request({"op": "pool"}, work=0.0)
         if not reply.header.get("ok"):
             raise _error_from(reply.header, "pool")
-        return {k: int(reply.header.get(k, 0)) for k in ("capacity", "ready", "warming", "hits", "misses", "kinds")}
+        found = {k: int(reply.header.get(k, 0)) for k in ("capacity", "ready", "warming", "hits", "misses", "kinds")}
+        found.update(
+            (k, v) for k, v in reply.header.items() if k.endswith(("_ready", "_warming", "_hits")) and type(v) is int
+        )
+        return found
 
     async def collect_out(self, *, max_bytes: int) -> Collected:
         """Regular files under /out, in name order, until ``max_bytes``; other entries are skipped with a reason."""
@@ -1001,6 +1010,7 @@ class Box:
             stop="timeout" if stop == "timeout" else "memory" if stop == "memory" else None,
             duration=float(h.get("duration", 0.0)),
             warm=h.get("warm") is True,
+            warm_kind=h["warm_kind"] if isinstance(h.get("warm_kind"), str) else None,
         )
 
     async def close(self) -> None:

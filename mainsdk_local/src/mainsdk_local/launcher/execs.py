@@ -496,4 +496,5 @@ class RunExecution:
             "duration": ended - run.started,
             "killed": run.killed,
             "warm": run.warm,
+            "warm_kind": run.warm_kind,
         }

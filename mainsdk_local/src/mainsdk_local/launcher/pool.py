@@ -184,6 +184,7 @@ class Pool:
         # would drain); anything more waits for a quiet moment, as spares do. At most ``size`` are owed.
         self.refills = 0
         self.hits = 0
+        self.kind_hits: dict[str, int] = {}
         self.misses = 0
         self._count = 0
 
@@ -267,7 +268,7 @@ class Pool:
         idle = [e for e in self.entries if not e.taken]
         ready = sum(1 for e in idle if e.ready)
         warming = len(idle) - ready
-        return {
+        found = {
             "capacity": self.size,
             "ready": ready,
             "warming": warming,
@@ -275,6 +276,12 @@ class Pool:
             "misses": self.misses,
             "kinds": len(self.demand) + len(self.broken),  # keys the server keeps (at most MAX_KINDS each)
         }
+        for kind in self.kinds:  # and per kind: "<kind>_ready", "<kind>_warming", "<kind>_hits"
+            mine = [e for e in idle if e.kind is kind]
+            found[f"{kind.name}_ready"] = sum(1 for e in mine if e.ready)
+            found[f"{kind.name}_warming"] = sum(1 for e in mine if not e.ready)
+            found[f"{kind.name}_hits"] = self.kind_hits.get(kind.name, 0)
+        return found
 
     # -- entries -------------------------------------------------------------
 
@@ -618,10 +625,11 @@ class WarmExecution:
             self.pool.discard(entry)  # taken and never handed a run: it must not wait forever
             raise
         self.pool.hits += 1
+        self.pool.kind_hits[entry.kind.name] = self.pool.kind_hits.get(entry.kind.name, 0) + 1
         if entry.output:
             # The run's output is on the entry's own pipes: their read ends go to the app, before the reply.
             self._send(box, {"id": run.rid, "op": "output", "fds": 2}, fds=self.pool.take_output(entry))
-        run.warm = True
+        run.warm, run.warm_kind = True, entry.kind.name
         run.worker, worker.run = worker, run
         self._hand_listener(run)
         return True

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .node_pool import NodeStub
 from .pool import Kind
+from .pool_exec import PreExec
 from .pool_python import PythonStub
 
-KINDS: tuple[Kind, ...] = (PythonStub(), NodeStub())
+KINDS: tuple[Kind, ...] = (PythonStub(), NodeStub(), PreExec())

@@ -72,9 +72,11 @@ class ExecSpec:
         self.proxy_port: int | None = port  # weak mode: the host port of the run's proxy, the one it may connect to
         self.has_stdin = has_stdin
         warm = raw.get("warm")
-        if warm not in (None, "python", "node"):
-            raise C.RequestError("value", "warm must be null, 'python' or 'node'")
-        self.warm: str | None = warm  # the client says argv is a Python interpreter or node (see pool.py)
+        if warm not in (None, "python", "node", "exec"):
+            raise C.RequestError("value", "warm must be null, 'python', 'node' or 'exec'")
+        # The client lets the exec run on a pool entry: "python" or "node" (argv is that interpreter: a warm one
+        # may take it, else a pre-exec box), "exec" (a pre-exec box only); None: always cold (see pool.py).
+        self.warm: str | None = warm
         self.disk_bytes = 0  # the box's disk size, set by the server as the exec starts (a warm node's key holds it)
 
     @staticmethod
@@ -138,7 +140,8 @@ class Run:
         self.box = box
         self.spec = spec
         self.worker: Worker | None = None
-        self.warm = False  # on a warm interpreter (pool.py)
+        self.warm = False  # on a pool entry (pool.py)
+        self.warm_kind: str | None = None  # that entry's kind
         self.pool_key: Any = None  # the warm pool's key when the exec has one: its demand counts
         self.started = 0.0
         self.deadline = 0.0
