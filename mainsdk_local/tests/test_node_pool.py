@@ -109,10 +109,10 @@ async def stats(launcher: Launcher) -> dict[str, int]:
 
 async def until_ready(launcher: Launcher, node: Program, env: Mapping[str, str] | None = None) -> None:
     """Ask for a warm node of this shape once (a run), then wait until one is ready."""
-    if (await stats(launcher))["ready"] == 0:
+    if (await stats(launcher))["node_ready"] == 0:
         await run(launcher, node, "0", env=env)
     deadline = time.monotonic() + 90
-    while (await stats(launcher))["ready"] == 0:
+    while (await stats(launcher))["node_ready"] == 0:
         assert time.monotonic() < deadline, "no warm node became ready in 90 s"
         await asyncio.sleep(0.05)
 
@@ -123,10 +123,10 @@ async def warm_run(launcher: Launcher, node: Program, code: str, **kwargs: objec
     deadline = time.monotonic() + 90
     while True:
         ran = await run(launcher, node, code, **kwargs)  # type: ignore[arg-type]
-        if ran.result.warm or time.monotonic() > deadline:
+        if ran.result.warm_kind == "node" or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.3)
-    assert ran.result.warm, f"expected a warm run: {ran.seen()}"
+    assert ran.result.warm_kind == "node", f"expected a warm run: {ran.seen()}"
     return ran
 
 
@@ -264,7 +264,7 @@ async def test_the_time_limit_counts_from_hand_off(launcher: Launcher, node: Pro
     await asyncio.sleep(3)  # the node has waited longer than the run's whole time limit
     code = "setTimeout(() => console.log('finished', process.uptime() > 3), 1000)"  # uptime: since the node started
     ran = await run(launcher, node, code, timeout=2.5)
-    assert ran.result.warm
+    assert ran.result.warm_kind == "node"
     assert (ran.result.stop, ran.stdout) == (None, b"finished true\n")  # served by a node older than its limit
     late = await warm_run(launcher, node, "setTimeout(() => {}, 30000)", timeout=1.0)
     assert late.result.stop == "timeout"
@@ -292,15 +292,15 @@ async def test_start_up_variables_and_other_shapes_run_cold(launcher: Launcher, 
     ):
         cold = await run(launcher, node, code, warm=False, env=env)
         other = await run(launcher, node, code, env=env)
-        assert not other.result.warm, env  # no node was started with these
+        assert other.result.warm_kind != "node", env  # no node was started with these
         assert other.seen() == cold.seen()
     for shape in ((node.executable, "-e", code, "arg"), (node.executable, "-p", "1"), (node.executable, "-e")):
         cold = await run(launcher, node, code, warm=False, argv=shape)
         other = await run(launcher, node, code, argv=shape)
-        assert not other.result.warm, shape
+        assert other.result.warm_kind != "node", shape
         assert other.seen() == cold.seen()
     few = await run(launcher, node, code, max_processes=8)
-    assert not few.result.warm  # node's own threads need more: a cold node might not even start
+    assert few.result.warm_kind != "node"  # node's own threads need more: a cold node might not even start
     # Other variables are the run's own, set at hand-off.
     ran = await warm_run(launcher, node, "console.log(process.env.FOO)", env=dict(ENV, FOO="baz"))
     assert ran.stdout == b"baz\n"
@@ -313,7 +313,7 @@ async def test_a_node_that_prints_as_it_starts_never_takes_a_run(launcher: Launc
     cold = await run(launcher, node, code, warm=False, env=env)
     for _ in range(3):
         other = await run(launcher, node, code, env=env)
-        assert not other.result.warm
+        assert other.result.warm_kind != "node"
         assert other.result.exit_code == 0 and other.stdout == b"ran\n"
         await asyncio.sleep(0.5)
     assert cold.stdout == b"ran\n"
