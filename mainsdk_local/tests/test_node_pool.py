@@ -273,14 +273,14 @@ async def test_the_time_limit_counts_from_hand_off(launcher: Launcher, node: Pro
 
 async def test_start_up_variables_and_other_shapes_run_cold(launcher: Launcher, node: Program) -> None:
     await until_ready(launcher, node)
-    assert (await stats(launcher))["ready"] >= 1  # of this key: the only one asked for yet
+    assert (await stats(launcher))["node_ready"] >= 1  # of this key: the only one asked for yet
     worker = (
         "const { Worker } = require('worker_threads');"
         " new Worker('console.log(JSON.stringify(process.execArgv).length)', { eval: true })"
     )
     cold = await run(launcher, node, worker, warm=False)
     other = await run(launcher, node, worker)
-    assert not other.result.warm  # a Worker would inherit the warm node's own argv and options
+    assert other.result.warm_kind != "node"  # a Worker would inherit the warm node's own argv and options
     assert other.seen() == cold.seen()
     code = "console.log(JSON.stringify([process.env.TZ, process.env.NODE_PATH, new Date(0).getHours(), module.paths]))"
     for env in (
