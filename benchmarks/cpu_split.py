@@ -30,6 +30,10 @@ figures of ``cold_path.py`` and ``throughput.py``.
 
     python benchmarks/cpu_split.py [--runs 100] [--cases python-off,python-pool,bash-off,bare-I-S,bare-I] [--base DIR]
 
+Cases: ``python-off``, ``python-pool``, ``bash-off``, ``bash-pool``, ``node-off``, ``node-pool`` (``sandbox.run``
+with the warm pool off, or at the driver's default), and the bare starts ``bare-I-S``, ``bare-I`` (from an
+empty venv), ``bare-bash`` and ``bare-node``.
+
 ``--profile`` also samples the CPU clock (``perf record -g``) and says, per role, how much went to
 user space (the interpreter), page faults (copy-on-write after ``fork``, mostly), and each system call
 (``clone``, ``unshare``, ``execve``, ``exit_group``, ...): the share of the role's samples times its exact
@@ -54,7 +58,7 @@ import tempfile
 import time
 from typing import Any
 
-from _cost import CODE, CpuMeter, _children, empty_venv, python_program
+from _cost import CODE, CpuMeter, _children, bare_argv, empty_venv, python_program
 
 EVENTS = ("sched:sched_switch", "sched:sched_process_fork", "sched:sched_process_exec", "sched:sched_process_exit")
 SETTLE = 0.5  # seconds before and after the measured runs
@@ -70,6 +74,9 @@ CASES: dict[str, dict[str, Any]] = {
     "bare-I-S": {"kind": "bare", "argv": ["PYTHON", "-I", "-S", "-c", CODE["python"]]},
     "bare-I": {"kind": "bare", "argv": ["VENV", "-I", "-c", CODE["python"]]},
     "bare-bash": {"kind": "bare", "argv": ["/bin/bash", "-c", CODE["bash"]]},
+    "node-off": {"kind": "sandbox", "language": "node", "pool": 0},
+    "node-pool": {"kind": "sandbox", "language": "node"},
+    "bare-node": {"kind": "bare", "argv": ["NODE", "-e", CODE["node"]]},
 }
 
 
@@ -357,7 +364,10 @@ def main() -> None:
         for column, name, pythonpath in runs:
             spec = dict(CASES[name], runs=args.runs, warmup=args.warmup, pythonpath=pythonpath)
             if "argv" in spec:
-                spec["argv"] = [{"PYTHON": python, "VENV": venv}.get(a, a) for a in spec["argv"]]
+                stand_in = {"PYTHON": python, "VENV": venv}
+                if "NODE" in spec["argv"]:
+                    stand_in["NODE"] = bare_argv("node")[0]  # the driver's own node
+                spec["argv"] = [stand_in.get(a, a) for a in spec["argv"]]
             result, window = split(spec, folder, sample=args.profile)
             seconds = window["end"] - window["start"]
             row = {role: result.spent[role] / args.runs * 1000 for role in (*ROLES, "kernel threads", "other")}
@@ -398,12 +408,13 @@ def main() -> None:
             total = sum(counts.values())
             parts = ", ".join(f"{what} {count / total * spent:.2f}" for what, count in counts.most_common(7))
             print(f"  {role} ({spent:.2f}; {total} samples): {parts}")
-    for base in ("bare-I", "bare-I-S", "bare-bash"):
+    baseline_language = {"bare-I": "python", "bare-I-S": "python", "bare-bash": "bash", "bare-node": "node"}
+    for base, language in baseline_language.items():
         if base not in ours:
             continue
         for n in columns:
             case = CASES[n.removesuffix(" old")]
-            if case["kind"] == "sandbox" and (case["language"] == "bash") == (base == "bare-bash"):
+            if case["kind"] == "sandbox" and case["language"] == language:
                 print(f"{n} vs {base}: {ours[n] / ours[base]:.2f}x (own processes only)")
 
 
