@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
 
 import pytest
-from mainsdk_local.launcher_client import Launcher
+from mainsdk_local.launcher_client import ExecSpec, Launcher
 from mainsdk_local.programs import Program, resolve_program
-from test_warm_pool import MiB, run, stats, until_ready, warm_run
+from test_warm_pool import MiB, Ran, run, stats, until_ready, warm_run
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
 
@@ -133,17 +134,23 @@ async def test_concurrent_warm_runs_and_ready_interpreters_never_share_a_host_ui
         launcher.close()
 
 
-async def test_a_hand_off_that_fails_runs_cold_with_the_same_result_and_the_pool_serves_on(
+async def test_a_box_too_big_to_hand_off_runs_cold_with_its_own_files_and_the_pool_serves_on(
     launcher: Launcher, python: Program
 ) -> None:
-    """Guarantee that held on main: a limit the warm interpreter already exceeds (the kernel refuses the write
-    with EBUSY) sends the run cold with its own limit; the interpreter is dropped, and the pool refills."""
-    code = "print('ran')"
-    cold = await run(launcher, python, code, warm=False, memory=4 * MiB)
+    """Guarantee that held on main: a box with more files than the hand-off gives the warm interpreter's uid
+    (MAX_REHOMED_ENTRIES, 256) takes a ready interpreter, gives it up and runs cold: its files are all there and its
+    own, the result is the cold path's, and the pool serves the next run warm."""
+    files = {f"d{i % 7}/f{i}.txt": str(i).encode() for i in range(300)}
+    code = (
+        "import os\nnames = [os.path.join(d, f) for d, _, fs in os.walk('.') for f in fs]\n"
+        "print(len(names), sum(int(open(n).read()) for n in names), all(os.access(n, os.W_OK) for n in names))"
+    )
+    cold = await run(launcher, python, code, warm=False, files=files)
+    assert cold.stdout == b"300 44850 True\n", cold.seen()
     await until_ready(launcher, python)
-    failed = await run(launcher, python, code, memory=4 * MiB)
-    assert failed.seen() == cold.seen()
-    after = await warm_run(launcher, python, code)
+    big = await run(launcher, python, code, files=files)
+    assert not big.result.warm and big.seen() == cold.seen()
+    after = await warm_run(launcher, python, "print('ran')")
     assert after.seen() == (0, None, None, b"ran\n", b"")
 
 
@@ -191,3 +198,54 @@ async def test_a_disk_size_no_rlimit_can_hold_is_refused_by_name_before_anything
         assert "rlimit" not in str(caught.value)
     ok = await run(launcher, python, "print(1)", disk=(1 << 63) - 1)  # the largest size still takes a run
     assert ok.seen() == (0, None, None, b"1\n", b"")
+
+
+async def test_a_run_with_tight_limits_never_leaves_the_pool_warming_without_end(
+    launcher: Launcher, python: Program
+) -> None:
+    """Hole found: entries were warmed under the last run's limits. A python run with max_processes=1 started
+    while a warm node ran, and every node warmed after it (pids.max 2: no room for node's threads) died, was
+    warmed again and died, without end (40% of a CPU here, the pool stuck at one warming) until another run
+    came. Now entries warm with no limits of their own; hand-off writes the run's."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    node = resolve_program("node", "node")
+
+    async def node_run(code: str) -> Ran:
+        box = await launcher.open_box(disk_bytes=16 * MiB, session=False)
+        out: list[bytes] = []
+        try:
+            result = await box.exec(
+                ExecSpec(
+                    argv=(node.executable, "-e", code),
+                    env={"PATH": "/usr/bin:/bin"},
+                    timeout=30.0,
+                    memory_bytes=512 * MiB,
+                    max_processes=64,
+                    readonly_paths=node.readonly_paths,
+                    hidden_paths=node.hidden_paths,
+                    warm="node",
+                ),
+                on_stdout=out.append,
+                on_stderr=lambda chunk: None,
+            )
+        finally:
+            await box.close()
+        return Ran(result, b"".join(out), b"")
+
+    await node_run("0")  # a node run: the pool warms nodes of its kind
+    deadline = time.monotonic() + 90
+    while (seen := await stats(launcher))["ready"] < 2 or seen["warming"]:
+        assert time.monotonic() < deadline, f"the pool never filled with warm nodes: {seen}"
+        await asyncio.sleep(0.1)
+
+    async def tight() -> Ran:
+        await asyncio.sleep(0.05)  # just after the node run started: the pool refills after this run started
+        return await run(launcher, python, "print('tight')", warm=False, max_processes=1)
+
+    slow, small = await asyncio.gather(node_run("setTimeout(() => console.log('slow'), 1500)"), tight())
+    assert (slow.result.warm, slow.stdout, small.stdout) == (True, b"slow\n", b"tight\n")
+    deadline = time.monotonic() + 30
+    while (seen := await stats(launcher))["ready"] < 2 or seen["warming"]:
+        assert time.monotonic() < deadline, f"the pool kept warming nodes that died: {seen}"
+        await asyncio.sleep(0.1)

@@ -553,8 +553,12 @@ class WarmExecution:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fd = theirs.fileno()
         try:
+            # No limits while it warms (B writes none: the fresh cgroups' own, unlimited), never the last run's:
+            # those may be too tight for the entry's own start (a node under pids.max 2 cannot make its threads,
+            # and the pool warmed, lost and rewarmed it without end, 40% of a CPU, until another run came). Only
+            # the server's own program runs in it before hand-off, and hand-off writes the run's limits.
             worker = self._spawn_worker(
-                self.spares.last_limits,
+                None,
                 child=lambda report_fd, timeout_w: warm_main(ctx, kind, fd, report_fd, timeout_w),
                 keep=frozenset({fd, *output[2:]}),
             )
