@@ -185,6 +185,12 @@ CASES = {
     " process.getActiveResourcesInfo(), JSON.stringify(process.eventNames()), process.listenerCount('warning'))",
     "regexp_statics": "console.log(JSON.stringify([RegExp.$1, RegExp.lastMatch, RegExp.input]))",
     "report": "console.log(process.report.reportOnUncaughtException, process.features.inspector)",
+    "empty": "",
+    "hashbang": "#!/usr/bin/env node\nconsole.log(1)",
+    "esm_syntax": "import fs from 'fs'; console.log(typeof fs.readFileSync)",
+    "top_level_await": "await 1; console.log('tla')",
+    "return": "return 5",
+    "no_newline": "process.stdout.write('no newline')",
     "big_output": "process.stdout.write('x'.repeat(1 << 20)); process.stderr.write('y'.repeat(1 << 18))",
 }
 
