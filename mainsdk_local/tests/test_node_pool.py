@@ -287,6 +287,7 @@ async def test_start_up_variables_and_other_shapes_run_cold(launcher: Launcher, 
         dict(ENV, TZ="Asia/Tokyo"),
         dict(ENV, NODE_PATH="/work/lib"),
         dict(ENV, NODE_OPTIONS="--stack-trace-limit=3"),
+        dict(ENV, NODE_V8_COVERAGE="/work/coverage"),
         dict(ENV, HOME="/tmp"),
         dict(ENV, LANG="C.UTF-8"),
     ):
@@ -348,3 +349,19 @@ def test_the_control_messages_parse_in_any_split_and_the_probes_kept_are_bounded
     for n in range(6, 6 + 2 * MAX_KINDS):
         kind.feed(entry(n), message)
     assert len(kind.probes) == MAX_KINDS
+
+
+@pytest.mark.parametrize("variable", ["NODE_OPTIONS=--stack-trace-limit=3", "NODE_V8_COVERAGE=/work/coverage"])
+async def test_these_variables_never_take_a_warm_node(launcher: Launcher, node: Program, variable: str) -> None:
+    """No warm node is ever made for them (options, coverage of the whole process): a second run takes none either."""
+    name, _, value = variable.partition("=")
+    env = dict(ENV, **{name: value})
+    code = "console.log(new Error('x').stack.split('\\n').length)"
+    first = await run(launcher, node, code, env=env)
+    deadline = time.monotonic() + 5
+    while (await stats(launcher))["ready"] == 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)  # enough for a node of this key to warm, were one asked for
+    second = await run(launcher, node, code, env=env)
+    cold = await run(launcher, node, code, warm=False, env=env)
+    assert first.result.warm_kind != "node" and second.result.warm_kind != "node"  # a pre-exec box may take them
+    assert second.seen() == cold.seen()

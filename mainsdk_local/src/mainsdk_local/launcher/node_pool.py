@@ -19,8 +19,8 @@ cold path does (the same ``stages`` functions), then, instead of the Python stub
   per run where cgroups exist), and that size is part of the key. The stub sends B the run's
   timeout: the time limit counts from hand-off.
 - **What runs cold:** anything but ``node -e CODE`` with no further argument, code on stdin, a run
-  with hosts (its proxy preload is a start-up option), ``NODE_OPTIONS``, start-up variables
-  (``startup_environment``) unlike the warm node's, text that is not valid UTF-8 (the job is JSON),
+  with hosts (its proxy preload is a start-up option), ``COLD_VARIABLES`` (``NODE_OPTIONS``, coverage),
+  start-up variables (``startup_environment``) unlike the warm node's, text that is not valid UTF-8 (the job is JSON),
   fewer than ``MIN_PROCESSES`` processes (node's own threads are already there), code naming
   ``worker_threads`` or ``Worker`` (a Worker inherits the node's start-up argv and options, the stub's),
   a key whose probe or stub said "dirty", and, as for Python, a session's box or a box's later exec.
@@ -59,6 +59,15 @@ STARTUP_VARIABLES = (
     "TMPDIR",
 )
 STARTUP_PREFIXES = ("NODE_", "UV_", "OPENSSL_", "SSL_", "LC_", "LD_", "MALLOC_", "ICU_", "GCONV_", "V8_")
+# Variables under which a run never takes a warm node: options (a run with hosts preloads its proxy this way),
+# coverage written at exit (it would cover the stub's script too), and a parent's IPC channel or cluster id.
+COLD_VARIABLES = (
+    "NODE_OPTIONS",
+    "NODE_V8_COVERAGE",
+    "NODE_CHANNEL_FD",
+    "NODE_CHANNEL_SERIALIZATION_MODE",
+    "NODE_UNIQUE_ID",
+)
 # Node starts its own threads (here 7 with the main one); below this many processes a cold node may fail to
 # start where a warm one already runs.
 MIN_PROCESSES = 16
@@ -131,7 +140,7 @@ class NodeStub(Kind):
         """The key of a ``node -e CODE`` exec and its code (the plan), or None: it runs cold."""
         if spec.warm != "node" or spec.has_stdin or spec.proxy or len(spec.argv) != 3 or spec.argv[1] != "-e":
             return None
-        if "NODE_OPTIONS" in spec.env or spec.max_processes < MIN_PROCESSES:
+        if any(name in spec.env for name in COLD_VARIABLES) or spec.max_processes < MIN_PROCESSES:
             return None
         if not all(_utf8(text) for text in (spec.argv[2], *spec.env, *spec.env.values())):
             return None
