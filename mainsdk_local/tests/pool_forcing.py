@@ -1,9 +1,9 @@
-"""Run a test module's code on warm interpreters: before each python run the warm pool could take, make sure one
-of its kind is ready, then check that the run took it.
+"""Run a test module's code on pool entries: before each run the warm pool could take (a one-shot box's exec), make
+sure an entry of its kind is ready, then check that the run took one.
 
 Without this, "the suite passes with the pool on" says little: most tests open a fresh sandbox and run once or
-twice, and a run that finds no warm interpreter ready runs cold. Measured on test_escapes.py: 6 of 37 python runs
-were warm. ``warm_runs`` (a fixture factory) patches the launcher client for one test.
+twice, and a run that finds no entry ready runs cold. Measured on test_escapes.py when only Python had a pool: 6 of
+37 python runs were warm. ``force_warm`` patches the launcher client for one test.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ class WarmRuns:
     def __init__(self) -> None:
         self.warm = 0
         self.cold: list[str] = []
-        self.unpooled = 0  # python runs of a shape the pool takes, on a launcher with no pool
+        self.unpooled = 0  # runs the pool could take, on a launcher with no pool
+        self.kinds: dict[str, int] = {}  # warm runs by the kind of entry that served them
 
 
 async def _stats(launcher: LC.Launcher) -> dict[str, int]:
@@ -39,17 +40,28 @@ async def _stats(launcher: LC.Launcher) -> dict[str, int]:
         await probe.close()
 
 
-async def _prime(launcher: LC.Launcher, spec: LC.ExecSpec, index: int) -> None:
-    """Run ``spec``'s kind once (code ``pass``), so the pool warms one of it, and wait until the pool is idle again."""
-    box = await _OPEN(launcher, disk_bytes=1 << 20, session=False)
-    try:
-        shape = attrs.evolve(spec, argv=(*spec.argv[:index], "pass"), stdin=None, proxy=False)
-        await _EXEC(box, shape, on_stdout=lambda chunk: None, on_stderr=lambda chunk: None)
-    finally:
-        await box.close()
+def _primers(spec: LC.ExecSpec) -> list[LC.ExecSpec]:
+    """Execs that make the pool warm what ``spec`` can take: a pre-exec box of its root (any exec), and, for a
+    shape an interpreter kind takes, that interpreter with a no-op for code (its key: argv up to the code, env)."""
+    primers = [attrs.evolve(spec, argv=("/usr/bin/true",), warm="exec", stdin=None, proxy=False)]
+    if spec.warm == "python" and spec.stdin is None and (index := code_index(list(spec.argv))) is not None:
+        primers.append(attrs.evolve(spec, argv=(*spec.argv[:index], "pass"), proxy=False))
+    if spec.warm == "node" and spec.stdin is None and len(spec.argv) == 3 and spec.argv[1] == "-e":
+        primers.append(attrs.evolve(spec, argv=(*spec.argv[:2], "0"), proxy=False))
+    return primers
+
+
+async def _prime(launcher: LC.Launcher, spec: LC.ExecSpec, disk_bytes: int) -> None:
+    """Run each primer once, so the pool warms an entry of its kind, then wait until the pool is idle again."""
+    for primer in _primers(spec):
+        box = await _OPEN(launcher, disk_bytes=disk_bytes, session=False)  # a warm node's key holds the disk size
+        try:
+            await _EXEC(box, primer, on_stdout=lambda chunk: None, on_stderr=lambda chunk: None)
+        finally:
+            await box.close()
     deadline = time.monotonic() + READY_WITHIN
     while (seen := await _stats(launcher))["warming"] or not seen["ready"]:
-        assert time.monotonic() < deadline, f"no warm interpreter became ready: {seen}"
+        assert time.monotonic() < deadline, f"no pool entry became ready: {seen}"
         await asyncio.sleep(0.02)
 
 
@@ -67,28 +79,29 @@ def pool_works() -> bool:
 
 
 def force_warm(monkeypatch: pytest.MonkeyPatch) -> WarmRuns:
-    """Patch the launcher client so that every python run the pool can take finds a warm interpreter ready."""
+    """Patch the launcher client so that every run the pool can take finds an entry of its kind ready."""
     seen = WarmRuns()
-    opened: weakref.WeakKeyDictionary[LC.Box, tuple[LC.Launcher, bool]] = weakref.WeakKeyDictionary()
+    opened: weakref.WeakKeyDictionary[LC.Box, tuple[LC.Launcher, bool, int]] = weakref.WeakKeyDictionary()
 
     async def open_box(self: LC.Launcher, **options: Any) -> LC.Box:
         box = await _OPEN(self, **options)
-        opened[box] = (self, bool(options.get("session", True)) and not options.get("one_shot", False))
+        session = bool(options.get("session", True)) and not options.get("one_shot", False)
+        opened[box] = (self, session, int(options.get("disk_bytes", 0)))
         return box
 
     async def exec_(self: LC.Box, spec: LC.ExecSpec, **options: Any) -> LC.ExecResult:
-        launcher, session = opened.get(self, (None, True))
-        index = code_index(list(spec.argv)) if spec.warm == "python" and spec.stdin is None else None
-        shaped = launcher is not None and not session and index is not None
+        launcher, session, disk_bytes = opened.get(self, (None, True, 0))
+        shaped = launcher is not None and not session and spec.warm is not None and self.namespaces
         takes = shaped and launcher is not None and launcher._hello.get("pool", 0) > 0
         seen.unpooled += shaped and not takes
         if takes:
-            assert launcher is not None and index is not None
-            await _prime(launcher, spec, index)
+            assert launcher is not None
+            await _prime(launcher, spec, disk_bytes)
         result = await _EXEC(self, spec, **options)
         if takes:
             if result.warm:
                 seen.warm += 1
+                seen.kinds[result.warm_kind or ""] = seen.kinds.get(result.warm_kind or "", 0) + 1
             else:
                 seen.cold.append(spec.argv[-1][:80])  # the code (the figures wrapper passes it last)
         return result

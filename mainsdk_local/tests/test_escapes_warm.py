@@ -1,8 +1,9 @@
-"""Every escape test of test_escapes.py again, with each python run the warm pool can take on a warm interpreter.
+"""Every escape test of test_escapes.py again, with each run the warm pool can take on a pool entry.
 
-The escape tests pass with the pool on, but most of their runs find no warm interpreter ready and run cold (6 of
-37 python runs were warm). Here ``pool_forcing`` makes one of the run's kind ready first, and each such run must
-have taken it: the escapes are tried from inside a warm interpreter, whose box was made before the run.
+The escape tests pass with the pool on, but most of their runs find no entry ready and run cold (6 of 37 python
+runs were warm, when only Python had a pool). Here ``pool_forcing`` makes entries of the run's kinds ready first,
+and each such run (python, bash, node) must have taken one: the escapes are tried from inside a warm interpreter
+or a pre-exec box, whose box was made before the run.
 """
 
 from __future__ import annotations
