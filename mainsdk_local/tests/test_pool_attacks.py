@@ -49,12 +49,27 @@ def _server_rss_kib(launcher: Launcher) -> int:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
 
 
-async def _both_ready(launcher: Launcher, python: Program) -> None:
-    await until_ready(launcher, python)
+# Flags the Python stub takes (its kind "python"), and flags it refuses, so that a pre-exec box (kind "exec") takes
+# the run: each attack below is tried from both.
+SHAPES = {"python": ("-E", "-s", "-c"), "exec": ("-E", "-s", "-X", "utf8", "-c")}
+
+
+async def _ready(launcher: Launcher, python: Program, kind: str, count: int) -> None:
+    """Ask for entries of ``kind`` (a run of its shape), then wait until ``count`` are ready."""
     deadline = time.monotonic() + 60
-    while (await stats(launcher))["ready"] < 2:
-        assert time.monotonic() < deadline, "the pool never held two ready interpreters"
+    while (await stats(launcher))[f"{kind}_ready"] < count:
+        if not (await stats(launcher))[f"{kind}_warming"]:
+            await run(launcher, python, "pass", flags=SHAPES[kind])
+        assert time.monotonic() < deadline, f"the pool never held {count} ready entries of kind {kind}"
         await asyncio.sleep(0.05)
+
+
+async def _on(launcher: Launcher, python: Program, kind: str, code: str, **options: object) -> Ran:
+    """``code`` on a ready entry of ``kind`` (asserted)."""
+    await _ready(launcher, python, kind, 1)
+    ran = await run(launcher, python, code, flags=SHAPES[kind], **options)  # type: ignore[arg-type]
+    assert ran.result.warm_kind == kind, (ran.result, ran.seen())
+    return ran
 
 
 # What a run tries against everything outside itself: every process it can signal, pid 1 (B, which keeps the
@@ -86,29 +101,28 @@ print(sorted(open(f'/proc/sysvipc/{k}').read().count('\n') - 1 for k in ('shm', 
 """
 
 
+@pytest.mark.parametrize("kind", sorted(SHAPES))
 async def test_a_warm_run_reaches_neither_b_nor_a_warming_interpreter_nor_the_next_run(
-    launcher: Launcher, python: Program
+    launcher: Launcher, python: Program, kind: str
 ) -> None:
-    """Guarantee that held on main: pid namespace, uid, hidepid and the IPC namespace are the run's own."""
-    await _both_ready(launcher, python)
+    """Guarantee that held on main: pid namespace, uid, hidepid and the IPC namespace are the run's own, on a warm
+    interpreter and on a pre-exec box alike."""
+    await _ready(launcher, python, kind, 2)
     kill_all = "try:\n    os.kill(-1, signal.SIGKILL)\nexcept ProcessLookupError:\n    print('nobody to kill')\n"
-    attack = await warm_run(launcher, python, ATTACK + kill_all, timeout=10.0)
+    attack = await _on(launcher, python, kind, ATTACK + kill_all, timeout=10.0)
     out = attack.stdout.decode()
-    assert "pids [1, 2]" in out or "pids [2]" in out, out  # B (hidden) and itself: no warming interpreter
+    assert "pids [1, 2]" in out or "pids [2]" in out, out  # B (hidden) and itself: no warming entry
     assert "READ" not in out and "SENT" not in out and "ptrace B -1 True" in out, out
     assert "nobody to kill" in out and attack.result.exit_code == 0, (out, attack.stderr)
-    # The other ready interpreter survived kill(-1): the next run takes it, warm.
-    assert (await stats(launcher))["ready"] >= 1
-    survivor = await run(launcher, python, "print('alive')")
-    assert (survivor.result.warm, survivor.stdout) == (True, b"alive\n")
-    # SysV objects made by one warm run are gone for the next (each interpreter has its own IPC namespace).
-    made = await warm_run(launcher, python, IPC)
+    # The other ready entry survived kill(-1): the next run takes it.
+    assert (await stats(launcher))[f"{kind}_ready"] >= 1
+    survivor = await run(launcher, python, "print('alive')", flags=SHAPES[kind])
+    assert (survivor.result.warm_kind, survivor.stdout) == (kind, b"alive\n")
+    # SysV objects made by one run are gone for the next (each entry has its own IPC namespace).
+    made = await _on(launcher, python, kind, IPC)
     assert made.stdout.splitlines() == [b"shm True msg True sem True", b"[1, 1, 1]"], made.stdout
-    after = await warm_run(
-        launcher,
-        python,
-        "print(sorted(open(f'/proc/sysvipc/{k}').read().count(chr(10)) - 1 for k in ('shm', 'msg', 'sem')))",
-    )
+    count = "print(sorted(open(f'/proc/sysvipc/{k}').read().count(chr(10)) - 1 for k in ('shm', 'msg', 'sem')))"
+    after = await _on(launcher, python, kind, count)
     assert after.stdout == b"[0, 0, 0]\n"
 
 
