@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -263,3 +265,121 @@ async def test_a_run_with_tight_limits_never_leaves_the_pool_warming_without_end
     while (seen := await stats(launcher))["ready"] < 2 or seen["warming"]:
         assert time.monotonic() < deadline, f"the pool kept warming nodes that died: {seen}"
         await asyncio.sleep(0.1)
+
+
+def _sleeping(marker: str) -> list[int]:
+    """Host pids of `sleep <marker>`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if fh.read() == f"/usr/bin/sleep\0{marker}\0".encode():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _stopped(pid: int) -> bool:
+    """Whether ``pid`` lives, stopped (SIGSTOP): state T, not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
+
+
+# Each kind's run: start `sleep <marker>` (found on the host by its command line), then spin.
+SPINNERS = {
+    "python": "import subprocess\nsubprocess.Popen(['/usr/bin/sleep', '{marker}'])\nwhile True: pass",
+    "exec": "import subprocess\nsubprocess.Popen(['/usr/bin/sleep', '{marker}'])\nwhile True: pass",
+    "node": "require('child_process').spawn('/usr/bin/sleep', ['{marker}'], {{stdio: 'ignore'}}); for (;;) {{}}",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SPINNERS))
+async def test_b_keeps_a_warm_runs_deadline_while_the_launcher_is_stopped(
+    launcher: Launcher, python: Program, kind: str
+) -> None:
+    """Guarantee checked for each kind: the entry tells B the run's timeout at hand-off, so B's own timer kills the
+    run at its time limit even when the server is stopped (SIGSTOP). A kind that never sent it (or sent it at warm
+    time, or sent forever) would leave the run to the server's deadline, which a stopped server never keeps: the
+    run would live on until the app's backstop killed the whole server, 3 s later."""
+    marker = f"1000.{secrets.randbelow(10**6)}"
+    code = SPINNERS[kind].format(marker=marker)
+    if kind == "node":
+        if shutil.which("node") is None:
+            pytest.skip("node is not installed")
+        node = resolve_program("node", "node")
+
+        async def node_run() -> Ran:
+            box = await launcher.open_box(disk_bytes=16 * MiB, session=False)
+            try:
+                result = await box.exec(
+                    ExecSpec(
+                        argv=(node.executable, "-e", code),
+                        env={"PATH": "/usr/bin:/bin"},
+                        timeout=1.5,
+                        memory_bytes=512 * MiB,
+                        max_processes=64,
+                        readonly_paths=node.readonly_paths,
+                        hidden_paths=node.hidden_paths,
+                        warm="node",
+                    ),
+                    on_stdout=lambda chunk: None,
+                    on_stderr=lambda chunk: None,
+                )
+            finally:
+                await box.close()
+            return Ran(result, b"", b"")
+
+        await node_run_ready(launcher, node)
+        task = asyncio.ensure_future(node_run())
+    else:
+        await _ready(launcher, python, kind, 1)
+        task = asyncio.ensure_future(run(launcher, python, code, flags=SHAPES[kind], timeout=1.5))
+    proc = launcher._proc
+    assert proc is not None
+    server = proc.pid
+    deadline = time.monotonic() + 30
+    while not _sleeping(marker):
+        assert time.monotonic() < deadline and not task.done(), "the run never started its sleep"
+        await asyncio.sleep(0.01)
+    os.kill(server, signal.SIGSTOP)
+    try:
+        while _sleeping(marker):
+            assert time.monotonic() < deadline, "the run outlived its time limit"
+            await asyncio.sleep(0.01)
+        assert _stopped(server), "the run died only with the launcher (the app's backstop), not at its time limit"
+    finally:
+        os.kill(server, signal.SIGCONT)
+    ran = await task
+    assert (ran.result.stop, ran.result.warm_kind) == ("timeout", kind)
+
+
+async def node_run_ready(launcher: Launcher, node: Program) -> None:
+    """Ask for a warm node of the spinner's shape (a run), then wait until one is ready."""
+    deadline = time.monotonic() + 90
+    while (await stats(launcher))["node_ready"] < 1:
+        if not (await stats(launcher))["node_warming"]:
+            box = await launcher.open_box(disk_bytes=16 * MiB, session=False)
+            try:
+                await box.exec(
+                    ExecSpec(
+                        argv=(node.executable, "-e", "0"),
+                        env={"PATH": "/usr/bin:/bin"},
+                        timeout=30.0,
+                        memory_bytes=512 * MiB,
+                        max_processes=64,
+                        readonly_paths=node.readonly_paths,
+                        hidden_paths=node.hidden_paths,
+                        warm="node",
+                    ),
+                    on_stdout=lambda chunk: None,
+                    on_stderr=lambda chunk: None,
+                )
+            finally:
+                await box.close()
+        assert time.monotonic() < deadline, "no warm node became ready"
+        await asyncio.sleep(0.05)
