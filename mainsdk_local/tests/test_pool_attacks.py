@@ -383,3 +383,21 @@ async def node_run_ready(launcher: Launcher, node: Program) -> None:
                 await box.close()
         assert time.monotonic() < deadline, "no warm node became ready"
         await asyncio.sleep(0.05)
+
+
+async def test_a_python_run_with_the_user_site_on_never_takes_the_stub(launcher: Launcher, python: Program) -> None:
+    """Hole found: without -s (or -I, -S) Python puts the user's site-packages, /work/.local/... in the box, on
+    sys.path as it starts. The stub's interpreter started in an empty box, so a warm run could not import what the
+    run's files put there, where a cold run could. Such a shape now goes to a pre-exec box (the interpreter itself
+    starts in the run's box) or runs cold, and looks like the cold run."""
+    code = "try:\n    import usermod\n    print('imported', usermod.X)\nexcept ImportError:\n    print('missing')"
+    files = {f".local/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages/usermod.py": b"X = 42\n"}
+    if python.version.split(".")[:2] != [str(v) for v in sys.version_info[:2]]:
+        pytest.skip("the box's python is another version than the tests' (its user site folder is named after it)")
+    flags = ("-E", "-c")
+    cold = await run(launcher, python, code, warm=False, files=files, flags=flags)
+    assert cold.stdout == b"imported 42\n"
+    await until_ready(launcher, python)  # a python stub is ready: the shape must still not take it
+    for _ in range(3):
+        pooled = await run(launcher, python, code, files=files, flags=flags)
+        assert pooled.result.warm_kind != "python" and pooled.seen() == cold.seen(), pooled.result

@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 # Python flags a pooled interpreter may start with (the pool key holds the exact ones). Flags that print at
 # start (-X importtime, -v), read a script (-m, a file) or change what runs after (-i) are not here.
 POOL_FLAGS = frozenset({"-E", "-s", "-S", "-I", "-P", "-B", "-u", "-b", "-bb", "-O", "-OO", "-q"})
+# One of these must be there: without them Python adds the user's site-packages (~/.local, /work/.local in the
+# box) to sys.path as it starts, and runs its .pth files. A warm interpreter started in an empty box would miss the
+# run's, so such a shape is not the stub's (a pre-exec box runs the interpreter itself, as the cold path does).
+NO_USER_SITE = frozenset({"-s", "-I", "-S"})
 # Variables read while the interpreter (or the C library under it) starts: a run must have exactly the values
 # its pooled interpreter started with, or it is not this kind's.
 STARTUP_VARIABLES = ("LANG", "LANGUAGE", "TZ", "TZDIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCPATH", "NLSPATH")
@@ -155,10 +159,11 @@ def startup_environment(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 def code_index(argv: list[str]) -> int | None:
-    """Where the code is in a ``python <POOL_FLAGS> -c CODE [ARGS]`` argv; None for any other shape."""
+    """Where the code is in a ``python <POOL_FLAGS> -c CODE [ARGS]`` argv with one of ``NO_USER_SITE`` among the
+    flags; None for any other shape."""
     for i, arg in enumerate(argv[1:], 1):
         if arg == "-c":
-            return i + 1 if i + 1 < len(argv) else None
+            return i + 1 if i + 1 < len(argv) and NO_USER_SITE.intersection(argv[1:i]) else None
         if arg not in POOL_FLAGS:
             return None
     return None
