@@ -368,3 +368,49 @@ async def test_all_kinds_together_are_bounded_by_the_pool_size(
 
 async def _exec(box: Box, program: Program, args: tuple[str, ...]) -> ExecResult:
     return await box.exec(_spec(program, args), on_stdout=lambda chunk: None, on_stderr=lambda chunk: None)
+
+
+# Through core and the driver: sandbox.run in bash and node, as an app calls it.
+SANDBOX_RUNS = {
+    "bash": 'echo "$0" "$#" "$PWD"; id -u; grep -E "CapEff|NoNew|Seccomp:" /proc/self/status; echo oops >&2; exit 3',
+    "node": "console.log(process.argv.length, process.cwd()); console.error('oops'); process.exitCode=3",
+}
+
+
+async def test_sandbox_run_in_bash_and_node_takes_pre_exec_boxes_and_looks_as_it_does_cold() -> None:
+    from mainsdk import AsyncSandbox, SandboxDeps
+
+    from mainsdk_local import local_sandbox_driver
+
+    pooled_driver = local_sandbox_driver(pool=2)
+    pooled = AsyncSandbox(SandboxDeps(driver=pooled_driver, load_entrypoints=False))
+    cold = AsyncSandbox(SandboxDeps(driver=local_sandbox_driver(pool=0), load_entrypoints=False))
+    launcher: Launcher = pooled_driver._launcher
+    try:
+        if launcher.isolation != "namespace" or launcher._hello.get("pool") != 2:
+            pytest.skip("the warm pool needs namespaces and memory and pids cgroups (root), which this machine lacks")
+        for language, code in SANDBOX_RUNS.items():
+            expected = await cold.run(code, language=language)
+            assert expected.exit_code == 3 and expected.stderr == "oops\n", expected
+            hits = sum(v for k, v in (await stats(launcher)).items() if k.endswith("_hits"))
+            # bash has no interpreter kind: only a pre-exec box serves it; node may take the warm node or one.
+            kinds = {"exec"} if language == "bash" else {"exec", "node"}
+            deadline = time.monotonic() + 60
+            while True:
+                ran = await pooled.run(code, language=language)
+                assert (ran.stdout, ran.stderr, ran.exit_code, ran.signal) == (
+                    expected.stdout,
+                    expected.stderr,
+                    expected.exit_code,
+                    expected.signal,
+                ), language
+                seen = await stats(launcher)
+                if sum(v for k, v in seen.items() if k.endswith("_hits")) > hits:
+                    assert any(seen[f"{kind}_hits"] for kind in kinds), seen
+                    break
+                assert time.monotonic() < deadline, f"sandbox.run {language} never ran on a pool entry: {seen}"
+                await asyncio.sleep(0.3)
+        assert (await stats(launcher))["exec_hits"] >= 1
+    finally:
+        await pooled.aclose()
+        await cold.aclose()
