@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION, ConfigError, SandboxError
+from mainsdk.figures import WRAPPER
 from mainsdk_local.config import DEFAULT_POOL, LocalPrograms
 from mainsdk_local.launcher_client import Box, ExecResult, ExecSpec, Launcher
 from mainsdk_local.packages import EnvBuilder
@@ -196,6 +197,91 @@ async def test_a_raising_run_prints_the_same_traceback_bytes(launcher: Launcher,
     assert warm.stderr == cold.stderr
     assert warm.stderr.startswith(b'Traceback (most recent call last):\n  File "<string>", line 4, in <module>\n')
     assert b"_mainsdk" not in warm.stderr
+
+
+# Core's way to run Python (python3 -E -s -c WRAPPER CODE): warm interpreters compile the wrapper ahead (a -c text a
+# key's last two runs both had) and evaluate that code object at hand-off as PyRun_SimpleStringFlags would.
+WRAPPED = (*FLAGS, WRAPPER)
+WRAPPED_LOOKS = {
+    **LOOKS,
+    "wrapped syntax error": "print('unclosed'",
+    "syntax warning": "x = 1\nprint(x is 1)",
+    "hook that raises": "import sys\nsys.excepthook = None\ndef f():\n    raise ValueError('boom')\nf()",
+    "hook missing": "import sys\ndel sys.excepthook\n1/0",
+    "last traceback at exit": (
+        "import atexit, sys, traceback\n"
+        "atexit.register(lambda: (traceback.print_tb(sys.last_traceback), print(sys.last_type, sys.last_value)))\n"
+        "def f():\n    raise KeyError('k')\nf()"
+    ),
+    "frames": (
+        "import sys\nf = sys._getframe()\nfor _ in range(3):\n"
+        "    c = f.f_code\n"
+        "    print(c.co_name, c.co_filename, f.f_lineno, c.co_firstlineno, c.co_flags, len(c.co_code), c.co_names,\n"
+        "          c.co_varnames, list(c.co_positions())[:3], c.co_filename is sys._getframe().f_code.co_filename)\n"
+        "    f = f.f_back"
+    ),
+    "system exit in a hook": "import sys\nsys.excepthook = lambda *a: sys.exit(7)\n1/0",
+}
+
+
+async def until_ahead(launcher: Launcher, python: Program) -> None:
+    """Until every ready interpreter holds the wrapper compiled ahead (runs of it drain the others)."""
+    deadline = time.monotonic() + 90
+    while True:
+        found = await stats(launcher)
+        if found["python_ready"] and found["python_ahead"] == found["python_ready"]:
+            return
+        assert time.monotonic() < deadline, f"no interpreter held the wrapper compiled ahead in 90 s: {found}"
+        if found["python_ready"] or not found["python_warming"]:
+            await run(launcher, python, "pass", flags=WRAPPED)
+        else:
+            await asyncio.sleep(0.05)
+
+
+async def ready_run(launcher: Launcher, python: Program, code: str) -> Ran:
+    """``code`` on a warm interpreter of the plain flags' key, waiting for one without a run of anything else."""
+    deadline = time.monotonic() + 60
+    while (await stats(launcher))["python_ready"] == 0:
+        assert time.monotonic() < deadline, "no warm interpreter became ready in 60 s"
+        await asyncio.sleep(0.05)
+    ran = await run(launcher, python, code)
+    assert ran.result.warm_kind == "python"
+    return ran
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPED_LOOKS))
+async def test_a_warm_run_of_the_wrapper_compiled_ahead_looks_exactly_like_a_cold_one(
+    launcher: Launcher, python: Program, name: str
+) -> None:
+    code = WRAPPED_LOOKS[name]
+    env = {"FOO": "bar", "PATH": "/usr/bin:/bin"}
+    files = {"data.txt": b"some data"}
+    cold = await run(launcher, python, code, warm=False, args=("a", "b c"), env=env, files=files, flags=WRAPPED)
+    assert not cold.result.warm
+    await until_ahead(launcher, python)
+    warm = await run(launcher, python, code, args=("a", "b c"), env=env, files=files, flags=WRAPPED)
+    assert warm.result.warm_kind == "python"
+    assert warm.seen() == cold.seen()
+
+
+async def test_a_text_whose_compile_prints_is_never_used_ahead(launcher: Launcher, python: Program) -> None:
+    # A SyntaxWarning printed while compiling ahead would be missing from the run's stderr: that entry runs the
+    # text as PyRun_SimpleStringFlags, which prints it there, as cold.
+    code = "x = 1\nprint(x is 1)"
+    cold = await run(launcher, python, code, warm=False)
+    assert b"SyntaxWarning" in cold.stderr
+    for _ in range(2):
+        await run(launcher, python, code)  # the key's last two runs had it: entries warmed next compile it ahead
+    for _ in range(4):  # each warm run is refilled by an entry that compiles it ahead; the older ones are used up
+        await ready_run(launcher, python, code)
+    deadline = time.monotonic() + 60
+    while (found := await stats(launcher))["python_ready"] < 2 or found["python_warming"]:
+        assert time.monotonic() < deadline, found
+        await asyncio.sleep(0.05)
+    assert found["python_ahead"] == 0
+    warm = await run(launcher, python, code)
+    assert warm.result.warm_kind == "python"
+    assert warm.seen() == cold.seen()
 
 
 SNOOP = """\

@@ -757,16 +757,16 @@ class Box:
         """The server's warm pool: ``capacity`` (its size), ``ready``, ``warming``, ``hits`` and ``misses`` so far,
         and ``kinds``, how many keys of run (argv up to -c, start-up variables) it keeps track of.
 
-        Also per kind of entry: ``<kind>_ready``, ``<kind>_warming``, ``<kind>_hits`` (e.g. ``exec_ready``).
+        Also per kind of entry: ``<kind>_ready``, ``<kind>_warming``, ``<kind>_hits`` (e.g. ``exec_ready``), and
+        ``python_ahead``: ready Python interpreters holding their key's ``-c`` text compiled ahead.
         """
         self._check_loop()
         reply = await self._request({"op": "pool"}, work=0.0)
         if not reply.header.get("ok"):
             raise _error_from(reply.header, "pool")
         found = {k: int(reply.header.get(k, 0)) for k in ("capacity", "ready", "warming", "hits", "misses", "kinds")}
-        found.update(
-            (k, v) for k, v in reply.header.items() if k.endswith(("_ready", "_warming", "_hits")) and type(v) is int
-        )
+        per_kind = ("_ready", "_warming", "_hits", "_ahead")
+        found.update((k, v) for k, v in reply.header.items() if k.endswith(per_kind) and type(v) is int)
         return found
 
     async def collect_out(self, *, max_bytes: int) -> Collected:

@@ -126,6 +126,10 @@ class Kind:
             return "ready"
         return "dirty" if data == b"D" else "gone"
 
+    def stats(self, idle: list[Entry]) -> dict[str, int]:
+        """The kind's own figures about its idle entries ``idle``, for ``Pool.stats`` (prefixed with its name)."""
+        return {}
+
 
 class Entry:
     """One pool entry: its kind, worker, control socket, pool folder and box slot."""
@@ -281,6 +285,7 @@ class Pool:
             found[f"{kind.name}_ready"] = sum(1 for e in mine if e.ready)
             found[f"{kind.name}_warming"] = sum(1 for e in mine if not e.ready)
             found[f"{kind.name}_hits"] = self.kind_hits.get(kind.name, 0)
+            found.update({f"{kind.name}_{name}": value for name, value in kind.stats(mine).items()})
         return found
 
     # -- entries -------------------------------------------------------------

@@ -30,7 +30,7 @@ import struct
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import common as C
-from .pool import Kind, PoolKey
+from .pool import MAX_KIND_BYTES, MAX_KINDS, Entry, Kind, PoolKey
 
 if TYPE_CHECKING:
     from . import stages as S
@@ -48,7 +48,10 @@ NO_USER_SITE = frozenset({"-s", "-I", "-S"})
 STARTUP_VARIABLES = ("LANG", "LANGUAGE", "TZ", "TZDIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCPATH", "NLSPATH")
 STARTUP_PREFIXES = ("LC_", "PYTHON", "LD_", "MALLOC_", "GCONV_")
 # Descriptors of the pooled interpreter before its job (the stub knows them by number).
-_CONTROL_FD, _DEADLINE_FD, _STARTUP_OUTPUT_FD = 3, 4, 5
+_CONTROL_FD, _DEADLINE_FD, _STARTUP_OUTPUT_FD, _TEXT_FD = 3, 4, 5, 6
+# A ``-c`` text a key's last two runs both had is compiled ahead by that key's next interpreters (core's figures
+# wrapper is every Python run's: ~0.5 ms of each run's compile). Bounded: it travels in one pipe's buffer.
+MAX_AHEAD_BYTES = 32 << 10
 _DEADLINE = struct.Struct("d")  # what C sends B in the cold path, sent by the stub here
 
 # The pooled interpreter's program (``python <flags> -c STUB``). Standard library only; every name it needs
@@ -101,8 +104,41 @@ def _mainsdk_pool():
     if not fit:
         os.write(3, b"D")
         os._exit(0)
+    ready = None
+    text = b""
+    try:
+        while more := os.read(6, 1 << 16):
+            text += more
+    except OSError:
+        text = b""  # no text to compile ahead for this entry (6 is not open)
+    try:
+        os.close(6)
+    except OSError:
+        pass
+    if text and sys.version_info < (3, 13):  # 3.13 runs -c otherwise (_PyRun_SimpleStringFlagsWithName)
+        try:
+
+            class Object(_ctypes._SimpleCData):
+                _type_ = "O"
+
+            class Evaluate(_ctypes.CFuncPtr):
+                _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_PYTHONAPI
+                _restype_ = Object
+
+            evaluate = Evaluate(("PyEval_EvalCode", Self))
+            evaluate.argtypes = (Object, Object, Object)
+            # As PyRun_SimpleStringFlags compiles it (the interned "<string>" this -c's own code has, exec mode,
+            # PyCF_IGNORE_COOKIE for str source, this feature version, the interpreter's -O); used only if the
+            # compile printed nothing (a SyntaxWarning must show in the run's stderr, as cold).
+            ready = text, compile(text.decode("utf-8"), sys._getframe().f_code.co_filename, "exec", dont_inherit=True)
+            if os.read(5, 1):
+                ready = None
+        except BlockingIOError:
+            pass
+        except Exception:
+            ready = None
     sock = _socket.socket(fileno=3)
-    sock.sendall(b"R")
+    sock.sendall(b"R" if ready is None else b"P")
     data, anc, _, _ = sock.recvmsg(1 << 16, _socket.CMSG_SPACE(16))
     while 0 < len(data) < 4 or 4 <= len(data) < 4 + int.from_bytes(data[:4], "big"):
         more = sock.recv(1 << 20)
@@ -140,16 +176,35 @@ def _mainsdk_pool():
         if failed and getattr(sys, "last_type", None) is not KeyboardInterrupt:
             raise SystemExit(1)
 
+    class Guard:
+        # An exception out of the code reaches pymain's own PyRun_SimpleStringFlags (PyErr_Print: sys.last_*,
+        # the excepthook, SystemExit, the KeyboardInterrupt exit, exit code 1) with the traceback it has cold:
+        # the entry this module's frame added is dropped, and the with statement re-raises without adding one.
+        def __enter__(self):
+            pass
+
+        def __exit__(self, kind, value, tb, set_tb=BaseException.__traceback__.__set__):
+            if tb is not None:
+                set_tb(value, tb.tb_next)
+
     for name in set(sys.modules) - modules:
         del sys.modules[name]
     for name in set(sys.path_importer_cache) - finders:
         del sys.path_importer_cache[name]
-    globals().update(_mainsdk_finish=finish, _mainsdk_run=run, _mainsdk_args=(code, _ctypes.byref(flags)))
+    main = globals()
+    if ready is not None and code == ready[0]:
+        # The text compiled ahead: evaluated as PyRun_SimpleStringFlags does (__main__'s dict as globals and
+        # locals, __builtins__ in it already), its exception left to Guard.
+        main.update(_mainsdk_finish=bool, _mainsdk_run=evaluate, _mainsdk_args=(ready[1], main, main))
+    else:
+        main.update(_mainsdk_finish=finish, _mainsdk_run=run, _mainsdk_args=(code, _ctypes.byref(flags)))
+    main.update(_mainsdk_guard=Guard())
 
 
 _mainsdk_pool()
 del _mainsdk_pool
-globals().pop("_mainsdk_finish")(globals().pop("_mainsdk_run")(*globals().pop("_mainsdk_args")))
+with globals().pop("_mainsdk_guard"):
+    globals().pop("_mainsdk_finish")(globals().pop("_mainsdk_run")(*globals().pop("_mainsdk_args")))
 """
 
 
@@ -174,6 +229,10 @@ class PythonStub(Kind):
 
     name = "python"
 
+    def __init__(self) -> None:
+        # Per key: the last run's -c text and whether the run before had it too (then entries compile it ahead).
+        self.texts: dict[PoolKey, tuple[str, bool]] = {}
+
     def key(self, spec: ExecSpec, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
         """The pool key of a ``python <POOL_FLAGS> -c CODE`` exec and the index of its code in argv."""
         if spec.warm != "python" or spec.has_stdin:
@@ -185,28 +244,58 @@ class PythonStub(Kind):
             spec.argv[index].encode("utf-8")  # what python -c does with its command; a lone surrogate fails there
         except UnicodeEncodeError:
             return None
-        return (self.name, root, (tuple(spec.argv[:index]), startup_environment(spec.env))), index
+        key: PoolKey = (self.name, root, (tuple(spec.argv[:index]), startup_environment(spec.env)))
+        text = spec.argv[index]
+        last = self.texts.pop(key, None)
+        if len(text) <= MAX_AHEAD_BYTES // 4 and len(repr(key[2])) <= MAX_KIND_BYTES:  # else never kept (pool.py)
+            self.texts[key] = (text, last is not None and last[0] == text)
+            while len(self.texts) > MAX_KINDS:
+                del self.texts[next(iter(self.texts))]  # the key seen least recently
+        return key, index
 
     def configure(self, ctx: S.ChildContext, key: PoolKey) -> None:
         command, startup = key[2]
         ctx.argv = list(command)  # the interpreter and its flags, up to -c
         ctx.env = dict(startup)
+        text, again = self.texts.get(key, ("", False))
+        ctx.ahead = text.encode("utf-8") if again else b""
 
     def start(self, ctx: S.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]) -> NoReturn:
         """Exec the stub with: 0 /dev/null, 1 and 2 a pipe whose other end is 5 (the stub checks that start-up
-        printed nothing), 3 the control socket, 4 the deadline pipe to B. All else is closed; B's report socket
-        is close-on-exec."""
+        printed nothing), 3 the control socket, 4 the deadline pipe to B, 6 (if ``ctx.ahead``) a pipe holding
+        the text to compile ahead. All else is closed; B's report socket is close-on-exec."""
         stage[0] = "pool descriptors"
         os.chdir("/")  # the stub imports before any box is bound, and '' on sys.path must find nothing
         null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (null, out_w, control_fd, timeout_w, out_r)]
-        for target, fd in zip((0, 1, _CONTROL_FD, _DEADLINE_FD, _STARTUP_OUTPUT_FD), moved, strict=True):
+        ends = [null, out_w, control_fd, timeout_w, out_r]
+        targets = [0, 1, _CONTROL_FD, _DEADLINE_FD, _STARTUP_OUTPUT_FD]
+        if ctx.ahead:  # the text to compile ahead, on a pipe read to EOF (it fits the pipe's buffer)
+            text_r, text_w = os.pipe2(os.O_CLOEXEC)
+            view = memoryview(ctx.ahead)
+            while view:
+                view = view[os.write(text_w, view) :]
+            os.close(text_w)
+            ends.append(text_r)
+            targets.append(_TEXT_FD)
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in ends]
+        for target, fd in zip(targets, moved, strict=True):
             os.dup2(fd, target, inheritable=True)
         os.dup2(1, 2, inheritable=True)
-        C.close_all_except({0, 1, 2, _CONTROL_FD, _DEADLINE_FD, _STARTUP_OUTPUT_FD, report_fd})
+        C.close_all_except({*targets, 2, report_fd})
         stage[0] = "execve"
         os.execve(ctx.argv[0], [*ctx.argv, STUB], ctx.env)
+
+    def feed(self, entry: Entry, data: bytes) -> str:
+        """``b"P"``: ready, with the key's ``-c`` text compiled ahead (kept in ``entry.said`` for ``stats``)."""
+        if data == b"P" and not entry.ready:
+            entry.said = data
+            return "ready"
+        return super().feed(entry, data)
+
+    def stats(self, idle: list[Entry]) -> dict[str, int]:
+        """``ahead``: ready entries holding their key's ``-c`` text compiled."""
+        return {"ahead": sum(1 for entry in idle if entry.ready and entry.said == b"P")}
 
     def job(self, ctx: S.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
         job = marshal.dumps(

@@ -88,6 +88,7 @@ class ChildContext:
         self.joins: list[str] = []  # cgroups C makes and joins itself (a generic spare taken by a session's box)
         self.box_memory: str | None = None  # the server's own: a hot spare's box's memory cgroup
         self.landlock: dict[str, list[Any]] | None = None  # weak mode: what the code may read, write, connect to
+        self.ahead = b""  # a warm pool entry's: what its kind prepares ahead (the python kind: a -c text to compile)
 
     def job(self) -> dict[str, Any]:
         """The JSON part of a job for a worker; descriptors travel beside it."""
