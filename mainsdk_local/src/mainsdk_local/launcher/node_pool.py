@@ -33,6 +33,7 @@ import fcntl
 import os
 import re
 import resource
+import signal
 import struct
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -116,6 +117,8 @@ def _run_probe(node: str, env: dict[str, str]) -> str | None:
         chunks.append(chunk)
         size += len(chunk)
     os.close(read_end)
+    if size > _PROBE_LIMIT:
+        os.kill(pid, signal.SIGKILL)  # it would block on a pipe nobody reads
     _, status = os.waitpid(pid, 0)
     text = b"".join(chunks).decode("utf-8", "replace")
     if status != 0 or size > _PROBE_LIMIT or not NS.usable_probe(text):
