@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 
@@ -414,3 +416,47 @@ async def test_sandbox_run_in_bash_and_node_takes_pre_exec_boxes_and_looks_as_it
     finally:
         await pooled.aclose()
         await cold.aclose()
+
+
+async def test_a_run_with_hosts_gets_its_proxy_listener_on_a_pre_exec_box(launcher: Launcher, bash: Program) -> None:
+    # The proxy's port is bound by the entry's own B before anything runs in its network namespace; the run
+    # that takes the entry gets that listener (the warm node refuses runs with hosts: they come here).
+    code = 'exec 3<>/dev/tcp/127.0.0.1/3128; echo ping >&3; read -r line <&3; echo "$line"'
+
+    def serve(listener: socket.socket) -> None:
+        def answer() -> None:
+            with listener, listener.accept()[0] as conn:
+                conn.recv(16)
+                conn.sendall(b"pong\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+
+    async def through_proxy(warm: str | None) -> tuple[ExecResult, bytes]:
+        box = await launcher.open_box(disk_bytes=MiB, session=False)
+        out: list[bytes] = []
+        try:
+            result = await box.exec(
+                _proxied(bash, code, warm), on_stdout=out.append, on_stderr=out.append, on_listener=serve
+            )
+        finally:
+            await box.close()
+        return result, b"".join(out)
+
+    cold = await through_proxy(None)
+    await until_ready(launcher, bash)
+    warm = await through_proxy("exec")
+    assert warm[0].warm_kind == "exec"
+    assert (warm[1], warm[0].exit_code) == (cold[1], cold[0].exit_code) == (b"pong\n", 0)
+
+
+def _proxied(program: Program, code: str, warm: str | None) -> ExecSpec:
+    return ExecSpec(
+        argv=(program.executable, "-c", code),
+        env={},
+        timeout=20.0,
+        memory_bytes=256 * MiB,
+        readonly_paths=program.readonly_paths,
+        hidden_paths=program.hidden_paths,
+        proxy=True,
+        warm=warm,  # type: ignore[arg-type]
+    )
