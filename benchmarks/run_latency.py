@@ -17,6 +17,8 @@ and each worker times its own runs, so both see the same machine:
 
     python benchmarks/run_latency.py --compare-with /work/wt/base/.venv/bin/python --rounds 400
 
+A bare ``python3 -I -S`` start is timed in the same rounds too, and each side's ratio to it printed.
+
 ``--pool N`` gives this code's driver ``local_sandbox_driver(pool=N)`` (the warm pool's size; 0 turns it off),
 on both sides of a comparison only where the other code has the option (the old side always runs its default).
 """
@@ -102,19 +104,24 @@ class Worker:
 def compare(old_python: str, rounds: int, new_options: dict[str, object]) -> None:
     """Median sandbox.run latency of this code against the code installed for ``old_python``, interleaved."""
     workers = {"new": Worker(sys.executable, new_options), "old": Worker(old_python, {})}
-    times: dict[str, list[float]] = {name: [] for name in workers}
+    # The floor, in the same rounds: a bare start of the box's interpreter with no site module, timed here.
+    bare = [resolve_program("python", "python3").executable, "-I", "-S", "-c", CODE]
+    times: dict[str, list[float]] = {name: [] for name in (*workers, "bare -I -S")}
     try:
         for i in range(rounds):
             order = ("new", "old") if i % 2 == 0 else ("old", "new")
             for name in order:
                 times[name].append(workers[name].run())
+            times["bare -I -S"].append(timed(lambda: subprocess.run(bare, env={}, capture_output=True, check=True)))
     finally:
         for worker in workers.values():
             worker.close()
     medians = {name: statistics.median(values) for name, values in times.items()}
     print(f"{rounds} rounds, interleaved, each side in its own worker process; new driver options {new_options}")
     for name, worker in workers.items():
-        print(f"  {name}: median {medians[name]:7.2f} ms  ({worker.source})")
+        ratio = medians[name] / medians["bare -I -S"]
+        print(f"  {name}: median {medians[name]:7.2f} ms, {ratio:.2f}x bare -I -S  ({worker.source})")
+    print(f"  bare -I -S: median {medians['bare -I -S']:7.2f} ms")
     extra = medians["new"] - medians["old"]
     verdict = "within" if extra <= TARGET_EXTRA_MS else "ABOVE"
     print(f"  new - old: {extra:+.2f} ms at the median ({verdict} the {TARGET_EXTRA_MS} ms budget)")

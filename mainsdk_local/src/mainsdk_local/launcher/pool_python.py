@@ -137,6 +137,19 @@ def _mainsdk_pool():
             pass
         except Exception:
             ready = None
+
+    class Guard:
+        # An exception out of the code reaches pymain's own PyRun_SimpleStringFlags (PyErr_Print: sys.last_*,
+        # the excepthook, SystemExit, the KeyboardInterrupt exit, exit code 1) with the traceback it has cold:
+        # the entry this module's frame added is dropped, and the with statement re-raises without adding one.
+        def __enter__(self):
+            pass
+
+        def __exit__(self, kind, value, tb, set_tb=BaseException.__traceback__.__set__):
+            if tb is not None:
+                set_tb(value, tb.tb_next)
+
+    guard = Guard()  # made before the job: off the run's critical path
     sock = _socket.socket(fileno=3)
     sock.sendall(b"R" if ready is None else b"P")
     data, anc, _, _ = sock.recvmsg(1 << 16, _socket.CMSG_SPACE(16))
@@ -176,17 +189,6 @@ def _mainsdk_pool():
         if failed and getattr(sys, "last_type", None) is not KeyboardInterrupt:
             raise SystemExit(1)
 
-    class Guard:
-        # An exception out of the code reaches pymain's own PyRun_SimpleStringFlags (PyErr_Print: sys.last_*,
-        # the excepthook, SystemExit, the KeyboardInterrupt exit, exit code 1) with the traceback it has cold:
-        # the entry this module's frame added is dropped, and the with statement re-raises without adding one.
-        def __enter__(self):
-            pass
-
-        def __exit__(self, kind, value, tb, set_tb=BaseException.__traceback__.__set__):
-            if tb is not None:
-                set_tb(value, tb.tb_next)
-
     for name in set(sys.modules) - modules:
         del sys.modules[name]
     for name in set(sys.path_importer_cache) - finders:
@@ -198,7 +200,7 @@ def _mainsdk_pool():
         main.update(_mainsdk_finish=bool, _mainsdk_run=evaluate, _mainsdk_args=(ready[1], main, main))
     else:
         main.update(_mainsdk_finish=finish, _mainsdk_run=run, _mainsdk_args=(code, _ctypes.byref(flags)))
-    main.update(_mainsdk_guard=Guard())
+    main.update(_mainsdk_guard=guard)
 
 
 _mainsdk_pool()
