@@ -401,3 +401,21 @@ async def test_a_python_run_with_the_user_site_on_never_takes_the_stub(launcher:
     for _ in range(3):
         pooled = await run(launcher, python, code, files=files, flags=flags)
         assert pooled.result.warm_kind != "python" and pooled.seen() == cold.seen(), pooled.result
+
+
+async def test_more_kinds_in_turn_than_the_pool_holds_still_get_warm_runs(python: Program) -> None:
+    """Hole found: each run of a kind with no entry evicted an idle entry of a kind asked for less recently, which
+    came next: 4 kinds in turn with a pool of 2 got no warm run at all, and every run paid for a warm start nobody
+    used (8 kinds, pool 4: twice the launcher side's CPU of no pool). Now only a kind asked for twice as often
+    lately evicts another's entry, so those warmed first keep serving their runs."""
+    launcher = _pooled(2)
+    try:
+        before = await stats(launcher)
+        for i in range(32):
+            ran = await run(launcher, python, "print(1)", env={"LC_MAINSDK_TURN": str(i % 4)})
+            assert ran.stdout == b"1\n"
+            await asyncio.sleep(0.3)  # sporadic: a refill has time to warm
+        hits = (await stats(launcher))["python_hits"] - before["python_hits"]
+        assert hits >= 4, f"{hits} of 32 runs were warm"
+    finally:
+        launcher.close()

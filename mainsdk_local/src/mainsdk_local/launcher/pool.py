@@ -180,7 +180,8 @@ class Pool:
         self._unwatch = unwatch
         self.entries: list[Entry] = []
         self.held: set[int] = set()  # slots of entries, and of boxes that took one (until they close)
-        self.demand: dict[PoolKey, list[float]] = {}  # key: [last seen, in flight, peak, peak time, last miss]
+        # key: [last seen, in flight, peak, peak time, last miss, rate, rate time] (rate: runs, halved each window)
+        self.demand: dict[PoolKey, list[float]] = {}
         # Keys whose C said it can never serve a run (b"D"): always cold. The MAX_KINDS latest are kept.
         self.broken: dict[PoolKey, None] = {}
         # Refills owed to runs that reported: each report of a run of a pooled kind may warm one entry at
@@ -211,11 +212,17 @@ class Pool:
             resting = [(seen[0], k) for k, seen in self.demand.items() if seen[1] <= 0]
             if resting:
                 del self.demand[min(resting, key=lambda item: item[0])[1]]
-        seen = self.demand.setdefault(key, [now, 0.0, 0.0, now, -DEMAND_WINDOW])
+        seen = self.demand.setdefault(key, [now, 0.0, 0.0, now, -DEMAND_WINDOW, 0.0, now])
         seen[0] = now
         seen[1] += 1
+        seen[5], seen[6] = self.rate(key, now) + 1, now
         if seen[1] >= seen[2] or now - seen[3] > DEMAND_WINDOW:
             seen[2], seen[3] = seen[1], now
+
+    def rate(self, key: PoolKey, now: float) -> float:
+        """How many runs of ``key`` were asked for lately: each counts 1, halved every DEMAND_WINDOW since."""
+        seen = self.demand.get(key)
+        return seen[5] * 0.5 ** ((now - seen[6]) / DEMAND_WINDOW) if seen is not None else 0.0
 
     def missed(self, key: PoolKey) -> None:
         """A run of ``key`` found no ready interpreter: keep one more ahead for a while (see ``wanted``)."""
@@ -251,9 +258,13 @@ class Pool:
                 continue
             if len(idle) >= self.size:
                 # Full: make room from a kind asked for less recently than this one, or none is warmed for it
-                # until those idle out (a kind used once must not keep the kind in use cold for a minute).
+                # until those idle out (a kind used once must not keep the kind in use cold for a minute), and
+                # only from a kind asked for half as often lately: more kinds in turn than the pool holds would
+                # otherwise evict each other's entries before any is taken (8 kinds in turn, pool 4: no warm
+                # run, twice the launcher's CPU of no pool at all); this way those warmed first keep serving.
                 asked = {e.key: self.demand.get(e.key, [-IDLE_SECONDS])[0] for e in idle}
-                older = [e for e in idle if asked[e.key] < seen[0]]
+                rate = self.rate(key, now)
+                older = [e for e in idle if asked[e.key] < seen[0] and 2 * self.rate(e.key, now) <= rate]
                 if not older:
                     return None
                 victim = min(older, key=lambda e: (asked[e.key], e.born))
