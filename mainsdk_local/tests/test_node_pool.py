@@ -373,3 +373,13 @@ async def test_these_variables_never_take_a_warm_node(launcher: Launcher, node: 
     cold = await run(launcher, node, code, warm=False, env=env)
     assert first.result.warm_kind != "node" and second.result.warm_kind != "node"  # a pre-exec box may take them
     assert second.seen() == cold.seen()
+
+
+async def test_runs_at_once_each_get_their_own_output(launcher: Launcher, node: Program) -> None:
+    """Warm and cold node runs side by side: each run's output pipes reach that run, none another's."""
+    await until_ready(launcher, node)
+    code = "const n = process.env.N; process.stdout.write(('out' + n + ' ').repeat(20000)); console.error('err' + n)"
+    runs = await asyncio.gather(*(run(launcher, node, code, env=dict(ENV, N=str(n))) for n in range(10)))
+    for n, ran in enumerate(runs):
+        assert ran.stdout == (f"out{n} " * 20000).encode() and ran.stderr == f"err{n}\n".encode(), n
+    assert any(ran.result.warm_kind == "node" for ran in runs)
