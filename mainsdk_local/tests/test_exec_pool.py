@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Mapping
 
 import pytest
-from mainsdk_local.launcher_client import Box, ExecResult, ExecSpec, Launcher
+from mainsdk_local.launcher_client import Box, ExecResult, ExecSpec, Launcher, LauncherError
 from mainsdk_local.programs import Program, resolve_program
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
@@ -460,3 +460,23 @@ def _proxied(program: Program, code: str, warm: str | None) -> ExecSpec:
         proxy=True,
         warm=warm,  # type: ignore[arg-type]
     )
+
+
+async def test_a_large_job_and_a_missing_program_end_as_they_do_cold(launcher: Launcher, bash: Program) -> None:
+    # About 820 KB of argv and environment: the job is many socket buffers long, and C reads all of it.
+    code = "echo ${#X} ${#V599}; : " + "x" * 120_000 + "; echo done"
+    env = {f"V{i}": "y" * 1000 for i in range(600)} | {"X": "z" * 100_000}
+    cold = await run(launcher, bash, ("-c", code), warm=None, env=env)
+    warm = await warm_run(launcher, bash, ("-c", code), env=env)
+    assert warm.seen() == cold.seen()
+    assert warm.stdout == b"100000 1000\ndone\n"
+    # A program that is not there: execve fails in C, before anything ran, on both paths alike.
+    missing = Program(name="bash", executable="/usr/bin/no-such-program")
+    with pytest.raises(LauncherError) as cold_error:
+        await run(launcher, missing, ("-c", "true"), warm=None)
+    await until_ready(launcher, bash)
+    with pytest.raises(LauncherError) as warm_error:
+        await run(launcher, missing, ("-c", "true"))
+    assert (await stats(launcher))["exec_hits"] >= 2  # the second one was handed to a pre-exec box
+    assert str(warm_error.value) == str(cold_error.value)
+    assert warm_error.value.ran is cold_error.value.ran is False
