@@ -406,8 +406,8 @@ async def test_a_python_run_with_the_user_site_on_never_takes_the_stub(launcher:
 async def test_more_kinds_in_turn_than_the_pool_holds_still_get_warm_runs(python: Program) -> None:
     """Hole found: each run of a kind with no entry evicted an idle entry of a kind asked for less recently, which
     came next: 4 kinds in turn with a pool of 2 got no warm run at all, and every run paid for a warm start nobody
-    used (8 kinds, pool 4: twice the launcher side's CPU of no pool). Now only a kind asked for twice as often
-    lately evicts another's entry, so those warmed first keep serving their runs."""
+    used (8 kinds, pool 4: twice the launcher side's CPU of no pool). Now a kind's last idle entry goes only for a
+    kind asked for twice as often lately, so those warmed first keep serving their runs."""
     launcher = _pooled(2)
     try:
         before = await stats(launcher)

@@ -258,13 +258,16 @@ class Pool:
                 continue
             if len(idle) >= self.size:
                 # Full: make room from a kind asked for less recently than this one, or none is warmed for it
-                # until those idle out (a kind used once must not keep the kind in use cold for a minute), and
-                # only from a kind asked for half as often lately: more kinds in turn than the pool holds would
-                # otherwise evict each other's entries before any is taken (8 kinds in turn, pool 4: no warm
-                # run, twice the launcher's CPU of no pool at all); this way those warmed first keep serving.
+                # until those idle out (a kind used once must not keep the kind in use cold for a minute); and
+                # only from a kind that keeps another idle entry, or one asked for half as often lately: more
+                # kinds in turn than the pool holds would otherwise evict each other's last entry before any is
+                # taken (8 kinds in turn, pool 4: no warm run, twice the launcher's CPU of no pool at all).
                 asked = {e.key: self.demand.get(e.key, [-IDLE_SECONDS])[0] for e in idle}
+                held = {k: sum(1 for e in idle if e.key == k) for k in asked}
                 rate = self.rate(key, now)
-                older = [e for e in idle if asked[e.key] < seen[0] and 2 * self.rate(e.key, now) <= rate]
+                older = [
+                    e for e in idle if asked[e.key] < seen[0] and (held[e.key] > 1 or 2 * self.rate(e.key, now) <= rate)
+                ]
                 if not older:
                     return None
                 victim = min(older, key=lambda e: (asked[e.key], e.born))
