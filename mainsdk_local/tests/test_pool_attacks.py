@@ -136,7 +136,7 @@ async def test_concurrent_warm_runs_and_ready_interpreters_never_share_a_host_ui
     launcher = _pooled(4)
     try:
         # Three at once: the pool keeps as many ready as were in flight at once.
-        await asyncio.gather(*(run(launcher, python, "import time; time.sleep(0.5)") for _ in range(3)))
+        await asyncio.gather(*(run(launcher, python, UID) for _ in range(3)))
         deadline = time.monotonic() + 60
         while (await stats(launcher))["ready"] < 3:
             assert time.monotonic() < deadline, "the pool never held three ready interpreters"
@@ -417,5 +417,50 @@ async def test_more_kinds_in_turn_than_the_pool_holds_still_get_warm_runs(python
             await asyncio.sleep(0.3)  # sporadic: a refill has time to warm
         hits = (await stats(launcher))["python_hits"] - before["python_hits"]
         assert hits >= 4, f"{hits} of 32 runs were warm"
+    finally:
+        launcher.close()
+
+
+# Counts a byte string (given in hex, so that only the needle made here holds it) in the process's own memory.
+SCAN = r"""
+import sys
+needle = bytes.fromhex(sys.argv[1])
+found = 0
+with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem:
+    for line in maps:
+        where, perms = line.split()[:2]
+        if 'r' not in perms or '[v' in line:
+            continue
+        low, high = (int(x, 16) for x in where.split('-'))
+        try:
+            mem.seek(low)
+            found += mem.read(high - low).count(needle)
+        except (OSError, ValueError, OverflowError):
+            pass
+print(found)
+"""
+
+
+async def test_a_run_never_finds_the_code_of_earlier_runs_in_its_interpreters_memory(python: Program) -> None:
+    """Hole found: a -c text a key's last two runs both had is compiled ahead by the key's next interpreters (made
+    for core's figures wrapper, the same in every run). Through the launcher, that text can be a run's own code:
+    a later run with other code took such an interpreter and found the earlier runs' secret in its memory (twice,
+    against once cold: its own needle). Now an interpreter given a text ahead serves only runs of that text, and a
+    run of another text drops it."""
+    launcher = _pooled(1)
+    try:
+        secret = "sk-" + secrets.token_hex(12)
+        earlier = f"api_key = {secret!r}\nprint('done')"
+        for _ in range(3):  # the same code, run after run: interpreters warmed next hold it compiled ahead
+            assert (await run(launcher, python, earlier)).stdout == b"done\n"
+            deadline = time.monotonic() + 60
+            while not (await stats(launcher))["python_ready"]:
+                assert time.monotonic() < deadline, "no warm interpreter became ready"
+                await asyncio.sleep(0.05)
+        assert (await stats(launcher))["python_ahead"] == 1
+        cold = await run(launcher, python, SCAN, args=(secret.encode().hex(),), warm=False)
+        later = await run(launcher, python, SCAN, args=(secret.encode().hex(),))
+        assert cold.stdout == later.stdout == b"1\n", (cold.seen(), later.seen(), later.result.warm_kind)
+        assert (await stats(launcher))["python_ahead"] == 0  # the streak ended: the one holding it was dropped
     finally:
         launcher.close()

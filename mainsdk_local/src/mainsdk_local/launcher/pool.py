@@ -130,6 +130,12 @@ class Kind:
         """The kind's own figures about its idle entries ``idle``, for ``Pool.stats`` (prefixed with its name)."""
         return {}
 
+    def fits(self, entry: Entry, spec: ExecSpec, plan: Any) -> bool:
+        """Whether ``entry`` may serve this exec (its key matches already). An entry given something of earlier
+        runs ahead (``entry.ahead``, from ``ctx.ahead``) holds it in its memory: it may serve only a run that
+        brings exactly that itself, or the run could read another run's data."""
+        return not entry.ahead
+
 
 class Entry:
     """One pool entry: its kind, worker, control socket, pool folder and box slot."""
@@ -150,6 +156,7 @@ class Entry:
         self.bound: list[str] = []  # box folders bound over work/ and out/ at hand-off
         self.output: list[int] = []  # an own_output kind's: the read ends of C's stdout and stderr (the server's)
         self.said = b""  # what C said on its control socket that its kind has not parsed yet
+        self.ahead = b""  # what its C was given of earlier runs before any run (``ChildContext.ahead``)
 
 
 class Pool:
@@ -351,10 +358,10 @@ class Pool:
         while len(self.broken) > MAX_KINDS:
             del self.broken[next(iter(self.broken))]  # the oldest: tried once more if it comes back
 
-    def take(self, key: PoolKey) -> Entry | None:
-        """A ready entry for ``key`` (it leaves the pool), or None."""
+    def take(self, key: PoolKey, fits: Callable[[Entry], bool] = lambda entry: True) -> Entry | None:
+        """A ready entry for ``key`` that ``fits`` the run (it leaves the pool), or None."""
         for entry in self.entries:
-            if entry.key == key and entry.ready and not entry.taken:
+            if entry.key == key and entry.ready and not entry.taken and fits(entry):
                 worker = entry.worker
                 if worker is None or worker.reaped or not worker.sock_open:
                     continue
@@ -569,6 +576,7 @@ class WarmExecution:
             output = [out_r, err_r, out_w, err_w]
             ctx.stdout, ctx.stderr = out_w, err_w
         kind.configure(ctx, entry.key)
+        entry.ahead = ctx.ahead
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fd = theirs.fileno()
         try:
@@ -625,7 +633,22 @@ class WarmExecution:
         preferred = found[0][0]
         self.pool.asked(preferred)
         run.pool_key = preferred
-        entry, plan = next(((e, plan) for key, plan in found if (e := self.pool.take(key)) is not None), (None, None))
+        entry: Entry | None = None
+        plan: Any = None
+        for key, plan in found:
+
+            def fits(e: Entry, plan: Any = plan) -> bool:
+                return e.kind.fits(e, spec, plan)
+
+            if (entry := self.pool.take(key, fits)) is not None:
+                break
+        if entry is None:
+            # Ready entries of these keys that do not fit hold an earlier run's text (``Kind.fits``) this run has not:
+            # that streak ended, so they go, and the refills hold nothing of anyone's.
+            for key, plan in found:
+                for e in [e for e in self.pool.entries if e.key == key and e.ready and not e.taken]:
+                    if not e.kind.fits(e, spec, plan):
+                        self.pool.discard(e)
         if entry is None or entry.worker is None:
             self.pool.misses += 1
             self.pool.missed(preferred)

@@ -255,6 +255,11 @@ class PythonStub(Kind):
                 del self.texts[next(iter(self.texts))]  # the key seen least recently
         return key, index
 
+    def fits(self, entry: Entry, spec: ExecSpec, plan: Any) -> bool:
+        """An interpreter given a ``-c`` text ahead (an earlier run's) serves only a run of that very text: any
+        other run could find it in the interpreter's memory (a pooled run sees nothing of another run)."""
+        return not entry.ahead or entry.ahead == spec.argv[plan].encode("utf-8")
+
     def configure(self, ctx: S.ChildContext, key: PoolKey) -> None:
         command, startup = key[2]
         ctx.argv = list(command)  # the interpreter and its flags, up to -c
