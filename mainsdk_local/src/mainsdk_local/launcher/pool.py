@@ -186,6 +186,7 @@ class Pool:
         self._kill = kill
         self._unwatch = unwatch
         self.entries: list[Entry] = []
+        self.dead: list[Entry] = []  # reaped entries whose folders are still to be unmounted and removed
         self.held: set[int] = set()  # slots of entries, and of boxes that took one (until they close)
         # key: [last seen, in flight, peak, peak time, last miss, rate, rate time] (rate: runs, halved each window)
         self.demand: dict[PoolKey, list[float]] = {}
@@ -246,6 +247,7 @@ class Pool:
 
     def wanted(self, free_slot: Callable[[], int | None]) -> PoolKey | None:
         """The key of the next interpreter to warm, or None. Drops idle ones first."""
+        self.remove_dead()  # called as the loop turns, never while a turn's replies are still to go out
         if self.size <= 0:
             return None
         now = time.monotonic()
@@ -416,8 +418,15 @@ class Pool:
             C.close_fd(fd)
         if not entry.given:
             self.held.discard(entry.slot)  # no box holds its uid
-        self._remove_folder(entry)
+        # Its unmounts (four, of shared mounts) wait for the pool's next idle pass: B's exit often comes in the
+        # same loop turn as its report, and done here they came before the run's result and /out went out.
+        self.dead.append(entry)
         return entry
+
+    def remove_dead(self) -> None:
+        """Unmount and remove the folders of entries whose workers were reaped (see ``gone``)."""
+        while self.dead:
+            self._remove_folder(self.dead.pop())
 
     def box_destroyed(self, box: Box) -> None:
         if box.pool_slot is not None:
@@ -425,6 +434,7 @@ class Pool:
             box.pool_slot = None
 
     def shutdown(self) -> None:
+        self.remove_dead()
         for entry in list(self.entries):
             if entry.control is not None:
                 entry.control.close()
