@@ -19,10 +19,9 @@ from collections.abc import Iterator, Mapping
 import pytest
 from mainsdk_local.launcher_client import Box, ExecResult, ExecSpec, Launcher, LauncherError
 from mainsdk_local.programs import Program, resolve_program
+from pool_runs import MiB, Ran, pooled_launcher, run_in_box, stats, wait_ready
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
-
-MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
@@ -45,23 +44,7 @@ def python() -> Program:
 
 @pytest.fixture
 def launcher() -> Iterator[Launcher]:
-    instance = Launcher(pool=2)
-    if instance.isolation != "namespace" or instance._hello.get("pool") != 2:
-        instance.close()
-        pytest.skip("the warm pool needs namespaces and memory and pids cgroups (root), which this machine lacks")
-    yield instance
-    instance.close()
-
-
-class Ran:
-    def __init__(self, result: ExecResult, stdout: bytes, stderr: bytes) -> None:
-        self.result = result
-        self.stdout = stdout
-        self.stderr = stderr
-
-    def seen(self) -> tuple[int | None, int | None, str | None, bytes, bytes]:
-        """Everything the caller sees of the run, but whether it was warm and how long it took."""
-        return (self.result.exit_code, self.result.signal, self.result.stop, self.stdout, self.stderr)
+    yield from pooled_launcher(2)
 
 
 async def run(
@@ -80,20 +63,8 @@ async def run(
     session: bool = False,
 ) -> Ran:
     """One run in a fresh box, as the driver does it: open, write files, exec, close."""
-    box = await launcher.open_box(disk_bytes=disk, session=session)
-    out: list[bytes] = []
-    err: list[bytes] = []
-    try:
-        for path, data in (files or {}).items():
-            await box.write_file(path, data)
-        result = await box.exec(
-            _spec(program, args, warm=warm, env=env, stdin=stdin, memory=memory, timeout=timeout, procs=max_processes),
-            on_stdout=out.append,
-            on_stderr=err.append,
-        )
-    finally:
-        await box.close()
-    return Ran(result, b"".join(out), b"".join(err))
+    spec = _spec(program, args, warm=warm, env=env, stdin=stdin, memory=memory, timeout=timeout, procs=max_processes)
+    return await run_in_box(launcher, spec, files=files, disk=disk, session=session)
 
 
 def _spec(
@@ -120,22 +91,10 @@ def _spec(
     )
 
 
-async def stats(launcher: Launcher) -> dict[str, int]:
-    box = await launcher.open_box(disk_bytes=MiB, session=False)
-    try:
-        return await box.pool_stats()
-    finally:
-        await box.close()
-
-
 async def until_ready(launcher: Launcher, program: Program) -> None:
     """Ask for a pre-exec box of this program's root once (a run), then wait until one is ready."""
-    if (await stats(launcher))["exec_ready"] == 0:
-        await run(launcher, program, ("-e", "0") if "node" in program.executable else ("-c", "0"))
-    deadline = time.monotonic() + 60
-    while (await stats(launcher))["exec_ready"] == 0:
-        assert time.monotonic() < deadline, "no pre-exec box became ready in 60 s"
-        await asyncio.sleep(0.05)
+    args = ("-e", "0") if "node" in program.executable else ("-c", "0")
+    await wait_ready(launcher, "exec", lambda: run(launcher, program, args), 60)
 
 
 async def warm_run(launcher: Launcher, program: Program, args: tuple[str, ...], **kwargs: object) -> Ran:

@@ -18,15 +18,14 @@ from collections.abc import Iterator, Mapping
 import pytest
 from mainsdk_local.launcher.node_pool import NodeStub
 from mainsdk_local.launcher.pool import MAX_KINDS, Entry
-from mainsdk_local.launcher_client import ExecResult, ExecSpec, Launcher
+from mainsdk_local.launcher_client import ExecSpec, Launcher
 from mainsdk_local.programs import Program, resolve_program
+from pool_runs import MiB, Ran, pooled_launcher, run_in_box, stats, wait_ready
 
 pytestmark = [
     pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only"),
     pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed"),
 ]
-
-MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
@@ -36,23 +35,7 @@ def node() -> Program:
 
 @pytest.fixture
 def launcher() -> Iterator[Launcher]:
-    instance = Launcher(pool=2)
-    if instance.isolation != "namespace" or instance._hello.get("pool") != 2:
-        instance.close()
-        pytest.skip("the warm pool needs namespaces and memory and pids cgroups (root), which this machine lacks")
-    yield instance
-    instance.close()
-
-
-class Ran:
-    def __init__(self, result: ExecResult, stdout: bytes, stderr: bytes) -> None:
-        self.result = result
-        self.stdout = stdout
-        self.stderr = stderr
-
-    def seen(self) -> tuple[int | None, int | None, str | None, bytes, bytes]:
-        """Everything the caller sees of the run, but whether it was warm and how long it took."""
-        return (self.result.exit_code, self.result.signal, self.result.stop, self.stdout, self.stderr)
+    yield from pooled_launcher(2)
 
 
 async def run(
@@ -71,50 +54,25 @@ async def run(
     argv: tuple[str, ...] | None = None,
 ) -> Ran:
     """One run in a fresh box, as the driver does it: open, write files, exec node -e CODE, close."""
-    box = await launcher.open_box(disk_bytes=disk, session=session)
-    out: list[bytes] = []
-    err: list[bytes] = []
-    try:
-        for path, data in (files or {}).items():
-            await box.write_file(path, data)
-        result = await box.exec(
-            ExecSpec(
-                argv=argv or (node.executable, "-e", code),
-                env=dict(env if env is not None else ENV),
-                timeout=timeout,
-                memory_bytes=memory,
-                max_processes=max_processes,
-                readonly_paths=node.readonly_paths,
-                hidden_paths=node.hidden_paths,
-                warm="node" if warm else None,
-            ),
-            on_stdout=out.append,
-            on_stderr=err.append,
-        )
-    finally:
-        await box.close()
-    return Ran(result, b"".join(out), b"".join(err))
+    spec = ExecSpec(
+        argv=argv or (node.executable, "-e", code),
+        env=dict(env if env is not None else ENV),
+        timeout=timeout,
+        memory_bytes=memory,
+        max_processes=max_processes,
+        readonly_paths=node.readonly_paths,
+        hidden_paths=node.hidden_paths,
+        warm="node" if warm else None,
+    )
+    return await run_in_box(launcher, spec, files=files, disk=disk, session=session)
 
 
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/work", "FOO": "bar"}
 
 
-async def stats(launcher: Launcher) -> dict[str, int]:
-    box = await launcher.open_box(disk_bytes=MiB, session=False)
-    try:
-        return await box.pool_stats()
-    finally:
-        await box.close()
-
-
 async def until_ready(launcher: Launcher, node: Program, env: Mapping[str, str] | None = None) -> None:
     """Ask for a warm node of this shape once (a run), then wait until one is ready."""
-    if (await stats(launcher))["node_ready"] == 0:
-        await run(launcher, node, "0", env=env)
-    deadline = time.monotonic() + 90
-    while (await stats(launcher))["node_ready"] == 0:
-        assert time.monotonic() < deadline, "no warm node became ready in 90 s"
-        await asyncio.sleep(0.05)
+    await wait_ready(launcher, "node", lambda: run(launcher, node, "0", env=env), 90)
 
 
 async def warm_run(launcher: Launcher, node: Program, code: str, **kwargs: object) -> Ran:

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 import pytest
 from mainsdk_local.launcher_client import ExecSpec, Launcher
 from mainsdk_local.programs import Program, resolve_program
-from test_warm_pool import MiB, Ran, run, stats, until_ready, warm_run
+from pool_runs import MiB, Ran, stats
+from test_warm_pool import run, until_ready, warm_run
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
 

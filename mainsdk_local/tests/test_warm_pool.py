@@ -22,12 +22,12 @@ from mainsdk_local.config import DEFAULT_POOL, LocalPrograms
 from mainsdk_local.launcher_client import Box, ExecResult, ExecSpec, Launcher
 from mainsdk_local.packages import EnvBuilder
 from mainsdk_local.programs import Program, resolve_program
+from pool_runs import MiB, Ran, pooled_launcher, run_in_box, stats, wait_ready
 
 from mainsdk_local import local_sandbox_driver
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
 
-MiB = 1 << 20
 FLAGS = ("-E", "-s", "-c")  # what core runs python code with
 
 
@@ -38,23 +38,7 @@ def python() -> Program:
 
 @pytest.fixture
 def launcher() -> Iterator[Launcher]:
-    instance = Launcher(pool=2)
-    if instance.isolation != "namespace" or instance._hello.get("pool") != 2:
-        instance.close()
-        pytest.skip("the warm pool needs namespaces and memory and pids cgroups (root), which this machine lacks")
-    yield instance
-    instance.close()
-
-
-class Ran:
-    def __init__(self, result: ExecResult, stdout: bytes, stderr: bytes) -> None:
-        self.result = result
-        self.stdout = stdout
-        self.stderr = stderr
-
-    def seen(self) -> tuple[int | None, int | None, str | None, bytes, bytes]:
-        """Everything the caller sees of the run, but whether it was warm and how long it took."""
-        return (self.result.exit_code, self.result.signal, self.result.stop, self.stdout, self.stderr)
+    yield from pooled_launcher(2)
 
 
 async def run(
@@ -75,38 +59,18 @@ async def run(
     overlays: tuple[tuple[str, str], ...] = (),
 ) -> Ran:
     """One run in a fresh box, as the driver does it: open, write files, exec python -E -s -c, close."""
-    box = await launcher.open_box(disk_bytes=disk, session=session)
-    out: list[bytes] = []
-    err: list[bytes] = []
-    try:
-        for path, data in (files or {}).items():
-            await box.write_file(path, data)
-        result = await box.exec(
-            ExecSpec(
-                argv=(python.executable, *flags, code, *args),
-                env=dict(env or {}),
-                timeout=timeout,
-                memory_bytes=memory,
-                max_processes=max_processes,
-                readonly_paths=python.readonly_paths,
-                hidden_paths=python.hidden_paths,
-                overlays=overlays,
-                warm="python" if warm else None,
-            ),
-            on_stdout=out.append,
-            on_stderr=err.append,
-        )
-    finally:
-        await box.close()
-    return Ran(result, b"".join(out), b"".join(err))
-
-
-async def stats(launcher: Launcher) -> dict[str, int]:
-    box = await launcher.open_box(disk_bytes=MiB, session=False)
-    try:
-        return await box.pool_stats()
-    finally:
-        await box.close()
+    spec = ExecSpec(
+        argv=(python.executable, *flags, code, *args),
+        env=dict(env or {}),
+        timeout=timeout,
+        memory_bytes=memory,
+        max_processes=max_processes,
+        readonly_paths=python.readonly_paths,
+        hidden_paths=python.hidden_paths,
+        overlays=overlays,
+        warm="python" if warm else None,
+    )
+    return await run_in_box(launcher, spec, files=files, disk=disk, session=session)
 
 
 async def until_ready(
@@ -116,12 +80,7 @@ async def until_ready(
     overlays: tuple[tuple[str, str], ...] = (),
 ) -> None:
     """Ask for a warm interpreter of this shape once (a run), then wait until one is ready."""
-    if (await stats(launcher))["python_ready"] == 0:
-        await run(launcher, python, "pass", env=env, overlays=overlays)
-    deadline = time.monotonic() + 60
-    while (await stats(launcher))["python_ready"] == 0:
-        assert time.monotonic() < deadline, "no warm interpreter became ready in 60 s"
-        await asyncio.sleep(0.05)
+    await wait_ready(launcher, "python", lambda: run(launcher, python, "pass", env=env, overlays=overlays), 60)
 
 
 async def warm_run(launcher: Launcher, python: Program, code: str, **kwargs: object) -> Ran:
