@@ -62,17 +62,7 @@ class PreExec(Kind):
         S.ChildContext.from_job(dry.frames()[0].header, [-1, -1], report_fd)
         S._TIMEOUT.pack(0.0)
         control.sendall(b"R")
-        decoder = P.Decoder()
-        frames: list[P.Frame] = []
-        while not frames:
-            data, fds = P.receive(control)
-            if not data and not fds:
-                os._exit(0)  # the server dropped this entry
-            decoder.feed(data, fds)
-            frames = decoder.frames()
-        job = S.ChildContext.from_job(frames[0].header, frames[0].fds, report_fd)
-        os.write(timeout_w, S._TIMEOUT.pack(float(job.timeout)))  # 8 bytes into an empty pipe: never blocks
-        os.close(timeout_w)
+        job, _ = S.receive_job(control, report_fd, timeout_w)  # B's timer starts now: time counts from hand-off
         control.close()
         stage[0] = "chdir"
         os.chdir("/work")  # the run's box, mounted over the pool folder's /work at hand-off

@@ -295,23 +295,13 @@ def code_main(report_fd: int, bound: dict[str, Any] | None, timeout_w: int) -> N
         sock = socket.socket(fileno=os.dup(report_fd))
         with contextlib.suppress(OSError):  # tell the server we are ready; only a hint
             sock.send(P.encode({"op": "ready"}))
-        decoder = P.Decoder()
-        frames: list[P.Frame] = []
-        while not frames:
-            data, fds = P.receive(sock)
-            if not data and not fds:
-                os._exit(0)  # the server dropped this spare
-            decoder.feed(data, fds)
-            frames = decoder.frames()
-        ctx = ChildContext.from_job(frames[0].header, frames[0].fds, report_fd)
-        os.write(timeout_w, _TIMEOUT.pack(float(ctx.timeout)))  # 8 bytes into an empty pipe: never blocks
-        os.close(timeout_w)
+        ctx, header = receive_job(sock, report_fd, timeout_w)
         if not rooted:
             stage[0] = "cgroup"
             for path in ctx.joins:  # beneath a session box's cgroup: made now, not ahead (see Cgroups.rehome)
                 os.mkdir(path, 0o755)
                 L.write_file(os.path.join(path, "cgroup.procs"), "0")
-            if not frames[0].header.get("limits_set"):
+            if not header.get("limits_set"):
                 stage[0] = "cgroup limits"
                 G.configure_cgroup(
                     ctx.memory_dir, ctx.memory_version, ctx.pids_dir, ctx.memory_bytes, ctx.max_processes
@@ -322,6 +312,26 @@ def code_main(report_fd: int, bound: dict[str, Any] | None, timeout_w: int) -> N
     except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
         report_failure(report_fd, stage[0], exc)
     os._exit(127)
+
+
+def receive_job(sock: socket.socket, report_fd: int, timeout_w: int) -> tuple[ChildContext, dict[str, Any]]:
+    """C: wait for the job on ``sock`` (exit quietly if the server dropped this worker), then tell B its timeout.
+
+    From here B's timer runs: a run's time limit counts from the moment C has its job. Returns the job and
+    its frame's header.
+    """
+    decoder = P.Decoder()
+    frames: list[P.Frame] = []
+    while not frames:
+        data, fds = P.receive(sock)
+        if not data and not fds:
+            os._exit(0)  # the server dropped this spare or pool entry
+        decoder.feed(data, fds)
+        frames = decoder.frames()
+    ctx = ChildContext.from_job(frames[0].header, frames[0].fds, report_fd)
+    os.write(timeout_w, _TIMEOUT.pack(float(ctx.timeout)))  # 8 bytes into an empty pipe: never blocks
+    os.close(timeout_w)
+    return ctx, frames[0].header
 
 
 def weak_child_main(ctx: ChildContext) -> NoReturn:
