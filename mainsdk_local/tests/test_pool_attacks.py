@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 from mainsdk_local.launcher_client import ExecSpec, Launcher
 from mainsdk_local.programs import Program, resolve_program
-from pool_runs import MiB, Ran, stats
+from pool_runs import MiB, Ran, run_in_box, stats
 from test_warm_pool import run, until_ready, warm_run
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
@@ -314,29 +314,8 @@ async def test_b_keeps_a_warm_runs_deadline_while_the_launcher_is_stopped(
             pytest.skip("node is not installed")
         node = resolve_program("node", "node")
 
-        async def node_run() -> Ran:
-            box = await launcher.open_box(disk_bytes=16 * MiB, session=False)
-            try:
-                result = await box.exec(
-                    ExecSpec(
-                        argv=(node.executable, "-e", code),
-                        env={"PATH": "/usr/bin:/bin"},
-                        timeout=1.5,
-                        memory_bytes=512 * MiB,
-                        max_processes=64,
-                        readonly_paths=node.readonly_paths,
-                        hidden_paths=node.hidden_paths,
-                        warm="node",
-                    ),
-                    on_stdout=lambda chunk: None,
-                    on_stderr=lambda chunk: None,
-                )
-            finally:
-                await box.close()
-            return Ran(result, b"", b"")
-
         await node_run_ready(launcher, node)
-        task = asyncio.ensure_future(node_run())
+        task = asyncio.ensure_future(run_in_box(launcher, _node_spec(node, code, timeout=1.5)))
     else:
         await _ready(launcher, python, kind, 1)
         task = asyncio.ensure_future(run(launcher, python, code, flags=SHAPES[kind], timeout=1.5))
@@ -359,29 +338,26 @@ async def test_b_keeps_a_warm_runs_deadline_while_the_launcher_is_stopped(
     assert (ran.result.stop, ran.result.warm_kind) == ("timeout", kind)
 
 
+def _node_spec(node: Program, code: str, *, timeout: float) -> ExecSpec:
+    """``node -e CODE`` as the spinner's warm node key has it (its PATH, limits and root)."""
+    return ExecSpec(
+        argv=(node.executable, "-e", code),
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=timeout,
+        memory_bytes=512 * MiB,
+        max_processes=64,
+        readonly_paths=node.readonly_paths,
+        hidden_paths=node.hidden_paths,
+        warm="node",
+    )
+
+
 async def node_run_ready(launcher: Launcher, node: Program) -> None:
     """Ask for a warm node of the spinner's shape (a run), then wait until one is ready."""
     deadline = time.monotonic() + 90
     while (await stats(launcher))["node_ready"] < 1:
         if not (await stats(launcher))["node_warming"]:
-            box = await launcher.open_box(disk_bytes=16 * MiB, session=False)
-            try:
-                await box.exec(
-                    ExecSpec(
-                        argv=(node.executable, "-e", "0"),
-                        env={"PATH": "/usr/bin:/bin"},
-                        timeout=30.0,
-                        memory_bytes=512 * MiB,
-                        max_processes=64,
-                        readonly_paths=node.readonly_paths,
-                        hidden_paths=node.hidden_paths,
-                        warm="node",
-                    ),
-                    on_stdout=lambda chunk: None,
-                    on_stderr=lambda chunk: None,
-                )
-            finally:
-                await box.close()
+            await run_in_box(launcher, _node_spec(node, "0", timeout=30.0))
         assert time.monotonic() < deadline, "no warm node became ready"
         await asyncio.sleep(0.05)
 
