@@ -8,8 +8,9 @@ A driver is a pluggy plugin implementing the hooks in ``mainsdk.hookspecs``.
 
 from __future__ import annotations
 
+import asyncio
 import enum
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from decimal import Decimal
 from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
@@ -105,7 +106,8 @@ class Capabilities:
     # Where host filtering works and what extra reach the driver opens; None: it gives no hosts, or has not declared.
     network_reach: NetworkReach | None = None
     # Session cells (``session.run_code``): core's kernel runs as one long exec while writes and other execs go on,
-    # its output streamed as it is made. Background processes (``session.start``): several execs run at once in a
+    # its output streamed as it is made, and its requests sent on its live stdin (``Command.input``), which a
+    # driver declaring cells must deliver. Background processes (``session.start``): several execs run at once in a
     # session and each is killed, whole tree, on cancel. Declared only once the suite's tests pass on the driver.
     cells: bool = False
     background: bool = False
@@ -163,15 +165,60 @@ class BoxSpec:
     session: bool = False
 
 
+class InputStream:
+    """Bytes the app sends to a running command's stdin, in order, while it runs (a live stdin).
+
+    The app calls ``send`` and ``close``; the driver iterates it (``async for chunk in command.input``) and
+    writes each chunk to the command's stdin as it comes, after ``Command.stdin`` when that is set too, and
+    closes the command's stdin when the iteration ends. A chunk the command can no longer take (it ended)
+    is dropped. Only the app writes here: it is the channel nothing inside the box can forge into.
+    """
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called (chunks sent before it are still delivered)."""
+        return self._closed
+
+    def send(self, data: bytes) -> None:
+        """Queue ``data`` for the command's stdin; an error once closed."""
+        if self._closed:
+            raise RuntimeError("this input stream is closed")
+        if data:
+            self._queue.put_nowait(bytes(data))
+
+    def close(self) -> None:
+        """End the stream: the driver closes the command's stdin after the chunks already sent."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put_nowait(None)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        while (chunk := await self._queue.get()) is not None:
+            yield chunk
+
+
 @attrs.frozen
 class Command:
-    """A program and its arguments, never a shell line. ``program`` is a name like ``python3``."""
+    """A program and its arguments, never a shell line. ``program`` is a name like ``python3``.
+
+    ``stdin`` is given whole before the command starts; ``input``, when set, keeps the command's stdin open
+    for bytes the app sends while it runs (``InputStream``). A driver that declares ``Capabilities.cells``
+    delivers ``input``; core sets it only on such drivers.
+    """
 
     program: str
     args: tuple[str, ...] = ()
     stdin: bytes | None = None
     timeout: float = 30.0
     env: Mapping[str, str] = attrs.field(factory=dict)
+    input: InputStream | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen
