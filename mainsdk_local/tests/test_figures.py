@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import struct
 import zlib
 from collections.abc import Callable
@@ -95,6 +96,26 @@ def test_matplotlib_in_the_box_writes_no_fontconfig_warning(chart: Built) -> Non
     assert result.ok, result.stderr
     assert result.stderr == ""  # was "Fontconfig error: Cannot load default config file" (no /etc/fonts)
     assert len(result.results) == 1
+
+
+@pytest.mark.skipif(shutil.which("fc-list") is None, reason="no fontconfig on this host: nothing in a box runs it")
+def test_fontconfig_in_the_box_has_a_valid_cache_whatever_the_hosts_cache_holds(
+    make_sandbox: Callable[..., Built],
+) -> None:
+    # The host's own /var/cache/fontconfig may be stale or empty for the fonts it has (it was on a machine of
+    # ours, and a box that binds it prints "Fontconfig error: No writable cache directories" on every run
+    # that lists fonts). The launcher builds the boxes' cache itself: every font folder has a valid cache.
+    code = (
+        "import subprocess, sys\n"
+        "done = subprocess.run(['fc-list'], capture_output=True, text=True)\n"
+        "print(len(done.stdout.splitlines()))\n"
+        "sys.stderr.write(done.stderr)\n"
+    )
+    config = CONFIG.replace("processes: [python3, node, bash]", "processes: [python3, node, bash, fc-list]")
+    result = make_sandbox(config).sandbox.run(code)
+    assert result.ok, result.stderr
+    assert result.stderr == ""
+    assert int(result.stdout) > 0  # it found the host's fonts through that cache
 
 
 def test_a_figure_larger_than_the_inline_limit_comes_as_a_file_ref(chart: Built) -> None:

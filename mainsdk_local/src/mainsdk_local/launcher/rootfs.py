@@ -12,6 +12,8 @@ import collections
 import contextlib
 import errno
 import os
+import signal
+import time
 
 from . import common as C
 from . import linux as L
@@ -37,6 +39,13 @@ ETC_ENTRIES = (
 # Host folders outside /usr bound read-only when they exist: fontconfig's font caches, so fc-list finds the fonts
 # without writing a cache (the box has none to write: "No writable cache directories").
 HOST_READONLY = ("/var/cache/fontconfig",)
+# The host's own font cache may be stale for the fonts it has (a font added after it was built, or caches
+# that only another user could refresh): fontconfig in the box then tries to write one and prints "No
+# writable cache directories" on every run. So the launcher builds the boxes' font cache itself, once per
+# server, and binds that in place of the host's (``build_font_cache``).
+FONT_CACHE = "/var/cache/fontconfig"
+FC_CACHE = ("/usr/bin/fc-cache", "/bin/fc-cache")
+FONT_CACHE_TIMEOUT = 60.0  # seconds; a few fonts take 20 ms, a desktop's thousands a few seconds
 ETC_HIDDEN = ("ssl/private",)
 DEVICES = ("null", "zero", "full", "random", "urandom")
 
@@ -78,6 +87,59 @@ def write_node_preload(path: str) -> None:
     os.chmod(path, 0o644)
 
 
+def build_font_cache(base: str) -> str | None:
+    """Build the boxes' fontconfig cache in ``<base>/fontconfig``; its path, or None to bind the host's.
+
+    ``fc-cache -s`` runs in a mount namespace of its own where that folder is bound over the host's
+    ``/var/cache/fontconfig``, with no HOME and no environment but PATH, from that folder: it sees the
+    system's fonts and configuration exactly as a box does, writes every cache there, and never touches the
+    host's cache. It reads only the system's fonts and ``/etc/fonts``, nothing a box can write.
+    """
+    fc_cache = next((path for path in FC_CACHE if os.access(path, os.X_OK)), None)
+    if fc_cache is None or not os.path.isdir(FONT_CACHE) or os.path.islink(FONT_CACHE):
+        return None  # no fontconfig on this host: nothing in the box runs it either
+    target = os.path.join(base, "fontconfig")
+    os.mkdir(target, 0o755)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child execs or exits at once
+        try:
+            L.unshare(L.CLONE_NEWNS)
+            L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
+            L.mount(target, FONT_CACHE, None, L.MS_BIND)
+            os.chdir(target)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.execve(fc_cache, [fc_cache, "-s"], {"PATH": "/usr/bin:/bin"})
+        finally:
+            os._exit(127)
+    status = _wait(pid, FONT_CACHE_TIMEOUT)
+    if status == 0 and any(name.endswith(tuple(f".cache-{n}" for n in range(3, 20))) for name in os.listdir(target)):
+        return target
+    # fc-cache failed (or wrote nothing): the boxes see the host's cache as before, warnings and all.
+    for name in os.listdir(target):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(target, name))
+    with contextlib.suppress(OSError):
+        os.rmdir(target)
+    return None
+
+
+def _wait(pid: int, timeout: float) -> int | None:
+    """``pid``'s exit status, killing it past ``timeout`` seconds (None then, or when it died of a signal)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.002)
+
+
 def within(path: str, root: str) -> bool:
     """Whether ``path`` is ``root`` or under it."""
     return root in ("/", path) or path.startswith(root + "/")
@@ -99,10 +161,12 @@ class Templates:
         self._count = 0
         self.empty_dir = os.path.join(base, "empty-dir")
         self.empty_file = os.path.join(base, "empty-file")
+        self.font_cache: str | None = None  # the boxes' own fontconfig cache, bound over FONT_CACHE
 
     def setup(self) -> None:
         os.mkdir(self.empty_dir, 0o555)
         os.close(os.open(self.empty_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
+        self.font_cache = build_font_cache(self.base)
 
     def get(
         self, readonly: tuple[str, ...], hidden: tuple[str, ...], overlays: tuple[tuple[str, str], ...] = ()
@@ -164,7 +228,8 @@ class Templates:
                 L.bind_readonly(host, target)
         for host in HOST_READONLY:
             if os.path.isdir(host) and not os.path.islink(host):
-                L.bind_readonly(host, _mkdirs(root, host))
+                source = self.font_cache if host == FONT_CACHE and self.font_cache else host
+                L.bind_readonly(source, _mkdirs(root, host))
         for name, text in (("passwd", PASSWD), ("group", GROUP), ("hosts", HOSTS), ("hostname", "sandbox\n")):
             with open(os.path.join(etc, name), "w") as fh:
                 fh.write(text)
