@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import threading
 from collections.abc import Callable
@@ -326,3 +327,137 @@ def test_uv_builds_the_env_when_it_is_installed(cache_home: Path) -> None:
     site = P.EnvBuilder().ensure(program, [SIX])
     assert "six.py" in os.listdir(site) and ".lock" not in os.listdir(site)
     assert json.loads((Path(site).parent / P.MANIFEST).read_text())["installer"] == "uv"
+
+
+# Files a box can leave where its output lands (`mainsdk sandbox run --out .` writes into the app's folder): each
+# would steer or run on the host if an installer or probe read it. Each planted module and the sdist's in-tree
+# build backend write a marker into MARKS when imported; uv.toml and pip.conf point at the planted sdist.
+UV_TOML = '[pip]\nno-index = true\nfind-links = ["wh"]\nno-binary = ["six"]\n'
+PIP_CONF = "[global]\nno-index = true\nfind-links = wh\nno-binary = six\n"
+_MARKING = "import pathlib\npathlib.Path({marks!r}, {name!r}).write_text('ran')\n"
+_BACKEND = """
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    raise RuntimeError("planted backend")
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    raise RuntimeError("planted backend")
+"""
+INSTALLERS = [
+    "pip",
+    pytest.param(
+        "uv",
+        marks=pytest.mark.skipif(
+            shutil.which("uv") is None, reason="uv is not on PATH (tox's local and all envs install it)"
+        ),
+    ),
+]
+
+
+def _sdist(folder: Path, name: str, version: str, marks: Path) -> Path:
+    """A source distribution of ``name`` whose in-tree build backend marks ``marks`` if it is ever imported."""
+    import tarfile
+
+    base = f"{name.replace('-', '_')}-{version}"
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "planted_backend"\nbackend-path = ["."]\n',
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        "planted_backend.py": _MARKING.format(marks=str(marks), name=f"backend-{name}") + _BACKEND,
+    }
+    path = folder / f"{base}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for member, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{base}/{member}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _plant(folder: Path, marks: Path) -> None:
+    """What a box's output could leave in ``folder``: installer configuration, modules and an sdist of six."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "uv.toml").write_text(UV_TOML)
+    (folder / "pip.conf").write_text(PIP_CONF)
+    for module in ("pip", "sitecustomize", "json", "sysconfig"):
+        (folder / f"{module}.py").write_text(_MARKING.format(marks=str(marks), name=f"{module}-{folder.name}"))
+    _sdist(folder / "wh", "six", "1.16.0", marks)
+
+
+@pytest.mark.parametrize("installer", INSTALLERS)
+def test_nothing_a_box_can_leave_in_the_apps_folder_is_read_or_run_by_the_build(
+    installer: P.Installer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_home: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    app = tmp_path / "app"
+    _plant(app, marks)
+    _plant(app / "out", marks)
+    monkeypatch.chdir(app)
+    # The app's own pip configuration names a file in its folder, which box output has overwritten.
+    monkeypatch.setenv("PIP_CONFIG_FILE", "pip.conf")
+    program = resolve_program("python", "python3")  # its probe too runs where nothing was planted
+    site = Path(P.EnvBuilder(installer=installer).ensure(program, [SIX]))
+    assert sorted(os.listdir(marks)) == []  # no planted module, no build backend ran
+    assert "Utilities for writing code that runs on Python 2 and 3" in (site / "six.py").read_text()  # the real six
+    manifest = json.loads((site.parent / P.MANIFEST).read_text())
+    assert manifest["installed"] == ["six-1.16.0"] and manifest["installer"] == installer
+
+
+@pytest.mark.parametrize("installer", INSTALLERS)
+def test_a_pin_with_only_a_source_distribution_is_refused_naming_it_and_its_backend_never_runs(
+    installer: P.Installer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_home: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    links = tmp_path / "links"
+    _sdist(links, "mainsdk-sdist-only", "1.0", marks)
+    for name, value in (("FIND_LINKS", str(links)), ("NO_INDEX", "1")):  # the app's explicit index settings
+        monkeypatch.setenv(f"PIP_{name}", value)
+        monkeypatch.setenv(f"UV_{name}", value)
+    program = resolve_program("python", "python3")
+    with pytest.raises(SandboxError) as caught:
+        P.EnvBuilder(installer=installer).ensure(program, ["mainsdk-sdist-only==1.0"])
+    assert sorted(os.listdir(marks)) == []  # the sdist's backend never ran
+    error = caught.value
+    assert error.code == INVALID_OPTION and error.ran is False and not error.retryable
+    assert "cannot install mainsdk-sdist-only==1.0 from sandbox.packages.python" in error.message
+    assert "only wheels are installed: a package with no wheel for python 3." in error.message
+    assert _envs(cache_home) == []
+
+
+def test_a_run_with_an_sdist_only_pin_is_refused_before_its_code_runs(
+    make_sandbox: Callable[..., Built], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_home: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    links = tmp_path / "links"
+    _sdist(links, "mainsdk-sdist-only", "1.0", marks)
+    for name, value in (("FIND_LINKS", str(links)), ("NO_INDEX", "1")):
+        monkeypatch.setenv(f"PIP_{name}", value)
+        monkeypatch.setenv(f"UV_{name}", value)
+    built = make_sandbox(_config("mainsdk-sdist-only==1.0"))
+    with pytest.raises(SandboxError) as caught:
+        built.sandbox.run(f"open({str(marks / 'code')!r}, 'w')")
+    assert sorted(os.listdir(marks)) == []  # neither the backend nor the run's code ran
+    assert caught.value.code == INVALID_OPTION and caught.value.ran is False
+    assert re.search(r"cannot install mainsdk-sdist-only==1\.0 .*only wheels", caught.value.message)
+
+
+def test_a_relative_find_links_entry_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, cache_home: Path
+) -> None:
+    # The installer runs in an empty private folder; a relative entry would mean the app's folder, where box
+    # output lands, so it is refused rather than resolved there.
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels wh")
+    program = resolve_program("python", "python3")
+    with pytest.raises(SandboxError) as caught:
+        P.EnvBuilder().ensure(program, [SIX])
+    assert caught.value.code == INVALID_OPTION
+    assert "PIP_FIND_LINKS names the relative path 'wh'" in caught.value.message
+    assert _envs(cache_home) == []

@@ -14,6 +14,15 @@ The installer is ``uv`` when it is on PATH (fast, and its resolver's message
 is short); otherwise pip, run by the box's own interpreter when it has pip, so
 the wheels chosen match that interpreter's version, ABI and platform, not the
 app's; else the app's pip with ``--python`` pointing at it.
+
+Nothing a box wrote steers the build (``mainsdk.host_tools``): the installer
+and its probe run in a fresh private folder, not the app's (where box output
+lands), read no configuration file (uv ``--no-config``, pip with
+``PIP_CONFIG_FILE=/dev/null``, interpreters ``-I``) and only the index
+settings of ``host_tools.INDEX_VARIABLES`` from the app's environment. Only
+wheels are installed (uv ``--no-build``, pip ``--only-binary=:all:``): a
+package with no wheel for the box's interpreter is a 0001 naming it, and no
+package's build backend ever runs on the host.
 """
 
 from __future__ import annotations
@@ -31,18 +40,23 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from typing import IO
+from typing import IO, Literal
 
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
+from mainsdk.host_tools import private_folder, tool_environment
 from mainsdk.packages import canonical_name, parse_pin
 
 from mainsdk_local.programs import Program
 
-FORMAT = 1  # bumped when the layout of an env folder changes
+# Bumped when the layout of an env folder changes, or what may go into one: 2 since only wheels are installed, so an
+# env built before from a source distribution (its backend run on the host) is never reused.
+FORMAT = 2
 SITE = "site-packages"
 MANIFEST = "mainsdk-env.json"
 BUILD_TIMEOUT = 900.0  # seconds; pandas and matplotlib take about a minute on a slow link
 _MESSAGE_CHARS = 1500
+
+Installer = Literal["auto", "uv", "pip"]  # auto: uv when it is on PATH, else pip
 
 
 def cache_root() -> str:
@@ -66,8 +80,9 @@ def env_key(program: Program, pins: Sequence[str]) -> str:
 class EnvBuilder:
     """Builds package envs on demand and says where each one is; one per driver, safe across threads and processes."""
 
-    def __init__(self, root: str | None = None) -> None:
+    def __init__(self, root: str | None = None, installer: Installer = "auto") -> None:
         self._root = root
+        self.installer: Installer = installer
         self._lock = threading.Lock()  # flock is per open file: threads of one process take this first
         self.builds = 0  # installs this builder ran (a cached set runs none)
 
@@ -102,8 +117,10 @@ class EnvBuilder:
         try:
             os.chmod(temp, 0o755)  # the box's user reads it through the bind
             started = time.monotonic()
-            command = installer_command(program, pins, os.path.join(temp, SITE))
-            _install(command, pins)
+            env = tool_environment()
+            with private_folder() as cwd:  # never the app's folder, where box output lands
+                command = installer_command(program, pins, os.path.join(temp, SITE), self.installer, cwd=cwd, env=env)
+                _install(command, pins, program, cwd=cwd, env=env)
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(temp, SITE, ".lock"))  # uv's lock of the target, of no use in the box
             manifest = {
@@ -117,7 +134,7 @@ class EnvBuilder:
                     for name in os.listdir(os.path.join(temp, SITE))
                     if name.endswith(".dist-info")
                 ),
-                "installer": os.path.basename(command[0]) if "uv" in command[0] else "pip",
+                "installer": "uv" if command[1] == "pip" else "pip",  # uv pip install / python -I -m pip
                 "seconds": round(time.monotonic() - started, 3),
             }
             with open(os.path.join(temp, MANIFEST), "w") as fh:
@@ -131,36 +148,57 @@ class EnvBuilder:
             shutil.rmtree(temp, ignore_errors=True)
 
 
-def installer_command(program: Program, pins: Sequence[str], target: str) -> list[str]:
-    """The command that installs ``pins`` for ``program`` into ``target``: uv if installed, else pip."""
-    uv = shutil.which("uv")
+def installer_command(
+    program: Program,
+    pins: Sequence[str],
+    target: str,
+    installer: Installer = "auto",
+    *,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+) -> list[str]:
+    """The command that installs ``pins`` for ``program`` into ``target``, wheels only: uv if installed, else pip.
+
+    ``cwd`` and ``env`` are where and how the pip probe runs (a private folder and ``tool_environment()``);
+    the command is meant to run the same way.
+    """
+    uv = shutil.which("uv") if installer != "pip" else None
+    if installer == "uv" and uv is None:
+        raise SandboxError(DRIVER_UNAVAILABLE, "packages: the installer uv is not on PATH", ran=False)
     requirements = [str(parse_pin(pin)) for pin in pins]
     if uv is not None:
+        # --no-config: no uv.toml or pyproject.toml, wherever found; --no-build: a source distribution is
+        # refused, never built (its build backend would run on the host).
         return [
-            uv, "pip", "install", "--python", program.executable, "--target", target,
+            uv, "pip", "install", "--no-config", "--no-build", "--python", program.executable, "--target", target,
             "--compile-bytecode", "--no-progress", "--", *requirements,
         ]  # fmt: skip
-    pip = [program.executable, "-m", "pip"] if _has_pip(program.executable) else [sys.executable, "-m", "pip"]
+    # -I: neither the current folder nor the user site on sys.path, no PYTHON* variable.
+    own = _has_pip(program.executable, cwd=cwd, env=env)
+    pip = [program.executable, "-I", "-m", "pip"] if own else [sys.executable, "-I", "-m", "pip"]
     if pip[0] != program.executable:
         pip += ["--python", program.executable]  # pip >= 22.3: resolve for the box's interpreter, not the app's
-    # --no-user: a user site would leak into the target's resolution; compiled .pyc: the folder is read-only later.
+    # --only-binary: wheels only (see above); --no-user: a user site would leak into the target's resolution.
     return [
-        *pip, "install", "--target", target, "--no-user", "--disable-pip-version-check", "--no-input",
-        "--no-warn-script-location", "--", *requirements,
+        *pip, "install", "--only-binary=:all:", "--target", target, "--no-user", "--disable-pip-version-check",
+        "--no-input", "--no-warn-script-location", "--", *requirements,
     ]  # fmt: skip
 
 
-def _has_pip(executable: str) -> bool:
-    try:
-        done = subprocess.run(
-            [executable, "-c", "import pip"], capture_output=True, timeout=30, check=False, stdin=subprocess.DEVNULL
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+def _has_pip(executable: str, *, cwd: str | None = None, env: dict[str, str] | None = None) -> bool:
+    with contextlib.ExitStack() as stack:
+        folder = cwd if cwd is not None else stack.enter_context(private_folder())
+        try:
+            done = subprocess.run(
+                [executable, "-I", "-c", "import pip"], capture_output=True, timeout=30, check=False,
+                stdin=subprocess.DEVNULL, cwd=folder, env=tool_environment() if env is None else env,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            return False
     return done.returncode == 0
 
 
-def _install(command: list[str], pins: Sequence[str]) -> None:
+def _install(command: list[str], pins: Sequence[str], program: Program, *, cwd: str, env: dict[str, str]) -> None:
     """Run the installer; its output goes to a terminal on stderr as it comes, and its message into the error."""
     show: IO[str] | None = sys.stderr if _is_tty(sys.stderr) else None
     if show is not None:
@@ -169,7 +207,7 @@ def _install(command: list[str], pins: Sequence[str]) -> None:
     try:
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-            errors="replace",
+            errors="replace", cwd=cwd, env=env,
         )  # fmt: skip
     except OSError as exc:
         raise SandboxError(
@@ -198,7 +236,13 @@ def _install(command: list[str], pins: Sequence[str]) -> None:
             "check the package index is reachable, then retry",
             ran=False,
         )
-    raise SandboxError(INVALID_OPTION, build_failure_message(pins, "".join(lines)), ran=False)
+    raise SandboxError(INVALID_OPTION, build_failure_message(pins, "".join(lines), _describe(program)), ran=False)
+
+
+def _describe(program: Program) -> str:
+    """``python 3.11 on linux-x86_64``: the box's interpreter as a message names it."""
+    version = ".".join(program.version.split(" ", 1)[0].split(".")[:2])
+    return f"python {version} on {program.platform}" if version else "the box's python"
 
 
 def _names(pin: str, said: str) -> bool:
@@ -206,7 +250,7 @@ def _names(pin: str, said: str) -> bool:
     return re.search(rf"(?<![a-z0-9-]){re.escape(parse_pin(pin).key)}(?![a-z0-9]|-[a-z])", said) is not None
 
 
-def build_failure_message(pins: Sequence[str], output: str) -> str:
+def build_failure_message(pins: Sequence[str], output: str, python: str = "the box's python") -> str:
     """One message naming the package at fault (the one the resolver names, else the set) and its words."""
     errors = [line.strip() for line in output.splitlines() if _is_error_line(line)]
     text = " ".join(errors or [line.strip() for line in output.splitlines() if line.strip()][-5:])
@@ -217,7 +261,8 @@ def build_failure_message(pins: Sequence[str], output: str) -> str:
         text = text[:_MESSAGE_CHARS] + " ..."
     return (
         f"packages: cannot install {culprit} from sandbox.packages.python; the installer said: {text or '(nothing)'}"
-        " -- fix or remove the pin in main.yaml; nothing ran"
+        f" -- fix or remove the pin in main.yaml (only wheels are installed: a package with no wheel for {python}"
+        " is refused, its source is never built on the host); nothing ran"
     )
 
 

@@ -16,6 +16,7 @@ import threading
 
 import attrs
 from mainsdk.errors import INVALID_OPTION, SandboxError
+from mainsdk.host_tools import private_folder
 
 # Paths every box sees read-only already; an interpreter under one needs no extra bind.
 SYSTEM_PREFIXES = ("/usr/", "/bin/", "/lib/", "/lib64/", "/sbin/")
@@ -53,9 +54,11 @@ def _outside_system(paths: list[str]) -> tuple[str, ...]:
 
 def _probe(argv: list[str], name: str) -> str:
     try:
-        done = subprocess.run(
-            argv, check=False, capture_output=True, text=True, timeout=30, env={"PATH": os.environ.get("PATH", "")}
-        )
+        with private_folder() as cwd:  # never the app's folder, where box output lands (mainsdk.host_tools)
+            done = subprocess.run(
+                argv, check=False, capture_output=True, text=True, timeout=30, cwd=cwd,
+                env={"PATH": os.environ.get("PATH", "")},
+            )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SandboxError(INVALID_OPTION, f"sandbox.local: {name!r} did not start: {exc}") from None
     if done.returncode != 0:
@@ -71,9 +74,10 @@ def resolve_program(language: str, name: str) -> Program:
             INVALID_OPTION, f"sandbox.local.{language}: {name!r} is not on PATH; install it or give its full path"
         )
     if language == "python":
-        first = json.loads(_probe([found, "-E", "-s", "-c", _PYTHON_PROBE], name))
+        # -I: the probe imports json and sysconfig; from a folder on sys.path, a planted json.py would run.
+        first = json.loads(_probe([found, "-I", "-c", _PYTHON_PROBE], name))
         # Probe the real binary itself: run from a venv link, site-packages would be the venv's.
-        real = json.loads(_probe([first["executable"], "-E", "-s", "-c", _PYTHON_PROBE], name))
+        real = json.loads(_probe([first["executable"], "-I", "-c", _PYTHON_PROBE], name))
         prefixes = [real["prefix"], real["exec_prefix"], real["base_prefix"], real["base_exec_prefix"]]
         hidden = tuple(p for p in real["site"] if os.path.isdir(p))
         return Program(
