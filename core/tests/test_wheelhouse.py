@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import io
 import json
+import os
+import tarfile
+import zipfile
 from pathlib import Path
 
 import attrs
@@ -84,3 +88,73 @@ def test_platform_tags_run_newest_first_with_the_legacy_aliases_where_they_exist
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# What a box's output could leave in the app's folder (`mainsdk sandbox run --out .`): each planted module and the
+# sdist's in-tree backend write a marker when imported; pip.conf and uv.toml point pip and uv at the sdist.
+_MARKING = "import pathlib\npathlib.Path({marks!r}, {name!r}).write_text('ran')\n"
+
+
+def _plant(folder: Path, marks: Path) -> None:
+    folder.mkdir(parents=True)
+    (folder / "pip.conf").write_text("[global]\nno-index = true\nfind-links = wh\nno-binary = :all:\n")
+    (folder / "uv.toml").write_text('[pip]\nno-index = true\nfind-links = ["wh"]\nno-binary = ["iniconfig"]\n')
+    for module in ("pip", "sitecustomize", "json"):
+        (folder / f"{module}.py").write_text(_MARKING.format(marks=str(marks), name=module))
+    files = {
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "planted"\nbackend-path = ["."]\n',
+        "planted.py": _MARKING.format(marks=str(marks), name="backend"),
+    }
+    (folder / "wh").mkdir()
+    with tarfile.open(folder / "wh" / "iniconfig-2.0.0.tar.gz", "w:gz") as tar:
+        for member, text in files.items():
+            info = tarfile.TarInfo(f"iniconfig-2.0.0/{member}")
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text.encode()))
+
+
+def test_nothing_a_box_can_leave_in_the_apps_folder_is_read_or_run_by_the_download(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    app = tmp_path / "app"
+    _plant(app, marks)
+    monkeypatch.chdir(app)
+    monkeypatch.setenv("PIP_CONFIG_FILE", "pip.conf")  # the app's own config names a file box output overwrote
+    wheels = Wheelhouse(str(tmp_path / "wheels")).ensure(Interpreter("3.11"), [INICONFIG])
+    assert sorted(os.listdir(marks)) == []  # no planted module ran, no config sent pip to the sdist
+    assert wheels.names == ("iniconfig-2.0.0-py3-none-any.whl",)
+
+
+def _wheel(folder: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel, made here: a package no index serves."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = folder / f"{dist}-py3-none-any.whl"
+    files = {
+        f"{name.replace('-', '_')}.py": "VALUE = 42\n",
+        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{member},,\n" for member in files) + f"{dist}.dist-info/RECORD,,\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, text in {**files, f"{dist}.dist-info/RECORD": record}.items():
+            archive.writestr(member, text)
+    return path
+
+
+def test_the_index_settings_of_the_apps_environment_are_honoured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    links = tmp_path / "links"
+    _wheel(links, "mainsdk-only-here", "1.0")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # nothing but the folder: the set comes from there or not at all
+    wheels = Wheelhouse(str(tmp_path / "wheels")).ensure(Interpreter("3.11"), ["mainsdk-only-here==1.0"])
+    assert wheels.names == ("mainsdk_only_here-1.0-py3-none-any.whl",)
+    monkeypatch.setenv("PIP_FIND_LINKS", "links")
+    with pytest.raises(SandboxError) as caught:
+        Wheelhouse(str(tmp_path / "other")).ensure(Interpreter("3.11"), ["mainsdk-only-here==1.0"])
+    assert caught.value.code == INVALID_OPTION
+    assert "PIP_FIND_LINKS names the relative path 'links'" in caught.value.message

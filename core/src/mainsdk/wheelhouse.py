@@ -10,6 +10,10 @@ is built once, under a file lock, in a temporary folder renamed into place when 
 every later box of the same interpreter and pins. The driver uploads the wheels with the box's files and
 installs them there with ``--no-index``: nothing in the box asks an index.
 
+pip runs as every tool the host runs for a box does (``mainsdk.host_tools``): ``python -I`` in a fresh
+private folder, reading no configuration file and only the index settings of ``INDEX_VARIABLES`` from
+the app's environment, so nothing a box wrote into the app's folder is read or run.
+
 No provider SDK here: the probe and the install command are each driver's own.
 """
 
@@ -35,6 +39,7 @@ import attrs
 from attrs import AttrsInstance
 
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
+from mainsdk.host_tools import private_folder, tool_environment
 from mainsdk.packages import canonical_name, parse_pin
 
 FORMAT = 1  # bumped when the layout of a wheelhouse folder changes
@@ -138,7 +143,7 @@ class Wheelhouse:
             started = time.monotonic()
             requirements = [str(parse_pin(pin)) for pin in pins]
             command = [
-                sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(temp),
+                sys.executable, "-I", "-m", "pip", "download", "--only-binary=:all:", "--dest", str(temp),
                 "--disable-pip-version-check", "--no-input", "--progress-bar", "off", *python.pip_target(),
                 "--", *requirements,
             ]  # fmt: skip
@@ -182,11 +187,13 @@ def _names(pin: str, said: str) -> bool:
 
 
 def _run_pip(command: list[str], pins: Sequence[str], python: BoxInterpreter) -> None:
+    env = tool_environment()
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL,
-            timeout=DOWNLOAD_TIMEOUT, check=False,
-        )  # fmt: skip
+        with private_folder() as cwd:  # never the app's folder, where box output lands
+            done = subprocess.run(
+                command, capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL,
+                timeout=DOWNLOAD_TIMEOUT, check=False, cwd=cwd, env=env,
+            )  # fmt: skip
     except OSError as exc:
         raise SandboxError(
             DRIVER_UNAVAILABLE, f"packages: the app's pip did not start ({exc.strerror})", ran=False
