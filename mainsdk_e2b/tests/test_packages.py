@@ -204,3 +204,14 @@ def test_the_box_python_is_read_from_the_probe_and_odd_boxes_are_refused() -> No
     ):
         with pytest.raises(ValueError):
             BoxPython.from_probe(odd)
+
+
+def test_the_driver_depends_on_the_pip_its_wheelhouse_runs() -> None:
+    # The app's own pip downloads the box's wheels (mainsdk.wheelhouse); an environment made by uv has no pip
+    # unless a distribution asks for it, and every run with packages was then a 0006 "install pip beside mainsdk".
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    required = {Requirement(text).name for text in importlib.metadata.requires("mainsdk-e2b") or []}
+    assert "pip" in required

@@ -232,3 +232,14 @@ def test_the_probe_run_by_a_real_python_says_what_pip_needs_and_odd_answers_are_
     ):
         with pytest.raises(ValueError):
             BoxPython.parse(answer)
+
+
+def test_the_driver_depends_on_the_pip_its_wheelhouse_runs() -> None:
+    # The app's own pip downloads the box's wheels (mainsdk.wheelhouse); an environment made by uv has no pip
+    # unless a distribution asks for it, and every run with packages was then a 0006 "install pip beside mainsdk".
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    required = {Requirement(text).name for text in importlib.metadata.requires("mainsdk-vercel") or []}
+    assert "pip" in required

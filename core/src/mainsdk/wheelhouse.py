@@ -210,7 +210,8 @@ def _run_pip(command: list[str], pins: Sequence[str], python: BoxInterpreter) ->
     if "No module named pip" in done.stderr:
         raise SandboxError(
             DRIVER_UNAVAILABLE,
-            "packages: the app's Python has no pip, which downloads the box's wheels; install pip beside mainsdk",
+            f"packages: the app's Python ({sys.executable}) has no pip, which downloads the box's wheels; the E2B "
+            "and Vercel drivers depend on it: install pip into that environment (uv pip install pip)",
             ran=False,
         )
     where = f"as wheels for {python.describe()}"
