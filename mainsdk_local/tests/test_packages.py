@@ -6,11 +6,13 @@ The packages come from pip's configured index (small pure-Python wheels, so a bu
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
 import re
 import shutil
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -461,3 +463,25 @@ def test_a_relative_find_links_entry_is_refused_naming_the_variable(
     assert caught.value.code == INVALID_OPTION
     assert "PIP_FIND_LINKS names the relative path 'wh'" in caught.value.message
     assert _envs(cache_home) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pip") is None, reason="the app's Python has no pip to fall back on")
+def test_a_box_python_without_pip_gets_the_apps_pip_run_as_isolated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_home: Path
+) -> None:
+    # The third installer: the box's interpreter has no pip, so the app's pip installs for it (--python).
+    import venv
+
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)
+    program = attrs.evolve(resolve_program("python", "python3"), executable=str(bare / "bin" / "python"))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    app = tmp_path / "app"
+    _plant(app, marks)
+    monkeypatch.chdir(app)
+    command = P.installer_command(program, [SIX], "/target", "pip")
+    assert command[:4] == [sys.executable, "-I", "-m", "pip"] and command[4:6] == ["--python", program.executable]
+    site = Path(P.EnvBuilder(installer="pip").ensure(program, [SIX]))
+    assert sorted(os.listdir(marks)) == []
+    assert "Utilities for writing code that runs on Python 2 and 3" in (site / "six.py").read_text()
