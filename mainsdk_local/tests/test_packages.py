@@ -353,9 +353,7 @@ INSTALLERS = [
     "pip",
     pytest.param(
         "uv",
-        marks=pytest.mark.skipif(
-            shutil.which("uv") is None, reason="uv is not on PATH (tox's local and all envs install it)"
-        ),
+        marks=pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not on PATH (tox's local env installs it)"),
     ),
 ]
 
