@@ -483,3 +483,25 @@ def test_a_box_python_without_pip_gets_the_apps_pip_run_as_isolated(
     site = Path(P.EnvBuilder(installer="pip").ensure(program, [SIX]))
     assert sorted(os.listdir(marks)) == []
     assert "Utilities for writing code that runs on Python 2 and 3" in (site / "six.py").read_text()
+
+
+def test_an_installer_or_interpreter_in_the_apps_folder_is_never_found_through_a_relative_path_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_home: Path
+) -> None:
+    # PATH's ".", "bin" or empty entries mean the current folder's, where box output lands: a uv or python3
+    # planted there (executable) would run on the host.
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    app = tmp_path / "app"
+    (app / "bin").mkdir(parents=True)
+    for name in ("uv", "python3"):
+        for folder in (app, app / "bin"):
+            planted = folder / name
+            planted.write_text(f"#!/bin/sh\ntouch {marks}/{name}-{folder.name}\nexit 1\n")
+            planted.chmod(0o755)
+    monkeypatch.chdir(app)
+    monkeypatch.setenv("PATH", os.pathsep.join([".", "bin", "", os.environ.get("PATH", "")]))
+    program = resolve_program("python", "python3")
+    site = Path(P.EnvBuilder().ensure(program, [SIX]))
+    assert sorted(os.listdir(marks)) == []
+    assert (site / "six.py").is_file()

@@ -6,6 +6,7 @@ a planted ``uv.toml``, ``pip.conf``, ``pip.py`` or ``sitecustomize.py``. Each su
 - in a fresh, private (0700), empty working folder made for that one call (:func:`private_folder`);
 - with interpreters started ``-I`` (no current folder or script folder on ``sys.path``, no user site, no
   ``PYTHON*`` variable) and uv given ``--no-config``;
+- found through ``PATH``'s absolute entries only (:func:`absolute_path`);
 - in the app's environment less every ``PIP_*``, ``UV_*`` and ``PYTHON*`` variable but the index settings
   of :data:`INDEX_VARIABLES`, with ``PIP_CONFIG_FILE`` set to ``/dev/null``, which makes pip read no
   configuration file at all (not ``/etc/pip.conf``, the user's, nor one in the interpreter's prefix)
@@ -38,6 +39,12 @@ UV_INDEX_VARIABLES = (
 INDEX_VARIABLES = frozenset(PIP_INDEX_VARIABLES + UV_INDEX_VARIABLES)
 # Lists of locations: pip splits on whitespace, uv's UV_FIND_LINKS on commas.
 _FIND_LINKS = {"PIP_FIND_LINKS": r"\s+", "UV_FIND_LINKS": r"[,\s]+"}
+
+
+def absolute_path(environ: Mapping[str, str] | None = None) -> str:
+    """``PATH`` without its relative entries (``.``, ``bin``, an empty one): each names the current folder's."""
+    value = (os.environ if environ is None else environ).get("PATH", os.defpath)
+    return os.pathsep.join(entry for entry in value.split(os.pathsep) if os.path.isabs(entry))
 
 
 @contextmanager
@@ -73,6 +80,7 @@ def tool_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]
                     "folder, never the app's (box output lands there): give an absolute path or a URL",
                     ran=False,
                 )
+    env["PATH"] = absolute_path(source)  # a program found through a relative entry would be the app's folder's
     env["PIP_CONFIG_FILE"] = os.devnull  # pip then loads no configuration file at all (pip's configuration.py)
     env["UV_NO_CONFIG"] = "1"  # as --no-config: no uv.toml or pyproject.toml, the user's and system's included
     return env

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from typing import IO, Literal
 
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
-from mainsdk.host_tools import private_folder, tool_environment
+from mainsdk.host_tools import absolute_path, private_folder, tool_environment
 from mainsdk.packages import canonical_name, parse_pin
 
 from mainsdk_local.programs import Program
@@ -162,7 +162,7 @@ def installer_command(
     ``cwd`` and ``env`` are where and how the pip probe runs (a private folder and ``tool_environment()``);
     the command is meant to run the same way.
     """
-    uv = shutil.which("uv") if installer != "pip" else None
+    uv = shutil.which("uv", path=absolute_path()) if installer != "pip" else None  # never one in the app's folder
     if installer == "uv" and uv is None:
         raise SandboxError(DRIVER_UNAVAILABLE, "packages: the installer uv is not on PATH", ran=False)
     requirements = [str(parse_pin(pin)) for pin in pins]

@@ -16,7 +16,7 @@ import threading
 
 import attrs
 from mainsdk.errors import INVALID_OPTION, SandboxError
-from mainsdk.host_tools import private_folder
+from mainsdk.host_tools import absolute_path, private_folder
 
 # Paths every box sees read-only already; an interpreter under one needs no extra bind.
 SYSTEM_PREFIXES = ("/usr/", "/bin/", "/lib/", "/lib64/", "/sbin/")
@@ -68,7 +68,7 @@ def _probe(argv: list[str], name: str) -> str:
 
 def resolve_program(language: str, name: str) -> Program:
     """Resolve ``name`` (as ``sandbox.local`` gives it) for ``language`` to the real binary."""
-    found = shutil.which(name)
+    found = shutil.which(name, path=absolute_path())  # PATH's relative entries would name the app's folder
     if found is None:
         raise SandboxError(
             INVALID_OPTION, f"sandbox.local.{language}: {name!r} is not on PATH; install it or give its full path"
