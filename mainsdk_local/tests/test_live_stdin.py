@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable
 
 from mainsdk import AsyncSandbox
 from mainsdk.driver import Command, InputStream
@@ -29,10 +28,10 @@ class Sink:
         raise AssertionError(host)
 
 
-async def _until(check: Callable[[], bool], seconds: float = 20.0) -> None:
+async def _seen(sink: Sink, needle: bytes, seconds: float = 20.0) -> None:
     end = asyncio.get_running_loop().time() + seconds
-    while not check():
-        assert asyncio.get_running_loop().time() < end, "timed out"
+    while needle not in sink.out:
+        assert asyncio.get_running_loop().time() < end, f"{needle!r} never came"
         await asyncio.sleep(0.005)
 
 
@@ -43,10 +42,10 @@ async def test_chunks_sent_while_the_command_runs_arrive_in_order_and_closing_en
         stream, sink = InputStream(), Sink()
         command = Command("python3", ("-c", ECHO), stdin=b"first\n", input=stream, timeout=30)
         task = asyncio.ensure_future(session.lifecycle.exec_unlimited(session.opened.box, command, sink))
-        await _until(lambda: b"got first\n" in sink.out)  # the initial stdin comes first
+        await _seen(sink, b"got first\n")  # the initial stdin comes first
         for word in ("a", "b", "c"):
             stream.send(word.encode() + b"\n")
-            await _until(lambda word=word: f"got {word}\n".encode() in sink.out)  # answered while it runs
+            await _seen(sink, f"got {word}\n".encode())  # answered while it runs
             assert not task.done()
         stream.close()
         outcome = await asyncio.wait_for(task, 20)
