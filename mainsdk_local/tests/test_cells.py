@@ -77,6 +77,25 @@ def test_a_cell_that_ignores_the_interrupt_loses_the_interpreter_which_restarts_
         assert session.run_code("1").restarted is False
 
 
+def test_an_interpreter_that_dies_is_reported_as_it_died_and_the_next_cell_starts_a_new_one(
+    make_sandbox: Callable[..., Any],
+) -> None:
+    with make_sandbox().sandbox.create() as session:
+        session.run_code("x = 1")
+        exited = session.run_code("import os\nos._exit(3)")
+        assert exited.error is not None and exited.error.name == "InterpreterExited" and not exited.state_kept
+        assert "exited with status 3" in exited.error.value
+        killed = session.run_code("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+        assert killed.restarted and killed.error is not None and "died of SIGSEGV" in killed.error.value
+        # The supervisor itself killed (same uid, it can be signalled): the interpreter is gone, nothing more.
+        parent = session.run_code(
+            "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time; time.sleep(5)"
+        )
+        assert parent.restarted and parent.error is not None and parent.error.name == "InterpreterExited"
+        after = session.run_code("'x' in globals()")
+        assert after.restarted and after.text == "False"
+
+
 def test_memory_and_output_limits_hold_for_the_interpreter(make_sandbox: Callable[..., Any]) -> None:
     config = """
 sandbox:
