@@ -96,6 +96,21 @@ def test_an_interpreter_that_dies_is_reported_as_it_died_and_the_next_cell_start
         assert after.restarted and after.text == "False"
 
 
+def test_modules_a_cell_plants_in_the_work_folder_are_never_the_kernels(make_sandbox: Callable[..., Any]) -> None:
+    # The kernel runs ``-I``: the work folder (where cells and session commands write) is not on its path while
+    # it imports its own modules; a notebook's own imports from that folder still work.
+    plant = (
+        "for name in ('json', 'hashlib', 'selectors', 'signal', 'ast', 'traceback', 'ctypes'):\n"
+        "    open(name + '.py', 'w').write('import sys; sys.stderr.write(\"PLANTED\\\\n\"); raise SystemExit(9)')\n"
+        "open('mine.py', 'w').write('VALUE = 7')"
+    )
+    with make_sandbox().sandbox.create() as session:
+        session.run_code(plant)
+        session.run_code("import os\nos._exit(1)")  # the next cell starts a new kernel, in that folder
+        fresh = session.run_code("import json, mine\n(json.__file__.startswith('/work'), mine.VALUE)")
+        assert fresh.restarted and fresh.text == "(False, 7)" and "PLANTED" not in fresh.stderr
+
+
 def test_memory_and_output_limits_hold_for_the_interpreter(make_sandbox: Callable[..., Any]) -> None:
     config = """
 sandbox:
