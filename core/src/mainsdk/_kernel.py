@@ -21,8 +21,12 @@ The end of a cell is the supervisor's own observation, never the executor's word
 come, the cell is over only once ``/proc/<executor>/syscall`` shows the executor's main thread blocked in
 ``read`` on R (the signature measured when it first waited, before any cell ran) with the request pipe
 empty. A thread a cell left behind can write lines on W, but while the main thread still runs the app's
-code they end nothing. Then the supervisor writes the cell's frame, ``\\x1e<token>:<json>\\n`` on stdout and
-``\\x1e<token>:end\\n`` on stderr, so the app knows where the cell's output ends on both streams; the frame
+code they end nothing. Where the box refuses a parent ``/proc/<child>/syscall`` (Yama's ptrace_scope 2 or 3)
+the supervisor falls back to a probe: it writes one NUL byte on R, and the cell is over once that byte was
+taken, which the executor's code does only when it waits for its next request again (weaker: a thread the
+cell left reading R would take it too). The frame says which (``"watch": "syscall"`` or ``"probe"``).
+Then the supervisor writes the cell's frame, ``\\x1e<token>:<json>\\n`` on stdout and ``\\x1e<token>:end\\n``
+on stderr, so the app knows where the cell's output ends on both streams; the frame
 carries the SHA-256 of the code the supervisor received, which the app checks against what it sent. The
 token is only ever in the supervisor's memory.
 
@@ -80,6 +84,8 @@ TEXT_LIMIT = 64 * 1024  # cells.TEXT_LIMIT
 CHECK_FIRST = 0.00005  # after a result line, how soon the supervisor looks at the executor again ...
 CHECK_LAST = 0.01  # ... doubling up to this while the main thread is still busy
 READY_WAIT = 30.0  # how long a new executor may take to reach its first wait
+SYSCALL_PATH = "/proc/{}/syscall"  # where the supervisor sees what the executor's main thread is blocked in
+PROBE = b"\0"  # the probe byte (the "probe" watch); a request line never holds one
 RICH_METHODS = (
     ("image/png", "_repr_png_"),
     ("image/svg+xml", "_repr_svg_"),
@@ -166,7 +172,7 @@ class _Supervisor:
         self.end_err = (MARK + token + ":end\n").encode()
         del token
         self.seen = False  # result bytes came since the last look at the executor
-        self.sel = selectors.DefaultSelector()
+        self.sel = selectors.SelectSelector()  # microsecond timeouts (epoll and poll round up to a millisecond)
         self.sel.register(0, selectors.EVENT_READ, "stdin")
         self._spawn()
 
@@ -197,25 +203,36 @@ class _Supervisor:
         self._calibrate()
 
     def _calibrate(self):
-        """Learn what the executor's main thread looks like waiting in read(R): before any cell has run."""
+        """Learn what the executor's main thread looks like waiting in read(R): before any cell has run.
+
+        The "syscall" watch, where the box lets a parent read ``/proc/<child>/syscall`` (Yama's ptrace_scope 2
+        or 3 refuses it): the main thread itself is seen blocked in read(R). Otherwise the "probe" watch: a
+        probe byte written on R is taken only by a thread reading R, which the executor's code does only once
+        a cell is over (weaker: a thread that a cell leaves reading R takes it too; the README says so).
+        """
         self.syscall = None
+        self.watch = "probe"
+        self.probe_out = False
         end = time.monotonic() + READY_WAIT
         while time.monotonic() < end:
             self._pump(0.0002 if self.results.lines else 0.05)
-            if self.results.lines:
+            if not self.results.lines:
+                continue
+            try:
                 if self.syscall is None:
                     # Only once it said it is ready: until its execve the child is an undumpable copy of this
                     # process, which /proc hides or refuses.
-                    try:
-                        self.syscall = os.open(f"/proc/{self.pid}/syscall", os.O_RDONLY | os.O_CLOEXEC)
-                    except OSError as exc:
-                        self._unsupported(f"cannot read /proc/<pid>/syscall of the executor ({exc})")
+                    self.syscall = os.open(SYSCALL_PATH.format(self.pid), os.O_RDONLY | os.O_CLOEXEC)
                 state = self._main_state()
-                if state is not None and state[1] == self.req_fd:
-                    self.idle_nr = state[0]
-                    self.results.clear()
-                    return
-        self._unsupported("the executor never reached its first wait")
+            except OSError:
+                break
+            if state is not None and state[1] == self.req_fd:
+                self.idle_nr = state[0]
+                self.watch = "syscall"
+                break
+        else:
+            self._unsupported("the executor never reached its first wait")
+        self.results.clear()
 
     def _unsupported(self, why):
         _write_all(2, f"mainsdk cell kernel: {why}; cells cannot run in this box\n".encode())
@@ -223,17 +240,30 @@ class _Supervisor:
         os._exit(UNSUPPORTED_EXIT)
 
     def _main_state(self):
-        """(syscall number, first argument) the executor's main thread is blocked in, or None when it runs."""
+        """(syscall number, first argument) the executor's main thread is blocked in, or None when it runs.
+
+        An OSError when the file cannot be read at all."""
+        fields = os.pread(self.syscall, 256, 0).split()
         try:
-            fields = os.pread(self.syscall, 256, 0).split()
             return int(fields[0]), int(fields[1], 16)
-        except (OSError, ValueError, IndexError):
+        except (ValueError, IndexError):
             return None  # "running", or a field that is not a number
 
     def _idle(self):
         """The executor's main thread is back waiting for a request, and none is left unread."""
-        state = self._main_state()
-        return state == (self.idle_nr, self.req_fd) and _fionread(self.req_w) == 0
+        if _fionread(self.req_w):
+            return False  # the request (or a probe) is still unread: the cell cannot be over
+        if self.watch == "syscall":
+            try:
+                return self._main_state() == (self.idle_nr, self.req_fd)
+            except OSError:
+                return False
+        if not self.probe_out:
+            _write_all(self.req_w, PROBE)  # taken only once the executor waits for its next request again
+            self.probe_out = True
+            return False
+        self.probe_out = False
+        return True
 
     def _read_line(self):
         while not self.stdin.lines:
@@ -360,6 +390,7 @@ class _Supervisor:
             "stop": "timeout" if kill_at is not None else None,
             "code_sha256": digest,
             "undumpable": GUARDED,
+            "watch": self.watch,
         }
         _write_all(1, self.mark_out + json.dumps(out).encode() + b"\n")
         _write_all(2, self.end_err)
@@ -550,7 +581,7 @@ def _executor(req_fd, res_fd):
             data = os.read(req_fd, 1 << 16)
             if not data:
                 os._exit(0)
-            pending.append(data)
+            pending.append(data.replace(PROBE, b""))  # the supervisor's probes: "this thread waits here"
 
     _write_all(res_fd, b'{"ready": true}\n')
     while True:
