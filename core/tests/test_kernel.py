@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -70,8 +71,8 @@ class Kernel:
         self.stdin.flush()
         out = b""
         while not (MARK in out and out.endswith(b"\n")):
-            chunk = self.stdout.read1(1 << 16)
-            assert chunk, f"the kernel ended: {self.proc.wait()} {self.proc.stderr.read() if self.proc.stderr else ''}"
+            chunk = os.read(self.stdout.fileno(), 1 << 16)
+            assert chunk, f"the kernel ended with {self.proc.wait()}"
             out += chunk
         before, _, frame = out.partition(MARK)
         return before, json.loads(frame), time.monotonic() - started
