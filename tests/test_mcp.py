@@ -1,6 +1,6 @@
 """``mainsdk sandbox mcp`` as its users expect (issue 15), through the ``mcp`` package's real stdio client.
 
-Progress while a run goes on, output as log messages when asked, out files as
+Progress while a run goes on, the output as its messages, out files as
 content clients render (a PNG as an image), a timeout that can only lower the
 limit, tool annotations and an output schema, and a session kept across calls.
 """
@@ -97,7 +97,8 @@ async def test_a_png_comes_back_as_image_content(app_dir: Callable[[str], Path])
     assert (resource.resource.text, resource.resource.mime_type) == ("a,b\n1,2\n", "text/csv")
 
 
-async def test_a_long_run_sends_progress_and_its_output_as_logs(app_dir: Callable[[str], Path]) -> None:
+async def test_a_long_run_sends_progress_and_its_output_as_progress_messages(app_dir: Callable[[str], Path]) -> None:
+    # MCP logging is deprecated (SEP-2577): the output comes live as the progress notifications' messages.
     app_dir(CONFIG)
     seen: list[tuple[float, str | None]] = []
     logs: list[Any] = []
@@ -106,23 +107,20 @@ async def test_a_long_run_sends_progress_and_its_output_as_logs(app_dir: Callabl
         seen.append((progress, message))
 
     code = "import time\nfor i in range(3):\n    print('tick', i, flush=True); time.sleep(1)\n"
-    async with mcp_client(logs=logs) as session:
-        # Clients on the handshake protocol versions (this one) ask with logging/setLevel; newer ones per request.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # deprecated from 2026-07-28, current before it
-            await session.set_logging_level("info")
-        ran = await session.call_tool(
-            "code_run",
-            {"code": code},
-            progress_callback=on_progress,
-        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no deprecation warning on the way, client or server
+        async with mcp_client(logs=logs) as session:
+            ran = await session.call_tool("code_run", {"code": code}, progress_callback=on_progress)
     assert not ran.is_error and ran.structured_content is not None
     assert ran.structured_content["stdout"] == "tick 0\ntick 1\ntick 2\n"
     assert len(seen) >= 2 and seen[-1][0] >= 1.0  # seconds of running, reported while it ran
-    assert "".join(str(entry.data) for entry in logs if entry.logger == "stdout") == "tick 0\ntick 1\ntick 2\n"
+    output = [message for _, message in seen if message and message.startswith("tick")]
+    assert "".join(output) == "tick 0\ntick 1\ntick 2\n" and logs == []
+    first = next(i for i, (_, message) in enumerate(seen) if message == "tick 0\n")
+    assert any(message and message.startswith("running for") for _, message in seen[first:])  # it came live
 
 
-async def test_no_logs_unless_asked(app_dir: Callable[[str], Path]) -> None:
+async def test_no_output_without_a_progress_token(app_dir: Callable[[str], Path]) -> None:
     app_dir(CONFIG)
     logs: list[Any] = []
     async with mcp_client(logs=logs) as session:

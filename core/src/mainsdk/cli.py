@@ -239,7 +239,7 @@ def _write_out_files(
     for ref in result.files:
         try:
             path = out.write(ref.name, sandbox.files.read(ref))
-        except NotWritten as exc:
+        except (NotWritten, OSError) as exc:  # an OSError: out of descriptors, say; the result is still printed
             print(f"mainsdk: out file not written: {ref.name!r}: {exc}", file=sys.stderr)
             not_written.append({"name": ref.name, "id": ref.id, "reason": str(exc)})
             continue
@@ -267,7 +267,7 @@ def _write_figures(
         data = (figure.file and sandbox.files.read(figure.file)) or figure.bytes() or b""
         try:
             path = out.write(name, data)
-        except NotWritten as exc:
+        except (NotWritten, OSError) as exc:
             reason = f"the code's own {name} is there" if name in own else str(exc)
             print(f"mainsdk: figure {number} not written: {reason}", file=sys.stderr)
             not_written.append({"name": name, "figure": number, "reason": reason})

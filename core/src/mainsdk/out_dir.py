@@ -146,8 +146,12 @@ class OutDir:
         fd = os.dup(self._fd)
         try:
             for number, part in enumerate(parts[:-1]):
-                with contextlib.suppress(FileExistsError):
+                try:
                     os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                except OSError as exc:
+                    raise NotWritten(f"cannot make the folder {part!r} ({exc.strerror})") from None
                 try:
                     child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
                 except OSError as exc:
