@@ -251,3 +251,49 @@ async def test_a_runs_figures_come_back_as_image_content(app_dir: Callable[[str]
     assert [f["name"] for f in ran.structured_content["files"]] == ["table.csv"]
     [image] = [c for c in ran.content if isinstance(c, types.ImageContent)]
     assert image.data == result["base64"]
+
+
+def _code_of(size: int) -> str:
+    head = "print('ok')\n#"
+    return head + "x" * (size - len(head))
+
+
+@pytest.mark.parametrize("mode", [[], ["--session"]], ids=["plain", "session"])
+async def test_one_code_bound_in_both_modes_said_in_the_schema(app_dir: Callable[[str], Path], mode: list[str]) -> None:
+    # --session refused code over 100,000 bytes while plain mode took it, and neither said so: one rule now.
+    app_dir(CONFIG)
+    async with mcp_client(*mode) as session:
+        tools = (await session.list_tools()).tools
+        at_bound = await session.call_tool("code_run", {"code": _code_of(100_000)})
+        past = await session.call_tool("code_run", {"code": _code_of(100_001)})
+        cell = await session.call_tool("run_code", {"code": _code_of(100_001)}) if mode else None
+    for tool in tools:
+        code = tool.input_schema["properties"]["code"]
+        assert code["maxLength"] == 100_000 and "At most 100,000 bytes of UTF-8." in code["description"]
+        assert "at most 100,000 bytes of UTF-8" in (tool.description or "")
+    assert not at_bound.is_error and at_bound.structured_content is not None
+    assert at_bound.structured_content["stdout"] == "ok\n"
+    for refused in (past, cell) if cell else (past,):
+        assert refused.is_error
+        text = refused.content[0].text  # type: ignore[union-attr]
+        assert "code is 100,001 bytes; at most 100,000 bytes of UTF-8" in text and "MAIN-SANDBOX-0001" in text
+
+
+def test_the_readme_mcp_example_runs_without_the_venv_on_path(tmp_path: Path) -> None:
+    # As a user runs it: the README's client saved as mcp_plot.py, run as `.venv/bin/python mcp_plot.py` with
+    # the venv not activated. With command="mainsdk" it was FileNotFoundError: 'mainsdk'.
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("\n## Agents: a code-runner action\n") :]
+    block = section[section.index("```python\nimport asyncio\n") + len("```python\n") :]
+    block = block[: block.index("```\n")]
+    assert "asyncio.run(plot())  # [('text', None), ('image', 'image/png')]" in block
+    (tmp_path / "mcp_plot.py").write_text(block.replace("asyncio.run(plot())  #", "print(asyncio.run(plot()))  #"))
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.pathsep.join(p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if p and p != venv_bin)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAINSDK_", "VIRTUAL_ENV"))}
+    env["PATH"] = path
+    assert shutil.which("mainsdk", path=path) is None  # no mainsdk command to be found: only the interpreter
+    done = subprocess.run(
+        [sys.executable, "mcp_plot.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "[('text', None), ('image', 'image/png')]\n"), done.stderr

@@ -176,7 +176,8 @@ def build_server(action: CodeRunAction, *, session: bool = False) -> Server[Any]
             description=(
                 "Runs Python as the next cell of a notebook kept for this client, in the same sandbox as "
                 f"{action.tool_name()}: variables, imports and files stay from one call to the next. The final "
-                "expression's value and every matplotlib figure come back as results (figures as images)."
+                "expression's value and every matplotlib figure come back as results (figures as images). "
+                f"Code: {CODE_RULE[0].lower()}{CODE_RULE[1:]}"
             ),
             input_schema=CELL_INPUT_SCHEMA,
             output_schema=CELL_OUTPUT_SCHEMA,
