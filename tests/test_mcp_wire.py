@@ -99,6 +99,14 @@ INVALID = [
     pytest.param("5", None, id="a-number"),
     pytest.param('"x"', None, id="a-string"),
     pytest.param("[]", None, id="empty-batch"),
+    # An escaped lone surrogate is JSON but no Unicode text: echoed back, it ended the server.
+    pytest.param('{"jsonrpc": "2.0", "id": "\\ud800", "method": "tools/list"}', None, id="id-a-lone-surrogate"),
+    pytest.param(
+        '{"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "code_run", "arguments": '
+        '{"code": "1", "files": {"\\udcff": "x"}}}}',
+        8,
+        id="a-lone-surrogate-in-params",
+    ),
 ]
 
 
@@ -113,7 +121,17 @@ def test_an_invalid_request_is_answered_32600_and_the_server_goes_on(wire: Wire,
     assert [tool["name"] for tool in wire.reply_to(99)["result"]["tools"]] == ["code_run", "run_code"]
 
 
-@pytest.mark.parametrize("line", ["{not json", '{"jsonrpc": "2.0", "id": 1, "method": "tools/list"', "\xff\xfe", "nul"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "{not json",
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/list"',
+        "\xff\xfe",
+        "nul",
+        "[" * 100_000 + "]" * 100_000,
+    ],
+    ids=["not-json", "cut-short", "latin", "nul", "nested-too-deeply"],
+)
 def test_a_line_that_is_no_json_is_answered_32700_with_id_null(wire: Wire, line: str) -> None:
     wire.send(line)
     reply = wire.receive()

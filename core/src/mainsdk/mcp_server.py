@@ -463,9 +463,15 @@ def read_frame(line: bytes) -> tuple[types.JSONRPCMessage | None, Any]:
     if not line.strip():
         return None, None
     try:
-        value = json.loads(line)
+        value = json.loads(line.decode("utf-8"))  # MCP's stdio is UTF-8: json.loads(bytes) would guess UTF-16 too
     except (ValueError, RecursionError) as exc:  # ValueError: bad JSON or bad UTF-8
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        reason = (
+            exc.msg
+            if isinstance(exc, json.JSONDecodeError)
+            else "nested too deeply"
+            if isinstance(exc, RecursionError)
+            else str(exc)
+        )
         return None, _error_reply(None, types.PARSE_ERROR, f"Parse error: {reason}")
     if isinstance(value, list):
         if not value:
@@ -473,6 +479,14 @@ def read_frame(line: bytes) -> tuple[types.JSONRPCMessage | None, Any]:
         replies = [reply for reply in map(_batch_reply, value) if reply is not None]
         return None, replies or None
     return _read_message(value)
+
+
+def _is_text(value: object) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _batch_reply(value: object) -> dict[str, Any] | None:
@@ -497,8 +511,12 @@ def _read_message(value: object) -> tuple[types.JSONRPCMessage | None, dict[str,
             return None, None
     ident = value.get("id")
     good_id = isinstance(ident, str) or (isinstance(ident, int) and not isinstance(ident, bool))
-    reply_id = ident if good_id else None
-    if value.get("jsonrpc") != "2.0":
+    reply_id = ident if good_id and _is_text(ident) else None
+    if not _is_text(value):
+        # An escaped lone surrogate ("\\ud800") is JSON but no Unicode text: it cannot be written back in
+        # UTF-8, and echoed in an id it ended the server.
+        problem = "a string holds a lone surrogate (no Unicode text)"
+    elif value.get("jsonrpc") != "2.0":
         problem = 'jsonrpc must be "2.0"'
     elif "id" in value and not good_id:
         problem = "id must be a string or an integer"  # MCP: never null
@@ -535,7 +553,7 @@ async def json_rpc_stdio() -> AsyncIterator[tuple[Any, Any]]:
 
     async def put(text: str) -> None:
         def write() -> None:
-            writer.write(text.encode() + b"\n")
+            writer.write(text.encode("utf-8", "replace") + b"\n")
             writer.flush()
 
         async with lock:  # one line at a time: the SDK's messages and this reader's answers never interleave
@@ -556,7 +574,16 @@ async def json_rpc_stdio() -> AsyncIterator[tuple[Any, Any]]:
     async def write_lines() -> None:
         async with write_receive:
             async for session_message in write_receive:
-                await put(session_message.message.model_dump_json(by_alias=True, exclude_unset=True))
+                message = session_message.message
+                try:
+                    text = message.model_dump_json(by_alias=True, exclude_unset=True)
+                    text.encode()
+                except ValueError:  # pydantic's serialization error, or UnicodeEncodeError
+                    # A reply that cannot be written still ends its request: the client must not wait for ever.
+                    if not isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+                        continue
+                    text = json.dumps(_error_reply(message.id, types.INTERNAL_ERROR, "the reply could not be encoded"))
+                await put(text)
 
     try:
         async with anyio.create_task_group() as tasks:
