@@ -185,6 +185,8 @@ def test_figures_come_back_in_json_and_out_writes_them(app_dir: Callable[[str], 
 def test_without_out_the_cli_says_how_to_keep_the_files(app_dir: Callable[[str], Path]) -> None:
     done = mainsdk("sandbox", "run", "--code", OUT_CODE)
     assert done.stderr == "mainsdk: 2 out files; pass --out DIR to write them\n"
+    one = mainsdk("sandbox", "run", "--code", "open('../out/a.txt', 'w').write('x')")
+    assert one.stderr == "mainsdk: 1 out file; pass --out DIR to write it\n"  # was "1 out files"
 
 
 def test_out_never_follows_a_symlink_out_of_the_folder(app_dir: Callable[[str], Path], tmp_path: Path) -> None:

@@ -218,6 +218,14 @@ def _shown(name: str) -> str:
     return name if name.isprintable() else repr(name)
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _them(number: int) -> str:
+    return "it" if number == 1 else "them"
+
+
 def _write_out_files(
     sandbox: Sandbox, result: RunResult, out: OutDir | None, not_written: list[dict[str, str | int]]
 ) -> dict[str, str]:
@@ -234,7 +242,8 @@ def _write_out_files(
         )
     if out is None:
         if result.files:
-            print(f"mainsdk: {len(result.files)} out files; pass --out DIR to write them", file=sys.stderr)
+            count = len(result.files)
+            print(f"mainsdk: {_count(count, 'out file')}; pass --out DIR to write {_them(count)}", file=sys.stderr)
         return written
     for ref in result.files:
         try:
@@ -258,7 +267,8 @@ def _write_figures(
     """
     if out is None:
         if result.results:
-            print(f"mainsdk: {len(result.results)} figures; pass --out DIR to write them", file=sys.stderr)
+            count = len(result.results)
+            print(f"mainsdk: {_count(count, 'figure')}; pass --out DIR to write {_them(count)}", file=sys.stderr)
         return [None] * len(result.results)
     own = {ref.name for ref in result.files}
     paths: list[str | None] = []
