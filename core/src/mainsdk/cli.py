@@ -248,7 +248,7 @@ def _write_out_files(
     for ref in result.files:
         try:
             path = out.write(ref.name, sandbox.files.read(ref))
-        except (NotWritten, OSError) as exc:  # an OSError: out of descriptors, say; the result is still printed
+        except (NotWritten, OSError, SandboxError) as exc:  # out of descriptors, the store gone: still printed
             print(f"mainsdk: out file not written: {ref.name!r}: {exc}", file=sys.stderr)
             not_written.append({"name": ref.name, "id": ref.id, "reason": str(exc)})
             continue
@@ -274,10 +274,10 @@ def _write_figures(
     paths: list[str | None] = []
     for number, figure in enumerate(result.results, start=1):
         name = f"figure-{number}.png"
-        data = (figure.file and sandbox.files.read(figure.file)) or figure.bytes() or b""
         try:
+            data = (figure.file and sandbox.files.read(figure.file)) or figure.bytes() or b""
             path = out.write(name, data)
-        except (NotWritten, OSError) as exc:
+        except (NotWritten, OSError, SandboxError) as exc:
             reason = f"the code's own {name} is there" if name in own else str(exc)
             print(f"mainsdk: figure {number} not written: {reason}", file=sys.stderr)
             not_written.append({"name": name, "figure": number, "reason": reason})
