@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 
 def mainsdk(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -128,6 +130,7 @@ OUT_CODE = (
 
 def test_out_writes_the_out_files_keeping_their_paths(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
     target = tmp_path / "results"
+    target.mkdir()
     done = mainsdk("sandbox", "run", "--out", str(target), "--code", OUT_CODE)
     assert done.returncode == 0, done.stderr
     assert (target / "plots" / "p.png").read_bytes() == b"\x89PNG-bytes"
@@ -140,6 +143,7 @@ def test_out_writes_the_out_files_keeping_their_paths(app_dir: Callable[[str], P
 
 def test_out_with_json_says_where_each_file_was_written(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
     target = tmp_path / "results"
+    target.mkdir()
     done = mainsdk("sandbox", "run", "--json", "--out", str(target), "--code", OUT_CODE)
     files = json.loads(done.stdout)["files"]
     assert [(f["name"], f["written"]) for f in files] == [
@@ -163,6 +167,7 @@ FIGURES_CODE = (
 
 def test_figures_come_back_in_json_and_out_writes_them(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
     target = tmp_path / "results"
+    target.mkdir()
     done = mainsdk("sandbox", "run", "--json", "--out", str(target), "--code", FIGURES_CODE)
     result = json.loads(done.stdout)
     assert [(r["mime"], r["written"]) for r in result["results"]] == [
@@ -180,6 +185,8 @@ def test_figures_come_back_in_json_and_out_writes_them(app_dir: Callable[[str], 
 def test_without_out_the_cli_says_how_to_keep_the_files(app_dir: Callable[[str], Path]) -> None:
     done = mainsdk("sandbox", "run", "--code", OUT_CODE)
     assert done.stderr == "mainsdk: 2 out files; pass --out DIR to write them\n"
+    one = mainsdk("sandbox", "run", "--code", "open('../out/a.txt', 'w').write('x')")
+    assert one.stderr == "mainsdk: 1 out file; pass --out DIR to write it\n"  # was "1 out files"
 
 
 def test_out_never_follows_a_symlink_out_of_the_folder(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
@@ -191,7 +198,7 @@ def test_out_never_follows_a_symlink_out_of_the_folder(app_dir: Callable[[str], 
     done = mainsdk("sandbox", "run", "--out", str(target), "--code", OUT_CODE)
     assert list(elsewhere.iterdir()) == []
     assert "mainsdk: out file not written: 'plots/p.png': 'plots' in the folder is a symlink" in done.stderr
-    assert "mainsdk: out file not written: 'n.txt': it is a symlink" in done.stderr
+    assert "mainsdk: out file not written: 'n.txt': a symlink of that name is already there; it was left" in done.stderr
 
 
 def test_a_call_limit_past_its_maximum_is_refused_by_the_same_bound(app_dir: Callable[[str], Path]) -> None:
@@ -201,3 +208,108 @@ def test_a_call_limit_past_its_maximum_is_refused_by_the_same_bound(app_dir: Cal
     assert done.stderr == (
         'mainsdk: MAIN-SANDBOX-0001: limits.timeout: "99999999999h" is too large: a duration must be at most 24h\n'
     )
+
+
+# --- --out DIR: checked before the code runs, files created new, never in the app's own folder (issues 22, 24) --
+
+
+def _out_targets(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "a-file").write_text("x")
+    return {
+        "a-file": str(tmp_path / "a-file"),
+        "dev-null": "/dev/null",
+        "proc": "/proc/self",
+        "missing": str(tmp_path / "missing"),
+        "cwd": ".",
+        "cwd-absolute": str(tmp_path),
+        "parent": "..",
+        "root": "/",
+    }
+
+
+@pytest.mark.parametrize("target", ["a-file", "dev-null", "proc", "missing", "cwd", "cwd-absolute", "parent", "root"])
+@pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["plain", "json"])
+def test_an_out_folder_that_cannot_take_files_is_refused_before_the_code_runs(
+    app_dir: Callable[[str], Path], tmp_path: Path, target: str, json_flag: list[str]
+) -> None:
+    # Must hold: --out is checked first; the code would print "ran" (and leave a file) if it ran.
+    out = _out_targets(tmp_path)[target]
+    code = "print('ran'); open('../out/f.txt', 'w').write('x')"
+    done = mainsdk("sandbox", "run", *json_flag, "--out", out, "--code", code)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"mainsdk: MAIN-SANDBOX-0001: --out {out}: "), done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert not (tmp_path / "f.txt").exists()
+
+
+def test_out_in_the_config_files_folder_is_refused(app_dir: Callable[[str], Path], tmp_path: Path) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "main.yaml").write_text("sandbox:\n  driver: local\n")
+    done = mainsdk("sandbox", "run", "--config", "app/main.yaml", "--out", "app", "--code", "print('ran')")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert "--out app: it is the folder of the config file" in done.stderr
+
+
+EXISTING_CODE = (
+    "open('../out/keep.txt', 'w').write('from the box')\nopen('../out/new.txt', 'w').write('new')\nprint(42)"
+)
+
+
+def test_an_existing_name_is_left_as_it_was_and_the_result_still_printed(
+    app_dir: Callable[[str], Path], tmp_path: Path
+) -> None:
+    target = tmp_path / "results"
+    target.mkdir()
+    (target / "keep.txt").write_text("the user's")
+    done = mainsdk("sandbox", "run", "--out", str(target), "--code", EXISTING_CODE)
+    assert (done.returncode, done.stdout) == (0, "42\n")
+    assert (target / "keep.txt").read_text() == "the user's" and (target / "new.txt").read_text() == "new"
+    assert (
+        "mainsdk: out file not written: 'keep.txt': a file of that name is already there; it was left as it was"
+        in done.stderr
+    )
+    as_json = mainsdk("sandbox", "run", "--json", "--out", str(target), "--code", EXISTING_CODE)
+    assert as_json.returncode == 0
+    result = json.loads(as_json.stdout)
+    assert result["stdout"] == "42\n" and [f["written"] for f in result["files"]] == [None, None]
+    assert [(entry["name"], entry["reason"]) for entry in result["not_written"]] == [
+        ("keep.txt", "a file of that name is already there; it was left as it was"),
+        ("new.txt", "a file of that name is already there; it was left as it was"),
+    ]
+    assert (target / "keep.txt").read_text() == "the user's"
+
+
+def test_out_never_follows_a_link_to_a_folder_or_file_planted_earlier(
+    app_dir: Callable[[str], Path], tmp_path: Path
+) -> None:
+    # A box's out file named sub/x, where sub is a link an earlier run (or anyone) left in the folder.
+    target, elsewhere = tmp_path / "results", tmp_path / "elsewhere"
+    target.mkdir()
+    elsewhere.mkdir()
+    (target / "sub").symlink_to(elsewhere)
+    (target / "gone.txt").symlink_to(elsewhere / "gone.txt")  # a dangling link: O_CREAT alone would follow it
+    code = "import os\nos.makedirs('../out/sub')\nopen('../out/sub/x', 'w').write('x')\nopen('../out/gone.txt', 'w')"
+    done = mainsdk("sandbox", "run", "--json", "--out", str(target), "--code", code)
+    assert done.returncode == 0, done.stderr
+    assert list(elsewhere.iterdir()) == []
+    reasons = {entry["name"]: entry["reason"] for entry in json.loads(done.stdout)["not_written"]}
+    assert reasons["sub/x"].startswith("'sub' in the folder is a symlink or not a folder")
+    assert reasons["gone.txt"] == "a symlink of that name is already there; it was left as it was"
+
+
+def test_out_writes_into_the_folder_it_checked_even_if_swapped_for_a_link_while_the_code_runs(
+    app_dir: Callable[[str], Path], tmp_path: Path
+) -> None:
+    target, elsewhere = tmp_path / "results", tmp_path / "elsewhere"
+    target.mkdir()
+    elsewhere.mkdir()
+    code = "import time\nprint('ready', flush=True)\ntime.sleep(2)\nopen('../out/late.txt', 'w').write('x')"
+    command = [sys.executable, "-m", "mainsdk.cli", "sandbox", "run", "--out", str(target), "--code", code]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n"
+        target.rename(tmp_path / "checked")
+        target.symlink_to(elsewhere)  # the path now leads elsewhere; the folder checked is ./checked
+        assert proc.wait(timeout=60) == 0
+    assert list(elsewhere.iterdir()) == []
+    assert (tmp_path / "checked" / "late.txt").read_text() == "x"

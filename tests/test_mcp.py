@@ -1,6 +1,6 @@
 """``mainsdk sandbox mcp`` as its users expect (issue 15), through the ``mcp`` package's real stdio client.
 
-Progress while a run goes on, output as log messages when asked, out files as
+Progress while a run goes on, the output as its messages, out files as
 content clients render (a PNG as an image), a timeout that can only lower the
 limit, tool annotations and an output schema, and a session kept across calls.
 """
@@ -97,7 +97,8 @@ async def test_a_png_comes_back_as_image_content(app_dir: Callable[[str], Path])
     assert (resource.resource.text, resource.resource.mime_type) == ("a,b\n1,2\n", "text/csv")
 
 
-async def test_a_long_run_sends_progress_and_its_output_as_logs(app_dir: Callable[[str], Path]) -> None:
+async def test_a_long_run_sends_progress_and_its_output_as_progress_messages(app_dir: Callable[[str], Path]) -> None:
+    # MCP logging is deprecated (SEP-2577): the output comes live as the progress notifications' messages.
     app_dir(CONFIG)
     seen: list[tuple[float, str | None]] = []
     logs: list[Any] = []
@@ -106,23 +107,20 @@ async def test_a_long_run_sends_progress_and_its_output_as_logs(app_dir: Callabl
         seen.append((progress, message))
 
     code = "import time\nfor i in range(3):\n    print('tick', i, flush=True); time.sleep(1)\n"
-    async with mcp_client(logs=logs) as session:
-        # Clients on the handshake protocol versions (this one) ask with logging/setLevel; newer ones per request.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # deprecated from 2026-07-28, current before it
-            await session.set_logging_level("info")
-        ran = await session.call_tool(
-            "code_run",
-            {"code": code},
-            progress_callback=on_progress,
-        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no deprecation warning on the way, client or server
+        async with mcp_client(logs=logs) as session:
+            ran = await session.call_tool("code_run", {"code": code}, progress_callback=on_progress)
     assert not ran.is_error and ran.structured_content is not None
     assert ran.structured_content["stdout"] == "tick 0\ntick 1\ntick 2\n"
     assert len(seen) >= 2 and seen[-1][0] >= 1.0  # seconds of running, reported while it ran
-    assert "".join(str(entry.data) for entry in logs if entry.logger == "stdout") == "tick 0\ntick 1\ntick 2\n"
+    output = [message for _, message in seen if message and message.startswith("tick")]
+    assert "".join(output) == "tick 0\ntick 1\ntick 2\n" and logs == []
+    first = next(i for i, (_, message) in enumerate(seen) if message == "tick 0\n")
+    assert any(message and message.startswith("running for") for _, message in seen[first:])  # it came live
 
 
-async def test_no_logs_unless_asked(app_dir: Callable[[str], Path]) -> None:
+async def test_no_output_without_a_progress_token(app_dir: Callable[[str], Path]) -> None:
     app_dir(CONFIG)
     logs: list[Any] = []
     async with mcp_client(logs=logs) as session:
@@ -253,3 +251,49 @@ async def test_a_runs_figures_come_back_as_image_content(app_dir: Callable[[str]
     assert [f["name"] for f in ran.structured_content["files"]] == ["table.csv"]
     [image] = [c for c in ran.content if isinstance(c, types.ImageContent)]
     assert image.data == result["base64"]
+
+
+def _code_of(size: int) -> str:
+    head = "print('ok')\n#"
+    return head + "x" * (size - len(head))
+
+
+@pytest.mark.parametrize("mode", [[], ["--session"]], ids=["plain", "session"])
+async def test_one_code_bound_in_both_modes_said_in_the_schema(app_dir: Callable[[str], Path], mode: list[str]) -> None:
+    # --session refused code over 100,000 bytes while plain mode took it, and neither said so: one rule now.
+    app_dir(CONFIG)
+    async with mcp_client(*mode) as session:
+        tools = (await session.list_tools()).tools
+        at_bound = await session.call_tool("code_run", {"code": _code_of(100_000)})
+        past = await session.call_tool("code_run", {"code": _code_of(100_001)})
+        cell = await session.call_tool("run_code", {"code": _code_of(100_001)}) if mode else None
+    for tool in tools:
+        code = tool.input_schema["properties"]["code"]
+        assert code["maxLength"] == 100_000 and "At most 100,000 bytes of UTF-8." in code["description"]
+        assert "at most 100,000 bytes of UTF-8" in (tool.description or "")
+    assert not at_bound.is_error and at_bound.structured_content is not None
+    assert at_bound.structured_content["stdout"] == "ok\n"
+    for refused in (past, cell) if cell else (past,):
+        assert refused.is_error
+        text = refused.content[0].text  # type: ignore[union-attr]
+        assert "code is 100,001 bytes; at most 100,000 bytes of UTF-8" in text and "MAIN-SANDBOX-0001" in text
+
+
+def test_the_readme_mcp_example_runs_without_the_venv_on_path(tmp_path: Path) -> None:
+    # As a user runs it: the README's client saved as mcp_plot.py, run as `.venv/bin/python mcp_plot.py` with
+    # the venv not activated. With command="mainsdk" it was FileNotFoundError: 'mainsdk'.
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("\n## Agents: a code-runner action\n") :]
+    block = section[section.index("```python\nimport asyncio\n") + len("```python\n") :]
+    block = block[: block.index("```\n")]
+    assert "asyncio.run(plot())  # [('text', None), ('image', 'image/png')]" in block
+    (tmp_path / "mcp_plot.py").write_text(block.replace("asyncio.run(plot())  #", "print(asyncio.run(plot()))  #"))
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.pathsep.join(p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if p and p != venv_bin)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAINSDK_", "VIRTUAL_ENV"))}
+    env["PATH"] = path
+    assert shutil.which("mainsdk", path=path) is None  # no mainsdk command to be found: only the interpreter
+    done = subprocess.run(
+        [sys.executable, "mcp_plot.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "[('text', None), ('image', 'image/png')]\n"), done.stderr

@@ -67,6 +67,7 @@ def test_out_file_names_the_code_chose_reach_the_terminal_escaped(
         "open('../out/b\\x1b]0;pwned\\x07', 'w').write('x')\n"
         "os.symlink('x', '../out/c\\x1b[2J')\n"
     )
+    (tmp_path / "o").mkdir()
     for extra in ([], ["--out", str(tmp_path / "o")]):
         done = mainsdk("sandbox", "run", "--json", "--code", code, *extra)
         assert done.returncode == 0, done.stderr

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from mainsdk.out_dir import UnsafeName, write_under
+from mainsdk.out_dir import NotWritten, OutDir, OutDirError, UnsafeName, write_under
 
 
 @pytest.mark.parametrize("name", ["/etc/x", "../x", "a/../../x", "a//b", "./x", "a/.", "", "a\0b", "a/"])
@@ -27,3 +27,26 @@ def test_a_fifo_in_the_folder_is_refused_without_blocking(tmp_path: Path) -> Non
     os.mkfifo(tmp_path / "out" / "f")
     with pytest.raises(UnsafeName):
         write_under(tmp_path / "out", "f", b"x")
+
+
+def test_outdir_creates_files_new_and_leaves_an_existing_one_as_it_was(tmp_path: Path) -> None:
+    (tmp_path / "taken.txt").write_bytes(b"mine")
+    out = OutDir.open(str(tmp_path))
+    try:
+        assert out.write("a/b.txt", b"data").read_bytes() == b"data"
+        with pytest.raises(NotWritten, match="a file of that name is already there"):
+            out.write("taken.txt", b"theirs")
+        with pytest.raises(NotWritten, match="already there"):
+            out.write("a/b.txt", b"again")
+    finally:
+        out.close()
+    assert (tmp_path / "taken.txt").read_bytes() == b"mine" and (tmp_path / "a" / "b.txt").read_bytes() == b"data"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "taken.txt"]  # the writability probe is gone
+
+
+def test_outdir_refuses_a_folder_that_is_or_holds_a_refused_one(tmp_path: Path) -> None:
+    (tmp_path / "app" / "deep").mkdir(parents=True)
+    for path in (tmp_path / "app", tmp_path):
+        with pytest.raises(OutDirError, match="the app folder"):
+            OutDir.open(str(path), refuse=[("the app folder", str(tmp_path / "app"))])
+    OutDir.open(str(tmp_path / "app" / "deep"), refuse=[("the app folder", str(tmp_path / "app"))]).close()

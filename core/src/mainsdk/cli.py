@@ -10,11 +10,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mainsdk import __version__
+from mainsdk import __version__, errors
 from mainsdk.config import load_config
 from mainsdk.engine import RunResult, SandboxDeps
 from mainsdk.errors import SandboxError
-from mainsdk.out_dir import UnsafeName, write_under
+from mainsdk.out_dir import NotWritten, OutDir, OutDirError
 from mainsdk.plugins import installed_drivers
 from mainsdk.secrets import SecretRef, secret
 from mainsdk.sync import Sandbox
@@ -56,7 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--feature", default="cli", help="the name of the run in the audit event (default: cli)")
     run.add_argument("--config", help="the main.yaml to use (default: MAINSDK_CONFIG, else ./main.yaml)")
     run.add_argument("--json", action="store_true", help="print the whole result as JSON instead of the output")
-    run.add_argument("--out", metavar="DIR", help="write the files the code left in ../out/ into DIR (paths kept)")
+    run.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write the files the code left in ../out/ into DIR, an existing folder below the current one "
+        "(paths kept, never over an existing file)",
+    )
 
     sandbox_commands.add_parser("drivers", help="list the installed drivers and their versions")
 
@@ -120,6 +125,25 @@ def _pairs(values: Sequence[str], option: str) -> dict[str, str]:
     return pairs
 
 
+def _open_out(args: argparse.Namespace) -> OutDir | None:
+    """The ``--out`` folder, checked before anything runs; MAIN-SANDBOX-0001 naming it when it cannot be used.
+
+    Never the current folder or one holding it, nor the config's: main.yaml and the configuration tools read
+    (uv.toml, pip.conf, .npmrc, conftest.py, ...) live there, and no filter of names can tell which file a tool
+    will read, so the code's files go to a folder of their own.
+    """
+    if args.out is None:
+        return None
+    refuse = [("the current folder", os.getcwd())]
+    config = args.config or os.environ.get("MAINSDK_CONFIG")
+    if config:
+        refuse.append(("the folder of the config file", os.path.dirname(os.path.abspath(config))))
+    try:
+        return OutDir.open(args.out, refuse=refuse)
+    except OutDirError as exc:
+        raise SandboxError(errors.INVALID_OPTION, f"--out {_shown(args.out)}: {exc}", ran=False) from None
+
+
 def _run(args: argparse.Namespace) -> int:
     code, path = _read_code(args)
     language = args.language or EXTENSIONS.get(Path(path).suffix if path else "", "python")
@@ -131,7 +155,24 @@ def _run(args: argparse.Namespace) -> int:
         env[name] = secret(value[len("secret:") :]) if value.startswith("secret:") else value
     limits = {k: v for k, v in (("timeout", args.timeout), ("memory", args.memory), ("output", args.output_limit)) if v}
     sandbox = Sandbox(SandboxDeps(config=load_config(args.config)))
+    out = _open_out(args)
+    try:
+        return _run_and_report(args, sandbox, out, code, language, files, env, limits)
+    finally:
+        if out is not None:
+            out.close()
 
+
+def _run_and_report(
+    args: argparse.Namespace,
+    sandbox: Sandbox,
+    out: OutDir | None,
+    code: str,
+    language: str,
+    files: dict[str, str | bytes],
+    env: dict[str, str | SecretRef],
+    limits: dict[str, str],
+) -> int:
     def echo(stream: str, data: bytes) -> None:
         target = sys.stdout if stream == "stdout" else sys.stderr
         target.buffer.write(data)
@@ -147,14 +188,17 @@ def _run(args: argparse.Namespace) -> int:
         limits=limits or None,
         on_output=None if args.json else echo,
     )
-    written = _write_out_files(sandbox, result, args.out)
-    drawn = _write_figures(sandbox, result, args.out, taken=set(written.values()))
+    # From here on nothing may stop the result from being printed: a file that cannot be written is reported.
+    not_written: list[dict[str, str | int]] = []
+    written = _write_out_files(sandbox, result, out, not_written)
+    drawn = _write_figures(sandbox, result, out, not_written)
     if args.json:
         data = result.to_dict()
         for entry in data["files"]:
             entry["written"] = written.get(entry["id"])
         for entry, path in zip(data["results"], drawn, strict=True):
             entry["written"] = path
+        data["not_written"] = not_written
         print(json.dumps(data, indent=2))
     elif result.stop:
         print(f"mainsdk: stopped: {result.stop} ({result.stop_code})", file=sys.stderr)
@@ -174,56 +218,71 @@ def _shown(name: str) -> str:
     return name if name.isprintable() else repr(name)
 
 
-def _write_out_files(sandbox: Sandbox, result: RunResult, directory: str | None) -> dict[str, str]:
-    """Write the run's out files under ``directory`` (if given) and say so on stderr; their paths by file id."""
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _them(number: int) -> str:
+    return "it" if number == 1 else "them"
+
+
+def _write_out_files(
+    sandbox: Sandbox, result: RunResult, out: OutDir | None, not_written: list[dict[str, str | int]]
+) -> dict[str, str]:
+    """Write the run's out files into ``out`` (if given) and say so on stderr; their paths by file id.
+
+    A file that cannot be written (its name is taken, a link is in the way, no room) is named on stderr and
+    added to ``not_written`` with the reason; the others are still written.
+    """
     written: dict[str, str] = {}
     for name in result.files_dropped:
         print(
             f"mainsdk: out file not kept: {_shown(name)} (past limits.files, not a regular file, or no room)",
             file=sys.stderr,
         )
-    if directory is None:
+    if out is None:
         if result.files:
-            print(f"mainsdk: {len(result.files)} out files; pass --out DIR to write them", file=sys.stderr)
+            count = len(result.files)
+            print(f"mainsdk: {_count(count, 'out file')}; pass --out DIR to write {_them(count)}", file=sys.stderr)
         return written
     for ref in result.files:
         try:
-            path = write_under(directory, ref.name, sandbox.files.read(ref))
-        except UnsafeName as exc:
+            path = out.write(ref.name, sandbox.files.read(ref))
+        except (NotWritten, OSError, SandboxError) as exc:  # out of descriptors, the store gone: still printed
             print(f"mainsdk: out file not written: {ref.name!r}: {exc}", file=sys.stderr)
+            not_written.append({"name": ref.name, "id": ref.id, "reason": str(exc)})
             continue
-        except OSError as exc:
-            raise UsageError(f"--out {directory}: cannot write {_shown(ref.name)}: {exc.strerror}") from None
         written[ref.id] = str(path)
         print(f"mainsdk: wrote {_shown(str(path))} ({ref.size} bytes)", file=sys.stderr)
     return written
 
 
-def _write_figures(sandbox: Sandbox, result: RunResult, directory: str | None, taken: set[str]) -> list[str | None]:
-    """Write the run's figures (``results``) as ``figure-<n>.png`` under ``directory``; where each went, in order.
+def _write_figures(
+    sandbox: Sandbox, result: RunResult, out: OutDir | None, not_written: list[dict[str, str | int]]
+) -> list[str | None]:
+    """Write the run's figures (``results``) as ``figure-<n>.png`` into ``out``; where each went, in order.
 
-    A name the code's own out files already took is not overwritten: that figure stays in the result only.
+    A name already there (the code's own out file of that name, or an earlier file) is left as it is: that
+    figure stays in the result only.
     """
-    if directory is None:
+    if out is None:
         if result.results:
-            print(f"mainsdk: {len(result.results)} figures; pass --out DIR to write them", file=sys.stderr)
+            count = len(result.results)
+            print(f"mainsdk: {_count(count, 'figure')}; pass --out DIR to write {_them(count)}", file=sys.stderr)
         return [None] * len(result.results)
+    own = {ref.name for ref in result.files}
     paths: list[str | None] = []
     for number, figure in enumerate(result.results, start=1):
         name = f"figure-{number}.png"
-        if str(Path(directory) / name) in taken:
-            print(f"mainsdk: figure {number} not written: the code's own {name} is there", file=sys.stderr)
-            paths.append(None)
-            continue
-        data = (figure.file and sandbox.files.read(figure.file)) or figure.bytes() or b""
         try:
-            path = write_under(directory, name, data)
-        except UnsafeName as exc:
-            print(f"mainsdk: figure {number} not written: {exc}", file=sys.stderr)
+            data = (figure.file and sandbox.files.read(figure.file)) or figure.bytes() or b""
+            path = out.write(name, data)
+        except (NotWritten, OSError, SandboxError) as exc:
+            reason = f"the code's own {name} is there" if name in own else str(exc)
+            print(f"mainsdk: figure {number} not written: {reason}", file=sys.stderr)
+            not_written.append({"name": name, "figure": number, "reason": reason})
             paths.append(None)
             continue
-        except OSError as exc:
-            raise UsageError(f"--out {directory}: cannot write {name}: {exc.strerror}") from None
         paths.append(str(path))
         print(f"mainsdk: wrote {_shown(str(path))} ({len(data)} bytes, a figure)", file=sys.stderr)
     return paths

@@ -4,13 +4,19 @@ Needs the ``mcp`` package (``pip install 'mainsdk[mcp]'``). The tool's input
 schema is the action's own; a call the action refuses (a language it does not
 allow, empty code) comes back as a tool error the model can read and correct.
 
-While a run goes on the server sends progress notifications (when the client
-gave a progress token) and the output as log messages (when the client asked
-for them: ``logging/setLevel``, or the request's log-level ``_meta`` on newer
-protocol versions; the SDK applies that gate). Out files come back as content
+While a run goes on the server sends progress notifications to a client that
+gave a progress token: one a second, and the output as it comes, as the
+notifications' ``message`` (``_meta`` says which stream). MCP's logging
+(``logging/setLevel``, ``notifications/message``), which carried the output
+before, is deprecated from protocol 2026-07-28 (SEP-2577) with no in-protocol
+successor; progress is the per-request channel that is not. Out files come back as content
 MCP clients render: images (PNG, JPEG, SVG) as image content, other files as
 embedded resources, each up to ``MAX_INLINE_BYTES``; a larger one is named in a
 note. A Python run's figures (``results``) come back as image content too.
+Every tool takes code of at most ``MAX_CODE_BYTES`` (UTF-8), in both modes.
+Every JSON-RPC request gets an answer: a line that is no JSON is ``-32700``, a
+message that is no valid request ``-32600`` (JSON-RPC 2.0), answered here,
+before the SDK, which drops them (``serve_stdio``).
 With ``session=True`` the server keeps one sandbox session for its client
 (stdio serves exactly one), so what one call leaves in the work folder is there
 for the next, and adds a second tool, ``run_code``: Python run as the next cell
@@ -23,17 +29,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import fcntl
 import json
+import os
 import time
-import warnings
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
 import mcp_types as types
+import pydantic
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp.shared.message import SessionMessage
 
 from mainsdk import __version__, errors
 from mainsdk.action import CodeRunAction, file_entry
@@ -47,7 +54,12 @@ IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
 MAX_INLINE_BYTES = 1_000_000  # one file's bytes in a tool result; past it the file is named in a note
 MAX_INLINE_TOTAL = 4_000_000  # all files' bytes in one tool result
 PROGRESS_EVERY = 1.0  # seconds between progress notifications while a run goes on
-LOG_CHUNK_CHARS = 8_000  # output is sent as log messages of at most this many characters
+OUTPUT_CHUNK_CHARS = 8_000  # output is sent as progress messages of at most this many characters
+STREAM_META_KEY = "mainsdk/stream"  # in a progress notification's _meta: the stream its message came from
+# Code longer than this would not fit the argv a session command is run with (Linux caps one argument at
+# 128 KiB); one bound for every tool and mode, so that a call that works in one works in the other.
+MAX_CODE_BYTES = ARGV_CODE_LIMIT
+CODE_RULE = f"At most {MAX_CODE_BYTES:,} bytes of UTF-8."
 
 # A rich result as ``mainsdk.rich.rich_entry`` gives it: inline text, base64 bytes, or a file id.
 RICH_SCHEMA: dict[str, Any] = {
@@ -95,7 +107,12 @@ CELL_TOOL = "run_code"
 CELL_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "code": {"type": "string", "minLength": 1, "description": "The Python code of the cell."},
+        "code": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_CODE_BYTES,
+            "description": f"The Python code of the cell. {CODE_RULE}",
+        },
         "files": {
             "type": "object",
             "additionalProperties": {"type": "string"},
@@ -134,17 +151,16 @@ def build_server(action: CodeRunAction, *, session: bool = False) -> Server[Any]
     """An MCP server exposing ``action`` as one tool; with ``session``, one sandbox session kept across calls."""
     sandbox = action._sandbox
     open_world = bool(sandbox.config.sandbox.network)
-    log_level: list[str | None] = [None]  # what the client set with logging/setLevel (older protocol versions)
     kept: list[_KeptSession] = []
 
     def tool() -> types.Tool:
-        description = action.description
+        description = f"{action.description} Code: {CODE_RULE[0].lower()}{CODE_RULE[1:]}"
         if session:
             description += " Files in the working folder stay there from one call to the next."
         return types.Tool(
             name=action.tool_name(),
             description=description,
-            input_schema=action.input_schema,
+            input_schema=_code_rule_schema(action.input_schema),
             output_schema=OUTPUT_SCHEMA,
             annotations=types.ToolAnnotations(
                 read_only_hint=False,  # it runs code, which writes files and spends the budget
@@ -160,7 +176,8 @@ def build_server(action: CodeRunAction, *, session: bool = False) -> Server[Any]
             description=(
                 "Runs Python as the next cell of a notebook kept for this client, in the same sandbox as "
                 f"{action.tool_name()}: variables, imports and files stay from one call to the next. The final "
-                "expression's value and every matplotlib figure come back as results (figures as images)."
+                "expression's value and every matplotlib figure come back as results (figures as images). "
+                f"Code: {CODE_RULE[0].lower()}{CODE_RULE[1:]}"
             ),
             input_schema=CELL_INPUT_SCHEMA,
             output_schema=CELL_OUTPUT_SCHEMA,
@@ -174,19 +191,14 @@ def build_server(action: CodeRunAction, *, session: bool = False) -> Server[Any]
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[tool(), cell_tool()] if cells else [tool()])
 
-    async def set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
-        log_level[0] = params.level
-        return types.EmptyResult()
-
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         names = [action.tool_name(), CELL_TOOL] if cells else [action.tool_name()]
         if params.name not in names:
             return _error(f"no tool named {params.name!r}; this server has {', '.join(map(repr, names))}")
         arguments = params.arguments or {}
-        # Newer protocol versions opt in per request (the SDK drops what was not asked for); older ones by setLevel.
-        asked = ctx.session.protocol_version in MODERN_PROTOCOL_VERSIONS or log_level[0] in ("debug", "info")
-        live = _LiveReport(ctx, send_logs=asked)
+        live = _LiveReport(ctx)
         try:
+            _check_code_size(params.name, arguments)
             async with live.running():
                 if params.name == CELL_TOOL:
                     result = await _run_cell(action, kept, arguments, live.on_output)
@@ -201,32 +213,65 @@ def build_server(action: CodeRunAction, *, session: bool = False) -> Server[Any]
         content += await _file_contents(action, result.get("files", []))
         return types.CallToolResult(content=content, structured_content=result)
 
-    with warnings.catch_warnings():
-        # logging/setLevel is how clients on protocol versions before 2026-07-28 ask for log messages.
-        warnings.simplefilter("ignore")
-        return Server(
-            "mainsdk-sandbox",
-            version=__version__,
-            on_list_tools=list_tools,
-            on_call_tool=call_tool,
-            on_set_logging_level=set_level,
+    return Server("mainsdk-sandbox", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def _code_rule_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The action's input schema with the server's bound on ``code`` (``maxLength`` counts characters: a
+    necessary bound; the bytes are checked at the call).
+    """
+    properties = dict(schema["properties"])
+    code = dict(properties["code"])
+    code["maxLength"] = MAX_CODE_BYTES
+    code["description"] = f"{code.get('description', '')} {CODE_RULE}".strip()
+    properties["code"] = code
+    return {**schema, "properties": properties}
+
+
+def _check_code_size(tool: str, arguments: Mapping[str, Any]) -> None:
+    code = arguments.get("code")
+    if isinstance(code, str) and len(code.encode("utf-8", "surrogatepass")) > MAX_CODE_BYTES:
+        raise SandboxError(
+            errors.INVALID_OPTION,
+            f"{tool}: code is {len(code.encode('utf-8', 'surrogatepass')):,} bytes; at most {MAX_CODE_BYTES:,} "
+            "bytes of UTF-8 are taken: put data in files, not in the code",
         )
 
 
 class _LiveReport:
-    """While a run goes on: progress every PROGRESS_EVERY seconds, and its output as log messages."""
+    """While a run goes on: progress every PROGRESS_EVERY seconds, and its output as progress messages.
 
-    def __init__(self, ctx: Any, *, send_logs: bool) -> None:
+    Progress is the per-request channel MCP keeps (logging is deprecated, SEP-2577); a client that gave no
+    progress token gets neither (the SDK sends nothing then).
+    """
+
+    def __init__(self, ctx: Any) -> None:
         self._ctx = ctx
-        self._send_logs = send_logs
+        self._token = (ctx.meta or {}).get("progress_token")
         self._pending: list[tuple[str, bytes]] = []
         self._wake = asyncio.Event()
         self._started = time.monotonic()
+        self._last = -1.0  # progress must grow with every notification
 
     def on_output(self, stream: str, data: bytes) -> None:
-        if self._send_logs:
+        if self._token is not None:
             self._pending.append((stream, data))
             self._wake.set()
+
+    async def _progress(self, message: str, stream: str | None = None) -> None:
+        if self._token is None:
+            return
+        progress = max(time.monotonic() - self._started, self._last + 1e-6)
+        self._last = progress
+        notification = types.ProgressNotification(
+            params=types.ProgressNotificationParams(
+                progress_token=self._token,
+                progress=progress,
+                message=message,
+                _meta={STREAM_META_KEY: stream} if stream else None,
+            )
+        )
+        await self._ctx.session.send_notification(notification, related_request_id=self._ctx.request_id)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -245,8 +290,7 @@ class _LiveReport:
         while True:
             now = time.monotonic()
             if now >= next_progress:
-                elapsed = now - self._started
-                await self._ctx.session.report_progress(elapsed, None, f"running for {elapsed:.0f}s")
+                await self._progress(f"running for {now - self._started:.0f}s")
                 next_progress = now + PROGRESS_EVERY
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=max(next_progress - time.monotonic(), 0.01))
@@ -259,12 +303,8 @@ class _LiveReport:
         pending, self._pending = self._pending, []
         for stream, data in pending:
             text = data.decode("utf-8", "replace")
-            for start in range(0, len(text), LOG_CHUNK_CHARS):
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # the logging capability is deprecated in newer versions
-                    await self._ctx.session.send_log_message(
-                        level="info", data=text[start : start + LOG_CHUNK_CHARS], logger=stream
-                    )
+            for start in range(0, len(text), OUTPUT_CHUNK_CHARS):
+                await self._progress(text[start : start + OUTPUT_CHUNK_CHARS], stream)
 
 
 class _KeptSession:
@@ -285,8 +325,6 @@ async def _run_in_session(
     """
     code, language, files = action.check_input(arguments)
     limits = action.input_limits(arguments)
-    if len(code.encode()) > ARGV_CODE_LIMIT:
-        raise SandboxError(errors.INVALID_OPTION, f"{action.name}: code longer than {ARGV_CODE_LIMIT} bytes")
     current = await _kept_session(action, kept)
     for path, text in files.items():
         await current.write(path, text)
@@ -401,10 +439,161 @@ def serve_stdio(action: CodeRunAction, *, session: bool = False) -> None:
     server = build_server(action, session=session)
 
     async def main() -> None:
-        async with stdio_server() as (read_stream, write_stream):
+        async with json_rpc_stdio() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     anyio.run(main)
+
+
+def _error_reply(ident: object, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
+
+
+def read_frame(line: bytes) -> tuple[types.JSONRPCMessage | None, Any]:
+    """What one line from the client is: ``(message, None)`` to pass on, or ``(None, reply)`` to answer at once.
+
+    JSON-RPC 2.0 (https://www.jsonrpc.org/specification, sections 4 to 6) as MCP narrows it: a line that is no
+    JSON is -32700 with id null; a request object that is not one (``jsonrpc`` not "2.0", an ``id`` that is no
+    string or integer, a ``method`` that is no string, ``params`` that are no object) is -32600 with its id
+    when it has a valid one, else null; a batch (MCP has none since 2025-06-18; the SDK reads none) gets one
+    -32600 per request in it, in an array. A notification is never answered, nor a response of the client's;
+    ``(None, None)`` is such a line, or a blank one. The SDK's own reader dropped all of these unanswered, and
+    took a request with a bad id for a notification: the client waited for ever.
+    """
+    if not line.strip():
+        return None, None
+    try:
+        value = json.loads(line.decode("utf-8"))  # MCP's stdio is UTF-8: json.loads(bytes) would guess UTF-16 too
+    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON or bad UTF-8
+        reason = (
+            exc.msg
+            if isinstance(exc, json.JSONDecodeError)
+            else "nested too deeply"
+            if isinstance(exc, RecursionError)
+            else str(exc)
+        )
+        return None, _error_reply(None, types.PARSE_ERROR, f"Parse error: {reason}")
+    if isinstance(value, list):
+        if not value:
+            return None, _error_reply(None, types.INVALID_REQUEST, "Invalid Request: an empty batch")
+        replies = [reply for reply in map(_batch_reply, value) if reply is not None]
+        return None, replies or None
+    return _read_message(value)
+
+
+def _is_text(value: object) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _batch_reply(value: object) -> dict[str, Any] | None:
+    message, reply = _read_message(value)
+    if isinstance(message, types.JSONRPCRequest):
+        return _error_reply(
+            message.id,
+            types.INVALID_REQUEST,
+            "Invalid Request: MCP takes no batches (since protocol 2025-06-18); send each request on its own line",
+        )
+    return reply if isinstance(reply, dict) else None
+
+
+def _read_message(value: object) -> tuple[types.JSONRPCMessage | None, dict[str, Any] | None]:
+    if not isinstance(value, dict):
+        return None, _error_reply(None, types.INVALID_REQUEST, "Invalid Request: a message is a JSON object")
+    if "method" not in value and ("result" in value or "error" in value):
+        # A response to a request of the server's: never answered. This server sends none; the SDK drops it.
+        try:
+            return types.jsonrpc_message_adapter.validate_python(value), None
+        except pydantic.ValidationError:
+            return None, None
+    ident = value.get("id")
+    good_id = isinstance(ident, str) or (isinstance(ident, int) and not isinstance(ident, bool))
+    reply_id = ident if good_id and _is_text(ident) else None
+    if not _is_text(value):
+        # An escaped lone surrogate ("\\ud800") is JSON but no Unicode text: it cannot be written back in
+        # UTF-8, and echoed in an id it ended the server.
+        problem = "a string holds a lone surrogate (no Unicode text)"
+    elif value.get("jsonrpc") != "2.0":
+        problem = 'jsonrpc must be "2.0"'
+    elif "id" in value and not good_id:
+        problem = "id must be a string or an integer"  # MCP: never null
+    elif not isinstance(value.get("method"), str):
+        problem = "method must be a string"
+    elif "params" in value and not isinstance(value["params"], dict):
+        problem = "params must be an object"
+    else:
+        model = types.JSONRPCRequest if "id" in value else types.JSONRPCNotification
+        try:
+            return model.model_validate(value), None
+        except pydantic.ValidationError as exc:
+            problem = exc.errors()[0]["msg"] if exc.errors() else "not a request"
+    return None, _error_reply(reply_id, types.INVALID_REQUEST, f"Invalid Request: {problem}")
+
+
+@contextlib.asynccontextmanager
+async def json_rpc_stdio() -> AsyncIterator[tuple[Any, Any]]:
+    """The MCP stdio transport, with every line checked by ``read_frame`` first (the SDK's answers none).
+
+    As the SDK's ``stdio_server`` does, fd 0 reads the null device and fd 1 goes to stderr while serving, so
+    that nothing the server starts reads the client's messages or writes into them; both are restored after.
+    """
+    wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    # closefd=False: a worker thread may still block in a read of it when the server ends.
+    reader = anyio.wrap_file(os.fdopen(wire_in, "rb", closefd=False))
+    writer = os.fdopen(wire_out, "wb", closefd=False)
+    lock = anyio.Lock()
+
+    async def put(text: str) -> None:
+        def write() -> None:
+            writer.write(text.encode("utf-8", "replace") + b"\n")
+            writer.flush()
+
+        async with lock:  # one line at a time: the SDK's messages and this reader's answers never interleave
+            await anyio.to_thread.run_sync(write)
+
+    read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def read_lines() -> None:
+        async with read_send:
+            async for line in reader:
+                message, reply = read_frame(line)
+                if message is not None:
+                    await read_send.send(SessionMessage(message))
+                elif reply is not None:
+                    await put(json.dumps(reply, separators=(",", ":")))
+
+    async def write_lines() -> None:
+        async with write_receive:
+            async for session_message in write_receive:
+                message = session_message.message
+                try:
+                    text = message.model_dump_json(by_alias=True, exclude_unset=True)
+                    text.encode()
+                except ValueError:  # pydantic's serialization error, or UnicodeEncodeError
+                    # A reply that cannot be written still ends its request: the client must not wait for ever.
+                    if not isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+                        continue
+                    text = json.dumps(_error_reply(message.id, types.INTERNAL_ERROR, "the reply could not be encoded"))
+                await put(text)
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(read_lines)
+            tasks.start_soon(write_lines)
+            yield read_receive, write_send
+            tasks.cancel_scope.cancel()
+    finally:
+        os.dup2(wire_in, 0)
+        os.dup2(wire_out, 1)
 
 
 def languages_option(values: Sequence[str] | None) -> list[str]:
