@@ -35,6 +35,15 @@ def test_variables_imports_and_open_files_stay_across_cells(make_sandbox: Callab
         assert (first.number, second.number) == (1, 2)
 
 
+def test_a_cell_larger_than_any_pipe_arrives_whole_and_its_hash_is_checked(make_sandbox: Callable[..., Any]) -> None:
+    code = "blob = '" + "é" * 400_000 + "'\nlen(blob)"  # 800 KB of UTF-8 on the kernel's stdin and its cell pipe
+    built = make_sandbox()
+    with built.sandbox.create() as session:
+        assert session.run_code(code).text == "400000"
+        assert session.run_code("len(blob)").text == "400000"
+    assert next(e.code_sha256 for e in built.events if e.kind == "cell") == code_sha256(code)
+
+
 def test_an_error_comes_back_as_name_value_and_the_cells_traceback(make_sandbox: Callable[..., Any]) -> None:
     with make_sandbox().sandbox.create() as session:
         session.run_code("def f(n):\n    return 10 // n")
