@@ -387,6 +387,17 @@ def test_a_raising_listener_sees_nothing_more_and_the_cell_ends_as_it_would(make
     assert [(e.cell, e.error) for e in built.events if e.kind == "cell"] == [(1, "RuntimeError"), (2, None)]
 
 
+async def test_a_cell_the_caller_cancels_takes_its_interpreter_and_never_answers_the_next(
+    async_sandbox: AsyncSandbox,
+) -> None:
+    async with async_sandbox.create() as session:
+        await session.run_code("x = 1")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(session.run_code("import time\ntime.sleep(3)\n'late'"), 0.5)
+        after = await asyncio.wait_for(session.run_code("'next'"), 20)
+        assert after.text == "'next'" and after.restarted
+
+
 async def test_closing_the_session_while_a_cell_runs_ends_the_cell_with_0008(async_sandbox: AsyncSandbox) -> None:
     session = await async_sandbox.create()
     await session.run_code("x = 1")

@@ -381,6 +381,11 @@ class Interpreter:
                         timeout=BACKSTOP,
                         return_when=asyncio.FIRST_COMPLETED,
                     )
+            except asyncio.CancelledError:
+                # The caller gave up on this cell while it runs: its end frame would answer the next cell, so the
+                # interpreter goes with it (the next cell starts a new one).
+                await self.kill()
+                raise
             finally:
                 for waiter in waits:
                     waiter.cancel()
