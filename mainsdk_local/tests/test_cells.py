@@ -35,6 +35,15 @@ def test_variables_imports_and_open_files_stay_across_cells(make_sandbox: Callab
         assert (first.number, second.number) == (1, 2)
 
 
+def test_a_cell_larger_than_any_pipe_arrives_whole_and_its_hash_is_checked(make_sandbox: Callable[..., Any]) -> None:
+    code = "blob = '" + "é" * 400_000 + "'\nlen(blob)"  # 800 KB of UTF-8 on the kernel's stdin and its cell pipe
+    built = make_sandbox()
+    with built.sandbox.create() as session:
+        assert session.run_code(code).text == "400000"
+        assert session.run_code("len(blob)").text == "400000"
+    assert next(e.code_sha256 for e in built.events if e.kind == "cell") == code_sha256(code)
+
+
 def test_an_error_comes_back_as_name_value_and_the_cells_traceback(make_sandbox: Callable[..., Any]) -> None:
     with make_sandbox().sandbox.create() as session:
         session.run_code("def f(n):\n    return 10 // n")
@@ -376,6 +385,17 @@ def test_a_raising_listener_sees_nothing_more_and_the_cell_ends_as_it_would(make
         assert getattr(caught.value, "ran", None) is True and len(seen) == 1
         assert session.run_code("v").text == "5"  # the cell ran to its end, in the same interpreter
     assert [(e.cell, e.error) for e in built.events if e.kind == "cell"] == [(1, "RuntimeError"), (2, None)]
+
+
+async def test_a_cell_the_caller_cancels_takes_its_interpreter_and_never_answers_the_next(
+    async_sandbox: AsyncSandbox,
+) -> None:
+    async with async_sandbox.create() as session:
+        await session.run_code("x = 1")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(session.run_code("import time\ntime.sleep(3)\n'late'"), 0.5)
+        after = await asyncio.wait_for(session.run_code("'next'"), 20)
+        assert after.text == "'next'" and after.restarted
 
 
 async def test_closing_the_session_while_a_cell_runs_ends_the_cell_with_0008(async_sandbox: AsyncSandbox) -> None:
