@@ -631,6 +631,10 @@ def test_a_fixed_seed_slice_of_the_config_fuzz_has_no_raw_exception_and_no_miscl
         (lambda: Limits(output="1MB"), "sandbox.limits.output"),  # type: ignore[arg-type]
         (lambda: Limits(files=True), "sandbox.limits.files"),
         (lambda: Limits(max_cost=Decimal("1e9")), "sandbox.limits.max-cost"),
+        # A signalling NaN raised decimal.InvalidOperation at the comparison, before any message.
+        (lambda: Limits(timeout=Decimal("sNaN")), "sandbox.limits.timeout"),  # type: ignore[arg-type]
+        (lambda: Limits(max_cost=Decimal("sNaN")), "sandbox.limits.max-cost"),
+        (lambda: SandboxConfig(price=Decimal("NaN")), "sandbox.price"),
         (lambda: SandboxConfig(price=Decimal(-1)), "sandbox.price"),
         (lambda: DiskPermissions(temp_max=2 * MAX_DISK), "permissions.disk.temp.max"),
     ],

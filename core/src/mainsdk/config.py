@@ -106,6 +106,8 @@ def _bounded(key: str, maximum: float | Decimal, shown: str, *, whole: bool = Fa
             return
         kinds: tuple[type, ...] = (int,) if whole else (int, float, Decimal)
         number_ok = isinstance(value, kinds) and not isinstance(value, bool)
+        # A Decimal NaN, quiet or signalling, is refused before it is compared: ``Decimal("sNaN") > 0`` raises.
+        number_ok = number_ok and not (isinstance(value, Decimal) and not value.is_finite())
         in_range = number_ok and ((value >= 0) if zero else (value > 0)) and value <= maximum  # type: ignore[operator]
         if not in_range:  # NaN fails both comparisons
             least = "0 or more" if zero else "more than 0"
