@@ -160,6 +160,9 @@ class CodeRunAction:
             isinstance(k, str) and isinstance(v, str) for k, v in files.items()
         ):
             raise SandboxError(errors.INVALID_OPTION, f"{self.name}: files must map relative paths to text")
+        # Every path at once, before anything is written: a session writes the files one by one, and a path
+        # that is both a file and a folder ({"a": ..., "a/b": ...}) is a mistake, refused as the one-shot run does.
+        arguments.files(files, f"{self.name}: files")
         return code, str(language), dict(files)
 
     def input_limits(self, input: Mapping[str, Any]) -> dict[str, Any] | None:
