@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from decimal import Decimal
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest

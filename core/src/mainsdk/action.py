@@ -48,6 +48,7 @@ class AccessRule(Protocol):
         """True to let the call run."""
 
 
+@arguments.checked_calls("action")
 class CodeRunAction:
     """A code-runner action. Call ``await action.arun(input)`` (or ``action.run(input)`` from sync code)."""
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 SIGKILL = 9
 
 
+@arguments.checked_calls("process")
 class AsyncProcess:
     """A program running in the background of a session; ``session.start(...)`` returns it.
 

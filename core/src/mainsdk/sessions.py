@@ -96,6 +96,7 @@ def _path_taken(path: str, cause: BaseException | None) -> SandboxError | None:
     return arguments.invalid("path", f"{path!r} cannot be written: {why}; write another path, or remove that first")
 
 
+@arguments.checked_calls("session")
 class AsyncSession:
     """An open box. Use it as ``async with``; it closes on exit."""
 
