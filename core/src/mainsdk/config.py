@@ -472,6 +472,38 @@ def _subsection(issues: list[_Issue], parent: Mapping[str, Any], path: KeyPath) 
     return value
 
 
+# Outside ``sandbox:`` the sections are shared: ``network`` and ``permissions`` hold other interfaces' keys too
+# (``network.proxy``, ``permissions.env``), and other top-level sections are the rest of the app's, kept in
+# ``other`` and not judged. A key there this close to one the sandbox reads is a typo that would leave the
+# sandbox on its defaults (``sandbx:`` running the local driver in production, ``alow:`` no host), and is
+# refused with a did-you-mean; a key not this close belongs to someone else.
+SANDBOX_SECTIONS = ("sandbox", "network", "permissions")
+# difflib's ratio, on the key in lower case: a letter missing, extra or two swapped (sandbx, Sandbox, netwrok,
+# procesess, alow, dsk, tmp); not networking, sandbox_id, max_processes, allowed, proxy or env.
+NEAR_MISS_CUTOFF = 0.85
+
+
+def near_miss(key: object, valid: tuple[str, ...]) -> str | None:
+    """The key in ``valid`` that ``key`` looks like a misspelling of (case aside), or None."""
+    if not isinstance(key, str) or key in valid:
+        return None
+    close = difflib.get_close_matches(key.strip().lower(), valid, n=1, cutoff=NEAR_MISS_CUTOFF)
+    return close[0] if close else None
+
+
+def _near_misses(issues: list[_Issue], section: Mapping[Any, Any], path: KeyPath, valid: tuple[str, ...]) -> None:
+    """An unknown key, with its did-you-mean, for each key of a shared ``section`` that is a typo of ``valid``."""
+    where = _dotted(path) if path else "the top level"
+    for key in section:
+        meant = near_miss(key, valid)
+        if meant is not None:
+            message = (
+                f'unknown key; did you mean "{meant}"? ({where} is shared with the rest of the app: a key this '
+                f"close to one the sandbox reads ({', '.join(valid)}) is taken for a typo)"
+            )
+            issues.append(((*path, str(key)), UNKNOWN_CONFIG_KEY, message))
+
+
 def _dotted(path: KeyPath) -> str:
     text = ""
     for part in path:
@@ -680,6 +712,13 @@ def parse_app_config(
         temp.get("max"),
         None,
     )
+
+    # A typo of a key the sandbox reads, outside ``sandbox:``, is never silently a default (see SANDBOX_SECTIONS).
+    _near_misses(issues, raw, (), SANDBOX_SECTIONS)
+    _near_misses(issues, network, ("network",), ("allow",))
+    _near_misses(issues, permissions, ("permissions",), ("processes", "disk"))
+    _near_misses(issues, disk, ("permissions", "disk"), ("temp",))
+    _near_misses(issues, temp, ("permissions", "disk", "temp"), ("max",))
 
     if issues:
         raise _config_error(issues, source, lines)
