@@ -61,8 +61,8 @@ class AsyncProcess:
 
         Async code awaits calls by habit; ``start`` itself returns at once, so awaiting it is the same handle.
         """
+        yield from ()  # a generator that yields nothing: awaiting it returns at once, without suspending
         return self
-        yield  # a generator: awaiting it returns at once, without suspending
 
     def _take(self, stream: str, data: bytes) -> None:
         self._chunks[stream].append(data)

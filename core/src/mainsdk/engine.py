@@ -505,12 +505,10 @@ class AsyncSandbox:
         self.hooks.shutdown()
 
 
-def with_timeout(limits: object, timeout: object) -> object:
+def with_timeout(limits: Mapping[str, Any] | None, timeout: object) -> Mapping[str, Any] | None:
     """A call's ``limits`` with its ``timeout=`` option in them: one time limit, given once."""
-    if timeout is None:
-        return limits
-    if limits is not None and not isinstance(limits, Mapping):
-        return limits  # refused, naming limits, by the plan's own check
+    if timeout is None or (limits is not None and not isinstance(limits, Mapping)):
+        return limits  # a limits that is no mapping is refused, naming limits, by the plan's own check
     given = dict(limits or {})
     if "timeout" in given:
         raise arguments.invalid("timeout", "is given twice, as timeout= and in limits; give it once")
