@@ -316,6 +316,7 @@ def test_run_takes_timeout_like_run_code_and_start(build: Callable[..., Built]) 
     refused(build(), lambda: sandbox.run("print(1)", timeout="1h"), "limits.timeout")  # it only lowers the limit
 
 
+_misspelt: dict[str, Any] = {"netwrk": []}
 # Each public call with a keyword it does not take: (call, the name in the message, the suggestion).
 UNKNOWN_KEYWORDS: list[tuple[str, Callable[[Any, Any, Any], object], str, str]] = [
     ("run", lambda sb, se, pr: sb.run("print(1)", timout="5s"), "sandbox.run()", "'timeout'"),
@@ -331,7 +332,7 @@ UNKNOWN_KEYWORDS: list[tuple[str, Callable[[Any, Any, Any], object], str, str]] 
     ("process.wait", lambda sb, se, pr: pr.wait(timout=1), "process.wait()", "'timeout'"),
     ("process.kill", lambda sb, se, pr: pr.kill(9), "process.kill()", "no arguments"),
     ("action.run", lambda sb, se, pr: sb.action().run({"code": "1"}, agnet="a"), "action.run()", "'agent'"),
-    ("SandboxDeps", lambda sb, se, pr: SandboxDeps(netwrk=[]), "SandboxDeps()", "'network'"),
+    ("SandboxDeps", lambda sb, se, pr: SandboxDeps(**_misspelt), "SandboxDeps()", "'network'"),
 ]
 
 

@@ -122,7 +122,7 @@ def test_a_space_inside_a_name_an_extra_or_the_version_is_refused_with_its_line_
     assert (problem.code, problem.key, problem.line) == (INVALID_OPTION, "sandbox.packages.python[1]", 5)
     assert "has a space inside a name, an extra or the version" in problem.message
     with pytest.raises(SandboxError, match="has a space inside"):
-        Packages(python=(entry,))
+        Packages(python=(entry,))  # type: ignore[arg-type]  # attrs' converter takes any iterable
 
 
 def test_spaces_where_pep_508_allows_them_are_kept_out_of_the_pin() -> None:
