@@ -126,3 +126,21 @@ async def test_mcp_with_session_refuses_a_path_both_file_and_folder_as_a_tool_er
             assert refused.is_error and "MAIN-SANDBOX-0001" in text and "also the folder of 'a/b'" in text, text
         listed = await client.call_tool("code_run", {"code": "import os; print(sorted(os.listdir('.')))"})
         assert not listed.is_error and "'a'" not in str(listed.structured_content)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), Decimal("sNaN"), True, [5]])
+@pytest.mark.parametrize("session", [False, True])
+def test_an_input_timeout_that_is_no_number_of_seconds_is_0001_naming_timeout(
+    tmp_path: Path, timeout: object, session: bool
+) -> None:
+    # A NaN was sent on as "nans" and refused as a duration nobody wrote.
+    sandbox = make(tmp_path)
+    action = sandbox.action(name="notebook", session=True) if session else sandbox.action()
+    try:
+        with pytest.raises(SandboxError) as caught:
+            action.run({"code": "print(1)", "timeout": timeout}, conversation="t")
+        assert caught.value.code == INVALID_OPTION
+        assert "timeout must be seconds or a duration like '5s'" in caught.value.message, caught.value.message
+    finally:
+        action.close("t")
+        sandbox.close()

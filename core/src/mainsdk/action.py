@@ -9,6 +9,7 @@ tool-calling formats, and ``mainsdk sandbox mcp`` serves it over MCP.
 
 from __future__ import annotations
 
+import math
 import mimetypes
 import re
 from collections.abc import Mapping, Sequence
@@ -171,7 +172,8 @@ class CodeRunAction:
         timeout = input.get("timeout")
         if timeout is None:
             return None
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float, str)):
+        finite = not isinstance(timeout, float) or math.isfinite(timeout)  # NaN is no number of seconds ("nans")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float, str)) or not finite:
             raise SandboxError(errors.INVALID_OPTION, f"{self.name}: timeout must be seconds or a duration like '5s'")
         return {"timeout": f"{timeout}s" if isinstance(timeout, (int, float)) else timeout}
 
