@@ -186,6 +186,19 @@ def test_sections_and_keys_not_close_to_the_sandboxs_stay_the_rest_of_the_apps()
     assert set(load_config_text(text).other) == {"networking", "sandbox_id", "box", "audit", "network", "permissions"}
 
 
+@pytest.mark.parametrize("host", ["localhost", "LocalHost.", "app.localhost", "*.app.localhost"])
+def test_localhost_in_sandbox_network_is_refused_at_load_naming_the_loopback_address(host: str) -> None:
+    # It loaded, then every run given it was refused by the proxy (403), while 127.0.0.1 reached the host.
+    text = f'sandbox:\n  network: [pypi.org, "{host}"]\nnetwork:\n  allow: [pypi.org, "{host}"]\n'
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text, source="main.yaml")
+    [problem] = caught.value.problems  # network.allow is the app's: a localhost there is another interface's
+    assert (problem.code, problem.key, problem.line) == (INVALID_OPTION, "sandbox.network[1]", 2)
+    assert "list 127.0.0.1 or ::1 here and in network.allow instead" in problem.message
+    loaded = load_config_text("sandbox:\n  network: [127.0.0.1, '::1']\nnetwork:\n  allow: [127.0.0.1, '::1']\n")
+    assert loaded.sandbox.network == ("127.0.0.1", "::1")
+
+
 def test_parse_app_config_of_a_plain_dict() -> None:
     config = parse_app_config(
         {"sandbox": {"driver": "local"}, "network": {"allow": ["PyPI.org"]}, "permissions": {"processes": []}}

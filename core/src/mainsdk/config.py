@@ -83,6 +83,7 @@ __all__ = [
     "resolve_credentials",
     "structure_section",
     "undeclared_sections",
+    "validate_sandbox_host",
 ]
 
 DriverId = str
@@ -302,7 +303,27 @@ def _list_of(check: Callable[[object], str], example: str) -> Callable[[object],
     return structure
 
 
+def validate_sandbox_host(value: object) -> str:
+    """A host of ``sandbox.network``; ``localhost`` (and ``*.localhost``) is refused.
+
+    A name is never let through to a loopback address: the local driver's proxy refuses one at run time (DNS
+    rebinding onto the app's services), and on a microVM the name is the box itself, always reachable. Listed,
+    it could only fail later, as a 403 in the run; the loopback address itself is what gives a run the app
+    host's loopback, so the message names it. ``network.allow`` is the app's, shared with other interfaces:
+    a ``localhost`` there is theirs, and the run still needs the host in ``sandbox.network`` too.
+    """
+    host = validate_host_pattern(value)
+    if host == "localhost" or host.endswith(".localhost"):
+        raise ValueError(
+            f'"{host}" is a name for a loopback address, which a run is never let through to by name; to give '
+            "runs the app host's own loopback (its local servers, on the local driver), list 127.0.0.1 or ::1 "
+            "here and in network.allow instead"
+        )
+    return host
+
+
 _host_list = _list_of(validate_host_pattern, "pypi.org")
+_sandbox_host_list = _list_of(validate_sandbox_host, "pypi.org")
 _secret_list = _list_of(_secret_name, "OPENWEATHER_KEY")
 _text_list = _list_of(_text, "python3")
 _pin_list = _list_of(lambda value: str(parse_pin(value)), "pandas==2.2.3")
@@ -399,7 +420,7 @@ def _build_converter() -> cattrs.Converter:
         SandboxConfig,
         converter,
         driver=override(struct_hook=_hook(_driver_id)),
-        network=override(struct_hook=_hook(_host_list)),
+        network=override(struct_hook=_hook(_sandbox_host_list)),
         secrets=override(struct_hook=_hook(_secret_list)),
         price=override(struct_hook=_hook(_or_none(parse_money))),
         sections=override(omit=True),

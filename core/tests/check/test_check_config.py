@@ -149,6 +149,12 @@ def test_typos_outside_sandbox_are_findings_with_their_lines_not_no_findings(tmp
     assert result.exit_status == 2
 
 
+def test_localhost_in_sandbox_network_is_one_finding_at_its_item(tmp_path: Path) -> None:
+    write(tmp_path, "main.yaml", "sandbox:\n  network: [pypi.org, localhost]\nnetwork:\n  allow: [pypi.org]\n")
+    [(code, _path, line, column)] = found(tmp_path)  # not also 0012: it is refused, not missing from network.allow
+    assert (code, line, column) == (INVALID_OPTION, 2, 23)
+
+
 def test_a_yaml_syntax_error_is_an_invalid_option_at_its_line(tmp_path: Path) -> None:
     write(tmp_path, "main.yaml", "sandbox:\n  driver: e2b\n  network: [pypi.org\n")
     [(code, path, line, _)] = found(tmp_path)
