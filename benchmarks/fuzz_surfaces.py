@@ -28,6 +28,7 @@ import os
 import queue
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -411,6 +412,7 @@ class Harness:
             self.session.close()
         self.sandbox.close()
         self.pool.shutdown(wait=False)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def judge(self, case: Case) -> Verdict:
         call: Callable[[Case], Verdict] = getattr(self, f"_{case.surface}")
