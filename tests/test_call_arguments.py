@@ -15,9 +15,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError, errors, parse_sandbox_config
+from mainsdk import (
+    AsyncSandbox,
+    Sandbox,
+    SandboxDeps,
+    SandboxError,
+    create_sandbox,
+    errors,
+    load_config,
+    parse_sandbox_config,
+)
 from mainsdk.audit import AuditEvent
 from mainsdk.config import load_config_text
+from mainsdk.files import LocalDirectoryFileStore
 from mainsdk_local.driver import LocalDriver
 
 from mainsdk_local import local_sandbox_driver
@@ -333,6 +343,10 @@ UNKNOWN_KEYWORDS: list[tuple[str, Callable[[Any, Any, Any], object], str, str]] 
     ("process.kill", lambda sb, se, pr: pr.kill(9), "process.kill()", "no arguments"),
     ("action.run", lambda sb, se, pr: sb.action().run({"code": "1"}, agnet="a"), "action.run()", "'agent'"),
     ("SandboxDeps", lambda sb, se, pr: SandboxDeps(**_misspelt), "SandboxDeps()", "'network'"),
+    ("create_sandbox", lambda sb, se, pr: create_sandbox(**_misspelt), "create_sandbox()", "deps"),
+    ("load_config", lambda sb, se, pr: load_config(**_misspelt), "load_config()", "path"),
+    ("parse_sandbox_config", lambda sb, se, pr: parse_sandbox_config({}, **_misspelt), "parse_sandbox_config()", "raw"),
+    ("file store", lambda sb, se, pr: LocalDirectoryFileStore(**_misspelt), "LocalDirectoryFileStore()", "max_bytes"),
 ]
 
 

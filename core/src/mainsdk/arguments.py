@@ -25,7 +25,7 @@ import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from mainsdk import errors
 from mainsdk.driver import LANGUAGES
@@ -346,10 +346,23 @@ def checked_calls(name: str) -> Callable[[_C], _C]:
     return decorate
 
 
-def _checked(function: Callable[..., Any], name: str) -> Callable[..., Any]:
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def checked_function(name: str) -> Callable[[_F], _F]:
+    """``checked_calls`` for a public function (``create_sandbox``, ``load_config``): ``<name>()`` in messages."""
+
+    def decorate(function: _F) -> _F:
+        return cast("_F", _checked(function, name, method=False))
+
+    return decorate
+
+
+def _checked(function: Callable[..., Any], name: str, *, method: bool = True) -> Callable[..., Any]:
     signature = inspect.signature(function)
     kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    parameters = [p.name for p in list(signature.parameters.values())[1:] if p.kind not in kinds]
+    own = list(signature.parameters.values())[1 if method else 0 :]  # a method's self is not the caller's
+    parameters = [p.name for p in own if p.kind not in kinds]
 
     def check(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         try:

@@ -39,6 +39,7 @@ from ruamel.yaml.events import (
 )
 from ruamel.yaml.scalarbool import ScalarBoolean
 
+from mainsdk import arguments
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem, SandboxError
 from mainsdk.hosts import validate_host_pattern
 from mainsdk.packages import MAX_PACKAGES, check_unique, parse_pin
@@ -671,6 +672,7 @@ def resolve_credentials(config: AppConfig, name: str, cls: type[S], resolver: Se
     return attrs.evolve(config, sandbox=attrs.evolve(config.sandbox, sections=sections))
 
 
+@arguments.checked_function("parse_sandbox_config")
 def parse_sandbox_config(
     raw: object, *, source: str | os.PathLike[str] | None = None, lines: Positions | None = None
 ) -> SandboxConfig:
@@ -687,6 +689,7 @@ def parse_sandbox_config(
     return config
 
 
+@arguments.checked_function("parse_app_config")
 def parse_app_config(
     raw: object,
     *,
@@ -984,6 +987,7 @@ def _syntax_problem(exc: YAMLError, source: str | os.PathLike[str] | None) -> Co
     return _problem(INVALID_OPTION, DEFAULT_CONFIG_FILE, f"not valid YAML: {detail}", line, column, source_text)
 
 
+@arguments.checked_function("load_config_text")
 def load_config_text(text: str, *, source: str | os.PathLike[str] | None = None) -> AppConfig:
     """Parse ``main.yaml`` text; every problem carries its line, and a YAML syntax error the line of the mistake.
 
@@ -1040,6 +1044,7 @@ def read_config_file(path: str | os.PathLike[str]) -> str:
     return data.decode("utf-8")
 
 
+@arguments.checked_function("load_config")
 def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
     """Load ``main.yaml`` from ``path``, else ``$MAINSDK_CONFIG``, else ``./main.yaml``.
 

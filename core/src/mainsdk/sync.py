@@ -255,6 +255,7 @@ class Files:
         return _LOOP.call(self._async.files.read(ref))
 
 
+@arguments.checked_function("create_sandbox")
 def create_sandbox(deps: SandboxDeps | Mapping[str, Any] | None = None) -> Sandbox:
     """Build a ``Sandbox`` from ``deps``."""
     return Sandbox(deps)
