@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -73,3 +74,73 @@ def test_a_session_action_is_python_only(tmp_path: Path) -> None:
         sandbox.action(languages=["python", "bash"], session=True)
     assert caught.value.code == INVALID_OPTION and "session=True" in caught.value.message
     sandbox.close()
+
+
+TREE = "import os\nsorted(os.path.join(r, n) for r, ds, fs in os.walk('.') for n in ds + fs if '.mainsdk' not in r + n)"
+
+
+@pytest.mark.parametrize(
+    ("earlier", "files", "says"),
+    [
+        ({}, {"a": "x", "a/b": "y"}, "'a' is a file and also the folder of 'a/b'"),  # in one input: checked first
+        ({"f": "x"}, {"f/g": "y"}, "'f/g' cannot be written: a folder on its way is a file"),  # against the box
+        ({"d/x": "x"}, {"d": "y"}, "'d' cannot be written: it is a folder"),
+    ],
+)
+def test_files_that_cannot_be_written_are_0001_and_nothing_is_written(
+    tmp_path: Path, earlier: dict[str, str], files: dict[str, str], says: str
+) -> None:
+    # They were a retryable MAIN-SANDBOX-0006 (NotADirectoryError) in a session; the one-shot action said 0001.
+    sandbox = make(tmp_path)
+    action = sandbox.action(name="notebook", session=True)
+    try:
+        before = action.run({"code": TREE, "files": earlier}, conversation="c")["results"][0]["text"]
+        with pytest.raises(SandboxError) as caught:
+            action.run({"code": "print('ran')", "files": files}, conversation="c")
+        error = caught.value
+        assert (error.code, error.retryable, error.ran) == (INVALID_OPTION, False, False)
+        assert says in error.message, error.message
+        after = action.run({"code": TREE}, conversation="c")
+        assert after["results"][0]["text"] == before and after["cell"] == 2  # the refused call ran no cell
+    finally:
+        action.close("c")
+        sandbox.close()
+
+
+async def test_mcp_with_session_refuses_a_path_both_file_and_folder_as_a_tool_error(tmp_path: Path) -> None:
+    # MCP --session writes the input's files one by one into its kept box, through the same check.
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    (tmp_path / "main.yaml").write_text(CONFIG)
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mainsdk.cli", "sandbox", "mcp", "--language", "python", "--session"],
+        cwd=str(tmp_path),
+    )
+    async with stdio_client(server) as (read, write), ClientSession(read, write) as client:
+        await client.initialize()
+        for tool in ("code_run", "run_code"):
+            refused = await client.call_tool(tool, {"code": "print(1)", "files": {"a": "x", "a/b": "y"}})
+            text = " ".join(getattr(item, "text", "") for item in refused.content)
+            assert refused.is_error and "MAIN-SANDBOX-0001" in text and "also the folder of 'a/b'" in text, text
+        listed = await client.call_tool("code_run", {"code": "import os; print(sorted(os.listdir('.')))"})
+        assert not listed.is_error and "'a'" not in str(listed.structured_content)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), Decimal("sNaN"), True, [5]])
+@pytest.mark.parametrize("session", [False, True])
+def test_an_input_timeout_that_is_no_number_of_seconds_is_0001_naming_timeout(
+    tmp_path: Path, timeout: object, session: bool
+) -> None:
+    # A NaN was sent on as "nans" and refused as a duration nobody wrote.
+    sandbox = make(tmp_path)
+    action = sandbox.action(name="notebook", session=True) if session else sandbox.action()
+    try:
+        with pytest.raises(SandboxError) as caught:
+            action.run({"code": "print(1)", "timeout": timeout}, conversation="t")
+        assert caught.value.code == INVALID_OPTION
+        assert "timeout must be seconds or a duration like '5s'" in caught.value.message, caught.value.message
+    finally:
+        action.close("t")
+        sandbox.close()

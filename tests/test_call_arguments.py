@@ -15,9 +15,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError, errors, parse_sandbox_config
+from mainsdk import (
+    AsyncSandbox,
+    Sandbox,
+    SandboxDeps,
+    SandboxError,
+    create_sandbox,
+    errors,
+    load_config,
+    parse_sandbox_config,
+)
 from mainsdk.audit import AuditEvent
 from mainsdk.config import load_config_text
+from mainsdk.files import LocalDirectoryFileStore
 from mainsdk_local.driver import LocalDriver
 
 from mainsdk_local import local_sandbox_driver
@@ -300,6 +310,75 @@ def test_the_async_twin_checks_the_same_arguments() -> None:
             with pytest.raises(SandboxError) as caught:
                 await sandbox.run("print(1)", files={"a": 5})  # type: ignore[dict-item]
             assert caught.value.message == "files['a']: must be str or bytes, not int"
+        finally:
+            await sandbox.aclose()
+
+    asyncio.run(main())
+
+
+def test_run_takes_timeout_like_run_code_and_start(build: Callable[..., Built]) -> None:
+    # ``sandbox.run("print(1)", timeout="5s")`` was a raw TypeError while every other call took ``timeout``.
+    sandbox = build().sandbox
+    assert sandbox.run("print(1)", timeout="5s").stdout == "1\n"
+    assert sandbox.run("while True: pass", timeout=1).stop == "timeout"
+    twice = refused(build(), lambda: sandbox.run("print(1)", timeout="1s", limits={"timeout": "2s"}), "timeout")
+    assert "given twice" in twice.message
+    refused(build(), lambda: sandbox.run("print(1)", timeout="1h"), "limits.timeout")  # it only lowers the limit
+
+
+_misspelt: dict[str, Any] = {"netwrk": []}
+# Each public call with a keyword it does not take: (call, the name in the message, the suggestion).
+UNKNOWN_KEYWORDS: list[tuple[str, Callable[[Any, Any, Any], object], str, str]] = [
+    ("run", lambda sb, se, pr: sb.run("print(1)", timout="5s"), "sandbox.run()", "'timeout'"),
+    ("create", lambda sb, se, pr: sb.create(idl="1m"), "sandbox.create()", "'idle'"),
+    ("get", lambda sb, se, pr: sb.get(se.id, tenant="x"), "sandbox.get()", "session_id"),
+    ("action", lambda sb, se, pr: sb.action(nme="x"), "sandbox.action()", "'name'"),
+    ("files.read", lambda sb, se, pr: sb.files.read("file_x", tenant="t"), "sandbox.files.read()", "ref"),
+    ("session.run", lambda sb, se, pr: se.run("python3", timout=1), "session.run()", "'timeout'"),
+    ("session.write", lambda sb, se, pr: se.write("a", "b", mode="w"), "session.write()", "path, data"),
+    ("session.read", lambda sb, se, pr: se.read("a", encoding="utf-8"), "session.read()", "path"),
+    ("session.run_code", lambda sb, se, pr: se.run_code("1", langauge="python"), "session.run_code()", "'language'"),
+    ("session.start", lambda sb, se, pr: se.start("python3", tmeout=1), "session.start()", "'timeout'"),
+    ("process.wait", lambda sb, se, pr: pr.wait(timout=1), "process.wait()", "'timeout'"),
+    ("process.kill", lambda sb, se, pr: pr.kill(9), "process.kill()", "no arguments"),
+    ("action.run", lambda sb, se, pr: sb.action().run({"code": "1"}, agnet="a"), "action.run()", "'agent'"),
+    ("SandboxDeps", lambda sb, se, pr: SandboxDeps(**_misspelt), "SandboxDeps()", "'network'"),
+    ("create_sandbox", lambda sb, se, pr: create_sandbox(**_misspelt), "create_sandbox()", "deps"),
+    ("load_config", lambda sb, se, pr: load_config(**_misspelt), "load_config()", "path"),
+    ("parse_sandbox_config", lambda sb, se, pr: parse_sandbox_config({}, **_misspelt), "parse_sandbox_config()", "raw"),
+    ("file store", lambda sb, se, pr: LocalDirectoryFileStore(**_misspelt), "LocalDirectoryFileStore()", "max_bytes"),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "name", "suggests"), [u[1:] for u in UNKNOWN_KEYWORDS], ids=[u[0] for u in UNKNOWN_KEYWORDS]
+)
+def test_a_keyword_a_call_does_not_take_is_0001_naming_the_valid_ones(
+    build: Callable[..., Built], call: Callable[[Any, Any, Any], object], name: str, suggests: str
+) -> None:
+    # They were raw TypeErrors ("got an unexpected keyword argument"), unlike every other wrong argument.
+    built = build()
+    with built.sandbox.create() as session:
+        process = session.start("python3", ["-c", "import time; time.sleep(30)"])
+        error = refused(built, lambda: call(built.sandbox, session, process), name)
+        assert error.message.startswith(name) and suggests in error.message, error.message
+        assert "it takes" in error.message
+        process.kill()
+
+
+def test_the_async_twin_refuses_unknown_keywords_the_same_way() -> None:
+    async def main() -> None:
+        sandbox = AsyncSandbox(SandboxDeps(driver=local_sandbox_driver(), load_entrypoints=False))
+        try:
+            with pytest.raises(SandboxError) as caught:
+                await sandbox.run("print(1)", timout="5s")  # type: ignore[call-arg]
+            assert caught.value.code == errors.INVALID_OPTION and "did you mean 'timeout'" in caught.value.message
+            assert (await sandbox.run("print(1)", timeout="5s")).stdout == "1\n"
+            async with sandbox.create() as session:
+                with pytest.raises(SandboxError, match=r"session.run_code\(\): 'timout' is not an option"):
+                    await session.run_code("1", timout=1)  # type: ignore[call-arg]
+                with pytest.raises(SandboxError, match=r"session.start\(\): 'timout' is not an option"):
+                    session.start("python3", timout=1)  # type: ignore[call-arg]
         finally:
             await sandbox.aclose()
 

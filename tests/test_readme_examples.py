@@ -1,10 +1,11 @@
 """The README's examples, run as written: its command lines in a shell, its Python blocks in a fresh interpreter.
 
-Each example runs in an empty app folder with the README's tutorial ``main.yaml`` (Python) or no main.yaml
-(the command lines, which write their own), with real files, the real CLI and the real local driver, so a
-README that drifts from the code fails here. In a Python block, a line ending in a comment that is a Python
-value (``# '2\\n'``) is checked to give that value (``...`` stands for anything), and a line whose comment
-starts with an error code (``# MAIN-SANDBOX-0005 ...``) is checked to raise it.
+The examples run one after another in one app folder holding the README's tutorial ``main.yaml``, in the
+README's order, as a reader following it would run them: with real files, the real CLI and the real local
+driver, so a README that drifts from the code, or an example that breaks a later one, fails here. In a
+Python block, a line ending in a comment that is a Python value (``# '2\\n'``) is checked to give that value
+(``...`` stands for anything), and a line whose comment starts with an error code (``# MAIN-SANDBOX-0005
+...``) is checked to raise it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import sys
 import textwrap
 import tokenize
 from pathlib import Path
-
-import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"^```(?P<lang>\w+)\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -46,29 +45,6 @@ def _clean_env() -> dict[str, str]:
 
 
 # --- Command line ---------------------------------------------------------------------------------------------------
-
-
-def test_the_command_line_examples_run_as_written(tmp_path: Path) -> None:
-    [block] = _blocks("Command line", "sh")
-    # The files the examples name.
-    (tmp_path / "script.sh").write_text('echo "mode=$MODE key=${#KEY} rows=$(wc -l < data.csv)"\n')
-    (tmp_path / "data.csv").write_text("a\nb\n")
-    env = _clean_env()
-    outputs = []
-    for line in block.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        done = subprocess.run(
-            ["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
-        )
-        assert (done.returncode, done.stderr) == (0, ""), f"{line}\n{done.stderr}"
-        outputs.append(done.stdout)
-    first, *rest = outputs
-    assert first == "2\n"
-    assert "mode=fast key=6 rows=2\n" in rest  # the secret reached the run, its value is never printed
-    [as_json] = [json.loads(out) for out in rest if out.startswith("{")]
-    assert (as_json["stdout"], as_json["exit_code"], as_json["stop"]) == ("1\n", 0, None)
-    assert any(out.startswith("local ") or "\nlocal " in out for out in rest)
 
 
 def test_the_one_line_main_yaml_a_secret_refusal_asks_for_lets_every_language_run(tmp_path: Path) -> None:
@@ -104,7 +80,7 @@ def test_the_one_line_main_yaml_a_secret_refusal_asks_for_lets_every_language_ru
         assert (done.returncode, done.stdout, done.stderr) == (0, expected, ""), language
 
 
-# --- Python ---------------------------------------------------------------------------------------------------------
+# --- In README order ------------------------------------------------------------------------------------------------
 
 _PRELUDE = '''
 import mainsdk
@@ -188,26 +164,31 @@ def _tutorial_config() -> str:
     return config
 
 
-@pytest.mark.parametrize(
-    ("section", "index"),
-    [
-        ("The tutorial, in Python", 0),
-        ("Sessions: one box across commands", 0),
-        ("Notebook sessions: cells, rich results, background processes", 0),
-        ("Agents: a code-runner action", 0),
-        ("Agents: a code-runner action", 1),  # an MCP client receiving a plot as an image
-    ],
-)
-def test_the_python_examples_run_as_written(tmp_path: Path, section: str, index: int) -> None:
-    block = _blocks(section, "python")[index]
+# Every example a reader can run here, in the README's order. Not run: the install commands ("Two commands",
+# ``pip install``), the MCP servers (they wait for a client: the MCP example starts one), the console transcripts,
+# the figure block that needs pandas in the box, and "Packages in the box" (it builds pandas from PyPI).
+EXAMPLES = [
+    ("The tutorial, in Python", "python", 0),
+    ("Sessions: one box across commands", "python", 0),
+    ("Notebook sessions: cells, rich results, background processes", "python", 0),
+    ("Agents: a code-runner action", "python", 0),
+    ("Agents: a code-runner action", "python", 1),  # an MCP client receiving a plot as an image
+    ("Command line", "sh", 0),
+]
+
+
+def _position(title: str) -> int:
+    return README.read_text(encoding="utf-8").index(f"\n## {title}\n")
+
+
+def _run_python(folder: Path, block: str) -> None:
     script = checked_python(block)
     checks = script[len(_PRELUDE) :]
     assert "_expect(" in checks or "except mainsdk.SandboxError" in checks  # each block shows a value to check
-    (tmp_path / "main.yaml").write_text(_tutorial_config())
-    (tmp_path / "example.py").write_text(script)
+    (folder / "example.py").write_text(script)
     done = subprocess.run(
         [sys.executable, "example.py"],
-        cwd=tmp_path,
+        cwd=folder,
         env=_clean_env(),
         capture_output=True,
         text=True,
@@ -215,6 +196,39 @@ def test_the_python_examples_run_as_written(tmp_path: Path, section: str, index:
         check=False,
     )
     assert done.returncode == 0, f"{done.stderr}\n--- the example as run ---\n{script}"
+
+
+def _run_command_lines(folder: Path, block: str) -> None:
+    # The files the examples name.
+    (folder / "script.sh").write_text('echo "mode=$MODE key=${#KEY} rows=$(wc -l < data.csv)"\n')
+    (folder / "data.csv").write_text("a\nb\n")
+    outputs = []
+    for line in block.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        done = subprocess.run(
+            ["bash", "-c", line], cwd=folder, env=_clean_env(), capture_output=True, text=True, timeout=120, check=False
+        )
+        assert (done.returncode, done.stderr) == (0, ""), f"{line}\n{done.stderr}"
+        outputs.append(done.stdout)
+    first, *rest = outputs
+    assert first == "2\n"
+    assert "mode=fast key=6 rows=2\n" in rest  # the secret reached the run, its value is never printed
+    [as_json] = [json.loads(out) for out in rest if out.startswith("{")]
+    assert (as_json["stdout"], as_json["exit_code"], as_json["stop"]) == ("1\n", 0, None)  # node, from stdin
+    assert any(out.startswith("local ") or "\nlocal " in out for out in rest)
+
+
+def test_the_examples_run_one_after_another_in_one_folder_as_written(tmp_path: Path) -> None:
+    assert [_position(title) for title, _, _ in EXAMPLES] == sorted(_position(title) for title, _, _ in EXAMPLES)
+    (tmp_path / "main.yaml").write_text(_tutorial_config())  # written once, as the tutorial says
+    for title, lang, index in EXAMPLES:
+        block = _blocks(title, lang)[index]
+        if lang == "python":
+            _run_python(tmp_path, block)
+        else:
+            _run_command_lines(tmp_path, block)
+    assert (tmp_path / "main.yaml").read_text() == _tutorial_config()  # no example rewrote the reader's config
 
 
 def test_the_checks_a_readme_line_becomes_can_fail(tmp_path: Path) -> None:

@@ -153,6 +153,52 @@ sandbox: {}
     assert type(config.other["network"]["allow"]) is list
 
 
+@pytest.mark.parametrize(
+    ("text", "key", "meant", "line"),
+    [
+        ("sandbx:\n  driver: e2b\n", "sandbx", "sandbox", 1),
+        ("app: {}\nSandbox: {}\n", "Sandbox", "sandbox", 2),
+        ("netwrok:\n  allow: [pypi.org]\n", "netwrok", "network", 1),
+        ("permission:\n  processes: [python3]\n", "permission", "permissions", 1),
+        ("permissions:\n  procesess: [python3]\n", "permissions.procesess", "processes", 2),
+        ("permissions:\n  dsk: { temp: { max: 1GB } }\n", "permissions.dsk", "disk", 2),
+        ("permissions:\n  disk: { tmp: { max: 1GB } }\n", "permissions.disk.tmp", "temp", 2),
+        ("network:\n  proxy: corp\n  alow: [pypi.org]\n", "network.alow", "allow", 3),
+        ("network:\n  allows: [pypi.org]\n", "network.allows", "allow", 2),
+    ],
+)
+def test_a_typo_of_a_key_the_sandbox_reads_outside_sandbox_is_refused_with_a_did_you_mean(
+    text: str, key: str, meant: str, line: int
+) -> None:
+    # Each loaded silently with the defaults: the local driver, no host, no program.
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text, source="main.yaml")
+    (problem,) = caught.value.problems
+    assert (problem.code, problem.key, problem.line) == (UNKNOWN_CONFIG_KEY, key, line)
+    assert f'did you mean "{meant}"?' in problem.message
+
+
+def test_sections_and_keys_not_close_to_the_sandboxs_stay_the_rest_of_the_apps() -> None:
+    text = (
+        "networking: {}\nsandbox_id: {}\nbox: {}\naudit: {file: a.jsonl}\nnetwork: {deny: [x], proxy: corp}\n"
+        "permissions: {env: [], max_processes: 3}\n"
+    )
+    assert set(load_config_text(text).other) == {"networking", "sandbox_id", "box", "audit", "network", "permissions"}
+
+
+@pytest.mark.parametrize("host", ["localhost", "LocalHost.", "app.localhost", "*.app.localhost"])
+def test_localhost_in_sandbox_network_is_refused_at_load_naming_the_loopback_address(host: str) -> None:
+    # It loaded, then every run given it was refused by the proxy (403), while 127.0.0.1 reached the host.
+    text = f'sandbox:\n  network: [pypi.org, "{host}"]\nnetwork:\n  allow: [pypi.org, "{host}"]\n'
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text, source="main.yaml")
+    [problem] = caught.value.problems  # network.allow is the app's: a localhost there is another interface's
+    assert (problem.code, problem.key, problem.line) == (INVALID_OPTION, "sandbox.network[1]", 2)
+    assert "list 127.0.0.1 or ::1 here and in network.allow instead" in problem.message
+    loaded = load_config_text("sandbox:\n  network: [127.0.0.1, '::1']\nnetwork:\n  allow: [127.0.0.1, '::1']\n")
+    assert loaded.sandbox.network == ("127.0.0.1", "::1")
+
+
 def test_parse_app_config_of_a_plain_dict() -> None:
     config = parse_app_config(
         {"sandbox": {"driver": "local"}, "network": {"allow": ["PyPI.org"]}, "permissions": {"processes": []}}
@@ -631,6 +677,10 @@ def test_a_fixed_seed_slice_of_the_config_fuzz_has_no_raw_exception_and_no_miscl
         (lambda: Limits(output="1MB"), "sandbox.limits.output"),  # type: ignore[arg-type]
         (lambda: Limits(files=True), "sandbox.limits.files"),
         (lambda: Limits(max_cost=Decimal("1e9")), "sandbox.limits.max-cost"),
+        # A signalling NaN raised decimal.InvalidOperation at the comparison, before any message.
+        (lambda: Limits(timeout=Decimal("sNaN")), "sandbox.limits.timeout"),  # type: ignore[arg-type]
+        (lambda: Limits(max_cost=Decimal("sNaN")), "sandbox.limits.max-cost"),
+        (lambda: SandboxConfig(price=Decimal("NaN")), "sandbox.price"),
         (lambda: SandboxConfig(price=Decimal(-1)), "sandbox.price"),
         (lambda: DiskPermissions(temp_max=2 * MAX_DISK), "permissions.disk.temp.max"),
     ],

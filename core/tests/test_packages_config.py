@@ -110,3 +110,20 @@ def test_a_driver_without_packages_refuses_a_call_that_would_get_some() -> None:
     with pytest.raises(SandboxError, match="'e2b' driver cannot put packages in a box"):
         check_packages(None, config, CANNOT, "e2b")
     assert check_packages(None, load_config_text("sandbox: {}\n"), CANNOT, "e2b") == ()
+
+
+@pytest.mark.parametrize("entry", ["six[a b]==1.0", "pan das==1.0", "six==1 .0", "six[a,b c]==1.0"])
+def test_a_space_inside_a_name_an_extra_or_the_version_is_refused_with_its_line_not_removed(entry: str) -> None:
+    # ``six[a b]`` once loaded as ``six[ab]``: a different package set than the one written.
+    text = f"sandbox:\n  packages:\n    python:\n      - six==1.16.0\n      - {entry}\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text, source="main.yaml")
+    (problem,) = caught.value.problems
+    assert (problem.code, problem.key, problem.line) == (INVALID_OPTION, "sandbox.packages.python[1]", 5)
+    assert "has a space inside a name, an extra or the version" in problem.message
+    with pytest.raises(SandboxError, match="has a space inside"):
+        Packages(python=(entry,))  # type: ignore[arg-type]  # attrs' converter takes any iterable
+
+
+def test_spaces_where_pep_508_allows_them_are_kept_out_of_the_pin() -> None:
+    assert str(parse_pin(" Six [ b , a ] == 1.16.0 ")) == "Six[a,b]==1.16.0"

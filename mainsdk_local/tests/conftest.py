@@ -6,8 +6,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
-from loopback import DATA, NETWORK_CONFIG, RESOLVE, LoopbackServer
+from loopback import DATA, LOOPBACK_NAME, NETWORK_CONFIG, RESOLVE, LoopbackServer
 from mainsdk import AsyncSandbox, Sandbox, SandboxDeps
 from mainsdk.audit import AuditEvent
 from mainsdk.config import load_config_text
@@ -127,3 +128,22 @@ def make_net_sandbox(make_sandbox: Callable[..., Built]) -> Callable[..., Built]
 def net_sandbox(make_net_sandbox: Callable[..., Built]) -> Built:
     """A sandbox (and its audit events) that can give runs the test hosts."""
     return make_net_sandbox()
+
+
+@pytest.fixture
+def net_sandbox_given_localhost() -> Iterator[Built]:
+    """``net_sandbox`` with ``localhost`` in both lists, as a config built by hand (the loader refuses it in
+    ``sandbox.network``): the proxy must keep a name off the host's loopback on its own."""
+    loaded = load_config_text(NETWORK_CONFIG)
+    config = attrs.evolve(
+        loaded,
+        sandbox=attrs.evolve(loaded.sandbox, network=(*loaded.sandbox.network, LOOPBACK_NAME)),
+        network_allow=(*loaded.network_allow, LOOPBACK_NAME),
+    )
+    driver = local_sandbox_driver(
+        permissions=config.permissions, programs={"python": "python3", "node": "node", "bash": "bash"}, resolve=RESOLVE
+    )
+    events: list[AuditEvent] = []
+    sandbox = Sandbox(SandboxDeps(config=config, driver=driver, log=events.append, load_entrypoints=False))
+    yield Built(sandbox, events)
+    sandbox.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -111,3 +112,28 @@ async def test_background_on_async_sandbox(async_sandbox: AsyncSandbox) -> None:
         process = session.start("python3", ["-c", "print('done')"])
         result = await process.wait(timeout=20)
         assert result is not None and result.stdout == "done\n" and result.ok
+
+
+async def test_awaiting_start_gives_the_handle_and_plain_use_still_works(async_sandbox: AsyncSandbox) -> None:
+    # Async users await by habit: ``await session.start(...)`` was a TypeError (AsyncProcess not awaitable).
+    async with async_sandbox.create() as session:
+        process = await session.start("python3", ["-c", "print('awaited')"])
+        result = await process.wait(timeout=20)
+        assert result is not None and result.stdout == "awaited\n" and result.id == process.id
+        plain = session.start("python3", ["-c", "print('plain')"])
+        assert (await plain) is plain
+        done = await plain.wait(timeout=20)
+        assert done is not None and done.stdout == "plain\n"
+
+
+@pytest.mark.parametrize("timeout", [Decimal("sNaN"), Decimal("NaN"), float("nan"), True, [1], "soon", -1])
+def test_a_wait_timeout_that_is_no_duration_is_0001_and_the_process_goes_on(
+    make_sandbox: Callable[..., Any], timeout: object
+) -> None:
+    # Decimal("sNaN") raised decimal.InvalidOperation: ``timeout == 0`` was compared before it was checked.
+    with make_sandbox().sandbox.create() as session:
+        process = session.start("python3", ["-c", SERVE])
+        with pytest.raises(SandboxError) as caught:
+            process.wait(timeout=timeout)
+        assert caught.value.code == INVALID_OPTION and "timeout" in caught.value.message
+        assert _running(process) and process.kill().signal == "SIGKILL"

@@ -464,7 +464,7 @@ def raw_requests(sandbox: Sandbox, requests: list[str], hosts: list[str]) -> lis
     return [ast.literal_eval(line) if line.startswith("'") else line for line in result.stdout.splitlines()]
 
 
-def test_the_hosts_loopback_services_are_out_of_reach(net_sandbox: Any, host_service: Listener) -> None:
+def test_the_hosts_loopback_services_are_out_of_reach(net_sandbox_given_localhost: Any, host_service: Listener) -> None:
     # Must hold: a service listening on the host's 127.0.0.1 is reached neither directly (the box has its
     # own loopback) nor through the proxy: not by IP (v4, v6, odd spellings), not by a name that resolves
     # to loopback, not by a Host header. Only the driver's explicit resolve mapping could point a name there.
@@ -477,11 +477,11 @@ def test_the_hosts_loopback_services_are_out_of_reach(net_sandbox: Any, host_ser
         "    except OSError as exc:\n        print(host, type(exc).__name__)\n"
     )
     for hosts in ([], ["api.example.test"]):
-        out = net_sandbox.sandbox.run(direct, network=hosts).stdout.splitlines()
+        out = net_sandbox_given_localhost.sandbox.run(direct, network=hosts).stdout.splitlines()
         assert not any(line.endswith("connected") for line in out), out
     given = ["api.example.test", "localhost"]
     answers = raw_requests(
-        net_sandbox.sandbox,
+        net_sandbox_given_localhost.sandbox,
         [
             f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n",
             f"CONNECT [::1]:{port} HTTP/1.1\r\n\r\n",

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopback import NETWORK_CONFIG, NOT_GIVEN, RESOLVE, LoopbackServer
+from loopback import NETWORK_CONFIG, NETWORK_HOSTS, NOT_GIVEN, RESOLVE, LoopbackServer
 from mainsdk import SandboxError, secret
 from mainsdk.config import load_config_text
-from mainsdk.errors import HOST_NOT_ALLOWED
+from mainsdk.errors import HOST_NOT_ALLOWED, INVALID_OPTION, ConfigError
 
 from mainsdk_local import local_sandbox_driver
 
@@ -149,13 +149,30 @@ def test_an_ip_literal_passes_only_when_that_ip_was_given(net_sandbox: Any, http
     assert given.stdout == f"200 http 127.0.0.1:{http_server.port} /ip\n"
 
 
-def test_a_name_that_resolves_to_loopback_is_refused(net_sandbox: Any, http_server: LoopbackServer) -> None:
+def test_a_name_that_resolves_to_loopback_is_refused(
+    net_sandbox_given_localhost: Any, http_server: LoopbackServer
+) -> None:
     # "localhost" is given by name, and resolves (through the app's own resolver) to a loopback address:
-    # DNS rebinding onto the app's services. Only the driver's explicit resolve mapping may do that.
-    result = fetch(net_sandbox, [f"http://localhost:{http_server.port}/"], ["localhost"])
+    # DNS rebinding onto the app's services. Only the driver's explicit resolve mapping may do that. (main.yaml
+    # cannot list it in sandbox.network; the config is built by hand, so this is the proxy's own defence.)
+    result = fetch(net_sandbox_given_localhost, [f"http://localhost:{http_server.port}/"], ["localhost"])
     assert result.stdout.startswith(f"403 {HOST_NOT_ALLOWED}: localhost is not a host this sandbox run was given (")
     assert "not a public address" in result.stdout
     assert http_server.seen == []
+
+
+def test_localhost_in_sandbox_network_is_refused_at_load_and_127_0_0_1_is_what_reaches_the_host(
+    net_sandbox: Any, http_server: LoopbackServer
+) -> None:
+    # Listed in both lists, "localhost" loaded and then failed every run with a 403, while 127.0.0.1 worked.
+    text = NETWORK_CONFIG.replace('"127.0.0.1"]', '"127.0.0.1", "localhost"]')
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text, source="main.yaml")
+    [problem] = caught.value.problems
+    assert (problem.code, problem.key) == (INVALID_OPTION, f"sandbox.network[{len(NETWORK_HOSTS)}]")
+    assert "list 127.0.0.1 or ::1 here and in network.allow instead" in problem.message
+    reached = fetch(net_sandbox, [f"http://127.0.0.1:{http_server.port}/"], ["127.0.0.1"])
+    assert reached.stdout == f"200 http 127.0.0.1:{http_server.port} /\n"
 
 
 def test_a_host_header_naming_another_host_is_refused(net_sandbox: Any, http_server: LoopbackServer) -> None:

@@ -130,3 +130,29 @@ async def test_the_async_twin_is_an_async_context_manager(async_sandbox: AsyncSa
     session = await async_sandbox.create()
     await session.close()
     await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "says"),
+    [
+        ("f", "f/g", "'f/g' cannot be written: a folder on its way is a file"),
+        ("f", "f/g/h", "'f/g/h' cannot be written: a folder on its way is a file"),
+        ("d/x", "d", "'d' cannot be written: it is a folder in the session's box"),
+    ],
+)
+def test_a_write_the_boxs_own_files_forbid_is_0001_and_writes_nothing(
+    make_sandbox: Callable[..., Any], first: str, then: str, says: str
+) -> None:
+    # It was a retryable MAIN-SANDBOX-0006 (NotADirectoryError): an outage to retry forever, for a user mistake.
+    tree = "import os; print(sorted(os.path.join(r, n) for r, ds, fs in os.walk('.') for n in ds + fs))"
+    with make_sandbox().sandbox.create() as session:
+        session.write(first, "kept")
+        before = session.run("python3", ["-c", tree]).stdout
+        with pytest.raises(SandboxError) as caught:
+            session.write(then, "new")
+        error = caught.value
+        assert (error.code, error.retryable, error.ran) == (INVALID_OPTION, False, False)
+        assert says in error.message, error.message
+        assert session.run("python3", ["-c", tree]).stdout == before and session.read(first) == b"kept"
+        session.write("other.txt", "the session goes on")
+        assert session.read("other.txt") == b"the session goes on"

@@ -9,6 +9,7 @@ tool-calling formats, and ``mainsdk sandbox mcp`` serves it over MCP.
 
 from __future__ import annotations
 
+import math
 import mimetypes
 import re
 from collections.abc import Mapping, Sequence
@@ -48,6 +49,7 @@ class AccessRule(Protocol):
         """True to let the call run."""
 
 
+@arguments.checked_calls("action")
 class CodeRunAction:
     """A code-runner action. Call ``await action.arun(input)`` (or ``action.run(input)`` from sync code)."""
 
@@ -160,6 +162,9 @@ class CodeRunAction:
             isinstance(k, str) and isinstance(v, str) for k, v in files.items()
         ):
             raise SandboxError(errors.INVALID_OPTION, f"{self.name}: files must map relative paths to text")
+        # Every path at once, before anything is written: a session writes the files one by one, and a path
+        # that is both a file and a folder ({"a": ..., "a/b": ...}) is a mistake, refused as the one-shot run does.
+        arguments.files(files, f"{self.name}: files")
         return code, str(language), dict(files)
 
     def input_limits(self, input: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -167,7 +172,8 @@ class CodeRunAction:
         timeout = input.get("timeout")
         if timeout is None:
             return None
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float, str)):
+        finite = not isinstance(timeout, float) or math.isfinite(timeout)  # NaN is no number of seconds ("nans")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float, str)) or not finite:
             raise SandboxError(errors.INVALID_OPTION, f"{self.name}: timeout must be seconds or a duration like '5s'")
         return {"timeout": f"{timeout}s" if isinstance(timeout, (int, float)) else timeout}
 

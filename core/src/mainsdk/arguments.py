@@ -16,6 +16,8 @@ caller's behalf is not this library's to decide (pass ``path.read_bytes()``).
 
 from __future__ import annotations
 
+import difflib
+import functools
 import inspect
 import math
 import os
@@ -23,7 +25,7 @@ import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from mainsdk import errors
 from mainsdk.driver import LANGUAGES
@@ -307,4 +309,79 @@ def string_mapping(value: object, argument: str, example: str) -> dict[str, str]
     checked: dict[str, str] = {}
     for key, item in mapping(value, argument, example).items():
         checked[text(key, f"{argument} key")] = text(item, f"{argument}[{key!r}]")
+    return checked
+
+
+_C = TypeVar("_C", bound=type)
+
+
+def _call_mistake(name: str, parameters: Sequence[str], kwargs: Mapping[str, object], exc: TypeError) -> SandboxError:
+    """MAIN-SANDBOX-0001 for a call Python would refuse with a ``TypeError``: which keyword, and the valid ones."""
+    takes = f"it takes {', '.join(parameters)}" if parameters else "it takes no arguments"
+    unknown = [key for key in kwargs if key not in parameters]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], parameters, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return invalid(f"{name}()", f"{unknown[0]!r} is not an option{hint} ({takes})")
+    return invalid(f"{name}()", f"{exc} ({takes})")
+
+
+def checked_calls(name: str) -> Callable[[_C], _C]:
+    """A class decorator: each public method refuses a call it cannot take with MAIN-SANDBOX-0001, not ``TypeError``.
+
+    An unknown keyword (``run(..., timout="5s")``) or a wrong count of arguments is a caller's mistake like any
+    other wrong argument: the message names ``<name>.<method>()``, the keyword at fault and the valid ones.
+    Coroutine methods refuse when awaited, as every other refusal of theirs does. A method taking ``**options``
+    passes them on to its async twin, which checks them.
+    """
+
+    def decorate(cls: _C) -> _C:
+        for attribute, function in list(vars(cls).items()):
+            public = not attribute.startswith("_") or attribute == "__init__"
+            if public and inspect.isfunction(function):
+                label = cls.__name__ if attribute == "__init__" else f"{name}.{attribute}"
+                setattr(cls, attribute, _checked(function, label))
+        return cls
+
+    return decorate
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def checked_function(name: str) -> Callable[[_F], _F]:
+    """``checked_calls`` for a public function (``create_sandbox``, ``load_config``): ``<name>()`` in messages."""
+
+    def decorate(function: _F) -> _F:
+        return cast("_F", _checked(function, name, method=False))
+
+    return decorate
+
+
+def _checked(function: Callable[..., Any], name: str, *, method: bool = True) -> Callable[..., Any]:
+    signature = inspect.signature(function)
+    kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    own = list(signature.parameters.values())[1 if method else 0 :]  # a method's self is not the caller's
+    parameters = [p.name for p in own if p.kind not in kinds]
+
+    def check(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise _call_mistake(name, parameters, kwargs, exc) from None
+
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def checked_coroutine(*args: Any, **kwargs: Any) -> Any:
+            check(args, kwargs)
+            return await function(*args, **kwargs)
+
+        return checked_coroutine
+
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        check(args, kwargs)
+        return function(*args, **kwargs)
+
     return checked

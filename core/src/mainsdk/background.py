@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from mainsdk import arguments, units
 from mainsdk.lifecycle import Ending, Executed
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 SIGKILL = 9
 
 
+@arguments.checked_calls("process")
 class AsyncProcess:
     """A program running in the background of a session; ``session.start(...)`` returns it.
 
@@ -54,6 +55,14 @@ class AsyncProcess:
         self._started = time.monotonic()
         self._killed: CommandResult | None = None
         self._task = asyncio.ensure_future(session._execute(prepared))
+
+    def __await__(self) -> Generator[Any, None, AsyncProcess]:
+        """``await session.start(...)`` gives the handle too: it has started once ``start`` returns.
+
+        Async code awaits calls by habit; ``start`` itself returns at once, so awaiting it is the same handle.
+        """
+        yield from ()  # a generator that yields nothing: awaiting it returns at once, without suspending
+        return self
 
     def _take(self, stream: str, data: bytes) -> None:
         self._chunks[stream].append(data)
@@ -136,9 +145,11 @@ class AsyncProcess:
 
 def _seconds(value: object) -> float:
     """``wait``'s timeout: 0, seconds or a duration like ``"2s"`` (at most a day)."""
-    if value == 0 and not isinstance(value, bool):
+    # The shape first (a number that is not a bool, finite, or a string): ``Decimal("sNaN") == 0`` raises.
+    checked = arguments.limit_value(value, "timeout")
+    if not isinstance(checked, str) and checked == 0:
         return 0.0
     try:
-        return units.parse_duration(value)
+        return units.parse_duration(checked)
     except ValueError as exc:
         raise arguments.invalid("timeout", str(exc)) from None

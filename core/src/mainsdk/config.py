@@ -39,6 +39,7 @@ from ruamel.yaml.events import (
 )
 from ruamel.yaml.scalarbool import ScalarBoolean
 
+from mainsdk import arguments
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem, SandboxError
 from mainsdk.hosts import validate_host_pattern
 from mainsdk.packages import MAX_PACKAGES, check_unique, parse_pin
@@ -83,6 +84,7 @@ __all__ = [
     "resolve_credentials",
     "structure_section",
     "undeclared_sections",
+    "validate_sandbox_host",
 ]
 
 DriverId = str
@@ -106,6 +108,8 @@ def _bounded(key: str, maximum: float | Decimal, shown: str, *, whole: bool = Fa
             return
         kinds: tuple[type, ...] = (int,) if whole else (int, float, Decimal)
         number_ok = isinstance(value, kinds) and not isinstance(value, bool)
+        # A Decimal NaN, quiet or signalling, is refused before it is compared: ``Decimal("sNaN") > 0`` raises.
+        number_ok = number_ok and not (isinstance(value, Decimal) and not value.is_finite())
         in_range = number_ok and ((value >= 0) if zero else (value > 0)) and value <= maximum  # type: ignore[operator]
         if not in_range:  # NaN fails both comparisons
             least = "0 or more" if zero else "more than 0"
@@ -300,7 +304,27 @@ def _list_of(check: Callable[[object], str], example: str) -> Callable[[object],
     return structure
 
 
+def validate_sandbox_host(value: object) -> str:
+    """A host of ``sandbox.network``; ``localhost`` (and ``*.localhost``) is refused.
+
+    A name is never let through to a loopback address: the local driver's proxy refuses one at run time (DNS
+    rebinding onto the app's services), and on a microVM the name is the box itself, always reachable. Listed,
+    it could only fail later, as a 403 in the run; the loopback address itself is what gives a run the app
+    host's loopback, so the message names it. ``network.allow`` is the app's, shared with other interfaces:
+    a ``localhost`` there is theirs, and the run still needs the host in ``sandbox.network`` too.
+    """
+    host = validate_host_pattern(value)
+    if host == "localhost" or host.endswith(".localhost"):
+        raise ValueError(
+            f'"{host}" is a name for a loopback address, which a run is never let through to by name; to give '
+            "runs the app host's own loopback (its local servers, on the local driver), list 127.0.0.1 or ::1 "
+            "here and in network.allow instead"
+        )
+    return host
+
+
 _host_list = _list_of(validate_host_pattern, "pypi.org")
+_sandbox_host_list = _list_of(validate_sandbox_host, "pypi.org")
 _secret_list = _list_of(_secret_name, "OPENWEATHER_KEY")
 _text_list = _list_of(_text, "python3")
 _pin_list = _list_of(lambda value: str(parse_pin(value)), "pandas==2.2.3")
@@ -397,7 +421,7 @@ def _build_converter() -> cattrs.Converter:
         SandboxConfig,
         converter,
         driver=override(struct_hook=_hook(_driver_id)),
-        network=override(struct_hook=_hook(_host_list)),
+        network=override(struct_hook=_hook(_sandbox_host_list)),
         secrets=override(struct_hook=_hook(_secret_list)),
         price=override(struct_hook=_hook(_or_none(parse_money))),
         sections=override(omit=True),
@@ -468,6 +492,38 @@ def _subsection(issues: list[_Issue], parent: Mapping[str, Any], path: KeyPath) 
         issues.append((path, INVALID_OPTION, f"expected a mapping, not {describe(value)}"))
         return {}
     return value
+
+
+# Outside ``sandbox:`` the sections are shared: ``network`` and ``permissions`` hold other interfaces' keys too
+# (``network.proxy``, ``permissions.env``), and other top-level sections are the rest of the app's, kept in
+# ``other`` and not judged. A key there this close to one the sandbox reads is a typo that would leave the
+# sandbox on its defaults (``sandbx:`` running the local driver in production, ``alow:`` no host), and is
+# refused with a did-you-mean; a key not this close belongs to someone else.
+SANDBOX_SECTIONS = ("sandbox", "network", "permissions")
+# difflib's ratio, on the key in lower case: a letter missing, extra or two swapped (sandbx, Sandbox, netwrok,
+# procesess, alow, dsk, tmp); not networking, sandbox_id, max_processes, allowed, proxy or env.
+NEAR_MISS_CUTOFF = 0.85
+
+
+def near_miss(key: object, valid: tuple[str, ...]) -> str | None:
+    """The key in ``valid`` that ``key`` looks like a misspelling of (case aside), or None."""
+    if not isinstance(key, str) or key in valid:
+        return None
+    close = difflib.get_close_matches(key.strip().lower(), valid, n=1, cutoff=NEAR_MISS_CUTOFF)
+    return close[0] if close else None
+
+
+def _near_misses(issues: list[_Issue], section: Mapping[Any, Any], path: KeyPath, valid: tuple[str, ...]) -> None:
+    """An unknown key, with its did-you-mean, for each key of a shared ``section`` that is a typo of ``valid``."""
+    where = _dotted(path) if path else "the top level"
+    for key in section:
+        meant = near_miss(key, valid)
+        if meant is not None:
+            message = (
+                f'unknown key; did you mean "{meant}"? ({where} is shared with the rest of the app: a key this '
+                f"close to one the sandbox reads ({', '.join(valid)}) is taken for a typo)"
+            )
+            issues.append(((*path, str(key)), UNKNOWN_CONFIG_KEY, message))
 
 
 def _dotted(path: KeyPath) -> str:
@@ -616,6 +672,7 @@ def resolve_credentials(config: AppConfig, name: str, cls: type[S], resolver: Se
     return attrs.evolve(config, sandbox=attrs.evolve(config.sandbox, sections=sections))
 
 
+@arguments.checked_function("parse_sandbox_config")
 def parse_sandbox_config(
     raw: object, *, source: str | os.PathLike[str] | None = None, lines: Positions | None = None
 ) -> SandboxConfig:
@@ -632,6 +689,7 @@ def parse_sandbox_config(
     return config
 
 
+@arguments.checked_function("parse_app_config")
 def parse_app_config(
     raw: object,
     *,
@@ -678,6 +736,13 @@ def parse_app_config(
         temp.get("max"),
         None,
     )
+
+    # A typo of a key the sandbox reads, outside ``sandbox:``, is never silently a default (see SANDBOX_SECTIONS).
+    _near_misses(issues, raw, (), SANDBOX_SECTIONS)
+    _near_misses(issues, network, ("network",), ("allow",))
+    _near_misses(issues, permissions, ("permissions",), ("processes", "disk"))
+    _near_misses(issues, disk, ("permissions", "disk"), ("temp",))
+    _near_misses(issues, temp, ("permissions", "disk", "temp"), ("max",))
 
     if issues:
         raise _config_error(issues, source, lines)
@@ -922,6 +987,7 @@ def _syntax_problem(exc: YAMLError, source: str | os.PathLike[str] | None) -> Co
     return _problem(INVALID_OPTION, DEFAULT_CONFIG_FILE, f"not valid YAML: {detail}", line, column, source_text)
 
 
+@arguments.checked_function("load_config_text")
 def load_config_text(text: str, *, source: str | os.PathLike[str] | None = None) -> AppConfig:
     """Parse ``main.yaml`` text; every problem carries its line, and a YAML syntax error the line of the mistake.
 
@@ -978,6 +1044,7 @@ def read_config_file(path: str | os.PathLike[str]) -> str:
     return data.decode("utf-8")
 
 
+@arguments.checked_function("load_config")
 def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
     """Load ``main.yaml`` from ``path``, else ``$MAINSDK_CONFIG``, else ``./main.yaml``.
 

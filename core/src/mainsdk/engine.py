@@ -127,6 +127,7 @@ def sandbox_deps(deps: object) -> SandboxDeps:
     return SandboxDeps(**deps)
 
 
+@arguments.checked_calls("SandboxDeps")
 @attrs.frozen
 class SandboxDeps:
     """What a sandbox is built from; the seed's ``deps``.
@@ -248,6 +249,7 @@ SESSION_ID = re.compile(r"ses_[0-9a-f]{24}")
 ENDED_KEPT = 10_000
 
 
+@arguments.checked_calls("sandbox")
 class AsyncSandbox:
     """The sandbox interface for ``asyncio`` code. ``Sandbox`` is its synchronous twin."""
 
@@ -304,6 +306,7 @@ class AsyncSandbox:
         max_cost: object = None,
         on_output: Listener | None = None,
         packages: Sequence[str] | None = None,
+        timeout: object = None,
     ) -> RunResult:
         """Run ``code`` in a new box and return what it did.
 
@@ -311,7 +314,8 @@ class AsyncSandbox:
         comes back as FileRefs. ``network`` names hosts the run may reach (each
         in ``sandbox.network`` and ``network.allow``); ``env`` the variables it
         gets, secrets through ``secret(name)``. ``limits`` lowers the config's
-        limits (``{"timeout": "1s", "memory": "64MB"}``). ``on_output`` sees the
+        limits (``{"timeout": "1s", "memory": "64MB"}``); ``timeout="1s"`` is the
+        same as ``limits={"timeout": "1s"}``, as for ``run_code`` and ``start``. ``on_output`` sees the
         redacted output as it arrives (``"stdout"``/``"stderr"``, bytes). A run
         stopped at a limit returns with ``stop`` set; a refused call raises
         ``SandboxError`` and nothing runs. ``packages`` names the pinned packages
@@ -341,7 +345,7 @@ class AsyncSandbox:
                 files=files,
                 network=network,
                 env=env,
-                limits=limits,
+                limits=with_timeout(limits, timeout),
                 max_cost=max_cost,
                 packages=packages,
                 command_for=code_command,
@@ -501,6 +505,16 @@ class AsyncSandbox:
         self.hooks.shutdown()
 
 
+def with_timeout(limits: Mapping[str, Any] | None, timeout: object) -> Mapping[str, Any] | None:
+    """A call's ``limits`` with its ``timeout=`` option in them: one time limit, given once."""
+    if timeout is None or (limits is not None and not isinstance(limits, Mapping)):
+        return limits  # a limits that is no mapping is refused, naming limits, by the plan's own check
+    given = dict(limits or {})
+    if "timeout" in given:
+        raise arguments.invalid("timeout", "is given twice, as timeout= and in limits; give it once")
+    return {**given, "timeout": timeout}
+
+
 def checked_tenant(tenancy: Callable[[], str]) -> str:
     """What ``tenancy()`` returns, which must be a non-empty string."""
     tenant = tenancy()
@@ -512,6 +526,7 @@ def checked_tenant(tenancy: Callable[[], str]) -> str:
     return arguments.text(tenant, "the tenant id from deps.tenancy", max_bytes=1024)
 
 
+@arguments.checked_calls("sandbox.files")
 class AsyncFiles:
     """The FileRefs of the current tenant."""
 

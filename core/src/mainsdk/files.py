@@ -26,7 +26,7 @@ from typing import Protocol
 
 import attrs
 
-from mainsdk import units
+from mainsdk import arguments, units
 from mainsdk.errors import INVALID_OPTION, NO_SESSION, SandboxError
 
 _FILE_ID = re.compile(r"^file_[0-9a-f]{32}$")
@@ -66,6 +66,7 @@ class FileStoreFull(OSError):
     """A file the store cannot keep: larger than its ``max_bytes`` on its own."""
 
 
+@arguments.checked_calls("store")
 class LocalDirectoryFileStore:
     """A file store in a local directory: one folder per tenant, one file per ref.
 

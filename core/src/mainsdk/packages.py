@@ -32,7 +32,11 @@ MAX_PACKAGES = 200
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 # PEP 440 public versions plus a local label: 2.2.3, 1.0rc1, 2024.1.post2, 1.0.dev3, 1.0+cpu
 _VERSION = r"(?:[0-9]+!)?[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?(?:\+[A-Za-z0-9.]+)?"
-_PIN = re.compile(rf"(?P<name>{_NAME})(?:\[(?P<extras>{_NAME}(?:,{_NAME})*)\])?==(?P<version>{_VERSION})")
+# Whitespace only where PEP 508 allows it: around the extras' brackets and commas and around ``==``; never
+# inside a name, an extra or the version (``six[a b]`` and ``pan das`` are mistakes, not ``six[ab]``/``pandas``).
+_PIN = re.compile(
+    rf"(?P<name>{_NAME})\s*(?:\[\s*(?P<extras>{_NAME}(?:\s*,\s*{_NAME})*)\s*\]\s*)?==\s*(?P<version>{_VERSION})"
+)
 _NAME_ONLY = re.compile(_NAME)
 _EXAMPLE = "pandas==2.2.3"
 
@@ -65,10 +69,15 @@ def parse_pin(value: object) -> Pin:
     if not isinstance(value, str):
         raise TypeError(f"expected a pinned package like {_EXAMPLE}, not {describe(value)}")
     text = value.strip()
-    match = _PIN.fullmatch(text.replace(" ", ""))
+    match = _PIN.fullmatch(text)
     if match is None or len(text) > 200:
         if _NAME_ONLY.fullmatch(text):
             raise ValueError(f"{describe(text)} is not pinned: give the exact version, like {text}==1.2.3")
+        if re.search(r"\s", text) and _PIN.fullmatch(re.sub(r"\s+", "", text)):
+            raise ValueError(
+                f"{describe(text)} has a space inside a name, an extra or the version; write it like "
+                "pandas[excel,performance]==2.2.3 (extras separated by commas)"
+            )
         plain = not any(mark in text for mark in (";", "@", "/", ":"))  # no marker, URL or path
         if plain and any(op in text for op in (">=", "<=", "~=", "!=", ">", "<", "===", "*")):
             name = _NAME_ONLY.match(text)
@@ -78,7 +87,7 @@ def parse_pin(value: object) -> Pin:
             f"{describe(text)} is not a pinned package: write name==version, like {_EXAMPLE} "
             "(no URL, path, marker or range)"
         )
-    extras = tuple(sorted(match["extras"].split(","))) if match["extras"] else ()
+    extras = tuple(sorted(extra.strip() for extra in match["extras"].split(","))) if match["extras"] else ()
     return Pin(match["name"], match["version"], extras)
 
 

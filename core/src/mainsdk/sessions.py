@@ -25,6 +25,7 @@ from mainsdk.errors import BoxGone, SandboxError
 from mainsdk.files import FileRef
 from mainsdk.lifecycle import CommandPlan, Lifecycle, OpenBox
 from mainsdk.limits import Listener
+from mainsdk.plugins import DriverHookError
 
 if TYPE_CHECKING:
     from mainsdk.background import AsyncProcess
@@ -79,6 +80,23 @@ def _no_session(session_id: str) -> SandboxError:
     return SandboxError(errors.NO_SESSION, f"no open sandbox session {session_id!r} in the current tenant", status=404)
 
 
+def _path_taken(path: str, cause: BaseException | None) -> SandboxError | None:
+    """MAIN-SANDBOX-0001 for a write the box's own files make impossible, or None for any other failure.
+
+    A driver reports the path as the kernel does (``NotADirectoryError``: a folder on the way is a file;
+    ``IsADirectoryError``: the path is a folder) and writes nothing. That is the caller's mistake, which a
+    retry repeats: not an outage (``MAIN-SANDBOX-0006``).
+    """
+    if isinstance(cause, NotADirectoryError):
+        why = "a folder on its way is a file in the session's box"
+    elif isinstance(cause, IsADirectoryError):
+        why = "it is a folder in the session's box, which a file cannot replace"
+    else:
+        return None
+    return arguments.invalid("path", f"{path!r} cannot be written: {why}; write another path, or remove that first")
+
+
+@arguments.checked_calls("session")
 class AsyncSession:
     """An open box. Use it as ``async with``; it closes on exit."""
 
@@ -168,7 +186,13 @@ class AsyncSession:
         if len(payload) > self._opened.plan.limits.files:
             raise SandboxError(errors.INVALID_OPTION, f"data: {len(payload)} bytes for {path!r} is above limits.files")
         async with self._use():
-            await self._lifecycle.write_file(self._opened.box, Folder.WORK, checked, payload)
+            try:
+                await self._lifecycle.write_file(self._opened.box, Folder.WORK, checked, payload)
+            except DriverHookError as exc:
+                taken = _path_taken(checked, exc.__cause__)
+                if taken is None:
+                    raise
+                raise taken from None
 
     async def read(self, path: str) -> bytes:
         """Read a file from the work folder, or from the out folder as ``../out/name``."""

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from decimal import Decimal
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from mainsdk import errors
+from mainsdk import arguments, errors
 from mainsdk.action import CodeRunAction
 from mainsdk.background import AsyncProcess
 from mainsdk.cells import CellResult
@@ -83,6 +83,7 @@ def _blocking(
     return blocking
 
 
+@arguments.checked_calls("sandbox")
 class Sandbox:
     """The sandbox interface for synchronous code. Same calls as ``AsyncSandbox``, returning results directly."""
 
@@ -132,6 +133,7 @@ class Sandbox:
         _LOOP.call(self._async.aclose())
 
 
+@arguments.checked_calls("action")
 class BlockingAction(CodeRunAction):
     """A code-runner action whose ``run`` is synchronous."""
 
@@ -154,6 +156,7 @@ async def _awaited(opener: SessionOpener) -> AsyncSession:
     return await opener
 
 
+@arguments.checked_calls("session")
 class Session:
     """The synchronous twin of ``AsyncSession``: an open box, used as ``with``."""
 
@@ -210,6 +213,7 @@ async def _started(session: AsyncSession, program: str, args: Sequence[str], opt
     return session.start(program, args, **options)  # on the loop: the process's task lives there
 
 
+@arguments.checked_calls("process")
 class Process:
     """The synchronous twin of ``AsyncProcess``: a program running in the background of a session."""
 
@@ -239,6 +243,7 @@ class Process:
         return _LOOP.call(self._async.kill())
 
 
+@arguments.checked_calls("sandbox.files")
 class Files:
     """The FileRefs of the current tenant."""
 
@@ -250,6 +255,7 @@ class Files:
         return _LOOP.call(self._async.files.read(ref))
 
 
+@arguments.checked_function("create_sandbox")
 def create_sandbox(deps: SandboxDeps | Mapping[str, Any] | None = None) -> Sandbox:
     """Build a ``Sandbox`` from ``deps``."""
     return Sandbox(deps)

@@ -122,6 +122,39 @@ def test_every_loader_error_is_reported_with_its_line(tmp_path: Path) -> None:
     assert result.exit_status == 2
 
 
+def test_typos_outside_sandbox_are_findings_with_their_lines_not_no_findings(tmp_path: Path) -> None:
+    # Each went unnoticed: the run went on with defaults and the check said "No findings".
+    write(
+        tmp_path,
+        "main.yaml",
+        """\
+        sandbx:
+          driver: e2b
+        permissions:
+          procesess: [python3]
+        network:
+          alow: [pypi.org]
+        """,
+    )
+    result = run_check(cwd=tmp_path)
+    assert [(f.code, f.line, f.column) for f in result.findings] == [
+        (UNKNOWN_CONFIG_KEY, 1, 1),
+        (UNKNOWN_CONFIG_KEY, 4, 3),
+        (UNKNOWN_CONFIG_KEY, 6, 3),
+    ]
+    messages = [f.message for f in result.findings]
+    assert messages[0].startswith('sandbx: unknown key; did you mean "sandbox"?')
+    assert messages[1].startswith("permissions.procesess: ") and 'did you mean "processes"' in messages[1]
+    assert messages[2].startswith("network.alow: ") and 'did you mean "allow"' in messages[2]
+    assert result.exit_status == 2
+
+
+def test_localhost_in_sandbox_network_is_one_finding_at_its_item(tmp_path: Path) -> None:
+    write(tmp_path, "main.yaml", "sandbox:\n  network: [pypi.org, localhost]\nnetwork:\n  allow: [pypi.org]\n")
+    [(code, _path, line, column)] = found(tmp_path)  # not also 0012: it is refused, not missing from network.allow
+    assert (code, line, column) == (INVALID_OPTION, 2, 23)
+
+
 def test_a_yaml_syntax_error_is_an_invalid_option_at_its_line(tmp_path: Path) -> None:
     write(tmp_path, "main.yaml", "sandbox:\n  driver: e2b\n  network: [pypi.org\n")
     [(code, path, line, _)] = found(tmp_path)

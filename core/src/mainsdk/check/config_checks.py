@@ -33,6 +33,7 @@ from mainsdk.config import (
     read_config_file,
     read_yaml,
     undeclared_sections,
+    validate_sandbox_host,
 )
 from mainsdk.errors import (
     INVALID_OPTION,
@@ -42,7 +43,7 @@ from mainsdk.errors import (
     ConfigError,
     ConfigProblem,
 )
-from mainsdk.hosts import host_covered, validate_host_pattern
+from mainsdk.hosts import host_covered
 from mainsdk.preflight import PRODUCTION_ENVS, is_production
 
 __all__ = [
@@ -162,7 +163,7 @@ def _network_findings(document: _Document, display: Display) -> list[Finding]:
         if not isinstance(host, str):
             continue
         try:
-            validate_host_pattern(host)
+            validate_sandbox_host(host)
         except ValueError:
             continue  # the loader reports it as an invalid option; it is not also a missing host
         if host_covered(host, allow):
