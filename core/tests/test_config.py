@@ -178,6 +178,22 @@ def test_a_typo_of_a_key_the_sandbox_reads_outside_sandbox_is_refused_with_a_did
     assert f'did you mean "{meant}"?' in problem.message
 
 
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("permissions:\n  disk: { persistent: { max: 1GB } }\n", "permissions.disk.persistent"),
+        ("permissions:\n  disk: { temp: { max: 1GB, min: 1MB } }\n", "permissions.disk.temp.min"),
+    ],
+)
+def test_any_unknown_key_under_permissions_disk_is_refused_as_under_sandbox(text: str, key: str) -> None:
+    # permissions.disk is the sandbox's whole: a key it does not take would be silently ignored.
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text, source="main.yaml")
+    (problem,) = caught.value.problems
+    assert (problem.code, problem.key, problem.line) == (UNKNOWN_CONFIG_KEY, key, 2)
+    assert "takes only" in problem.message
+
+
 def test_sections_and_keys_not_close_to_the_sandboxs_stay_the_rest_of_the_apps() -> None:
     text = (
         "networking: {}\nsandbox_id: {}\nbox: {}\naudit: {file: a.jsonl}\nnetwork: {deny: [x], proxy: corp}\n"

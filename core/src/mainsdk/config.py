@@ -526,6 +526,17 @@ def _near_misses(issues: list[_Issue], section: Mapping[Any, Any], path: KeyPath
             issues.append(((*path, str(key)), UNKNOWN_CONFIG_KEY, message))
 
 
+def _unknown_keys(issues: list[_Issue], section: Mapping[Any, Any], path: KeyPath, valid: tuple[str, ...]) -> None:
+    """An unknown key for each key of ``section``, one the sandbox reads whole, that is not in ``valid``."""
+    for key in section:
+        if key in valid:
+            continue
+        meant = near_miss(key, valid)
+        hint = f'did you mean "{meant}"? ' if meant else ""
+        message = f"unknown key; {hint}{_dotted(path)} takes only {', '.join(valid)}"
+        issues.append(((*path, str(key)), UNKNOWN_CONFIG_KEY, message))
+
+
 def _dotted(path: KeyPath) -> str:
     text = ""
     for part in path:
@@ -741,8 +752,9 @@ def parse_app_config(
     _near_misses(issues, raw, (), SANDBOX_SECTIONS)
     _near_misses(issues, network, ("network",), ("allow",))
     _near_misses(issues, permissions, ("permissions",), ("processes", "disk"))
-    _near_misses(issues, disk, ("permissions", "disk"), ("temp",))
-    _near_misses(issues, temp, ("permissions", "disk", "temp"), ("max",))
+    # permissions.disk is the sandbox's whole (the spec gives it temp.max and nothing else): checked as sandbox: is.
+    _unknown_keys(issues, disk, ("permissions", "disk"), ("temp",))
+    _unknown_keys(issues, temp, ("permissions", "disk", "temp"), ("max",))
 
     if issues:
         raise _config_error(issues, source, lines)
