@@ -187,10 +187,24 @@ def a_set_that_cannot_be_resolved(server: ReplayServer, wheels: Path, key: str =
     return {"error": caught.value, "requests": len(server.received)}
 
 
+def index_answers(url: str) -> bool:
+    """Whether the package index at ``url`` (a simple index) answers at all, within a few seconds."""
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 @pytest.fixture
-def wheels(request: pytest.FixtureRequest) -> Path:
-    # Downloaded once per checkout (55 MB for the chart), as an app keeps ~/.cache/mainsdk/wheels.
-    return Path(request.config.cache.mkdir("mainsdk-e2b-wheelhouses"))
+def chart_wheels(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """The chart's wheelhouse: pandas and matplotlib, the one set whose wheels cannot be made here (55 MB)."""
+    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple/")
+    if not index_answers(index.rstrip("/") + "/pandas/"):
+        host = urllib.parse.urlsplit(index).hostname or index.split(":", 1)[0]  # never a token the URL may hold
+        pytest.skip(f"the package index on {host} does not answer here: the chart's 13 wheels (55 MB) come from it")
+    cache = getattr(request.config, "cache", None)  # downloaded once per checkout, as an app keeps its cache
+    return Path(cache.mkdir("mainsdk-e2b-wheelhouses")) if cache is not None else tmp_path
 
 
 @pytest.fixture
@@ -220,23 +234,9 @@ def test_a_run_gets_its_packages_and_what_it_costs_in_requests(made: Path) -> No
     assert uploads  # the wheels went up with the work files: counted above as one request per box
 
 
-def index_answers(url: str) -> bool:
-    """Whether the package index at ``url`` (a simple index) answers at all, within a few seconds."""
-    try:
-        with urllib.request.urlopen(url, timeout=5):
-            return True
-    except (OSError, ValueError):
-        return False
-
-
-def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(wheels: Path) -> None:
-    # The one packages test whose wheels cannot be made here: pandas and matplotlib, 55 MB from the app's index.
-    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple/")
-    if not index_answers(index.rstrip("/") + "/pandas/"):
-        host = urllib.parse.urlsplit(index).hostname or index.split(":", 1)[0]  # never a token the URL may hold
-        pytest.skip(f"the package index on {host} does not answer here: the chart's 13 wheels (55 MB) come from it")
+def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(chart_wheels: Path) -> None:
     with provider("the_tutorial_chart") as server:
-        seen = the_tutorial_chart(server, wheels)
+        seen = the_tutorial_chart(server, chart_wheels)
     assert server.problems(final=True) == []
     assert seen["run"][:2] == (0, "3\n"), seen["run"][2]
     assert seen["run_files"]["chart.png"].startswith(PNG)
