@@ -1,8 +1,8 @@
 """A notebook session's sandbox lives as long as its cells come, and is never asked to live past E2B's maximum.
 
-Core's cell kernel is one command with no deadline of its own; each cell is a file write. The sandbox is
-created for the session's idle time plus a command's timeout, so the driver pushes its end back when a cell's
-write finds less than that left. Replayed from ``cassettes/lifetime/``, authored by
+Core's cell kernel is one command with no deadline of its own; each cell is a line on its live stdin (envd's
+SendInput). The sandbox is created for the session's idle time plus a command's timeout, so the driver pushes
+its end back when a cell's input finds less than that left. Replayed from ``cassettes/lifetime/``, authored by
 ``authoring/packages.py`` from this module's own scenario against ``fake_e2b.py``.
 """
 
@@ -54,15 +54,16 @@ def a_session_kept_alive_by_its_cells(server: ReplayServer, key: str = KEY) -> d
     return asyncio.run(scenario())
 
 
-def test_a_cells_write_pushes_the_sandboxs_end_back_within_e2bs_maximum() -> None:
+def test_a_cells_input_pushes_the_sandboxs_end_back_within_e2bs_maximum() -> None:
     with provider("a_session_kept_alive_by_its_cells", folder=CASSETTES) as server:
         seen = a_session_kept_alive_by_its_cells(server)
     assert server.problems(final=True) == []
     assert seen["cells"] == (True, "42")
-    # idle 300 s + timeout 60 s + 60 s: the sandbox was created for 420 s; the cell's write found 5 s left.
+    # idle 300 s + timeout 60 s + 60 s: the sandbox was created for 420 s; the cell's input found 5 s left.
     assert seen["lifetime"] == 420
     sandbox_id = seen["second_cell"][0][1].rsplit("/", 2)[1]
-    assert seen["second_cell"] == [("POST", f"/sandboxes/{sandbox_id}/timeout"), ("POST", "/files")]
+    # The cell is one line on the kernel's live stdin (envd's SendInput), sent once the end is pushed back.
+    assert seen["second_cell"] == [("POST", f"/sandboxes/{sandbox_id}/timeout"), ("POST", "/process.Process/SendInput")]
     data = json.loads((CASSETTES / "a_session_kept_alive_by_its_cells.json").read_text())
     asked = [
         i["request"]["body"]["json"]["timeout"]
@@ -75,7 +76,7 @@ def test_a_cells_write_pushes_the_sandboxs_end_back_within_e2bs_maximum() -> Non
 def a_session_at_e2bs_maximum(server: ReplayServer, key: str = KEY) -> dict[str, Any]:
     """Sessions on the Base plan (1 h from a sandbox's start): a long idle time, a cell cut at the cap, then none.
 
-    The cap is made near (or passed) as ``test_a_cells_write_...`` makes the end near: by the box's clock, as after
+    The cap is made near (or passed) as ``test_a_cells_input_...`` makes the end near: by the box's clock, as after
     59 minutes of a notebook, since a test cannot wait an hour.
     """
 

@@ -217,9 +217,10 @@ class E2BDriver:
             outage_remedy=OUTAGE_REMEDY,
             network_reach=E2B_NETWORK_REACH,
             reports_signals=True,  # the script ends by the program's signal; envd's end event names it
-            # Cells: core's kernel is one long command (exec) fed by files (write_file); background processes are
-            # concurrent commands, each in a session of its own that the killer ends (see ``killer_line``). A
-            # cell's KeyboardInterrupt is the kernel's own SIGINT to itself, never envd's SendSignal: that
+            # Cells: core's kernel is one long command (exec) fed on its live stdin (Command.input: envd's
+            # SendInput, ``_feed``); background processes are concurrent commands, each in a session of its own
+            # that the killer ends (see ``killer_line``). A cell's KeyboardInterrupt is the kernel's own SIGINT,
+            # never envd's SendSignal: that
             # signals the one pid envd started (handler.go ``cmd.Process.Signal``), which is this driver's
             # script, not the kernel. A stuck kernel is killed like any command: its whole session.
             cells=True,
@@ -329,7 +330,6 @@ class E2BDriver:
             command = attrs.evolve(command, program=box.python)  # the box's packages are in that environment
         line = shell_line(command, stdin_path, archive_limit=box.archive_limit, live=live)
         box.archive_pid = None
-        feeder: asyncio.Future[None] | None = None
         started = time.monotonic()
         handle: Any = None
         waiter: asyncio.Future[Any] | None = None
@@ -355,10 +355,10 @@ class E2BDriver:
                         stdin=live,
                     )
                 box.archive_pid = handle.pid
-                if live:
-                    feeder = asyncio.ensure_future(self._feed(box, handle.pid, command))
                 # Shielded: a cancel must reach this task, not the SDK's stream reader, which the kill ends.
                 waiter = asyncio.ensure_future(handle.wait())
+                if live:
+                    await self._feed(box, handle.pid, command, waiter)
                 try:
                     exit_code = (await asyncio.shield(waiter)).exit_code
                 except CommandExitException as exited:
@@ -379,9 +379,6 @@ class E2BDriver:
             raise
         except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
             raise self._unavailable("run the command", exc, box) from None
-        finally:
-            if feeder is not None and not feeder.done():
-                feeder.cancel()  # the command ended: what the app sends now is dropped (InputStream)
         if signal is not None:
             # The program died of it (the script ended by the same signal): core reports 128 + N and its name.
             return ExecOutcome(exit_code=None, duration=time.monotonic() - started, signal=signal)
@@ -389,7 +386,7 @@ class E2BDriver:
 
     @hookimpl
     async def mainsdk_driver_write_file(self, box: E2BBox, folder: Folder, path: str, data: bytes) -> None:
-        """Write one file into a folder of the box (sessions); a cell is such a file, so it keeps the sandbox alive."""
+        """Write one file into a folder of the box (sessions); a write, like a cell's input, keeps the sandbox alive."""
         # Core's cell kernel is one command that outlives any deadline; each cell is a write. A write may start up
         # to a command's timeout of work, then the session's idle time: the sandbox must last that long.
         with await self._in_turn(box):
@@ -566,7 +563,8 @@ class E2BDriver:
         """Push the sandbox's end back only when the command could outlive it (a long session); else no request.
 
         A command longer than the sandbox's own lifetime (core's cell kernel: no deadline of its own) counts as
-        one lifetime: it is kept alive by what the session sends it next (``write_file``). E2B never lets a
+        one lifetime: it is kept alive by what the session sends it next (``write_file``, ``_send_input``). E2B
+        never lets a
         sandbox outlive the plan's cap, measured from its start: ``POST /sandboxes/{id}/timeout`` silently sets
         the end to ``now + min(asked, cap - (now - start))`` and answers 204, and past the cap a 400 "Max
         instance length exceeded" (e2b-dev/infra ``packages/api/internal/orchestrator/keep_alive.go``
@@ -586,24 +584,41 @@ class E2BDriver:
             raise self._unavailable("keep the sandbox alive", exc, box) from None
         box.expires = now + wanted if wanted < left else box.cap_at  # up to the cap: E2B ends it there
 
-    async def _feed(self, box: E2BBox, pid: int, command: Command) -> None:
-        """Deliver a command's live stdin: ``Command.stdin``, then each chunk the app sends, then EOF. Never raises.
+    async def _feed(self, box: E2BBox, pid: int, command: Command, ended: asyncio.Future[Any]) -> None:
+        """Deliver a command's live stdin until EOF or its end: ``Command.stdin``, each chunk the app sends, EOF.
 
-        One envd ``SendInput`` per chunk, in order, each in the box's turn; ``CloseStdin`` at the end (envd
-        0.5.2+, e2b-dev/infra ``packages/envd/internal/services/process/input.go``). envd refuses input to a
-        process started without stdin, or whose stdin is closed (``handler.go`` ``WriteStdin``): the driver
-        starts such a command with ``stdin: true``. A chunk the command can no longer take is dropped.
+        One envd ``SendInput`` per chunk, in order, each in the box's turn; ``CloseStdin`` when the app closes
+        the stream (envd 0.5.2+, e2b-dev/infra ``packages/envd/internal/services/process/input.go``). envd
+        refuses input to a process started without stdin, or whose stdin is closed (``handler.go``
+        ``WriteStdin``): the driver starts such a command with ``stdin: true``. A chunk the command can no longer
+        take is dropped. It runs in the exec's own task, so a cancel (core closes the stream and cancels the
+        kernel's exec at once) stops it before it sends anything more: no EOF races the killer.
         """
         assert command.input is not None
+        chunks = aiter(command.input)
+        pending = [command.stdin] if command.stdin else []
+        getter: asyncio.Future[bytes | None] | None = None
         try:
-            if command.stdin:
-                await self._send_input(box, pid, command.stdin)
-            async for chunk in command.input:
-                await self._send_input(box, pid, chunk)
+            while True:
+                for data in pending:
+                    await self._send_input(box, pid, data)
+                    _raise_if_cancelled()
+                getter = asyncio.ensure_future(anext(chunks, None))
+                done, _ = await asyncio.wait({getter, ended}, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    return  # the command ended: what the app sends now is dropped
+                chunk, getter = getter.result(), None
+                if chunk is None:
+                    break
+                pending = [chunk]
             with await self._in_turn(box):
+                _raise_if_cancelled()
                 await box.sandbox.commands.close_stdin(pid, request_timeout=self._request_timeout)
         except Exception as exc:  # noqa: BLE001 - the command ended (or envd is gone): the rest is dropped
             log.warning("e2b: a command's input stopped (%s); what follows is dropped", type(exc).__name__)
+        finally:
+            if getter is not None and not getter.done():
+                getter.cancel()
 
     async def _send_input(self, box: E2BBox, pid: int, data: bytes) -> None:
         # Input may start up to a command's timeout of work (a cell), then idle time: as a write does.
@@ -695,6 +710,13 @@ class E2BDriver:
         if self._api_key:
             detail = detail.replace(self._api_key, "[redacted]")
         return f"{label}: {detail}" if detail else label
+
+
+def _raise_if_cancelled() -> None:
+    """Raise the cancel this task was asked for, should a library below have swallowed it (an HTTP call's)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class _Turn:
