@@ -259,7 +259,10 @@ class _Supervisor:
             except OSError:
                 return False
         if not self.probe_out:
-            _write_all(self.req_w, PROBE)  # taken only once the executor waits for its next request again
+            try:
+                _write_all(self.req_w, PROBE)  # taken only once the executor waits for its next request again
+            except OSError:
+                return False  # no reader left: the executor is dying (the pidfd says so) or can take nothing
             self.probe_out = True
             return False
         self.probe_out = False
@@ -292,6 +295,11 @@ class _Supervisor:
                     data = os.read(self.res_r, 1 << 16)
                 except BlockingIOError:
                     continue
+                if not data:
+                    # Every W is closed: the executor is dying (its death comes on the pidfd), or a cell closed
+                    # it and no cell can end by a result again (its timeout still ends it). Never spin on it.
+                    self.sel.unregister(self.res_r)
+                    continue
                 self.results.feed(data)
                 self.seen = True
             elif key.data == "dead":
@@ -304,6 +312,13 @@ class _Supervisor:
                 self.stdin.feed(data)
         if self.pidfd is None:
             self._reap(os.WNOHANG)
+
+    def _end_with_executor(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self._reap(0)
 
     def _reap(self, flags):
         try:
@@ -344,7 +359,10 @@ class _Supervisor:
         self.results.clear()
         self.seen = False
         message = {"cell": number, "code": code, "max_results": max_results}
-        _write_all(self.req_w, json.dumps(message).encode() + b"\n")
+        try:
+            _write_all(self.req_w, json.dumps(message).encode() + b"\n")
+        except OSError:
+            self._end_with_executor()  # it can take no request: it died, or a cell closed its end
         deadline = time.monotonic() + float(request["timeout"])
         grace = float(request.get("grace", 1.0))
         kill_at = None

@@ -393,14 +393,14 @@ class Interpreter:
         finally:
             stream.end()
         frame = outcome[2]
-        if frame is not None and frame.get("code_sha256") != code_sha256(code):
-            # The kernel ran other code than this cell's: what it reports is no result of this code.
+        if frame is not None and (frame.get("code_sha256"), frame.get("cell")) != (code_sha256(code), self._sent):
+            # The kernel answered for other code than this cell's, or for another of its cells: no result of this.
             await self.kill()
             raise SandboxError(
                 errors.DRIVER_UNAVAILABLE,
-                f"cell {number}: the interpreter reported running code whose SHA-256 is not this cell's; the "
-                "channel to it was tampered with, so no result is returned and the interpreter was ended "
-                "(the next cell starts a new one)",
+                f"cell {number}: the interpreter's answer is not for this cell (the SHA-256 of the code it ran, or "
+                "its cell number, is not this cell's); the channel to it was tampered with, so no result is "
+                "returned and the interpreter was ended (the next cell starts a new one)",
                 ran=None,
                 retryable=False,
             )

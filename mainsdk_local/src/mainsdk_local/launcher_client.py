@@ -87,7 +87,8 @@ class ExecSpec:
     inside. ``env`` is the whole environment. ``readonly_paths`` are host paths
     bound read-only at the same place (an interpreter's prefix); ``hidden_paths``
     are paths inside those covered by an empty read-only directory (its
-    site-packages). ``stdin`` is fed on a pipe then closed; ``None`` means /dev/null.
+    site-packages). ``stdin`` is fed on a pipe then closed; ``None`` means /dev/null (with ``exec``'s
+    ``stdin_stream``, a live stdin, it is written first and the pipe stays open for the stream).
     ``proxy``: hand the exec's proxy listener (127.0.0.1:PROXY_PORT inside its network
     namespace) to ``on_listener`` (namespace mode only; weak mode has no such namespace).
     ``proxy_port``: weak mode: the host port of the run's proxy, the only TCP port the
