@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import re
+import socket
 import subprocess
 import tarfile
 import time
@@ -12,17 +14,19 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.driver import Command
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION
 from mainsdk.plugins import load_driver
-from mainsdk_conformance.profiles import E2B
+from mainsdk_conformance.profiles import E2B, E2B_IDEMPOTENCY_KEY
 from mainsdk_conformance.replay import ReplayServer
 from mainsdk_e2b.driver import (
     BACKSTOP_GRACE,
     extract_out_archive,
+    idempotency_key,
     killer_line,
     resolve_key,
     shell_line,
@@ -367,3 +371,85 @@ def test_the_in_vm_backstop_fires_its_grace_past_the_deadline_rounded_up(timeout
     line = shell_line(Command("python3", ("-c", "1"), timeout=timeout))
     assert f"( sleep {seconds + BACKSTOP_GRACE} & s=$!;" in line
     assert re.search(E2B.volatile[-1], line) is not None  # the pattern the replay treats as volatile
+
+
+def test_every_create_key_is_one_e2bs_api_accepts() -> None:
+    # The server's rule (profiles.E2B_IDEMPOTENCY_KEY, from the API's idempotency middleware), not the SDK's:
+    # core's ids are run_<16 hex> and ses_<24 hex>, and "run-5d41..." was refused with a 400.
+    for box_id in ("run_5d410ddcfccb12ac", "ses_335790250fecfc952b1da004", "RUN_X", "_", "a" * 300):
+        key = idempotency_key(box_id)
+        assert not E2B_IDEMPOTENCY_KEY.broken_by([key]), (box_id, key)
+    assert idempotency_key("run_5d410ddcfccb12ac") != idempotency_key("ses_5d410ddcfccb12ac")
+    creates = 0
+    for path in sorted(HERE.rglob("cassettes/**/*.json")):
+        for interaction in json.loads(path.read_text())["interactions"]:
+            request = interaction["request"]
+            if not E2B_IDEMPOTENCY_KEY.applies(request["method"], request["path"]):
+                continue
+            headers = {k.lower(): v for k, v in (request.get("headers") or {}).items()}
+            value = headers.get("idempotency-key")
+            assert value is not None and not E2B_IDEMPOTENCY_KEY.broken_by([value]), (path.name, value)
+            creates += 1
+    assert creates > 50
+
+
+def test_the_replay_refuses_a_key_e2bs_api_refuses_as_the_api_does() -> None:
+    # Through the real SDK, whose own check lets hyphens through: the API's 400, and the replay fails the test.
+    # Then keys the SDK would stop itself, sent as raw HTTP: the replay holds them to the server's rule too.
+    from e2b import AsyncSandbox
+    from e2b.exceptions import SandboxException
+
+    server = ReplayServer.replayer(E2B, HERE / "conformance" / "cassettes" / "TestRun" / "test_python_prints.json")
+    server.start()
+    try:
+        with pytest.raises(SandboxException) as caught:
+            asyncio.run(
+                AsyncSandbox.create(
+                    api_key=KEY,
+                    api_url=server.url("api"),
+                    sandbox_url=server.url("sandbox"),
+                    idempotency_key="run-5d410ddcfccb12ac",
+                )
+            )
+        refused = []
+        bad: list[list[tuple[str, str]]] = [
+            [("Idempotency-Key", "ABC")],
+            [("Idempotency-Key", "")],
+            [("Idempotency-Key", "a" * 256)],
+            [("Idempotency-Key", "abc_123")],
+            [("Idempotency-Key", "a"), ("Idempotency-Key", "a")],  # one value, not two
+        ]
+        for headers in bad:
+            answer = httpx.post(f"{server.url('api')}/v2/sandboxes", headers=headers, json={"templateID": "base"})
+            refused.append((answer.status_code, answer.json()["message"]))
+    finally:
+        server.stop()
+    message = "Idempotency-Key must contain one value of 1 to 255 lowercase ASCII letters or digits"
+    assert "400" in str(caught.value) and message in str(caught.value)
+    assert refused == [(400, message)] * len(bad)
+    problems = server.problems(final=False)
+    assert len(problems) == 1 + len(bad)
+    assert all("Idempotency-Key" in p and "idempotency/middleware.go" in p for p in problems)
+    assert not E2B_IDEMPOTENCY_KEY.broken_by(None) and not E2B_IDEMPOTENCY_KEY.broken_by(["a" * 255])
+
+
+def test_an_unreachable_api_is_0006_saying_to_check_e2bs_status_and_the_key() -> None:
+    # A real loopback port that refuses: bound, never listening, so a connect gets ECONNREFUSED (and no other
+    # process can take the port while the test runs).
+    refusing = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    refusing.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{refusing.getsockname()[1]}"
+    try:
+        driver = e2b_sandbox_driver(api_key=KEY, api_url=url, sandbox_url=url)
+        config = load_config_text("sandbox: {driver: e2b, limits: {timeout: 10s}}\n")
+        sandbox = Sandbox(SandboxDeps(config=config, driver=driver))
+        with pytest.raises(SandboxError) as caught:
+            sandbox.run("print(1)")
+        sandbox.close()
+    finally:
+        refusing.close()
+    error = caught.value
+    assert (error.code, error.status, error.retryable, error.ran) == (DRIVER_UNAVAILABLE, 503, True, False)
+    assert "E2B could not create a sandbox: unreachable" in error.message
+    assert "check E2B's status and the API key (sandbox.e2b.key" in error.message
+    assert KEY not in error.message

@@ -1,8 +1,8 @@
 """A notebook session's sandbox lives as long as its cells come, and is never asked to live past E2B's maximum.
 
-Core's cell kernel is one command with no deadline of its own; each cell is a file write. The sandbox is
-created for the session's idle time plus a command's timeout, so the driver pushes its end back when a cell's
-write finds less than that left. Replayed from ``cassettes/lifetime/``, authored by
+Core's cell kernel is one command with no deadline of its own; each cell is a line on its live stdin (envd's
+SendInput). The sandbox is created for the session's idle time plus a command's timeout, so the driver pushes
+its end back when a cell's input finds less than that left. Replayed from ``cassettes/lifetime/``, authored by
 ``authoring/packages.py`` from this module's own scenario against ``fake_e2b.py``.
 """
 
@@ -14,9 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mainsdk import AsyncSandbox, SandboxDeps
+import pytest
+from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
+from mainsdk.errors import INVALID_OPTION, NO_SESSION, ConfigError
 from mainsdk_conformance.replay import ReplayServer
+from mainsdk_e2b.config import E2BConfig
 from mainsdk_e2b.driver import E2BBox
 from test_packages import KEY, provider
 
@@ -51,15 +54,16 @@ def a_session_kept_alive_by_its_cells(server: ReplayServer, key: str = KEY) -> d
     return asyncio.run(scenario())
 
 
-def test_a_cells_write_pushes_the_sandboxs_end_back_within_e2bs_maximum() -> None:
+def test_a_cells_input_pushes_the_sandboxs_end_back_within_e2bs_maximum() -> None:
     with provider("a_session_kept_alive_by_its_cells", folder=CASSETTES) as server:
         seen = a_session_kept_alive_by_its_cells(server)
     assert server.problems(final=True) == []
     assert seen["cells"] == (True, "42")
-    # idle 300 s + timeout 60 s + 60 s: the sandbox was created for 420 s; the cell's write found 5 s left.
+    # idle 300 s + timeout 60 s + 60 s: the sandbox was created for 420 s; the cell's input found 5 s left.
     assert seen["lifetime"] == 420
     sandbox_id = seen["second_cell"][0][1].rsplit("/", 2)[1]
-    assert seen["second_cell"] == [("POST", f"/sandboxes/{sandbox_id}/timeout"), ("POST", "/files")]
+    # The cell is one line on the kernel's live stdin (envd's SendInput), sent once the end is pushed back.
+    assert seen["second_cell"] == [("POST", f"/sandboxes/{sandbox_id}/timeout"), ("POST", "/process.Process/SendInput")]
     data = json.loads((CASSETTES / "a_session_kept_alive_by_its_cells.json").read_text())
     asked = [
         i["request"]["body"]["json"]["timeout"]
@@ -67,3 +71,89 @@ def test_a_cells_write_pushes_the_sandboxs_end_back_within_e2bs_maximum() -> Non
         if i["request"]["path"].endswith("/timeout")
     ]
     assert asked == [300 + 60 + 420]  # one more cell's worth of work and idle time, plus the lifetime: under 1 h
+
+
+def a_session_at_e2bs_maximum(server: ReplayServer, key: str = KEY) -> dict[str, Any]:
+    """Sessions on the Base plan (1 h from a sandbox's start): a long idle time, a cell cut at the cap, then none.
+
+    The cap is made near (or passed) as ``test_a_cells_input_...`` makes the end near: by the box's clock, as after
+    59 minutes of a notebook, since a test cannot wait an hour.
+    """
+
+    async def scenario() -> dict[str, Any]:
+        config = load_config_text("sandbox: {driver: e2b, limits: {timeout: 60s}}\n")
+        driver = e2b_sandbox_driver(api_key=key, api_url=server.url("api"), sandbox_url=server.url("sandbox"))
+        sandbox = AsyncSandbox(SandboxDeps(config=config, driver=driver))
+        seen: dict[str, Any] = {}
+        try:
+            # Idle 2 h: more than E2B lets a sandbox live, so the create asks for the cap, not 2 h + 2 min.
+            async with await sandbox.create(idle="2h") as session:
+                box = session.opened.box
+                assert isinstance(box, E2BBox)
+                box.cap_at = time.monotonic() + 6  # before the kernel starts: the cap comes during the second cell
+                seen["first"] = (await session.run_code("x = 41")).ok
+                started = time.monotonic()
+                with pytest.raises(SandboxError) as during:
+                    await session.run_code("import time\ntime.sleep(20)\nx + 1")
+                seen["during"] = (during.value, time.monotonic() - started)
+                with pytest.raises(SandboxError) as after:
+                    await session.run_code("x")
+                seen["after"] = after.value
+            async with await sandbox.create() as other:
+                box = other.opened.box
+                assert isinstance(box, E2BBox)
+                box.cap_at = time.monotonic() - 1  # already past: nothing is sent
+                before = len(server.received)
+                with pytest.raises(SandboxError) as passed:
+                    await other.run("python3", ["-c", "print(1)"])
+                seen["passed"] = (passed.value, [(r.method, r.path) for r in server.received[before:]])
+        finally:
+            await sandbox.aclose()
+        return seen
+
+    return asyncio.run(scenario())
+
+
+def test_a_session_at_e2bs_maximum_ends_with_an_answer_naming_the_cap() -> None:
+    with provider("a_session_at_e2bs_maximum", folder=CASSETTES) as server:
+        seen = a_session_at_e2bs_maximum(server)
+    assert server.problems(final=True) == []
+    assert seen["first"]
+    data = json.loads((CASSETTES / "a_session_at_e2bs_maximum.json").read_text())
+    asked = [
+        i["request"]["body"]["json"]["timeout"]
+        for i in data["interactions"]
+        if i["request"]["path"] == "/v2/sandboxes" and i["request"]["method"] == "POST"
+    ]
+    assert asked[0] == 3600  # the Base plan's hour, not 7320 s, which E2B refuses with a 400
+    error, took = seen["during"]
+    # The cell was cut at the cap (6 s after the open), not at its 20 s or the 60 s limit, with the cap's answer.
+    assert took < 15
+    for refused in (error, seen["after"], seen["passed"][0]):
+        assert refused.code == NO_SESSION and not refused.retryable, refused
+    assert "E2B ends a sandbox 1 h from its start, sandbox.e2b.plan: base" in error.message
+    assert "open a new session" in error.message and "sandbox.e2b.max_hours" in error.message
+    assert "1 h from its start" in seen["passed"][0].message
+    # Past the cap, the command was never sent: the one request is the kill of the session core closed.
+    assert [method for method, _ in seen["passed"][1]] == ["DELETE"]
+
+
+def test_the_cap_comes_from_the_plan_or_the_teams_hours() -> None:
+    assert E2BConfig().max_length == 3600 and E2BConfig(plan="hobby").max_length == 3600
+    assert E2BConfig(plan="pro").max_length == 24 * 3600 and E2BConfig(plan="pro", max_hours=48).max_length == 48 * 3600
+    config = load_config_text("sandbox:\n  driver: e2b\n  e2b: {plan: pro}\n")
+    assert config.sandbox.section("e2b", E2BConfig).max_length == 24 * 3600
+    with pytest.raises(ConfigError) as caught:
+        load_config_text("sandbox:\n  driver: e2b\n  e2b: {plan: gold}\n")
+    assert "plan: expected one of base, hobby, pro" in str(caught.value)
+
+
+def test_a_run_longer_than_the_plan_lets_a_sandbox_live_is_0001_before_anything_is_sent() -> None:
+    driver = e2b_sandbox_driver(api_key=KEY, api_url="http://127.0.0.1:9", sandbox_url="http://127.0.0.1:9")
+    config = load_config_text("sandbox: {driver: e2b, limits: {timeout: 2h}}\n")
+    sandbox = Sandbox(SandboxDeps(config=config, driver=driver))
+    with pytest.raises(SandboxError) as caught:
+        sandbox.run("print(1)")
+    sandbox.close()
+    assert caught.value.code == INVALID_OPTION and caught.value.ran is False
+    assert "limits.timeout 7200s is longer than E2B lets a sandbox run (1 h from its start" in caught.value.message

@@ -10,7 +10,13 @@ fails the replay.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import os
+import urllib.parse
+import urllib.request
+import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +36,9 @@ from mainsdk_e2b import e2b_sandbox_driver
 HERE = Path(__file__).parent
 CASSETTES = HERE / "cassettes" / "packages"
 KEY = "e2b_" + "5eed" * 10  # what replay sends (conformance/conftest.py)
-INICONFIG = "iniconfig==2.0.0"  # a small pure-Python wheel, in no base image
+# A tiny pure-Python wheel this module makes (``made_wheel``) and serves from a find-links folder with no index
+# (``offline_index``): the runs-and-session and unresolvable-set tests need no network and no cache.
+MADE = "mainsdk-e2b-made==1.0"
 # The tutorial's chart needs pandas and matplotlib; every dependency is pinned too, so the set pip resolves (and
 # the wheels a cassette holds the digests of) stays the same when a dependency makes a new release.
 CHART_PINS = (
@@ -71,6 +79,41 @@ def provider(
         server.save()
 
 
+def made_wheel(folder: Path) -> Path:
+    """``mainsdk_e2b_made-1.0-py3-none-any.whl`` in ``folder``: the same bytes every time (stored, fixed times).
+
+    A cassette keeps the uploaded wheel's bytes, so the wheel must not change between authoring and replay.
+    """
+    dist = "mainsdk_e2b_made-1.0.dist-info"
+    files = {
+        "mainsdk_e2b_made/__init__.py": b'NAME = "Made"\n',
+        f"{dist}/METADATA": b"Metadata-Version: 2.1\nName: mainsdk-e2b-made\nVersion: 1.0\n",
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
+        for name, data in files.items()
+    )
+    files[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
+    path = folder / "mainsdk_e2b_made-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data)
+    return path
+
+
+def offline_index(folder: Path) -> dict[str, str]:
+    """Make ``made_wheel`` in ``folder``; the pip settings that take wheels from there and from no index.
+
+    These are the app's explicit index settings (environment variables), which the wheelhouse's pip honours.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    made_wheel(folder)
+    return {"PIP_FIND_LINKS": str(folder), "PIP_NO_INDEX": "1"}
+
+
 def sandbox_on(server: ReplayServer, pins: Sequence[str], wheels: Path, key: str = KEY) -> Sandbox:
     """A ``Sandbox`` whose e2b driver talks to ``server`` and keeps its wheels in ``wheels``."""
     listed = ", ".join(pins)
@@ -89,20 +132,20 @@ def requests_of(server: ReplayServer, action: Any) -> tuple[Any, int]:
 
 
 def runs_and_a_session(server: ReplayServer, wheels: Path, key: str = KEY) -> dict[str, Any]:
-    """A fresh driver: two runs with iniconfig, one without, then a session's command and two cells, each counted."""
-    sandbox = sandbox_on(server, [INICONFIG], wheels, key)
+    """A fresh driver: two runs with the made wheel, one without, then a session's command and two cells, counted."""
+    sandbox = sandbox_on(server, [MADE], wheels, key)
     seen: dict[str, Any] = {}
     try:
-        code = "import iniconfig\nprint(iniconfig.IniConfig.__name__)"
+        code = "import mainsdk_e2b_made\nprint(mainsdk_e2b_made.NAME)"
         seen["first"] = requests_of(server, lambda: sandbox.run(code))
         seen["second"] = requests_of(server, lambda: sandbox.run(code))
-        seen["without"] = requests_of(server, lambda: sandbox.run("import iniconfig", packages=[]))
+        seen["without"] = requests_of(server, lambda: sandbox.run("import mainsdk_e2b_made", packages=[]))
         session, seen["session_open"] = requests_of(server, sandbox.create)
         with session:
-            args = ["-c", "import iniconfig; print(iniconfig.IniConfig.__name__)"]
+            args = ["-c", "import mainsdk_e2b_made; print(mainsdk_e2b_made.NAME)"]
             seen["session_command"] = requests_of(server, lambda: session.run("python3", args))
-            seen["first_cell"] = requests_of(server, lambda: session.run_code("import iniconfig"))
-            seen["second_cell"] = requests_of(server, lambda: session.run_code("iniconfig.IniConfig.__name__"))
+            seen["first_cell"] = requests_of(server, lambda: session.run_code("import mainsdk_e2b_made"))
+            seen["second_cell"] = requests_of(server, lambda: session.run_code("mainsdk_e2b_made.NAME"))
     finally:
         sandbox.close()
     return seen
@@ -135,7 +178,7 @@ def the_tutorial_chart(server: ReplayServer, wheels: Path, key: str = KEY) -> di
 
 def a_set_that_cannot_be_resolved(server: ReplayServer, wheels: Path, key: str = KEY) -> dict[str, Any]:
     """A fresh driver asked for a package no index has: the error, and the requests it cost."""
-    sandbox = sandbox_on(server, [INICONFIG, "doesnotexist-xyz==1.0"], wheels, key)
+    sandbox = sandbox_on(server, [MADE, "doesnotexist-xyz==1.0"], wheels, key)
     try:
         with pytest.raises(SandboxError) as caught:
             sandbox.run("print('ran')")
@@ -144,33 +187,56 @@ def a_set_that_cannot_be_resolved(server: ReplayServer, wheels: Path, key: str =
     return {"error": caught.value, "requests": len(server.received)}
 
 
+def index_answers(url: str) -> bool:
+    """Whether the package index at ``url`` (a simple index) answers at all, within a few seconds."""
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 @pytest.fixture
-def wheels(request: pytest.FixtureRequest) -> Path:
-    # Downloaded once per checkout (55 MB for the chart), as an app keeps ~/.cache/mainsdk/wheels.
-    return Path(request.config.cache.mkdir("mainsdk-e2b-wheelhouses"))
+def chart_wheels(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """The chart's wheelhouse: pandas and matplotlib, the one set whose wheels cannot be made here (55 MB)."""
+    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple/")
+    if not index_answers(index.rstrip("/") + "/pandas/"):
+        host = urllib.parse.urlsplit(index).hostname or index.split(":", 1)[0]  # never a token the URL may hold
+        pytest.skip(f"the package index on {host} does not answer here: the chart's 13 wheels (55 MB) come from it")
+    cache = getattr(request.config, "cache", None)  # downloaded once per checkout, as an app keeps its cache
+    return Path(cache.mkdir("mainsdk-e2b-wheelhouses")) if cache is not None else tmp_path
 
 
-def test_a_run_gets_its_packages_and_what_it_costs_in_requests(wheels: Path) -> None:
+@pytest.fixture
+def made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh wheelhouse whose pip finds the made wheel in a folder of this test and asks no index."""
+    for name, value in offline_index(tmp_path / "find-links").items():
+        monkeypatch.setenv(name, value)
+    return tmp_path / "wheelhouse"
+
+
+def test_a_run_gets_its_packages_and_what_it_costs_in_requests(made: Path) -> None:
+    wheels = made
     with provider("runs_and_a_session") as server:
         seen = runs_and_a_session(server, wheels)
     assert server.problems(final=True) == []
     first, second, without = (seen[k][0] for k in ("first", "second", "without"))
-    assert [(r.exit_code, r.stdout) for r in (first, second)] == [(0, "IniConfig\n")] * 2
-    assert without.exit_code == 1 and "No module named 'iniconfig'" in without.stderr  # a subset: none, so none
+    assert [(r.exit_code, r.stdout) for r in (first, second)] == [(0, "Made\n")] * 2
+    assert without.exit_code == 1 and "No module named 'mainsdk_e2b_made'" in without.stderr  # none asked, none
     # create, probe (once per template), upload, install, start, out/'s archive, kill; then the probe is known.
     assert (seen["first"][1], seen["second"][1], seen["without"][1]) == (7, 6, 4)
     # A session installs once (create, upload, install); its commands and cells then cost what they cost without.
     assert seen["session_open"] == 3
-    assert seen["session_command"][0].stdout == "IniConfig\n" and seen["session_command"][1] == 1
+    assert seen["session_command"][0].stdout == "Made\n" and seen["session_command"][1] == 1
     assert seen["first_cell"][0].ok and seen["first_cell"][1] == 3  # the kernel's input, its start, the cell
-    assert seen["second_cell"][0].text == "'IniConfig'" and seen["second_cell"][1] == 1
+    assert seen["second_cell"][0].text == "'Made'" and seen["second_cell"][1] == 1
     uploads = [r for r in server.received if r.method == "POST" and r.path == "/files"]
     assert uploads  # the wheels went up with the work files: counted above as one request per box
 
 
-def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(wheels: Path) -> None:
+def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(chart_wheels: Path) -> None:
     with provider("the_tutorial_chart") as server:
-        seen = the_tutorial_chart(server, wheels)
+        seen = the_tutorial_chart(server, chart_wheels)
     assert server.problems(final=True) == []
     assert seen["run"][:2] == (0, "3\n"), seen["run"][2]
     assert seen["run_files"]["chart.png"].startswith(PNG)
@@ -180,13 +246,13 @@ def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(wheels: Pat
     assert len(seen["cell_pngs"]) == 1 and seen["cell_pngs"][0].startswith(PNG)
 
 
-def test_a_set_that_cannot_be_resolved_is_one_0001_naming_the_package_before_any_code_runs(wheels: Path) -> None:
+def test_a_set_that_cannot_be_resolved_is_one_0001_naming_the_package_before_any_code_runs(made: Path) -> None:
     with provider("a_set_that_cannot_be_resolved") as server:
-        seen = a_set_that_cannot_be_resolved(server, wheels)
+        seen = a_set_that_cannot_be_resolved(server, made)
     assert server.problems(final=True) == []
     error = seen["error"]
     assert error.code == INVALID_OPTION and error.ran is False
-    assert "doesnotexist-xyz==1.0" in error.message and INICONFIG not in error.message
+    assert "doesnotexist-xyz==1.0" in error.message and MADE not in error.message
     assert "pip said: ERROR" in error.message
     assert seen["requests"] == 3  # create, the probe, the kill: the code never started
 

@@ -8,9 +8,40 @@ fixture.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from email.message import Message
+from typing import Any
 
 import attrs
+
+
+@attrs.frozen
+class HeaderRule:
+    """A request header the provider's server checks, and its answer when the check fails.
+
+    Replay holds every request that carries ``header`` on ``method`` + ``path``
+    (a pattern, searched) to it: exactly one value, fully matching ``pattern``.
+    A request that breaks it gets ``status`` and the JSON ``body`` the server
+    sends, and fails the test. ``source`` names the server's code the rule is from.
+    """
+
+    method: str
+    path: str
+    header: str
+    pattern: str
+    status: int
+    body: Mapping[str, Any]
+    source: str
+
+    def applies(self, method: str, path: str) -> bool:
+        """Whether a request to ``method`` ``path`` is held to the rule."""
+        return method.upper() == self.method.upper() and re.search(self.path, path) is not None
+
+    def broken_by(self, values: Sequence[str] | None) -> bool:
+        """Whether the header's values (None: absent, which the rule allows) break it."""
+        if values is None:
+            return False
+        return len(values) != 1 or re.fullmatch(self.pattern, values[0]) is None
 
 
 @attrs.frozen
@@ -28,6 +59,7 @@ class Profile:
     ``volatile``: patterns of values that change every run (core's random run and
     session ids) wherever they appear in a query value or a JSON string: they
     match any value of the same pattern, the rest of the value still counts.
+    ``header_rules``: headers the server refuses unless they match (``HeaderRule``).
     """
 
     name: str
@@ -40,6 +72,14 @@ class Profile:
     ignore_json: tuple[str, ...] = ()
     volatile: tuple[str, ...] = ()
     sdk: str = ""  # the SDK distribution whose version a recorded cassette notes
+    header_rules: tuple[HeaderRule, ...] = ()
+
+    def broken_rule(self, method: str, path: str, headers: Message) -> HeaderRule | None:
+        """The first header rule a request breaks (its headers as ``http.server`` parsed them), or None."""
+        for rule in self.header_rules:
+            if rule.applies(method, path) and rule.broken_by(headers.get_all(rule.header)):
+                return rule
+        return None
 
     def lane(self, path: str, headers: Mapping[str, str]) -> str:
         """The sandbox a request belongs to, or ``""`` for one that names none (a create)."""
@@ -58,6 +98,26 @@ class Profile:
         return method.upper() == "POST" and any(re.search(p, path) for p in self.command_paths)
 
 
+# E2B's API on a create's Idempotency-Key, as its server checks it (not as the SDK's e2b/retry.py does, which lets
+# hyphens through): e2b-dev/runtime (the Go module github.com/e2b-dev/infra)
+# packages/api/internal/middleware/idempotency/middleware.go: `len(values) != 1 || len(values[0]) < 1 ||
+# len(values[0]) > 255 || strings.ContainsFunc(values[0], r not in 'a'-'z' and not in '0'-'9')` -> reject(c, 400,
+# ...), whose body is apierrors.SendAPIStoreError's {"code", "message"}. middleware_test.go TestBypassAndKeyValidation
+# refuses "", a repeated key, 256 characters, "\xff", "ABC", "abc-123", " abc " on POST /v2/sandboxes even where
+# the route's APIIdempotencyRoutes flag is off (the OpenAPI validator); an absent key is allowed.
+E2B_IDEMPOTENCY_KEY = HeaderRule(
+    method="POST",
+    path=r"^/v2/sandboxes$",
+    header="Idempotency-Key",
+    pattern=r"[a-z0-9]{1,255}",
+    status=400,
+    body={
+        "code": 400,
+        "message": "Idempotency-Key must contain one value of 1 to 255 lowercase ASCII letters or digits",
+    },
+    source="e2b-dev/runtime packages/api/internal/middleware/idempotency/middleware.go",
+)
+
 # E2B through its SDK: the control plane (api_url) and envd (sandbox_url), told apart by E2b-Sandbox-Id.
 E2B = Profile(
     name="e2b",
@@ -73,6 +133,7 @@ E2B = Profile(
     # limit, which a session's cost ceiling shortens by the time earlier commands took in this very run: a loaded
     # machine turns 7 into 6. Its value is checked by mainsdk_e2b's own tests, not by the replay.
     volatile=(r"\b(?:run|ses)[_-][0-9a-f]{16,24}\b", r"(?<=\( sleep )\d+(?= & s=\$!;)"),
+    header_rules=(E2B_IDEMPOTENCY_KEY,),
 )
 
 # Vercel Sandbox as its current clients speak it: create with POST /v3/sandboxes, then everything keyed by the

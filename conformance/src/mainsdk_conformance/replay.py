@@ -403,6 +403,22 @@ class ReplayServer:
         if self.recording:
             self._forward(handler, upstream, request, parts.query, body, got)
             return
+        rule = self.profile.broken_rule(handler.command, parts.path, handler.headers)
+        if rule is not None:
+            # The provider's server refuses it before anything else: answer as it does, and fail the test.
+            values = handler.headers.get_all(rule.header) or []
+            broken = (
+                f"{_describe(request, upstream)}: header {rule.header} {[str(v)[:80] for v in values]!r} breaks "
+                f"the server's rule {rule.pattern!r}, one value ({rule.source}); the server answers {rule.status}"
+            )
+            with self._cond:
+                got.problem = broken
+                self.received.append(got)
+                self._problems.append(broken)
+            payload = json.dumps(dict(rule.body)).encode()
+            _send_head(handler, rule.status, {"content-type": "application/json"}, length=len(payload))
+            handler.wfile.write(payload)
+            return
         with self._cond:
             index, problem = self._match(upstream, request, lane)
             self.received.append(got)

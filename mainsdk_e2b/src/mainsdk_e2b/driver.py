@@ -55,12 +55,12 @@ from mainsdk.driver import (
     OutFile,
     OutputSink,
 )
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, SandboxError
+from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, BoxGone, SandboxError
 from mainsdk.hookspecs import hookimpl
 from mainsdk.secrets import SecretResolver, environment_secrets
 from mainsdk.wheelhouse import Wheelhouse, failure_message
 
-from mainsdk_e2b.config import E2BConfig
+from mainsdk_e2b.config import PLAN_HOURS, E2BConfig
 from mainsdk_e2b.packages import ENV_PYTHON, PROBE, WHEELS, BoxPython, install_line
 
 if TYPE_CHECKING:
@@ -92,6 +92,8 @@ ARCHIVE_WAIT = 10.0
 BACKSTOP_GRACE = 5
 # A command gets a refresh of the sandbox's lifetime only when less than its timeout and this is left.
 KEEP_ALIVE_SLACK = 10
+# A session's request that fails this close to the plan's cap failed because E2B ended the sandbox there.
+CAP_SLACK = 5.0
 REQUEST_TIMEOUT = 30.0
 # The box's python is probed in seconds; installing pandas and matplotlib offline takes about 15 s.
 PROBE_TIMEOUT = 60.0
@@ -105,6 +107,8 @@ ARCHIVE_SLACK = 1024 * 1024
 # Metadata keys on every sandbox the driver creates: the run's or session's id and its tenant.
 META_BOX = "mainsdk_box"
 META_TENANT = "mainsdk_tenant"
+# What every MAIN-SANDBOX-0006 of this driver ends with (Capabilities.outage_remedy, the README's promise).
+OUTAGE_REMEDY = "check E2B's status and the API key (sandbox.e2b.key, default secret:E2B_API_KEY)"
 _SECRET_REF = re.compile(r"^secret:([A-Za-z_][A-Za-z0-9_]*)$")
 
 
@@ -131,6 +135,8 @@ class E2BBox:
     sandbox_id: str
     expires: float  # monotonic time E2B will kill it at unless told otherwise
     lifetime: int  # seconds E2B keeps it after a refresh
+    # Monotonic time of the plan's cap: E2B ends the sandbox then, whatever it is told (``E2BDriver._at_cap``).
+    cap_at: float = math.inf
     archive_limit: int | None = None  # a run: its command archives out/ up to this many bytes; None in a session
     archive_pid: int | None = None  # the pid (start event) of the command whose archive ``collect`` reads
     stdin_files: int = 0
@@ -174,8 +180,13 @@ class E2BDriver:
         missing_key: str = "no E2B API key was given",
         request_timeout: float = REQUEST_TIMEOUT,
         wheelhouse: Wheelhouse | None = None,
+        max_length: int = 3600 * PLAN_HOURS["base"],
+        plan: str = "sandbox.e2b.plan: base",
     ) -> None:
         self._api_key = api_key or None
+        # The longest E2B lets a sandbox run from its start (the team's plan), and the setting that said so.
+        self._max_length = max_length
+        self._plan = plan
         self._wheelhouse = wheelhouse or Wheelhouse()
         # Each template's python, probed once (one Start in the first box that needs packages).
         self._box_pythons: dict[str | None, BoxPython] = {}
@@ -203,12 +214,13 @@ class E2BDriver:
             sessions=True,
             production=True,
             price_per_second=self._price,
-            outage_remedy="check E2B's status and the API key (sandbox.e2b.key, default secret:E2B_API_KEY)",
+            outage_remedy=OUTAGE_REMEDY,
             network_reach=E2B_NETWORK_REACH,
             reports_signals=True,  # the script ends by the program's signal; envd's end event names it
-            # Cells: core's kernel is one long command (exec) fed by files (write_file); background processes are
-            # concurrent commands, each in a session of its own that the killer ends (see ``killer_line``). A
-            # cell's KeyboardInterrupt is the kernel's own SIGINT to itself, never envd's SendSignal: that
+            # Cells: core's kernel is one long command (exec) fed on its live stdin (Command.input: envd's
+            # SendInput, ``_feed``); background processes are concurrent commands, each in a session of its own
+            # that the killer ends (see ``killer_line``). A cell's KeyboardInterrupt is the kernel's own SIGINT,
+            # never envd's SendSignal: that
             # signals the one pid envd started (handler.go ``cmd.Process.Signal``), which is this driver's
             # script, not the kernel. A stuck kernel is killed like any command: its whole session.
             cells=True,
@@ -235,13 +247,23 @@ class E2BDriver:
         wheels: list[Path] = []
         if box_python is not None:
             wheels = (await asyncio.to_thread(self._wheelhouse.ensure, box_python, packages)).paths
-        lifetime = math.ceil((spec.idle or 0) + spec.limits.timeout) + SANDBOX_MARGIN
+        if spec.limits.timeout > self._max_length:
+            raise SandboxError(
+                INVALID_OPTION,
+                f"limits.timeout {spec.limits.timeout:g}s is longer than E2B lets a sandbox run "
+                f"({self._cap_text()}): lower it, or set the plan your team has",
+                ran=False,
+            )
+        # E2B refuses a create's timeout past the team's maximum with a 400 (handlers/timeout_helper.go
+        # validateAndParseTimeout): a long idle time is asked for up to the cap, and kept alive from there.
+        lifetime = min(math.ceil((spec.idle or 0) + spec.limits.timeout) + SANDBOX_MARGIN, self._max_length)
         # Exactly the policy core handed over (and audited); none at all: nothing out.
         policy = spec.network_policy if spec.network_policy is not None else e2b_network_policy(())
         # The box's id (core's run or session id) and its tenant: how a failed create's orphans and a session
         # another worker opened are found again (GET /v2/sandboxes?metadata=, spec/openapi.yml).
         metadata = {META_BOX: spec.id, META_TENANT: spec.tenant}
         opts = self._opts()
+        asked = time.monotonic()  # E2B's start time comes after this: the cap measured from here is never late
         try:
             sandbox = await AsyncSandbox.create(
                 template=self._template,
@@ -259,7 +281,7 @@ class E2BDriver:
             if not isinstance(exc, AuthenticationException):
                 await self._kill_orphans(spec.id)
             raise self._unavailable("create a sandbox", exc) from None
-        box = E2BBox(spec.id, sandbox, sandbox.sandbox_id, time.monotonic() + lifetime, lifetime)
+        box = E2BBox(spec.id, sandbox, sandbox.sandbox_id, asked + lifetime, lifetime, cap_at=asked + self._max_length)
         if spec.idle is None:
             box.archive_limit = spec.limits.files
         try:
@@ -287,9 +309,12 @@ class E2BDriver:
         sandbox = box.sandbox
         turn = await self._in_turn(box)
         try:
+            self._check_cap(box)
             await self._keep_alive(box, command.timeout)
             stdin_path = None
-            if command.stdin is not None:
+            # A live stdin (Command.input) gets the given bytes first over the same channel, not as a file.
+            live = command.input is not None
+            if command.stdin is not None and not live:
                 box.stdin_files += 1
                 stdin_path = f"/tmp/mainsdk-stdin-{box.stdin_files}"  # a counter, not random: same bytes each run
                 try:
@@ -303,15 +328,18 @@ class E2BDriver:
             raise
         if box.python is not None and command.program in PYTHON_PROGRAMS:
             command = attrs.evolve(command, program=box.python)  # the box's packages are in that environment
-        line = shell_line(command, stdin_path, archive_limit=box.archive_limit)
+        line = shell_line(command, stdin_path, archive_limit=box.archive_limit, live=live)
         box.archive_pid = None
         started = time.monotonic()
         handle: Any = None
         waiter: asyncio.Future[Any] | None = None
         exit_code: int | None = None
         signal: int | None = None
+        # E2B ends the sandbox at the plan's cap, whatever it is told: a command still running then (a notebook's
+        # kernel) is cut there by the driver, with the cap's answer rather than a broken stream's 0006.
+        capped = box.cap_at - started < command.timeout
         try:
-            async with asyncio.timeout(command.timeout) as deadline:
+            async with asyncio.timeout(min(command.timeout, max(box.cap_at - started, 0.0))) as deadline:
                 with turn:  # the next request of this box may go once envd said the command started
                     handle = await sandbox.commands.run(
                         line,
@@ -323,10 +351,14 @@ class E2BDriver:
                         # come first.
                         timeout=command.timeout + SANDBOX_MARGIN,
                         request_timeout=self._request_timeout,
+                        # envd's StartRequest.stdin: a pipe the driver writes with SendInput, else /dev/null.
+                        stdin=live,
                     )
                 box.archive_pid = handle.pid
                 # Shielded: a cancel must reach this task, not the SDK's stream reader, which the kill ends.
                 waiter = asyncio.ensure_future(handle.wait())
+                if live:
+                    await self._feed(box, handle.pid, command, waiter)
                 try:
                     exit_code = (await asyncio.shield(waiter)).exit_code
                 except CommandExitException as exited:
@@ -334,7 +366,11 @@ class E2BDriver:
                     signal = signal_of(exited.error)
         except TimeoutError:
             if not deadline.expired():
-                raise self._unavailable("run the command", TimeoutError("the request timed out")) from None
+                raise self._unavailable("run the command", TimeoutError("the request timed out"), box) from None
+            if capped:
+                if waiter is not None:
+                    waiter.cancel()
+                raise self._cap_reached(box) from None
             await self._kill_command(box, handle, waiter)
             return ExecOutcome(exit_code=None, stop="timeout", duration=time.monotonic() - started)
         except asyncio.CancelledError:
@@ -342,7 +378,7 @@ class E2BDriver:
             await self._kill_command(box, handle, waiter)
             raise
         except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
-            raise self._unavailable("run the command", exc) from None
+            raise self._unavailable("run the command", exc, box) from None
         if signal is not None:
             # The program died of it (the script ended by the same signal): core reports 128 + N and its name.
             return ExecOutcome(exit_code=None, duration=time.monotonic() - started, signal=signal)
@@ -350,22 +386,24 @@ class E2BDriver:
 
     @hookimpl
     async def mainsdk_driver_write_file(self, box: E2BBox, folder: Folder, path: str, data: bytes) -> None:
-        """Write one file into a folder of the box (sessions); a cell is such a file, so it keeps the sandbox alive."""
+        """Write one file into a folder of the box (sessions); a write, like a cell's input, keeps the sandbox alive."""
         # Core's cell kernel is one command that outlives any deadline; each cell is a write. A write may start up
         # to a command's timeout of work, then the session's idle time: the sandbox must last that long.
         with await self._in_turn(box):
+            self._check_cap(box)
             await self._keep_alive(box, box.lifetime - SANDBOX_MARGIN)
             try:
                 await box.sandbox.files.write_files(
                     [{"path": f"{FOLDERS[folder]}/{path}", "data": data}], use_octet_stream=False
                 )
             except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
-                raise self._unavailable("write a file", exc) from None
+                raise self._unavailable("write a file", exc, box) from None
 
     @hookimpl
     async def mainsdk_driver_read_file(self, box: E2BBox, folder: Folder, path: str) -> bytes:
         """Read a file of the work or the out folder (sessions)."""
         full = f"{FOLDERS[folder]}/{path}"  # checked by core: relative, no '.' or '..' segment
+        self._check_cap(box)
         try:
             return bytes(await box.sandbox.files.read(full, format="bytes"))
         except FileNotFoundException:
@@ -373,7 +411,7 @@ class E2BDriver:
                 NO_SESSION, f"no file {path!r} in the session's box", status=404, retryable=False
             ) from None
         except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
-            raise self._unavailable("read a file", exc) from None
+            raise self._unavailable("read a file", exc, box) from None
 
     @hookimpl
     async def mainsdk_driver_collect(self, box: E2BBox, max_bytes: int) -> Collected:
@@ -421,9 +459,11 @@ class E2BDriver:
             return None  # killed between the list and the connect
         except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
             raise self._unavailable("reconnect to the session", exc) from None
-        # Its end is not known here (this clock is not the opener's): the first command pushes it back.
-        lifetime = math.ceil((spec.idle or 0) + spec.limits.timeout) + SANDBOX_MARGIN
-        return E2BBox(spec.id, sandbox, mine[0].sandbox_id, time.monotonic(), lifetime)
+        # Its end is not known here (this clock is not the opener's): the first command pushes it back. The cap
+        # is: E2B measures it from the sandbox's start, which the listing gives.
+        lifetime = min(math.ceil((spec.idle or 0) + spec.limits.timeout) + SANDBOX_MARGIN, self._max_length)
+        cap_at = time.monotonic() + mine[0].started_at.timestamp() + self._max_length - time.time()
+        return E2BBox(spec.id, sandbox, mine[0].sandbox_id, time.monotonic(), lifetime, cap_at=cap_at)
 
     @hookimpl
     async def mainsdk_driver_stop(self, box: E2BBox) -> None:
@@ -523,20 +563,69 @@ class E2BDriver:
         """Push the sandbox's end back only when the command could outlive it (a long session); else no request.
 
         A command longer than the sandbox's own lifetime (core's cell kernel: no deadline of its own) counts as
-        one lifetime: it is kept alive by what the session sends it next (``write_file``). E2B refuses a timeout
-        past the team's maximum sandbox length with a 400 (e2b-dev/infra ``packages/api/internal/handlers/
-        timeout_helper.go`` ``validateAndParseTimeout``, "Timeout cannot be greater than %d hours"), so the
-        driver never asks for the kernel's day.
+        one lifetime: it is kept alive by what the session sends it next (``write_file``, ``_send_input``). E2B
+        never lets a
+        sandbox outlive the plan's cap, measured from its start: ``POST /sandboxes/{id}/timeout`` silently sets
+        the end to ``now + min(asked, cap - (now - start))`` and answers 204, and past the cap a 400 "Max
+        instance length exceeded" (e2b-dev/infra ``packages/api/internal/orchestrator/keep_alive.go``
+        ``KeepAliveFor``, ``getMaxAllowedTTL``). So the driver asks for no more than is left before the cap,
+        and knows the end it gets; a box whose end is the cap needs no more asking.
         """
         timeout = min(timeout, box.lifetime - SANDBOX_MARGIN)
-        if box.expires - time.monotonic() >= timeout + KEEP_ALIVE_SLACK:
+        now = time.monotonic()
+        if box.expires >= box.cap_at or box.expires - now >= timeout + KEEP_ALIVE_SLACK:
             return
-        lifetime = math.ceil(timeout + box.lifetime)
+        wanted, left = math.ceil(timeout + box.lifetime), math.floor(box.cap_at - now)
+        if left <= 0:
+            raise self._cap_reached(box)
         try:
-            await box.sandbox.set_timeout(lifetime)
+            await box.sandbox.set_timeout(min(wanted, left))
         except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
-            raise self._unavailable("keep the sandbox alive", exc) from None
-        box.expires = time.monotonic() + lifetime
+            raise self._unavailable("keep the sandbox alive", exc, box) from None
+        box.expires = now + wanted if wanted < left else box.cap_at  # up to the cap: E2B ends it there
+
+    async def _feed(self, box: E2BBox, pid: int, command: Command, ended: asyncio.Future[Any]) -> None:
+        """Deliver a command's live stdin until EOF or its end: ``Command.stdin``, each chunk the app sends, EOF.
+
+        One envd ``SendInput`` per chunk, in order, each in the box's turn; ``CloseStdin`` when the app closes
+        the stream (envd 0.5.2+, e2b-dev/infra ``packages/envd/internal/services/process/input.go``). envd
+        refuses input to a process started without stdin, or whose stdin is closed (``handler.go``
+        ``WriteStdin``): the driver starts such a command with ``stdin: true``. A chunk the command can no longer
+        take is dropped. It runs in the exec's own task, so a cancel (core closes the stream and cancels the
+        kernel's exec at once) stops it before it sends anything more: no EOF races the killer.
+        """
+        assert command.input is not None
+        chunks = aiter(command.input)
+        pending = [command.stdin] if command.stdin else []
+        getter: asyncio.Future[bytes | None] | None = None
+        try:
+            while True:
+                for data in pending:
+                    await self._send_input(box, pid, data)
+                    _raise_if_cancelled()
+                getter = asyncio.ensure_future(anext(chunks, None))
+                done, _ = await asyncio.wait({getter, ended}, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    return  # the command ended: what the app sends now is dropped
+                chunk, getter = getter.result(), None
+                if chunk is None:
+                    break
+                pending = [chunk]
+            with await self._in_turn(box):
+                _raise_if_cancelled()
+                await box.sandbox.commands.close_stdin(pid, request_timeout=self._request_timeout)
+        except Exception as exc:  # noqa: BLE001 - the command ended (or envd is gone): the rest is dropped
+            log.warning("e2b: a command's input stopped (%s); what follows is dropped", type(exc).__name__)
+        finally:
+            if getter is not None and not getter.done():
+                getter.cancel()
+
+    async def _send_input(self, box: E2BBox, pid: int, data: bytes) -> None:
+        # Input may start up to a command's timeout of work (a cell), then idle time: as a write does.
+        with await self._in_turn(box):
+            self._check_cap(box)
+            await self._keep_alive(box, box.lifetime - SANDBOX_MARGIN)
+            await box.sandbox.commands.send_stdin(pid, data, request_timeout=self._request_timeout)
 
     async def _kill_command(self, box: E2BBox, handle: Any, waiter: asyncio.Future[Any] | None) -> None:
         """Kill the command's whole session (one more command, as root), then let its stream end. Never raises.
@@ -578,9 +667,30 @@ class E2BDriver:
                 "e2b: killing sandbox %s failed (%s); E2B ends it at its timeout", box.sandbox_id, type(exc).__name__
             )
 
-    def _unavailable(self, what: str, exc: BaseException) -> SandboxError:
-        """MAIN-SANDBOX-0006 with the provider's reason, and never the key."""
-        return SandboxError(DRIVER_UNAVAILABLE, f"E2B could not {what}: {self._reason(exc)}")
+    def _cap_text(self) -> str:
+        hours = self._max_length / 3600
+        return f"{hours:g} h from its start, {self._plan}"
+
+    def _cap_reached(self, box: E2BBox) -> BoxGone:
+        """The session's sandbox reached the plan's cap: it is over (0008, not retryable), and why."""
+        return BoxGone(
+            f"E2B ends a sandbox {self._cap_text()}, and this session's sandbox {box.sandbox_id} reached it "
+            "(for longer sessions: a plan with a longer maximum, sandbox.e2b.plan or sandbox.e2b.max_hours)"
+        )
+
+    def _check_cap(self, box: E2BBox) -> None:
+        """Refuse a request to a sandbox past the plan's cap: E2B has ended it (keep_alive.go, the evictor)."""
+        if time.monotonic() >= box.cap_at:
+            raise self._cap_reached(box)
+
+    def _unavailable(self, what: str, exc: BaseException, box: E2BBox | None = None) -> SandboxError:
+        """MAIN-SANDBOX-0006 with the provider's reason and what to check (``OUTAGE_REMEDY``), never the key.
+
+        A session's request that failed once its sandbox reached the plan's cap is the cap's answer instead.
+        """
+        if box is not None and time.monotonic() >= box.cap_at - CAP_SLACK:
+            return self._cap_reached(box)
+        return SandboxError(DRIVER_UNAVAILABLE, f"E2B could not {what}: {self._reason(exc)}; {OUTAGE_REMEDY}")
 
     def _reason(self, exc: BaseException) -> str:
         kinds = (
@@ -600,6 +710,13 @@ class E2BDriver:
         if self._api_key:
             detail = detail.replace(self._api_key, "[redacted]")
         return f"{label}: {detail}" if detail else label
+
+
+def _raise_if_cancelled() -> None:
+    """Raise the cancel this task was asked for, should a library below have swallowed it (an HTTP call's)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class _Turn:
@@ -622,8 +739,16 @@ class _Turn:
 
 
 def idempotency_key(box_id: str) -> str:
-    """The ``Idempotency-Key`` of a box's create: its id in the SDK's alphabet (lowercase, digits, hyphens)."""
-    return re.sub(r"[^a-z0-9-]", "-", box_id.lower())[:255] or "mainsdk"
+    """The ``Idempotency-Key`` of a box's create: its id in the server's alphabet, 1 to 255 of ``a-z0-9``.
+
+    E2B's API refuses any other key with a 400 on ``POST /v2/sandboxes`` (e2b-dev/runtime, the Go module
+    ``github.com/e2b-dev/infra``: ``packages/api/internal/middleware/idempotency/middleware.go``, "Idempotency-Key
+    must contain one value of 1 to 255 lowercase ASCII letters or digits"; ``middleware_test.go``
+    ``TestBypassAndKeyValidation`` refuses ``abc-123``). The SDK's own check (``e2b/retry.py``) lets hyphens
+    through: it is not the rule. Core's ids are ``run_<hex>`` / ``ses_<hex>``: dropping the ``_`` keeps
+    them apart (``runab12...``).
+    """
+    return re.sub(r"[^a-z0-9]", "", box_id.lower())[:255] or "mainsdk"
 
 
 # The raw wait status of the program, kept in a file (argv[1]) for the script; the waiter leads the session.
@@ -666,7 +791,9 @@ _KILL_SESSION = (
 )
 
 
-def shell_line(command: Command, stdin_path: str | None = None, *, archive_limit: int | None = None) -> str:
+def shell_line(
+    command: Command, stdin_path: str | None = None, *, archive_limit: int | None = None, live: bool = False
+) -> str:
     """The script envd's ``bash -l -c`` runs: the program in a session of its own, then the clean-up.
 
     The program starts under ``setsid``, so it and everything it starts share a
@@ -684,8 +811,14 @@ def shell_line(command: Command, stdin_path: str | None = None, *, archive_limit
     given = [f'{name}="${name}"' for name in sorted(command.env)]
     words = ["/usr/bin/setsid", '"${w8[@]}"', "/usr/bin/env", "-i", f"PATH={BASE_PATH}", f"HOME={HOME}", *given]
     program = " ".join(words) + " " + shlex.join([command.program, *command.args])
-    # Open the input, then remove it, so the work and out folders hold nothing of it.
-    stdin = f"exec 3<{stdin_path} && rm -f {stdin_path}" if stdin_path is not None else "exec 3</dev/null"
+    # Open the input, then remove it, so the work and out folders hold nothing of it. A live stdin is the script's
+    # own (envd's pipe, started with stdin: true), handed on to the program.
+    if live:
+        stdin = "exec 3<&0"
+    elif stdin_path is not None:
+        stdin = f"exec 3<{stdin_path} && rm -f {stdin_path}"
+    else:
+        stdin = "exec 3</dev/null"
     backstop = math.ceil(command.timeout) + BACKSTOP_GRACE
     lines = [
         f"mkdir -p {WORK} {OUT} && cd {WORK} && {stdin} || exit 125",
@@ -811,13 +944,17 @@ def e2b_sandbox_driver(
     vcpus: int = DEFAULT_VCPUS,
     memory_mib: int = DEFAULT_MEMORY_MIB,
     wheelhouse: Wheelhouse | None = None,
+    plan: str = "base",
+    max_hours: int | None = None,
 ) -> E2BDriver:
     """An ``e2b`` driver with an explicit key and endpoints (tests, or an app that resolves the key itself).
 
     ``api_url`` / ``sandbox_url`` point the SDK elsewhere (a replay server on
     loopback); ``price`` overrides the estimate from ``vcpus`` and ``memory_mib``;
-    ``wheelhouse`` keeps the packages' wheels elsewhere than ``$XDG_CACHE_HOME/mainsdk/wheels``.
+    ``wheelhouse`` keeps the packages' wheels elsewhere than ``$XDG_CACHE_HOME/mainsdk/wheels``;
+    ``plan`` / ``max_hours``: how long E2B lets a sandbox run on your team, as in ``sandbox.e2b``.
     """
+    limit = E2BConfig(plan=plan, max_hours=max_hours)
     return E2BDriver(
         api_key=api_key,
         api_url=api_url,
@@ -827,7 +964,16 @@ def e2b_sandbox_driver(
         vcpus=vcpus,
         memory_mib=memory_mib,
         wheelhouse=wheelhouse,
+        max_length=limit.max_length,
+        plan=_plan_text(limit),
     )
+
+
+def _plan_text(section: E2BConfig) -> str:
+    """The setting the cap comes from, as the user would write it."""
+    if section.max_hours is not None:
+        return f"sandbox.e2b.max_hours: {section.max_hours}"
+    return f"sandbox.e2b.plan: {section.plan}"
 
 
 def resolve_key(
@@ -859,5 +1005,10 @@ def driver_from_config(config: AppConfig, *, secret: SecretResolver | None = Non
     if not key.resolved:  # core resolves it when it loads the driver; this is a factory called by hand
         key = key.resolve(secret or environment_secrets, "sandbox.e2b.key")
     return E2BDriver(
-        api_key=key.value, template=section.template, price=config.sandbox.price, missing_key=key.missing()
+        api_key=key.value,
+        template=section.template,
+        price=config.sandbox.price,
+        missing_key=key.missing(),
+        max_length=section.max_length,
+        plan=_plan_text(section),
     )

@@ -23,10 +23,16 @@ Process semantics follow envd (e2b-dev/infra ``packages/envd``), never kinder:
   ("exit status 3", "signal: killed"), and zero values are left out, as
   protojson does;
 - a sandbox it does not know is E2B's proxy answer, 502 "The sandbox was not
-  found" (``packages/shared/pkg/proxy/template/sandbox_not_found.go``).
+  found" (``packages/shared/pkg/proxy/template/sandbox_not_found.go``);
+- a sandbox ends at its end time (its streams break), and that end never passes
+  its start + the team's maximum (``FAKE_E2B_MAX_LENGTH_HOURS``, default 1, the
+  Base plan's): a create asking more is a 400 (``handlers/timeout_helper.go``), a
+  ``POST /sandboxes/{id}/timeout`` is silently cut at the cap, and past it a 400
+  "Max instance length exceeded" (``orchestrator/keep_alive.go``).
 The control plane keeps each sandbox's ``metadata`` and lists by it
-(``GET /v2/sandboxes?metadata=``, spec/openapi.yml). It does not honour
-``Idempotency-Key``: the open-source API does not read it. With
+(``GET /v2/sandboxes?metadata=``, spec/openapi.yml). It checks a create's
+``Idempotency-Key`` as the API's middleware does (one value, 1 to 255 of
+``a-z0-9``, else 400) but does not replay by it: that needs the route's flag on. With
 ``FAKE_E2B_CREATE_502=N`` the first N creates make their sandbox and then
 answer 502, as a gateway that lost the answer would.
 
@@ -57,6 +63,7 @@ from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "conformance" / "src"))
 from mainsdk_conformance.cassette import parse_multipart
+from mainsdk_conformance.profiles import E2B
 
 ENVD_VERSION = "0.6.13"  # packages/envd/pkg/version.go
 STD_CHUNK_SIZE = 32 << 10  # packages/envd/internal/services/process/handler/handler.go stdChunkSize
@@ -66,10 +73,15 @@ HOME = "/home/user"
 class Box:
     """One sandbox: a folder standing in for its filesystem, and its running processes."""
 
-    def __init__(self, sandbox_id: str, template: str, metadata: dict[str, str]) -> None:
+    def __init__(self, sandbox_id: str, template: str, metadata: dict[str, str], timeout: float) -> None:
         self.id = sandbox_id
         self.template = template
         self.metadata = metadata
+        # sandbox.Sandbox's StartTime and EndTime: the orchestrator ends it at its end; the end never passes
+        # start + the team's MaxInstanceLength (store.go Add, keep_alive.go).
+        self.start = time.time()
+        self.end = self.start + min(timeout, STATE.max_length)
+        self.evicted = threading.Event()
         self.root = Path(tempfile.mkdtemp(prefix=f"fake-e2b-{sandbox_id}-"))
         (self.root / "home/user").mkdir(parents=True)
         (self.root / "tmp").mkdir()
@@ -82,8 +94,8 @@ class Box:
             "alias": "base",
             "sandboxID": self.id,
             "clientID": "6532622b",
-            "startedAt": "2026-11-30T12:00:00Z",
-            "endAt": "2026-11-30T13:00:00Z",
+            "startedAt": _iso(self.start),
+            "endAt": _iso(self.end),
             "cpuCount": 2,
             "memoryMB": 512,
             "diskSizeMB": 512,
@@ -109,11 +121,14 @@ class Box:
 
 
 class Proc:
-    """One process envd started: the process, and whether its output still streams."""
+    """One process envd started: the process, whether its output still streams, and its stdin pipe (or None)."""
 
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self.popen = popen
         self.out_cancelled = threading.Event()
+        # handler.go: a pipe unless the Start said stdin false (then /dev/null); CloseStdin sets it to nil.
+        self.stdin = popen.stdin
+        self.stdin_lock = threading.Lock()
 
 
 def kill_under(root: Path) -> None:
@@ -132,6 +147,24 @@ class State:
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
         self.creates_to_fail = int(os.environ.get("FAKE_E2B_CREATE_502", "0"))
+        # The team's limits.MaxLengthHours (1 on Base/Hobby, 24 on Pro), as seconds.
+        self.max_hours = int(os.environ.get("FAKE_E2B_MAX_LENGTH_HOURS", "1"))
+        self.max_length = 3600.0 * self.max_hours
+
+    def evict(self) -> None:
+        """End every sandbox past its end time, as the orchestrator's evictor does; its streams just break."""
+        now = time.time()
+        with self.lock:
+            ended = [box for box in self.boxes.values() if box.end <= now]
+            for box in ended:
+                self.boxes.pop(box.id, None)
+        for box in ended:
+            box.evicted.set()
+            box.kill()
+
+
+def _iso(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
 
 STATE = State()
@@ -191,12 +224,30 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = self.body()
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         # --- control plane
+        # The API's header checks, as its server makes them (E2B_IDEMPOTENCY_KEY: e2b-dev/runtime
+        # packages/api/internal/middleware/idempotency/middleware.go): a create whose Idempotency-Key is not one
+        # value of 1 to 255 of a-z0-9 is a 400 and makes nothing. Not the SDK's rule (e2b/retry.py allows "-").
+        rule = E2B.broken_rule(method, path, self.headers)
+        if rule is not None:
+            self.send_json(rule.status, dict(rule.body))
+            return
+        STATE.evict()
         if method == "POST" and path == "/v2/sandboxes":
             request = json.loads(body)
+            # handlers/timeout_helper.go validateAndParseTimeout: default 15 s, > 0, at most MaxLengthHours.
+            timeout = request.get("timeout", 15)
+            if timeout <= 0:
+                self.send_json(400, {"code": 400, "message": "Timeout must be greater than 0"})
+                return
+            if timeout > STATE.max_length:
+                message = f"Timeout cannot be greater than {STATE.max_hours} hours"
+                self.send_json(400, {"code": 400, "message": message})
+                return
             with STATE.lock:
                 sandbox_id = f"i{next(STATE.ids):03d}fake{os.getpid() % 1000:03d}e2b"
                 template = request.get("templateID", "base")
-                STATE.boxes[sandbox_id] = Box(sandbox_id, template, dict(request.get("metadata") or {}))
+                metadata = dict(request.get("metadata") or {})
+                STATE.boxes[sandbox_id] = Box(sandbox_id, template, metadata, float(timeout))
                 fail = STATE.creates_to_fail > 0
                 STATE.creates_to_fail -= 1 if fail else 0
             if fail:
@@ -238,6 +289,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.send(204)
                 return
             if path.endswith("/timeout"):
+                # handlers/sandbox_timeout.go + orchestrator/keep_alive.go KeepAliveFor(allowShorter=true):
+                # the end becomes now + min(asked, cap - elapsed), silently; past the cap a 400.
+                asked = max(float(json.loads(body or b"{}").get("timeout", 0)), 0.0)
+                now = time.time()
+                if now - box.start > STATE.max_length:
+                    self.send_json(400, {"code": 400, "message": "Max instance length exceeded"})
+                    return
+                box.end = now + min(max(STATE.max_length - (now - box.start), 0.0), asked)
                 self.send(204)
                 return
             if path.endswith("/connect"):
@@ -279,8 +338,55 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_json(200, {})
         elif path == "/process.Process/Start":
             self.start(box, body)
+        elif path == "/process.Process/SendInput":
+            self.send_input(box, json.loads(body))
+        elif path == "/process.Process/CloseStdin":
+            self.close_stdin(box, json.loads(body))
         else:
             self.send_json(404, {"code": "unimplemented", "message": path})
+
+    def process_of(self, box: Box, request: dict[str, Any]) -> Proc | None:
+        """service.go getProcess: the process the selector names, or a Connect not_found answered here."""
+        pid = int((request.get("process") or {}).get("pid") or 0)
+        proc = box.procs.get(pid)
+        if proc is None:
+            self.send_json(404, {"code": "not_found", "message": f"process with pid {pid} not found"})
+        return proc
+
+    def send_input(self, box: Box, request: dict[str, Any]) -> None:
+        """input.go SendInput -> handler.go WriteStdin: refused where stdin was not enabled or is closed."""
+        proc = self.process_of(box, request)
+        if proc is None:
+            return
+        given = request.get("input") or {}
+        if "stdin" not in given:  # the stand-in starts no PTY: any other input is handleInput's default case
+            self.send_json(501, {"code": "unimplemented", "message": "invalid input type"})
+            return
+        with proc.stdin_lock:
+            if proc.stdin is None:
+                message = "error writing to stdin: stdin not enabled or closed"
+                self.send_json(500, {"code": "internal", "message": message})
+                return
+            try:
+                proc.stdin.write(base64.b64decode(given["stdin"]))
+                proc.stdin.flush()
+            except OSError as exc:
+                message = f"error writing to stdin: error writing to stdin of process '{proc.popen.pid}': {exc}"
+                self.send_json(500, {"code": "internal", "message": message})
+                return
+        self.send_json(200, {})
+
+    def close_stdin(self, box: Box, request: dict[str, Any]) -> None:
+        """input.go CloseStdin -> handler.go CloseStdin: closing a closed (or absent) stdin is no error."""
+        proc = self.process_of(box, request)
+        if proc is None:
+            return
+        with proc.stdin_lock:
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+                proc.stdin = None
+        self.send_json(200, {})
 
     def upload(self, box: Box, body: bytes, query: dict[str, str]) -> None:
         parts = parse_multipart(body, self.headers.get("content-type", "")) or []
@@ -342,9 +448,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         # envd gives a command its user's HOME and USER; here the stand-in's home, so no profile of this host runs.
         env.setdefault("HOME", str(box.map(HOME)))
         env.setdefault("USER", "user")
+        # start.go / handler.go: stdin is a pipe when the request leaves it out or says true (backwards
+        # compatible), /dev/null when it says false, as the SDK does unless asked.
+        with_stdin = request.get("stdin", True) is not False
         popen = subprocess.Popen(
             argv,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
@@ -392,6 +501,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         open_streams = 2
         quiet_since = time.monotonic()
         while open_streams and not proc.out_cancelled.is_set():
+            if box.evicted.is_set():
+                # The VM is gone: its proxy's connection drops, with no end event.
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(2)
+                box.procs.pop(pid, None)
+                return
             try:
                 name, data = chunks.get(timeout=0.2)
             except queue.Empty:
@@ -448,7 +564,14 @@ def end_event(code: int) -> dict[str, Any]:
     return event
 
 
+def _reaper() -> None:
+    while True:
+        time.sleep(0.2)
+        STATE.evict()
+
+
 def serve() -> tuple[str, str]:
+    threading.Thread(target=_reaper, daemon=True).start()
     urls = []
     for _ in ("api", "sandbox"):
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -253,9 +253,12 @@ def the_401() -> None:
     """The 401 to a create (tests/cassettes): its request is the create the driver sends now, metadata and all."""
     path = DRIVER_CASSETTES / "test_401_is_0006_without_the_key.json"
     data = json.loads(path.read_text())
-    create = load("TestRun/test_python_prints.json")["interactions"][0]["request"]["body"]["json"]
-    data["interactions"][0]["request"]["body"]["json"]["metadata"] = create["metadata"]
+    recorded = load("TestRun/test_python_prints.json")["interactions"][0]["request"]
+    data["interactions"][0]["request"]["body"]["json"]["metadata"] = recorded["body"]["json"]["metadata"]
     edited(data, "the create's request body given the driver's metadata (run id and tenant)")
+    # The SDK's headers for that create, Idempotency-Key included (the run id in the API's alphabet).
+    data["interactions"][0]["request"]["headers"] = recorded["headers"]
+    edited(data, "the create's request headers: those the SDK sent for TestRun/test_python_prints's create")
     save(path.name, data, DRIVER_CASSETTES)
 
 

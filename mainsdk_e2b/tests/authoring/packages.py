@@ -11,6 +11,7 @@ PNG in these cassettes is what ran here. Each uploaded wheel is kept as its sha2
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -38,32 +39,52 @@ def main(only: set[str]) -> None:
 
     api, sandbox = fake_e2b.serve()
     wheels = Path(tempfile.gettempdir()) / "mainsdk-e2b-authoring-wheels"
-    for scenario in (
-        scenarios.runs_and_a_session,
-        scenarios.the_tutorial_chart,
-        scenarios.a_set_that_cannot_be_resolved,
+    # The made wheel's scenarios take it from a find-links folder and ask no index, as their tests do; the chart
+    # takes pandas and matplotlib from the app's index.
+    made = scenarios.offline_index(Path(tempfile.mkdtemp(prefix="mainsdk-e2b-find-links-")))
+    for scenario, env in (
+        (scenarios.runs_and_a_session, made),
+        (scenarios.the_tutorial_chart, {}),
+        (scenarios.a_set_that_cannot_be_resolved, made),
     ):
         name = scenario.__name__
         if only and name not in only:
             continue
-        with scenarios.provider(name, {"api": api, "sandbox": sandbox}, KEY) as server:
-            print(name, {k: v for k, v in scenario(server, wheels, KEY).items() if "png" not in k and "files" not in k})
+        saved = {k: os.environ.get(k) for k in made}
+        os.environ.update(env)
+        try:
+            with scenarios.provider(name, {"api": api, "sandbox": sandbox}, KEY) as server:
+                where = Path(tempfile.mkdtemp(prefix="mainsdk-e2b-wheelhouse-")) if env else wheels
+                seen = scenario(server, where, KEY)
+                print(name, {k: v for k, v in seen.items() if "png" not in k and "files" not in k})
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         path = scenarios.CASSETTES / f"{name}.json"
         data = json.loads(path.read_text())
         how = HOW.format(version=platform.python_version())
         data["meta"] = authored_meta(data["meta"], test=name, how=how)
         path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    import test_input
     import test_lifetime
 
-    name = test_lifetime.a_session_kept_alive_by_its_cells.__name__
-    if only and name not in only:
-        return
-    with scenarios.provider(name, {"api": api, "sandbox": sandbox}, KEY, test_lifetime.CASSETTES) as server:
-        print(name, test_lifetime.a_session_kept_alive_by_its_cells(server, KEY))
-    path = test_lifetime.CASSETTES / f"{name}.json"
-    data = json.loads(path.read_text())
-    data["meta"] = authored_meta(data["meta"], test=name, how=HOW.format(version=platform.python_version()))
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    for lifetime, folder in (
+        (test_lifetime.a_session_kept_alive_by_its_cells, test_lifetime.CASSETTES),
+        (test_lifetime.a_session_at_e2bs_maximum, test_lifetime.CASSETTES),
+        (test_input.cat_reads_its_live_stdin, test_input.CASSETTES),
+    ):
+        name = lifetime.__name__
+        if only and name not in only:
+            continue
+        with scenarios.provider(name, {"api": api, "sandbox": sandbox}, KEY, folder) as server:
+            print(name, lifetime(server, KEY))
+        path = folder / f"{name}.json"
+        data = json.loads(path.read_text())
+        data["meta"] = authored_meta(data["meta"], test=name, how=HOW.format(version=platform.python_version()))
+        path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     assert not fake_e2b.STATE.boxes, f"the stand-in still runs {sorted(fake_e2b.STATE.boxes)}"
 
 
