@@ -129,7 +129,9 @@ def test_record_keeps_what_a_live_run_cannot_make_labels_the_rest_and_replays(su
     text = json.dumps(data)
     assert standin.token not in text
     paths = [i["request"]["path"] for i in data["interactions"]]
-    assert paths[0] == "/v3/sandboxes" and paths[-1].endswith("/stop") and len(paths) == 4
+    # create (answered pending by the stand-in), the read of the sandbox until it runs, the code, out, stop
+    assert paths[0] == "/v3/sandboxes" and paths[1].startswith("/v2/sandboxes/sbx-") and paths[-1].endswith("/stop")
+    assert len(paths) == 5
 
     # And it replays (no network: the stand-in is gone).
     standin.stop()

@@ -73,6 +73,13 @@ ARCHIVE_SLACK = 8 * 1024 * 1024
 MAX_OUT_ENTRIES = 10_000
 INSTALL_TIMEOUT = 300.0  # seconds for pip to install a set offline in the box (pandas + matplotlib: well under)
 CAPTURE_LIMIT = 64 * 1024  # bytes kept of each stream of the driver's own commands (probe, install)
+# A new session is polled until ``running``, as the official Python client does (vercel-sandbox 0.10.0,
+# ``_internal/service.py``, ``_wait_for_ready_sandbox``: every 0.5 s; running is ready, stopped, failed and
+# aborted are terminal, pending, stopping and snapshotting are polled again).
+READY_POLL = 0.5
+READY = "running"
+TERMINAL = frozenset({"stopped", "failed", "aborted"})
+TRANSITIONAL = frozenset({"pending", "stopping", "snapshotting"})
 
 # Every command runs under this fixed script (no caller text is ever spliced into it; everything comes as
 # arguments): the code in its own session and process group (``setsid``), so that its whole tree can be
@@ -437,6 +444,7 @@ class VercelDriver:
             raise self._api.error("create", None, cause="the answer names no session id") from None
         box.expires = time.monotonic() + lease
         try:
+            await self._until_running(box, answer["session"].get("status"))
             if pins and wheels is None:
                 self._python = await self._probe(box)
                 wheels = await asyncio.to_thread(self._wheelhouse.ensure, self._python, pins)
@@ -453,6 +461,49 @@ class VercelDriver:
         except BaseException:
             await asyncio.shield(self._stop_quietly(box))
             raise
+
+    async def _until_running(self, box: VercelBox, status: Any) -> None:
+        """Wait until the new session is ``running``: Vercel may answer the create while the VM still boots.
+
+        Polled with ``GET /v2/sandboxes/{name}?projectId=...&resume=false``, the request the official
+        Python client polls with, first at once and then every ``READY_POLL`` seconds, within the run's
+        time limit. A session that ends (stopped, failed, aborted) or never runs in that time is a
+        retryable 0006 naming its status; the caller stops the sandbox.
+        """
+        limit = box.spec.limits.timeout
+        deadline = time.monotonic() + limit
+        first = True
+        while status != READY:
+            if status in TERMINAL:
+                raise self._api.error(
+                    "create", None, cause=f"the sandbox {box.name} ended as {status!r} before it was running"
+                )
+            if status not in TRANSITIONAL:
+                raise self._api.error("create", None, cause=f"the sandbox {box.name} has no known status ({status!r})")
+            if time.monotonic() >= deadline:
+                raise SandboxError(
+                    DRIVER_UNAVAILABLE,
+                    f"Vercel Sandbox {box.name} was still {status!r}, not running, {limit:g}s after its create "
+                    "(the run's time limit); it was stopped and nothing ran. Check Vercel's status, then retry "
+                    "(or give the run a longer timeout)",
+                    status=503,
+                    retryable=True,
+                    ran=False,
+                )
+            if not first:
+                await asyncio.sleep(min(READY_POLL, max(deadline - time.monotonic(), 0.0)))
+            first = False
+            answer = await self._api.json(
+                "GET",
+                f"/v2/sandboxes/{box.name}",
+                "get",
+                query={"projectId": str(self._project), "resume": "false"},
+                idempotent=True,
+            )
+            session = answer.get("session") if isinstance(answer, dict) else None
+            if not isinstance(session, dict):
+                raise self._api.error("get", None, cause="the answer names no session")
+            status = session.get("status")
 
     async def _probe(self, box: VercelBox) -> BoxPython:
         """The box's ``python3`` as pip sees a platform (one command, once per driver)."""

@@ -125,7 +125,7 @@ class Command:
 class Sandbox:
     """A named sandbox and its one session: a folder standing for the session's ``/vercel/sandbox``."""
 
-    def __init__(self, name: str, session_id: str, body: dict[str, Any]) -> None:
+    def __init__(self, name: str, session_id: str, body: dict[str, Any], pending: int = 1) -> None:
         self.name = name
         self.session_id = session_id
         self.body = body
@@ -146,12 +146,26 @@ class Sandbox:
         for site in Path(self.venv, "lib").glob("python3*/site-packages"):
             (site / "vercel-sim-pip.pth").write_text(pip_only + "\n")
         self.commands: dict[str, Command] = {}
-        self.status = "running"
+        # A session is ``pending`` while its VM boots, and the create answers before it is ready: the official
+        # Python client polls the sandbox until ``running`` (vercel-sandbox 0.10.0, ``_internal/service.py``,
+        # ``_wait_for_ready_sandbox``: ready is running; stopped, failed and aborted are terminal; pending,
+        # stopping and snapshotting are polled again every 0.5 s), and the session schema has ``pending``
+        # (github vercel/sandbox, ``api-client/validators.ts``, ``Session.status``). The stand-in answers the
+        # create and the next ``pending - 1`` reads of the session with ``pending``, then ``running``.
+        self.pending = pending
+        self.status = "pending" if pending > 0 else "running"
         self.created = int(time.time() * 1000)
 
     def map(self, path: str) -> str:
         """A sandbox path in the host folder."""
         return self.dir + path[len(ROOT) :] if path == ROOT or path.startswith(ROOT + "/") else path
+
+    def read_status(self) -> None:
+        """A read of the session (by session id or sandbox name): one step nearer ``running`` while pending."""
+        if self.status == "pending":
+            self.pending -= 1
+            if self.pending <= 0:
+                self.status = "running"
 
     def session_view(self) -> dict[str, Any]:
         return {
@@ -214,8 +228,9 @@ def _policy_readback(policy: Any) -> Any:
 class Simulator:
     """The endpoints our driver and Vercel's own clients use, on 127.0.0.1."""
 
-    def __init__(self, token: str = "simulator-token") -> None:
+    def __init__(self, token: str = "simulator-token", pending: int = 1) -> None:
         self.token = token
+        self.pending = pending  # reads of a new session answered ``pending`` (the create's answer included)
         self.sandboxes: dict[str, Sandbox] = {}  # by session id
         self.ids = itertools.count(1)
         self.requests: list[dict[str, Any]] = []  # every request, for comparing clients: method, path, query, body
@@ -285,6 +300,7 @@ class Simulator:
             found = next((s for s in self.sandboxes.values() if s.name == name), None)
             if found is None:
                 return _json(h, 404, _error("sandbox_not_found", "Sandbox not found"))
+            found.read_status()
             return _json(h, 200, {"sandbox": found.sandbox_view(), "session": found.session_view(), "routes": []})
         if not path.startswith(SESSIONS):
             return _json(h, 404, _error("not_found", "no such endpoint"))
@@ -312,7 +328,7 @@ class Simulator:
         name = request.get("name") or f"sbx-sim{number:04d}"
         if any(s.name == name for s in self.sandboxes.values()):
             return _json(h, 409, _error("sandbox_exists", "A sandbox with this name already exists"))
-        created = Sandbox(name, f"sess_sim{number:04d}", request)
+        created = Sandbox(name, f"sess_sim{number:04d}", request, self.pending)
         self.sandboxes[created.session_id] = created
         return _json(h, 200, {"sandbox": created.sandbox_view(), "session": created.session_view(), "routes": []})
 
@@ -325,7 +341,13 @@ class Simulator:
         body: bytes,
     ) -> None:
         if rest == []:
+            # GET /v2/sandboxes/sessions/{id} (@vercel/sandbox ``api-client.ts`` ``getSession``).
+            sandbox.read_status()
             return _json(h, 200, {"session": sandbox.session_view(), "routes": []})
+        if sandbox.status == "pending" and rest != ["stop"]:
+            # Nothing runs in a VM still booting. Which answer the service gives a request sent too early is
+            # unverified (README); the stand-in refuses it, the strict side, so a client that does not wait fails.
+            return _json(h, 422, _error("sandbox_not_running", "Sandbox is pending, not running"))
         if sandbox.status == "stopped" and rest != ["stop"]:
             return _json(h, 410, _error("sandbox_stopped", "Sandbox is stopped"))
         if rest == ["stop"]:
