@@ -47,7 +47,7 @@ from mainsdk.wheelhouse import Wheelhouse, failure_message
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
 from mainsdk_vercel.config import VercelConfig
-from mainsdk_vercel.packages import INSTALL, PROBE, BoxPython
+from mainsdk_vercel.packages import INSTALL, PROBE, UNPACK, BoxPython
 
 log = logging.getLogger("mainsdk.vercel")
 DRIVER_ID = "vercel-sandbox"
@@ -524,12 +524,12 @@ class VercelDriver:
             ) from None
 
     async def _install(self, box: VercelBox, folder: str, pins: Sequence[str]) -> None:
-        """Install the uploaded wheels offline (``INSTALL``); a failure is 0001 quoting pip, before any code ran."""
+        """Install the uploaded wheels offline (``INSTALL``); a failure is 0001 quoting it, before any code ran."""
         captured = _Capture()
         run = _Run()
         try:
             async with asyncio.timeout(INSTALL_TIMEOUT):
-                await self._run(box, "bash", ["-c", INSTALL, folder, *pins], {}, run, captured)
+                await self._run(box, "bash", ["-c", INSTALL, folder, UNPACK, *pins], {}, run, captured)
         except TimeoutError:
             raise SandboxError(
                 DRIVER_UNAVAILABLE,

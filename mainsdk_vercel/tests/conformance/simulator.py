@@ -50,8 +50,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import pip
-
 ROOT = "/vercel/sandbox"
 PYTHON = os.path.realpath(sys.executable)
 BASE = "/var/tmp"  # not under /tmp, which each command gets empty
@@ -136,15 +134,12 @@ class Sandbox:
             if target:
                 os.symlink(target, os.path.join(self.bin, name_))
         # Python is the VM's own: an environment of this sandbox alone, so what a command installs into its
-        # site-packages stays in this sandbox, as in a VM. Vercel's Python image ships pip ("System
-        # Specifications": python3.13 with pip and uv); the stand-in's sees the host's pip and nothing else.
+        # site-packages stays in this sandbox, as in a VM. It has no pip, and so is no kinder than the images
+        # a user may name: the legacy runtimes are Amazon Linux 2023 (docs "System Specifications"), whose
+        # system python3 ships without pip (the default vercel/sandbox/universal image has one: github
+        # vercel/sandbox, images/universal/Dockerfile). The driver installs packages without it.
         self.venv = os.path.join(self.bin, "venv")
         subprocess.run([PYTHON, "-m", "venv", "--without-pip", self.venv], check=True, capture_output=True)
-        pip_only = os.path.join(self.bin, "pip-only")
-        os.mkdir(pip_only)
-        os.symlink(os.path.dirname(pip.__file__), os.path.join(pip_only, "pip"))
-        for site in Path(self.venv, "lib").glob("python3*/site-packages"):
-            (site / "vercel-sim-pip.pth").write_text(pip_only + "\n")
         self.commands: dict[str, Command] = {}
         # A session is ``pending`` while its VM boots, and the create answers before it is ready: the official
         # Python client polls the sandbox until ``running`` (vercel-sandbox 0.10.0, ``_internal/service.py``,
