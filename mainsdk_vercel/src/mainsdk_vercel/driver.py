@@ -46,7 +46,7 @@ from mainsdk.secrets import environment_secrets
 from mainsdk.wheelhouse import Wheelhouse, failure_message
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
-from mainsdk_vercel.config import VercelConfig
+from mainsdk_vercel.config import PLAN_MAX_DURATION, VercelConfig
 from mainsdk_vercel.packages import INSTALL, PROBE, UNPACK, BoxPython
 
 log = logging.getLogger("mainsdk.vercel")
@@ -80,6 +80,9 @@ READY_POLL = 0.5
 READY = "running"
 TERMINAL = frozenset({"stopped", "failed", "aborted"})
 TRANSITIONAL = frozenset({"pending", "stopping", "snapshotting"})
+# Seconds before a session's cap at which an ended stream or a killed command is taken for Vercel's stop at the
+# cap (its clock and ours differ by the create's round trip, and a stop is not instant).
+CAP_SLACK = 5.0
 
 # Every command runs under this fixed script (no caller text is ever spliced into it; everything comes as
 # arguments): the code in its own session and process group (``setsid``), so that its whole tree can be
@@ -146,6 +149,7 @@ class VercelBox:
     session_id: str | None = None
     name: str | None = None
     expires: float = 0.0  # monotonic time Vercel's own timeout stops the sandbox
+    started: float = 0.0  # monotonic time of its create: the plan's maximum duration counts from here
     gone: bool = False  # known stopped (by us, or Vercel said so): nothing more to ask of it
     commands: int = 0  # commands sent so far: names per command, unique in the VM and the same on every run
     archive: str | None = None  # the out archive the last command finished writing (one-shot runs)
@@ -207,8 +211,17 @@ class VercelDriver:
         client: httpx.AsyncClient | None = None,
         vcpus: int = VCPUS,
         wheelhouse: Wheelhouse | None = None,
+        plan: str = "hobby",
+        max_duration: float | None = None,
     ) -> None:
         self._api = VercelApi(token=token, team=team, base_url=base_url, client=client)
+        # The longest a sandbox may live from its start (Vercel stops it there; extend-timeout cannot pass it).
+        self._cap = max_duration if max_duration is not None else PLAN_MAX_DURATION[plan]
+        self._cap_setting = (
+            f"sandbox.vercel.max_duration: {_human(self._cap)}"
+            if max_duration is not None
+            else f"sandbox.vercel.plan: {plan}"
+        )
         self._project = project
         self._image = runtime  # sandbox.vercel.runtime names an image (v3 has no runtimes); None: Vercel's default
         self._vcpus = vcpus
@@ -258,6 +271,14 @@ class VercelDriver:
             raise SandboxError(
                 INVALID_OPTION, "sandbox.vercel.project is not set; set it to the Vercel project id (prj_...)"
             )
+        if spec.limits.timeout >= self._cap:
+            raise SandboxError(
+                INVALID_OPTION,
+                f"limits.timeout {spec.limits.timeout:g}s does not fit in a Vercel sandbox, which lives at most "
+                f"{_human(self._cap)} from its start on this plan ({self._cap_setting}); lower the timeout, or set "
+                "sandbox.vercel.plan (or max_duration) to your plan's",
+                ran=False,
+            )
         box = VercelBox(spec.id, spec, session=spec.idle is not None)
         await self._create(box)
         return box
@@ -291,14 +312,19 @@ class VercelDriver:
             return None  # another tenant's (or not ours): the same 0008 as an unknown id
         if session.get("status") != "running" or not session.get("id"):
             return None
-        # expires now: the first use extends the lease, as no clock here knows how much of it is left.
+        # expires now: the first use extends the lease, as no clock here knows how much of it is left. The plan's
+        # cap counts from the session's start, which Vercel says (ms since the epoch).
+        now = time.monotonic()
+        started_at = session.get("startedAt")
+        age = time.time() - started_at / 1000 if isinstance(started_at, (int, float)) else 0.0
         return VercelBox(
             spec.id,
             spec,
             session=True,
             session_id=str(session["id"]),
             name=str(sandbox.get("name")),
-            expires=time.monotonic(),
+            expires=now,
+            started=now - max(age, 0.0),
         )
 
     @hookimpl
@@ -344,12 +370,16 @@ class VercelDriver:
             await asyncio.shield(self._kill(box, run.cmd_id))
             raise
         except VercelError as exc:
+            if self._at_cap(box) and (session_ended(exc) or exc.vercel_status is None):
+                raise self._capped(box) from None  # Vercel stopped the sandbox at the plan's cap, mid-command
             if session_ended(exc):
                 box.gone = True  # Vercel said the session stopped (or is stopping): nothing runs there any more
             else:
                 await self._kill(box, run.cmd_id)
             raise
         assert run.exit_code is not None
+        if run.exit_code >= 128 and self._at_cap(box):
+            raise self._capped(box)  # killed as Vercel stopped the VM at the cap: not the code's own end
         box.archive = archive or None
         return ExecOutcome(exit_code=run.exit_code, duration=loop.time() - started)
 
@@ -419,7 +449,7 @@ class VercelDriver:
         if pins and self._python is not None:
             wheels = await asyncio.to_thread(self._wheelhouse.ensure, self._python, pins)
         needed = self._lifetime(box, box.spec.limits.timeout) + (INSTALL_TIMEOUT if pins else 0.0)
-        lease = needed * (2 if box.session else 1)
+        lease = min(needed * (2 if box.session else 1), self._cap)  # Vercel refuses a timeout past the plan's cap
         policy = box.spec.network_policy
         body: dict[str, Any] = {
             "projectId": self._project,
@@ -442,7 +472,8 @@ class VercelDriver:
             box.name = str(answer["sandbox"]["name"])
         except (KeyError, TypeError):
             raise self._api.error("create", None, cause="the answer names no session id") from None
-        box.expires = time.monotonic() + lease
+        box.started = time.monotonic()
+        box.expires = box.started + lease
         try:
             await self._until_running(box, answer["session"].get("status"))
             if pins and wheels is None:
@@ -461,6 +492,22 @@ class VercelDriver:
         except BaseException:
             await asyncio.shield(self._stop_quietly(box))
             raise
+
+    def _cap_message(self, box: VercelBox) -> str:
+        return (
+            f"the Vercel sandbox of {box.id} reached the most a sandbox may live on this plan, {_human(self._cap)} "
+            f"from its start ({self._cap_setting}), and Vercel stopped it: its files, variables and processes are "
+            "gone. Open a new session (or set sandbox.vercel.plan or max_duration if your plan allows longer)"
+        )
+
+    def _at_cap(self, box: VercelBox) -> bool:
+        """Whether the box's session is at (or past) the plan's cap, so Vercel has stopped it or is stopping it."""
+        return box.started > 0 and time.monotonic() >= box.started + self._cap - CAP_SLACK
+
+    def _capped(self, box: VercelBox) -> SandboxError:
+        """The error for a command Vercel cut at the cap: not retryable (the session is over), and the box gone."""
+        box.gone = True
+        return SandboxError(NO_SESSION, self._cap_message(box), status=404, retryable=False, ran=True)
 
     async def _until_running(self, box: VercelBox, status: Any) -> None:
         """Wait until the new session is ``running``: Vercel may answer the create while the VM still boots.
@@ -552,17 +599,22 @@ class VercelDriver:
                 # Gone for good: a session on it is over (0008, core closes it), not an outage to retry forever.
                 raise BoxGone(f"the Vercel sandbox of box {box.id} has stopped")
             needed = self._lifetime(box, box.spec.limits.timeout)
+            end = box.started + self._cap  # the plan's cap: no extension reaches past it
+            if box.session and time.monotonic() >= end - CAP_SLACK:
+                box.gone = True  # Vercel stops it at the cap; nothing sent to it could run any more
+                raise BoxGone(self._cap_message(box))
             # Extend by a whole lease, in a fixed amount, so the requests (and cassettes) do not depend on timing,
-            # and extensions stay rare.
-            if box.session and box.expires - time.monotonic() < needed:
+            # and extensions stay rare; near the cap, only up to it.
+            if box.session and box.expires - time.monotonic() < needed and box.expires < end:
+                extra = min(needed, end - box.expires)
                 await self._api.json(
                     "POST",
                     f"{SESSIONS}/{box.session_id}/extend-timeout",
                     "extend-timeout",
-                    json_body={"duration": int(needed * 1000)},
+                    json_body={"duration": int(extra * 1000)},
                     idempotent=False,
                 )
-                box.expires += needed
+                box.expires += extra
 
     async def _write(self, box: VercelBox, files: Mapping[str, bytes], level: int = 9) -> None:
         """Write files (paths relative to ``ROOT``) as one gzipped tar, extracted by Vercel at ``ROOT``."""
@@ -740,6 +792,15 @@ class VercelDriver:
             await self._stop_quietly(box)
 
 
+def _human(seconds: float) -> str:
+    """``45 min``, ``24 h``, ``8 s``: a duration for messages."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
+
+
 def _bash_added(env: Mapping[str, str]) -> str:
     """The variables bash adds that the caller did not give, for the wrapper to take back (fixed names only)."""
     return " ".join(name for name in ("OLDPWD", "PWD", "SHLVL", "_") if name not in env)
@@ -898,10 +959,20 @@ def vercel_sandbox_driver(
     price: Decimal | None = None,
     base_url: str = DEFAULT_BASE_URL,
     client: httpx.AsyncClient | None = None,
+    plan: str = "hobby",
+    max_duration: float | None = None,
 ) -> VercelDriver:
     """The ``vercel-sandbox`` driver with explicit settings (for tests: a loopback ``base_url`` or ``client``)."""
     return VercelDriver(
-        token=token, project=project, team=team, runtime=runtime, price=price, base_url=base_url, client=client
+        token=token,
+        project=project,
+        team=team,
+        runtime=runtime,
+        price=price,
+        base_url=base_url,
+        client=client,
+        plan=plan,
+        max_duration=max_duration,
     )
 
 
@@ -916,6 +987,8 @@ def driver_from_config(config: AppConfig, **overrides: Any) -> VercelDriver:
         "project": vercel.project,
         "team": vercel.team,
         "runtime": vercel.runtime,
+        "plan": vercel.plan,
+        "max_duration": vercel.session_cap if vercel.max_duration is not None else None,
         "price": config.sandbox.price,
         "base_url": os.environ.get("MAINSDK_VERCEL_BASE_URL") or DEFAULT_BASE_URL,
     }

@@ -125,6 +125,8 @@ class Sandbox:
 
     def __init__(self, name: str, session_id: str, body: dict[str, Any], pending: int = 1) -> None:
         self.name = name
+        self.began = time.monotonic()
+        self.lease: threading.Timer | None = None
         self.session_id = session_id
         self.body = body
         self.dir = tempfile.mkdtemp(prefix="vercel-sim-", dir=BASE)
@@ -149,11 +151,21 @@ class Sandbox:
         # create and the next ``pending - 1`` reads of the session with ``pending``, then ``running``.
         self.pending = pending
         self.status = "pending" if pending > 0 else "running"
+        self.arm()
         self.created = int(time.time() * 1000)
 
     def map(self, path: str) -> str:
         """A sandbox path in the host folder."""
         return self.dir + path[len(ROOT) :] if path == ROOT or path.startswith(ROOT + "/") else path
+
+    def arm(self) -> None:
+        """Stop the sandbox when its timeout (the create's, plus every extension) runs out, as Vercel does."""
+        if self.lease is not None:
+            self.lease.cancel()
+        left = self.body.get("timeout", 300000) / 1000 - (time.monotonic() - self.began)
+        self.lease = threading.Timer(max(left, 0.0), self.stop)
+        self.lease.daemon = True
+        self.lease.start()
 
     def read_status(self) -> None:
         """A read of the session (by session id or sandbox name): one step nearer ``running`` while pending."""
@@ -193,6 +205,8 @@ class Sandbox:
         }
 
     def stop(self) -> None:
+        if self.lease is not None:
+            self.lease.cancel()
         if self.status == "stopped":
             return
         self.status = "stopped"
@@ -223,8 +237,13 @@ def _policy_readback(policy: Any) -> Any:
 class Simulator:
     """The endpoints our driver and Vercel's own clients use, on 127.0.0.1."""
 
-    def __init__(self, token: str = "simulator-token", pending: int = 1) -> None:
+    def __init__(self, token: str = "simulator-token", pending: int = 1, max_duration: float = 45 * 60.0) -> None:
         self.token = token
+        # The longest a sandbox may live from its start: the plan's (45 minutes on Hobby, 24 hours on Pro and
+        # Enterprise: github vercel/sandbox, packages/vercel-sandbox/README.md "Limitations"; docs "Pricing and
+        # Limits"). A create asking for more, or an extension past it, is refused (with which status and words
+        # is unverified: the stand-in answers 400); the sandbox stops at its timeout, which cannot pass it.
+        self.max_duration = max_duration
         self.pending = pending  # reads of a new session answered ``pending`` (the create's answer included)
         self.sandboxes: dict[str, Sandbox] = {}  # by session id
         self.ids = itertools.count(1)
@@ -319,6 +338,8 @@ class Simulator:
         return h.rfile.read(int(h.headers.get("content-length") or 0))
 
     def _create(self, h: http.server.BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        if request.get("timeout", 300000) > self.max_duration * 1000:
+            return _json(h, 400, _error("bad_request", "timeout exceeds the plan's maximum sandbox duration"))
         number = next(self.ids)
         name = request.get("name") or f"sbx-sim{number:04d}"
         if any(s.name == name for s in self.sandboxes.values()):
@@ -349,7 +370,11 @@ class Simulator:
             sandbox.stop()
             return _json(h, 200, {"session": sandbox.session_view(), "sandbox": sandbox.sandbox_view()})
         if rest == ["extend-timeout"]:
-            sandbox.body["timeout"] = sandbox.body.get("timeout", 300000) + json.loads(body)["duration"]
+            timeout = sandbox.body.get("timeout", 300000) + json.loads(body)["duration"]
+            if timeout > self.max_duration * 1000:
+                return _json(h, 400, _error("bad_request", "the extension passes the plan's maximum sandbox duration"))
+            sandbox.body["timeout"] = timeout
+            sandbox.arm()
             return _json(h, 200, {"session": sandbox.session_view()})
         if rest == ["fs", "write"]:
             cwd = h.headers.get("x-cwd", ROOT)
