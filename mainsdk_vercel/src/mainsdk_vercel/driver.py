@@ -12,6 +12,7 @@ run maps to requests.
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import io
 import json
@@ -21,7 +22,7 @@ import posixpath
 import tarfile
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -36,6 +37,7 @@ from mainsdk.driver import (
     Command,
     ExecOutcome,
     Folder,
+    InputStream,
     NetworkReach,
     OutFile,
     OutputSink,
@@ -80,6 +82,10 @@ READY_POLL = 0.5
 READY = "running"
 TERMINAL = frozenset({"stopped", "failed", "aborted"})
 TRANSITIONAL = frozenset({"pending", "stopping", "snapshotting"})
+# Bytes per stdin write: vercel-sandbox 0.10.0 sends 512 KiB, "keeping the base64 JSON body under the API's 1 MB
+# limit" (_internal/process_stdin.py, STDIN_CHUNK_SIZE). The code the API answers a stdin it cannot take with.
+STDIN_CHUNK = 512 * 1024
+STDIN_GONE = "command_stdin_unavailable"
 # Seconds before a session's cap at which an ended stream or a killed command is taken for Vercel's stop at the
 # cap (its clock and ours differ by the create's round trip, and a stop is not instant).
 CAP_SLACK = 5.0
@@ -95,14 +101,15 @@ CAP_SLACK = 5.0
 # not give, so the code's environment holds only what was given (plus the image's own). The script's own tools
 # are found with ``command -p`` (the system's default PATH), so a PATH given to the code cannot replace them.
 # A stdin file (a cell interpreter's token, long code) is opened, then removed before the code starts: the code
-# reads it on its stdin, and nothing in the box can read it from the disk afterwards.
-#   $0 root, $1 stdin file, $2 archive path or "", $3 the names to take back, then the program and its arguments
+# reads it on its stdin, and nothing in the box can read it from the disk afterwards. A stdin of "-" is the
+# command's own live stdin (``attachStdin``), which only the app writes (``cmd/{id}/stdin``).
+#   $0 root, $1 stdin file or "-", $2 archive path or "", $3 the names to take back, then the program and its arguments
 WRAPPER = (
     'root=$0 stdin=$1 archive=$2 drop=; for n in $3; do drop="$drop -u $n"; done; shift 3\n'
     "trap 'kill -KILL -- -$! 2>/dev/null || kill -KILL $! 2>/dev/null; exit 143' TERM\n"
     'command -p mkdir -p "$root/work" "$root/out" "$root/.mainsdk" 2>/dev/null\n'
     'cd "$root/work" || exit 125\n'
-    'exec 3<"$stdin" || exit 125\n'
+    'case $stdin in -) exec 3<&0;; *) exec 3<"$stdin" || exit 125;; esac\n'
     'case $stdin in "$root"/.mainsdk/stdin-*) command -p rm -f -- "$stdin";; esac\n'
     'command -p setsid "$(command -pv env)" $drop "$@" <&3 3<&- &\n'
     "exec 3<&-\n"
@@ -350,7 +357,9 @@ class VercelDriver:
         box.commands += 1
         box.archive = None
         stdin = "/dev/null"
-        if command.stdin is not None:
+        if command.input is not None:
+            stdin = "-"  # the live stdin: Command.stdin, if any, goes first through it (_feed)
+        elif command.stdin is not None:
             # The bytes go in a file the wrapper feeds to the code (a command with attached stdin costs a
             # request per chunk).
             stdin = f"{PRIVATE}/stdin-{box.commands}"
@@ -359,10 +368,17 @@ class VercelDriver:
         args = ["-c", WRAPPER, ROOT, stdin, archive, _bash_added(command.env), program, *command.args]
         loop = asyncio.get_running_loop()
         started = loop.time()
-        run = _Run(started=sent)
+        feeding: list[asyncio.Task[None]] = []
+
+        def began() -> None:
+            sent()
+            if command.input is not None and run.cmd_id is not None:
+                feeding.append(asyncio.create_task(self._feed(box, run.cmd_id, command.stdin, command.input)))
+
+        run = _Run(started=began)
         try:
             async with asyncio.timeout(command.timeout):
-                await self._run(box, "bash", args, dict(command.env), run, output)
+                await self._run(box, "bash", args, dict(command.env), run, output, stdin=command.input is not None)
         except TimeoutError:
             await self._kill(box, run.cmd_id)
             return ExecOutcome(exit_code=None, stop="timeout", duration=loop.time() - started)
@@ -377,6 +393,10 @@ class VercelDriver:
             else:
                 await self._kill(box, run.cmd_id)
             raise
+        finally:
+            for task in feeding:
+                task.cancel()  # the command ended: what it did not take is dropped
+            await asyncio.gather(*feeding, return_exceptions=True)
         assert run.exit_code is not None
         if run.exit_code >= 128 and self._at_cap(box):
             raise self._capped(box)  # killed as Vercel stopped the VM at the cap: not the code's own end
@@ -666,6 +686,7 @@ class VercelDriver:
         env: dict[str, str],
         run: _Run,
         output: OutputSink | None,
+        stdin: bool = False,
     ) -> None:
         """Run a command and stream its output until it exits, in one request (``cmd?wait=true&logs=true``).
 
@@ -683,6 +704,8 @@ class VercelDriver:
             "wait": True,
             "logs": True,
         }
+        if stdin:
+            body["attachStdin"] = True  # a live stdin, written with cmd/{id}/stdin (vercel-sandbox 0.10.0 run_process)
         delivered = {"stdout": 0, "stderr": 0}
         seen = {"stdout": 0, "stderr": 0}
         try:
@@ -720,6 +743,55 @@ class VercelDriver:
         # Started, but the stream ended early: follow it, as vercel-sandbox's run_process does (_RunProcessInterrupted).
         await self._follow_logs(box, run.cmd_id, output, delivered)
         run.exit_code = await self._wait(box, run.cmd_id)
+
+    async def _feed(self, box: VercelBox, cmd_id: str, first: bytes | None, chunks: InputStream) -> None:
+        """Write a running command's live stdin: ``first`` (``Command.stdin``), each chunk as it comes, then close.
+
+        ``POST .../cmd/{cmdId}/stdin`` {data (base64), offset, close} (docs "Write to command stdin";
+        vercel-sandbox 0.10.0 ``api_client.write_command_stdin``): one write at a time, in order, each at
+        most ``STDIN_CHUNK`` bytes, each carrying its ``offset`` so a resend after a 5xx, a 504 (the command
+        not reading within 30 s) or a broken connection skips what the command already has. A command that
+        ended or closed its stdin (400 ``command_stdin_unavailable``, 404) takes nothing more: the rest is
+        dropped, as ``InputStream`` says.
+        """
+        offset = 0
+        path = f"{SESSIONS}/{box.session_id}/cmd/{cmd_id}/stdin"
+
+        async def write(data: bytes, close: bool = False) -> bool:
+            nonlocal offset
+            body: dict[str, Any] = {"offset": offset}
+            if data:
+                body["data"] = base64.b64encode(data).decode("ascii")
+            if close:
+                body["close"] = True
+            try:
+                async with box.sending:  # in the order of the sandbox's other requests
+                    answer = await self._api.json("POST", path, "stdin", json_body=body, idempotent=True)
+            except VercelError as exc:
+                if exc.vercel_status == 404 or (exc.vercel_status == 400 and exc.vercel_code == STDIN_GONE):
+                    return False
+                raise
+            written = answer.get("bytesWritten") if isinstance(answer, dict) else None
+            offset = written if isinstance(written, int) else offset + len(data)
+            return True
+
+        try:
+            if first and not await self._write_chunks(write, first):
+                return
+            async for chunk in chunks:
+                if not await self._write_chunks(write, chunk):
+                    return
+            await write(b"", close=True)
+        except SandboxError as exc:
+            # The command runs on without its input; its own end (or its timeout) reports the run.
+            log.warning("could not write the stdin of a Vercel command: %s", exc.message)
+
+    @staticmethod
+    async def _write_chunks(write: Callable[[bytes], Awaitable[bool]], data: bytes) -> bool:
+        for start in range(0, len(data), STDIN_CHUNK):
+            if not await write(data[start : start + STDIN_CHUNK]):
+                return False
+        return True
 
     def _deliver(
         self, entry: dict[str, Any], output: OutputSink | None, seen: dict[str, int], delivered: dict[str, int]

@@ -31,6 +31,7 @@ for ``/vercel/sandbox``, in their own mount namespace with a private ``/tmp``
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import gzip
 import http.server
@@ -38,6 +39,7 @@ import io
 import itertools
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -54,12 +56,15 @@ ROOT = "/vercel/sandbox"
 PYTHON = os.path.realpath(sys.executable)
 BASE = "/var/tmp"  # not under /tmp, which each command gets empty
 SESSIONS = "/v2/sandboxes/sessions/"
+# The API takes JSON bodies up to 1 MB: vercel-sandbox 0.10.0 sends stdin in 512 KiB chunks "keeping the base64 JSON
+# body under the API's 1 MB limit" (``_internal/process_stdin.py``, STDIN_CHUNK_SIZE).
+STDIN_BODY_LIMIT = 1024 * 1024
 
 
 class Command:
     """One process and its output, in order, as log lines."""
 
-    def __init__(self, cmd_id: str, sandbox: Sandbox, body: dict[str, Any]) -> None:
+    def __init__(self, cmd_id: str, sandbox: Sandbox, body: dict[str, Any], stdin_timeout: float = 30.0) -> None:
         self.id = cmd_id
         self.session_id = sandbox.session_id
         self.body = body
@@ -77,11 +82,17 @@ class Command:
         policy = sandbox.body.get("networkPolicy") or {"mode": "allow-all"}
         isolate = [] if policy == {"mode": "allow-all"} else ["-n"]
         wrapper = ["unshare", "-m", *isolate, "sh", "-c", 'mount -t tmpfs none /tmp && unset PWD && exec "$@"', "sh"]
+        # Live stdin (``attachStdin``): a pipe the stdin endpoint writes to; without it the command's stdin is empty.
+        self.attached = body.get("attachStdin") is True
+        self.stdin_written = 0  # bytes the command has received on its stdin (the endpoint's ``bytesWritten``)
+        self.stdin_closed = False
+        self.stdin_lock = threading.Lock()  # writes are applied one at a time, in the order received
+        self.stdin_timeout = stdin_timeout
         self.proc = subprocess.Popen(
             [*wrapper, body["command"], *args],
             cwd=sandbox.map(body.get("cwd", ROOT)),
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if self.attached else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
@@ -98,6 +109,49 @@ class Command:
             with self.cond:
                 self.lines.append({"stream": stream, "data": chunk.decode("utf-8", "replace")})
                 self.cond.notify_all()
+
+    def write_stdin(self, data: bytes, offset: int | None, close: bool) -> tuple[int, dict[str, Any] | None]:
+        """One request to ``cmd/{id}/stdin``: the status and error, as the REST reference states its rules.
+
+        Docs "Write to command stdin" (``POST /v2/sandboxes/sessions/{sessionId}/cmd/{cmdId}/stdin``): only a
+        command started with ``attachStdin``; writes applied in the order received; a write returns once the
+        command has accepted the data and fails with 504 after 30 s if it is not reading (the 504 carries
+        ``bytesWritten``); with ``offset``, bytes the command already received are skipped and an offset past
+        them is a 409; no ``data`` and no ``close`` writes nothing and answers ``bytesWritten``. A command that
+        was never attached, has ended or closed its stdin is 400 ``command_stdin_unavailable`` (the code
+        vercel-sandbox 0.10.0 reads as "not attached or stopped reading", ``_internal/process_stdin.py``).
+        """
+        with self.stdin_lock:
+            unavailable = _error("command_stdin_unavailable", "The command's stdin is not available")
+            if not self.attached or self.stdin_closed or self.exit_code is not None or self.proc.stdin is None:
+                return 400, unavailable
+            if offset is not None:
+                if offset > self.stdin_written:
+                    return 409, _error("stdin_offset_mismatch", f"offset {offset} is past {self.stdin_written}")
+                data = data[self.stdin_written - offset :]
+            fd = self.proc.stdin.fileno()
+            os.set_blocking(fd, False)
+            deadline = time.monotonic() + self.stdin_timeout
+            view = memoryview(data)
+            while view:
+                try:
+                    sent = os.write(fd, view)
+                except BlockingIOError:
+                    sent = 0
+                except (BrokenPipeError, OSError):
+                    return 400, unavailable  # the command stopped reading for good (it closed or ended)
+                view = view[sent:]
+                self.stdin_written += sent
+                if view and time.monotonic() >= deadline:
+                    timeout = _error("gateway_timeout", "The command did not read its stdin in time")
+                    timeout["error"]["bytesWritten"] = self.stdin_written
+                    return 504, timeout
+                if view and not sent:
+                    select.select([], [fd], [], min(0.1, max(deadline - time.monotonic(), 0.0)))
+            if close:
+                self.stdin_closed = True
+                self.proc.stdin.close()
+            return 200, None
 
     def _reap(self) -> None:
         code = self.proc.wait()
@@ -244,6 +298,7 @@ class Simulator:
         # Limits"). A create asking for more, or an extension past it, is refused (with which status and words
         # is unverified: the stand-in answers 400); the sandbox stops at its timeout, which cannot pass it.
         self.max_duration = max_duration
+        self.stdin_timeout = 30.0  # seconds a stdin write waits for a command that is not reading (docs: 30 s)
         self.pending = pending  # reads of a new session answered ``pending`` (the create's answer included)
         self.sandboxes: dict[str, Sandbox] = {}  # by session id
         self.ids = itertools.count(1)
@@ -395,7 +450,7 @@ class Simulator:
             return None
         if rest == ["cmd"] and h.command == "POST":
             request = json.loads(body)
-            started = Command(f"cmd_sim{next(self.ids):04d}", sandbox, request)
+            started = Command(f"cmd_sim{next(self.ids):04d}", sandbox, request, self.stdin_timeout)
             sandbox.commands[started.id] = started
             if request.get("wait"):
                 return self._run(h, started, logs=bool(request.get("logs")))
@@ -415,6 +470,19 @@ class Simulator:
             return _json(h, 200, {"command": command.view(command.exit_code is not None)})
         if rest[2:] == ["logs"]:
             return self._stream(h, command, lines=True, ends=False)
+        if rest[2:] == ["stdin"] and h.command == "POST":
+            if len(body) > STDIN_BODY_LIMIT:
+                return _json(h, 413, _error("payload_too_large", "The request body is over 1 MB"))
+            request = json.loads(body or b"{}")
+            data = base64.b64decode(request.get("data") or "", validate=True)
+            offset = request.get("offset")
+            status, error = command.write_stdin(
+                data, offset if isinstance(offset, int) else None, request.get("close") is True
+            )
+            if error is not None:
+                return _json(h, status, error)
+            finished = command.exit_code is not None
+            return _json(h, 200, {"command": command.view(finished), "bytesWritten": command.stdin_written})
         return _json(h, 404, _error("not_found", "no such endpoint"))
 
     def _run(self, h: http.server.BaseHTTPRequestHandler, command: Command, logs: bool) -> None:
