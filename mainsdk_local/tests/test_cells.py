@@ -14,7 +14,8 @@ import pytest
 from mainsdk import AsyncSandbox, Capabilities, SandboxError
 from mainsdk.audit import code_sha256
 from mainsdk.config import load_config_text
-from mainsdk.errors import INVALID_OPTION, NO_SESSION
+from mainsdk.driver import Command, ExecOutcome, InputStream, OutputSink
+from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION
 from mainsdk.hookspecs import hookimpl
 from mainsdk.rich import INLINE_LIMIT
 from mainsdk_local.driver import LocalDriver
@@ -32,6 +33,15 @@ def test_variables_imports_and_open_files_stay_across_cells(make_sandbox: Callab
         assert second.ok and second.state_kept and second.text == "'{\"x\": 42}'"
         assert session.read("log.txt") == b"kept"
         assert (first.number, second.number) == (1, 2)
+
+
+def test_a_cell_larger_than_any_pipe_arrives_whole_and_its_hash_is_checked(make_sandbox: Callable[..., Any]) -> None:
+    code = "blob = '" + "é" * 400_000 + "'\nlen(blob)"  # 800 KB of UTF-8 on the kernel's stdin and its cell pipe
+    built = make_sandbox()
+    with built.sandbox.create() as session:
+        assert session.run_code(code).text == "400000"
+        assert session.run_code("len(blob)").text == "400000"
+    assert next(e.code_sha256 for e in built.events if e.kind == "cell") == code_sha256(code)
 
 
 def test_an_error_comes_back_as_name_value_and_the_cells_traceback(make_sandbox: Callable[..., Any]) -> None:
@@ -74,6 +84,40 @@ def test_a_cell_that_ignores_the_interrupt_loses_the_interpreter_which_restarts_
         after = session.run_code("'x' in globals()")
         assert after.restarted and after.text == "False" and after.state_kept
         assert session.run_code("1").restarted is False
+
+
+def test_an_interpreter_that_dies_is_reported_as_it_died_and_the_next_cell_starts_a_new_one(
+    make_sandbox: Callable[..., Any],
+) -> None:
+    with make_sandbox().sandbox.create() as session:
+        session.run_code("x = 1")
+        exited = session.run_code("import os\nos._exit(3)")
+        assert exited.error is not None and exited.error.name == "InterpreterExited" and not exited.state_kept
+        assert "exited with status 3" in exited.error.value
+        killed = session.run_code("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+        assert killed.restarted and killed.error is not None and "died of SIGSEGV" in killed.error.value
+        # The supervisor itself killed (same uid, it can be signalled): the interpreter is gone, nothing more.
+        parent = session.run_code(
+            "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time; time.sleep(5)"
+        )
+        assert parent.restarted and parent.error is not None and parent.error.name == "InterpreterExited"
+        after = session.run_code("'x' in globals()")
+        assert after.restarted and after.text == "False"
+
+
+def test_modules_a_cell_plants_in_the_work_folder_are_never_the_kernels(make_sandbox: Callable[..., Any]) -> None:
+    # The kernel runs ``-I``: the work folder (where cells and session commands write) is not on its path while
+    # it imports its own modules; a notebook's own imports from that folder still work.
+    plant = (
+        "for name in ('json', 'hashlib', 'selectors', 'signal', 'ast', 'traceback', 'ctypes'):\n"
+        "    open(name + '.py', 'w').write('import sys; sys.stderr.write(\"PLANTED\\\\n\"); raise SystemExit(9)')\n"
+        "open('mine.py', 'w').write('VALUE = 7')"
+    )
+    with make_sandbox().sandbox.create() as session:
+        session.run_code(plant)
+        session.run_code("import os\nos._exit(1)")  # the next cell starts a new kernel, in that folder
+        fresh = session.run_code("import json, mine\n(json.__file__.startswith('/work'), mine.VALUE)")
+        assert fresh.restarted and fresh.text == "(False, 7)" and "PLANTED" not in fresh.stderr
 
 
 def test_memory_and_output_limits_hold_for_the_interpreter(make_sandbox: Callable[..., Any]) -> None:
@@ -252,18 +296,106 @@ def test_a_cell_cannot_disarm_the_time_limit_or_forge_its_duration(make_sandbox:
         assert result.duration >= 1.0  # the app's own clock: the kernel's frame never sets it
 
 
-def test_a_forged_frame_does_not_set_the_cells_duration_or_cost(make_sandbox: Callable[..., Any]) -> None:
-    # Code that digs the token out of the kernel's frame can end its own cell early with a result of its
-    # choosing (it runs in the same box either way); the cell's duration, and so its cost, stays the app's measure.
-    forge = (
-        "import sys, os, json, time\nkernel = sys._getframe(1).f_locals\n"
-        "frame = {'cell': 1, 'results': [], 'results_dropped': 0, 'error': None, 'stop': None, 'duration': 5000.0}\n"
-        "os.write(kernel['frame_out'], kernel['mark_out'] + json.dumps(frame).encode() + b'\\n')\n"
-        "os.write(kernel['frame_err'], kernel['end_err'])\ntime.sleep(0.5)"
+def test_a_thread_spamming_forged_results_cannot_end_a_later_cell(make_sandbox: Callable[..., Any]) -> None:
+    # Every millisecond for 5 s, into every descriptor the interpreter holds (its result pipe among them): a
+    # forged result line for cell 2, and the old kernel's frame when its token was in reach. The end of cell 2
+    # is the supervisor's own view of the executor's main thread, so cell 2 still takes its 3 s and its output.
+    spam = (
+        "import json, os, sys, threading, time\nkernel = sys._getframe(1).f_locals\n"
+        "line = json.dumps({'cell': 2, 'results': [], 'results_dropped': 0, 'error': None}).encode() + b'\\n'\n"
+        "def spam():\n    end = time.time() + 5\n    while time.time() < end:\n"
+        "        if 'mark_out' in kernel:\n"
+        "            os.write(kernel['frame_out'], kernel['mark_out'] + line)\n"
+        "            os.write(kernel['frame_err'], kernel['end_err'])\n"
+        "        for name in os.listdir('/proc/self/fd'):\n            if int(name) > 2:\n"
+        "                try:\n                    os.write(int(name), line)\n                except OSError:\n"
+        "                    pass\n        time.sleep(0.001)\n"
+        "threading.Thread(target=spam, daemon=True).start()"
     )
     with make_sandbox().sandbox.create() as session:
-        result = session.run_code(forge)
-        assert result.duration < 60
+        session.run_code(spam)
+        started = time.monotonic()
+        second = session.run_code("import time\ntime.sleep(3)\nprint('MARK-2')")
+        assert time.monotonic() - started >= 2.9 and second.duration >= 2.9
+        assert "MARK-2" in second.stdout and second.state_kept
+
+
+class _Tampering(LocalDriver):
+    """The local driver, rewriting what the app sends a cell kernel on its way into the box (a broken channel)."""
+
+    @hookimpl
+    async def mainsdk_driver_exec(self, box: Any, command: Command, output: OutputSink) -> ExecOutcome:
+        if command.input is None:
+            return await super().mainsdk_driver_exec(box, command, output)
+        source, tampered = command.input, InputStream()
+
+        async def rewrite() -> None:
+            async for chunk in source:
+                tampered.send(chunk.replace(b"'app'", b"'evil'"))
+            tampered.close()
+
+        pump = asyncio.ensure_future(rewrite())
+        try:
+            return await super().mainsdk_driver_exec(box, attrs.evolve(command, input=tampered), output)
+        finally:
+            pump.cancel()
+
+
+def test_code_the_kernel_did_not_get_from_the_app_is_an_error_never_a_result(
+    make_sandbox: Callable[..., Any], local_config: str
+) -> None:
+    config = load_config_text(local_config)
+    built = make_sandbox(driver=_Tampering(permissions=config.permissions))
+    with built.sandbox.create() as session:
+        assert session.run_code("1 + 1").text == "2"
+        with pytest.raises(SandboxError) as caught:
+            session.run_code("'app'")
+        assert caught.value.code == DRIVER_UNAVAILABLE and "SHA-256" in caught.value.message
+        assert caught.value.ran is None and not caught.value.retryable
+        assert session.run_code("2 + 2").restarted  # the kernel that ran other code was ended
+    cells = [(e.cell, e.error) for e in built.events if e.kind == "cell"]
+    assert cells == [(1, None), (2, DRIVER_UNAVAILABLE), (3, None)]
+
+
+def test_the_supervisor_holding_the_token_is_out_of_the_cells_reach(make_sandbox: Callable[..., Any]) -> None:
+    # Undumpable (and, here, hidden by /proc's hidepid): no memory, environment or descriptor of it opens.
+    probe = (
+        "import os\nppid = os.getppid()\nopened = []\n"
+        "for name in ('mem', 'environ', 'fd/0', 'fd/1', 'syscall'):\n    try:\n"
+        "        open(f'/proc/{ppid}/{name}', 'rb').close()\n        opened.append(name)\n"
+        "    except OSError:\n        pass\nopened"
+    )
+    with make_sandbox().sandbox.create() as session:
+        assert session.run_code(probe).text == "[]"
+
+
+def test_a_raising_listener_sees_nothing_more_and_the_cell_ends_as_it_would(make_sandbox: Callable[..., Any]) -> None:
+    seen: list[bytes] = []
+
+    def listener(stream: str, data: bytes) -> None:
+        seen.append(data)
+        raise RuntimeError("listener down")
+
+    built = make_sandbox()
+    with built.sandbox.create() as session:
+        with pytest.raises(RuntimeError) as caught:
+            session.run_code(
+                "import time\nprint('one', flush=True)\ntime.sleep(0.3)\nprint('two')\nv = 5", on_output=listener
+            )
+        assert getattr(caught.value, "ran", None) is True and len(seen) == 1
+        assert session.run_code("v").text == "5"  # the cell ran to its end, in the same interpreter
+    assert [(e.cell, e.error) for e in built.events if e.kind == "cell"] == [(1, "RuntimeError"), (2, None)]
+
+
+async def test_a_cell_the_caller_cancels_takes_its_interpreter_and_never_answers_the_next(
+    async_sandbox: AsyncSandbox,
+) -> None:
+    async with async_sandbox.create() as session:
+        await session.run_code("x = 1")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(session.run_code("import time\ntime.sleep(3)\n'late'"), 0.5)
+        after = await asyncio.wait_for(session.run_code("'next'"), 20)
+        assert after.text == "'next'" and after.restarted
 
 
 async def test_closing_the_session_while_a_cell_runs_ends_the_cell_with_0008(async_sandbox: AsyncSandbox) -> None:

@@ -14,7 +14,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 
 import pytest
 from mainsdk_local.launcher_client import Box, ExecResult, ExecSpec, Launcher, LauncherError
@@ -162,6 +162,29 @@ async def test_bash_reading_its_script_from_stdin_runs_on_a_pre_exec_box(launche
     assert warm.stdout == b"/usr/bin/bash one two\nread: first\nrest\n".replace(
         b"/usr/bin/bash", bash.executable.encode()
     )
+
+
+async def test_a_live_stdin_runs_on_a_pre_exec_box_and_gets_each_chunk_as_sent(
+    launcher: Launcher, python: Program
+) -> None:
+    # The python pool declines any stdin; a pre-exec box takes the client's pipe like any stdin descriptor.
+    async def chunks() -> AsyncIterator[bytes]:
+        for word in (b"a\n", b"b\n"):
+            yield word
+            await asyncio.sleep(0.05)
+
+    await until_ready(launcher, python)
+    box = await launcher.open_box(disk_bytes=16 * MiB, session=False)
+    out: list[bytes] = []
+    try:
+        spec = _spec(
+            python, ("-c", "import sys\nfor line in sys.stdin:\n    print('got', line.strip())"), warm="python"
+        )
+        result = await box.exec(spec, on_stdout=out.append, on_stderr=out.append, stdin_stream=chunks())
+    finally:
+        await box.close()
+    assert result.warm_kind == "exec" and result.exit_code == 0, result
+    assert b"".join(out) == b"got a\ngot b\n"
 
 
 NODE = {

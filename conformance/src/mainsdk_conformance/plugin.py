@@ -388,9 +388,9 @@ class _SeededTokens:
 def seeded_cell_tokens(seed: str) -> Iterator[None]:
     """While a replayed (or recorded) test runs, cells draw their random tokens from a generator seeded by ``seed``.
 
-    A cell's frames carry a token the app makes per interpreter (``mainsdk.cells``), and its cell files are
-    written under a random folder: a replayed stream can only answer the app that sent the same ones, so the
-    recording and each replay draw the same sequence. Outside replay (a live driver) they stay random.
+    A cell's frames carry a token the app makes per interpreter (``mainsdk.cells``), sent as the kernel's first
+    stdin line: a replayed stream can only answer the app that sent the same one, so the recording and each
+    replay draw the same sequence. Outside replay (a live driver) they stay random.
     """
     from mainsdk import cells
 

@@ -1,43 +1,91 @@
 # mypy: ignore-errors
-# ruff: noqa: BLE001, SIM105
+# ruff: noqa: BLE001, SIM105, E402
 # (The kernel catches whatever the cell raises, and must never die of a broken repr or figure. It runs cells
-# with exec and eval on purpose: it is the interpreter inside the box, hence the allow comments.)
-"""The cell kernel: a Python interpreter that lives in the box as long as its session (standard library only).
+# with exec and eval on purpose: it is the interpreter inside the box, hence the allow comments. Its first
+# statements make the supervisor undumpable, before anything else is imported: hence E402.)
+"""The cell kernel: a supervisor and the interpreter it runs cells in, in the box (standard library only).
 
-Core sends this file's text as ``python3 -E -s -u -c <this> <folder>``, with a random token on stdin, through
-the driver's ordinary exec, so every driver that can keep one command running gets cells. The app never
-imports it.
+Core sends this file's text as ``python3 -I -u -c <this>`` through the driver's ordinary exec, with a random
+token as the first line of its stdin, and keeps that stdin open (``Command.input``): every cell request comes
+on it, one JSON object per line (``{"code", "timeout", "grace", "max_results"}``), and nothing else writes
+there. The app never imports this file.
 
-Protocol: the app writes cell N as ``<folder>/<N>.json`` (``{"code", "timeout", "grace", "max_results"}``)
-with the driver's write-file call; the kernel polls for it, deletes it and runs it. The cell's own output goes
-to fd 1 and 2 as it is made. When the cell is over the kernel writes one frame on stdout,
-``\\x1e<token>:<json>\\n``, and ``\\x1e<token>:end\\n`` on stderr, so the app knows where the cell's output
-ends on both streams. The token is random per interpreter and is not in the cell's namespace or argv, so
-output that merely looks like a frame (a file the cell prints) is never taken as one.
+Two processes. The SUPERVISOR (this command) makes itself undumpable first (``prctl(PR_SET_DUMPABLE, 0)``),
+so no other process of the box's uid can read its memory or open its descriptors through ``/proc``, then
+reads the token and starts the EXECUTOR with fork+exec (``-I -u -c <this> executor R W``): a fresh
+interpreter that never held the token, its stdin ``/dev/null``, its stdout and stderr the supervisor's own
+(a cell's output streams live), and a private pipe pair: R brings it each cell, W takes each cell's result
+(one JSON line). The executor runs cells in its main thread and, between cells, waits in ``read(R)``.
 
-Time: a watchdog thread sends SIGINT at the cell's timeout (KeyboardInterrupt, the state survives) and ends
-the interpreter with ``os._exit`` after ``grace`` more seconds if the cell is still running; the app kills the
-whole command a little later still, should even the watchdog be stuck.
+The end of a cell is the supervisor's own observation, never the executor's word: after a result line has
+come, the cell is over only once ``/proc/<executor>/syscall`` shows the executor's main thread blocked in
+``read`` on R (the signature measured when it first waited, before any cell ran) with the request pipe
+empty. A thread a cell left behind can write lines on W, but while the main thread still runs the app's
+code they end nothing. Where the box refuses a parent ``/proc/<child>/syscall`` (Yama's ptrace_scope 2 or 3)
+the supervisor falls back to a probe: it writes one NUL byte on R, and the cell is over once that byte was
+taken, which the executor's code does only when it waits for its next request again (weaker: a thread the
+cell left reading R would take it too). The frame says which (``"watch": "syscall"`` or ``"probe"``).
+Then the supervisor writes the cell's frame, ``\\x1e<token>:<json>\\n`` on stdout and ``\\x1e<token>:end\\n``
+on stderr, so the app knows where the cell's output ends on both streams; the frame
+carries the SHA-256 of the code the supervisor received, which the app checks against what it sent. The
+token is only ever in the supervisor's memory.
+
+Time: at a cell's timeout the supervisor sends the executor SIGINT (KeyboardInterrupt, the state survives;
+the frame says ``"stop": "timeout"``); ``grace`` seconds later, if the cell has not ended, it kills the
+executor and exits with status 124. An executor that dies (a crash, ``os._exit``, a kill at a limit) ends
+the supervisor the same way (its exit status or signal). The app kills the whole command a little later
+still, should even the supervisor be stuck.
+
+What this does not change: a cell owns its interpreter. Its code can rewrite the executor (the loop, the
+result it reports, later cells' code) and print into later cells' output; only the end of a cell, its
+code's hash and the frames are out of its reach.
 """
+
+import os
+import sys
+
+PR_SET_DUMPABLE = 4
+PR_SET_PDEATHSIG = 1
+
+
+def _prctl(option, value):
+    """``prctl(option, value)`` through ctypes; False when the platform gives no way to call it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except Exception:
+        return False
+
+
+GUARDED = False
+if __name__ == "__main__" and sys.argv[1:2] != ["executor"]:
+    # The supervisor: undumpable before it reads the token (same-uid code cannot read its memory or descriptors).
+    GUARDED = _prctl(PR_SET_DUMPABLE, 0)
 
 import ast
 import base64
 import builtins
+import hashlib
 import io
 import json
 import linecache
-import os
+import selectors
 import signal
-import sys
-import threading
 import time
 import traceback
 import types
 
 MARK = "\x1e"
 WATCHDOG_EXIT = 124  # cells.WATCHDOG_EXIT
+UNSUPPORTED_EXIT = 125  # cells.UNSUPPORTED_EXIT: the box gives no way to watch the executor
 TEXT_LIMIT = 64 * 1024  # cells.TEXT_LIMIT
-IDLE_POLLS = ((0.5, 0.0002), (5.0, 0.002), (60.0, 0.02))  # (seconds idle, poll interval) steps; then 0.05 s
+CHECK_FIRST = 0.00005  # after a result line, how soon the supervisor looks at the executor again ...
+CHECK_LAST = 0.01  # ... doubling up to this while the main thread is still busy
+READY_WAIT = 30.0  # how long a new executor may take to reach its first wait
+SYSCALL_PATH = "/proc/{}/syscall"  # where the supervisor sees what the executor's main thread is blocked in
+PROBE = b"\0"  # the probe byte (the "probe" watch); a request line never holds one
 RICH_METHODS = (
     ("image/png", "_repr_png_"),
     ("image/svg+xml", "_repr_svg_"),
@@ -46,25 +94,327 @@ RICH_METHODS = (
 )
 
 
-def _poll_interval(idle):
-    for limit, interval in IDLE_POLLS:
-        if idle < limit:
-            return interval
-    return 0.05
+# -- the supervisor -----------------------------------------------------------------------------------------
 
 
-def _wait_for(path):
-    since = time.monotonic()
-    while True:
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _own_source():
+    """This file's text, as the supervisor was given it (``-c <text>``), for the executor's own ``-c``."""
+    argv = list(getattr(sys, "orig_argv", ()))
+    if not argv:
+        with open("/proc/self/cmdline", "rb") as f:
+            argv = [a.decode("utf-8", "surrogateescape") for a in f.read().split(b"\0")]
+    return argv[argv.index("-c") + 1]
+
+
+def _fionread(fd):
+    import fcntl
+    import termios
+
+    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+
+
+def _die_like(status):
+    """End the supervisor as the executor ended (``status`` from ``waitpid``)."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
-            request = json.loads(raw)  # a half-written file does not parse yet: read it again
-            os.unlink(path)
-            return request
-        except (FileNotFoundError, ValueError):
+            signal.signal(number, signal.SIG_DFL)
+        except (OSError, ValueError):
             pass
-        time.sleep(_poll_interval(time.monotonic() - since))
+        os.kill(os.getpid(), number)
+        os._exit(128 + number)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+class _Lines:
+    """Complete lines out of a byte stream, each at most ``limit`` bytes (a longer one is dropped)."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.partial = []
+        self.size = 0
+        self.dropping = False
+        self.lines = []
+
+    def feed(self, data):
+        while data:
+            newline = data.find(b"\n")
+            part = data if newline < 0 else data[:newline]
+            if not self.dropping:
+                self.partial.append(part)
+                self.size += len(part)
+                if self.size > self.limit:
+                    self.partial, self.size, self.dropping = [], 0, True
+            if newline < 0:
+                return
+            if not self.dropping:
+                self.lines.append(b"".join(self.partial))
+            self.partial, self.size, self.dropping = [], 0, False
+            data = data[newline + 1 :]
+
+    def clear(self):
+        self.partial, self.size, self.dropping, self.lines = [], 0, False, []
+
+
+class _Supervisor:
+    """Holds the token, takes requests from stdin, runs them in the executor, writes the frames."""
+
+    def __init__(self):
+        self.stdin = _Lines(1 << 62)  # only the app writes there: a request is as long as the app sent it
+        token = self._read_line().decode().strip()  # on stdin, never in argv (/proc/<pid>/cmdline is readable)
+        self.mark_out = (MARK + token + ":").encode()
+        self.end_err = (MARK + token + ":end\n").encode()
+        del token
+        self.seen = False  # result bytes came since the last look at the executor
+        self.sel = selectors.SelectSelector()  # microsecond timeouts (epoll and poll round up to a millisecond)
+        self.sel.register(0, selectors.EVENT_READ, "stdin")
+        self._spawn()
+
+    def _spawn(self):
+        req_r, self.req_w = os.pipe()
+        self.res_r, res_w = os.pipe()
+        os.set_inheritable(req_r, True)
+        os.set_inheritable(res_w, True)
+        self.req_fd = req_r
+        argv = [sys.executable, "-I", "-u", "-c", _own_source(), "executor", str(req_r), str(res_w)]
+        self.pid = os.posix_spawn(
+            sys.executable,
+            argv,
+            os.environ,
+            file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],
+            setsigdef=(signal.SIGINT, signal.SIGPIPE),
+        )
+        os.close(req_r)
+        os.close(res_w)
+        os.set_blocking(self.res_r, False)
+        self.results = _Lines(1 << 20)
+        self.sel.register(self.res_r, selectors.EVENT_READ, "results")
+        try:
+            self.pidfd = os.pidfd_open(self.pid)
+            self.sel.register(self.pidfd, selectors.EVENT_READ, "dead")
+        except (AttributeError, OSError):
+            self.pidfd = None  # an old kernel: waitpid is polled instead
+        self._calibrate()
+
+    def _calibrate(self):
+        """Learn what the executor's main thread looks like waiting in read(R): before any cell has run.
+
+        The "syscall" watch, where the box lets a parent read ``/proc/<child>/syscall`` (Yama's ptrace_scope 2
+        or 3 refuses it): the main thread itself is seen blocked in read(R). Otherwise the "probe" watch: a
+        probe byte written on R is taken only by a thread reading R, which the executor's code does only once
+        a cell is over (weaker: a thread that a cell leaves reading R takes it too; the README says so).
+        """
+        self.syscall = None
+        self.watch = "probe"
+        self.probe_out = False
+        end = time.monotonic() + READY_WAIT
+        while time.monotonic() < end:
+            self._pump(0.0002 if self.results.lines else 0.05)
+            if not self.results.lines:
+                continue
+            try:
+                if self.syscall is None:
+                    # Only once it said it is ready: until its execve the child is an undumpable copy of this
+                    # process, which /proc hides or refuses.
+                    self.syscall = os.open(SYSCALL_PATH.format(self.pid), os.O_RDONLY | os.O_CLOEXEC)
+                state = self._main_state()
+            except OSError:
+                break
+            if state is not None and state[1] == self.req_fd:
+                self.idle_nr = state[0]
+                self.watch = "syscall"
+                break
+        else:
+            self._unsupported("the executor never reached its first wait")
+        self.results.clear()
+
+    def _unsupported(self, why):
+        _write_all(2, f"mainsdk cell kernel: {why}; cells cannot run in this box\n".encode())
+        self._kill_executor()
+        os._exit(UNSUPPORTED_EXIT)
+
+    def _main_state(self):
+        """(syscall number, first argument) the executor's main thread is blocked in, or None when it runs.
+
+        An OSError when the file cannot be read at all."""
+        fields = os.pread(self.syscall, 256, 0).split()
+        try:
+            return int(fields[0]), int(fields[1], 16)
+        except (ValueError, IndexError):
+            return None  # "running", or a field that is not a number
+
+    def _idle(self):
+        """The executor's main thread is back waiting for a request, and none is left unread."""
+        if _fionread(self.req_w):
+            return False  # the request (or a probe) is still unread: the cell cannot be over
+        if self.watch == "syscall":
+            try:
+                return self._main_state() == (self.idle_nr, self.req_fd)
+            except OSError:
+                return False
+        if not self.probe_out:
+            try:
+                _write_all(self.req_w, PROBE)  # taken only once the executor waits for its next request again
+            except OSError:
+                return False  # no reader left: the executor is dying (the pidfd says so) or can take nothing
+            self.probe_out = True
+            return False
+        self.probe_out = False
+        return True
+
+    def _read_line(self):
+        while not self.stdin.lines:
+            data = os.read(0, 1 << 16)
+            if not data:
+                self._kill_executor()
+                os._exit(0)  # the app closed the channel: the session is over
+            self.stdin.feed(data)
+        return self.stdin.lines.pop(0)
+
+    def _kill_executor(self):
+        pid = getattr(self, "pid", None)
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+
+    def _pump(self, timeout):
+        """Wait up to ``timeout`` for anything: result bytes (kept), a request (kept), the executor's death."""
+        for key, _ in self.sel.select(timeout):
+            if key.data == "results":
+                try:
+                    data = os.read(self.res_r, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    # Every W is closed: the executor is dying (its death comes on the pidfd), or a cell closed
+                    # it and no cell can end by a result again (its timeout still ends it). Never spin on it.
+                    self.sel.unregister(self.res_r)
+                    continue
+                self.results.feed(data)
+                self.seen = True
+            elif key.data == "dead":
+                self._reap(0)
+            elif key.data == "stdin":
+                data = os.read(0, 1 << 16)
+                if not data:
+                    self._kill_executor()
+                    os._exit(0)
+                self.stdin.feed(data)
+        if self.pidfd is None:
+            self._reap(os.WNOHANG)
+
+    def _end_with_executor(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self._reap(0)
+
+    def _reap(self, flags):
+        try:
+            pid, status = os.waitpid(self.pid, flags)
+        except ChildProcessError:
+            pid, status = self.pid, 1 << 8
+        if pid == self.pid:
+            _die_like(status)
+
+    def _drain(self):
+        while True:
+            try:
+                data = os.read(self.res_r, 1 << 16)
+            except BlockingIOError:
+                return
+            if not data:
+                return
+            self.results.feed(data)
+
+    def serve(self):
+        number = 0
+        self.seen = False
+        while True:
+            while not self.stdin.lines:
+                self._pump(None if self.pidfd is not None else 0.05)
+                self._drain()
+                self.results.clear()  # what a thread writes between cells is nobody's result
+            request = json.loads(self.stdin.lines.pop(0))
+            number += 1
+            self.cell(number, request)
+
+    def cell(self, number, request):
+        code = request["code"]
+        digest = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
+        max_results = int(request.get("max_results", 1 << 20))
+        self.results.limit = 8 * max_results + (1 << 20)
+        self._drain()
+        self.results.clear()
+        self.seen = False
+        message = {"cell": number, "code": code, "max_results": max_results}
+        try:
+            _write_all(self.req_w, json.dumps(message).encode() + b"\n")
+        except OSError:
+            self._end_with_executor()  # it can take no request: it died, or a cell closed its end
+        deadline = time.monotonic() + float(request["timeout"])
+        grace = float(request.get("grace", 1.0))
+        kill_at = None
+        check_at, interval = 0.0, CHECK_FIRST
+        while True:
+            now = time.monotonic()
+            until = (deadline if kill_at is None else kill_at) - now
+            if self.seen:
+                until = min(until, check_at - now)
+            if self.pidfd is None:
+                until = min(until, 0.05)
+            self._pump(max(until, 0.0))
+            now = time.monotonic()
+            if self.seen and now >= check_at:
+                if self._idle():
+                    break
+                check_at, interval = now + interval, min(interval * 2, CHECK_LAST)
+            if kill_at is None and now >= deadline:
+                os.kill(self.pid, signal.SIGINT)
+                kill_at = now + grace
+            elif kill_at is not None and now >= kill_at:
+                self._kill_executor()
+                os._exit(WATCHDOG_EXIT)  # the cell would not stop: the state goes with the interpreter
+        self._drain()  # the main thread is waiting: all it wrote is in the pipe
+        frame = None
+        for line in reversed(self.results.lines):
+            try:
+                candidate = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(candidate, dict) and candidate.get("cell") == number:
+                frame = candidate
+                break
+        self.results.clear()
+        if frame is None:
+            error = "the interpreter's result for this cell was lost: something in it wrote on the kernel's pipe"
+            frame = {"results": [], "results_dropped": 0, "error": {"name": "KernelError", "value": error}}
+        out = {
+            "cell": number,
+            "results": frame.get("results", []),
+            "results_dropped": frame.get("results_dropped", 0),
+            "error": frame.get("error"),
+            "stop": "timeout" if kill_at is not None else None,
+            "code_sha256": digest,
+            "undumpable": GUARDED,
+            "watch": self.watch,
+        }
+        _write_all(1, self.mark_out + json.dumps(out).encode() + b"\n")
+        _write_all(2, self.end_err)
+
+
+# -- the executor: runs the cells -------------------------------------------------------------------------
 
 
 class _Results:
@@ -210,76 +560,12 @@ def _error(exc, skip):
     return {"name": type(exc).__name__, "value": value[:TEXT_LIMIT], "traceback": text[-TEXT_LIMIT:]}
 
 
-# Bound now, before any cell runs: a cell that rebinds os._exit or os.kill does not disarm the watchdog.
-_EXIT = os._exit
-_KILL = os.kill
-_PID = os.getpid()
-
-
-class _Watchdog:
-    """Interrupts the running cell at its timeout, and ends the interpreter a grace later."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._cell = None
-        self.interrupted = False
-        self._wake = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def arm(self, cell, timeout, grace):
-        with self._lock:
-            self._cell = (cell, time.monotonic() + timeout, grace)
-            self.interrupted = False
-        self._wake.set()
-
-    def disarm(self):
-        with self._lock:
-            self._cell = None
-
-    def _run(self):
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            while True:
-                with self._lock:
-                    armed = self._cell
-                if armed is None:
-                    break
-                _cell, deadline, grace = armed
-                now = time.monotonic()
-                if now < deadline:
-                    self._wake.wait(deadline - now)
-                    self._wake.clear()
-                    continue
-                with self._lock:
-                    if self._cell is not armed:
-                        continue
-                    self.interrupted = True
-                _KILL(_PID, signal.SIGINT)
-                end = time.monotonic() + grace
-                while time.monotonic() < end:
-                    time.sleep(0.01)
-                    with self._lock:
-                        if self._cell is not armed:
-                            break
-                else:
-                    _EXIT(WATCHDOG_EXIT)  # the cell would not stop: the state goes with the interpreter
-                break
-
-
-def main():
-    token = sys.stdin.readline().strip()  # on stdin, never in argv (/proc/<pid>/cmdline is readable)
-    folder = sys.argv[1]
+def _executor(req_fd, res_fd):
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the supervisor gone, nothing would ever end this cell
     sys.argv[:] = [""]
-    frame_out = os.dup(1)
-    frame_err = os.dup(2)
-    os.set_inheritable(frame_out, False)
-    os.set_inheritable(frame_err, False)
-    os.makedirs(folder, exist_ok=True)
-    folder = os.path.abspath(folder)
-    mark_out = (MARK + token + ":").encode()
-    end_err = (MARK + token + ":end\n").encode()
-    del token
+    sys.path.insert(0, "")  # a notebook imports from its folder (``-I`` left it out while the kernel imported)
+    os.set_inheritable(req_fd, False)
+    os.set_inheritable(res_fd, False)
     current = [None, set()]  # the running cell's results, and the ids of the figures it has shown
 
     def emit(figure):
@@ -291,7 +577,6 @@ def main():
     sys.modules["mainsdk_cell_figures"] = _cell_backend(emit)
     os.environ.setdefault("MPLBACKEND", "module://mainsdk_cell_figures")  # no display in a box: PNG results
     namespace = {"__name__": "__main__", "__builtins__": builtins, "__doc__": None}
-    watchdog = _Watchdog()
     running = [False]
 
     def interrupt(signum, frame):
@@ -300,19 +585,32 @@ def main():
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, interrupt)
-    number = 0
+    pending = []
+
+    def next_request():
+        # The main thread waits here, in read(req_fd), between cells: what the supervisor watches for.
+        while True:
+            joined = b"".join(pending)
+            if b"\n" in joined:
+                line, _, rest = joined.partition(b"\n")
+                pending[:] = [rest] if rest else []
+                return json.loads(line)
+            pending[:] = [joined]
+            data = os.read(req_fd, 1 << 16)
+            if not data:
+                os._exit(0)
+            pending.append(data.replace(PROBE, b""))  # the supervisor's probes: "this thread waits here"
+
+    _write_all(res_fd, b'{"ready": true}\n')
     while True:
-        number += 1
-        request = _wait_for(os.path.join(folder, f"{number}.json"))
+        request = next_request()
+        number = request["cell"]
         results = _Results(int(request.get("max_results", 1 << 20)))
         current[:] = [results, set()]
         filename = f"<cell-{number}>"
         code = request["code"]
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         error = None
-        stop = None
-        started = time.monotonic()
-        watchdog.arm(number, float(request["timeout"]), float(request.get("grace", 1.0)))
         try:
             try:
                 running[0] = True
@@ -321,20 +619,14 @@ def main():
                 value = eval(last, namespace) if last is not None else None  # mainsdk: allow MAIN-SANDBOX-0010
             finally:
                 running[0] = False
-                watchdog.disarm()
             if value is not None:
                 namespace["_"] = value
                 results.add_value(value)
-        except KeyboardInterrupt as exc:
-            if watchdog.interrupted:
-                stop = "timeout"
-            error = _error(exc, 1)
         except SyntaxError as exc:
             error = _error(exc, 2)
             error["traceback"] = "".join(traceback.format_exception_only(type(exc), exc))
         except BaseException as exc:  # SystemExit too: a cell's exit() ends the cell, not the interpreter
             error = _error(exc, 1)
-        duration = time.monotonic() - started
         try:
             _figures(results, current[1])
         except BaseException:
@@ -345,19 +637,18 @@ def main():
                 stream.flush()
             except Exception:
                 pass
-        frame = {
-            "cell": number,
-            "results": results.items,
-            "results_dropped": results.dropped,
-            "error": error,
-            "stop": stop,
-            "duration": duration,
-        }
-        data = mark_out + json.dumps(frame).encode() + b"\n"
-        while data:
-            data = data[os.write(frame_out, data) :]
-        os.write(frame_err, end_err)
+        frame = {"cell": number, "results": results.items, "results_dropped": results.dropped, "error": error}
+        try:
+            data = json.dumps(frame).encode() + b"\n"
+        except Exception:
+            data = json.dumps({"cell": number, "results": [], "results_dropped": len(results.items), "error": error})
+            data = data.encode() + b"\n"
+        _write_all(res_fd, data)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["executor"]:
+        _executor(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the executor's to take (it is reset there)
+        _Supervisor().serve()

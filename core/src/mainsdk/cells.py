@@ -1,9 +1,11 @@
 """Cells: Python code run in an interpreter that lives as long as its session, as a notebook runs it.
 
 The interpreter is ``mainsdk/_kernel.py`` (standard library only), started in the session's box with the
-driver's ordinary exec hook and left running; each cell is a file the app writes with the driver's
-write-file hook. So any driver that can keep one command running in a session gets cells, and the
-interpreter is a process in the box under the box's limits. See ``_kernel.py`` for the protocol.
+driver's ordinary exec hook and left running; each cell is one line the app sends on that command's live
+stdin (``Command.input``), a channel nothing in the box can write. So any driver that can keep one command
+running in a session, and feed it a live stdin, gets cells, and the interpreter is a process in the box under
+the box's limits. See ``_kernel.py`` for the protocol: a supervisor that holds the token and watches an
+executor process, which runs the cells.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import attrs
 
 from mainsdk import arguments, errors, preflight
 from mainsdk.audit import code_sha256
-from mainsdk.driver import Command, ExecOutcome, Folder, StopReason
+from mainsdk.driver import Command, ExecOutcome, InputStream, StopReason
 from mainsdk.errors import SandboxError
 from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
 from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
@@ -38,8 +40,8 @@ if TYPE_CHECKING:
 GRACE = 1.0  # after KeyboardInterrupt, how long a cell has to stop before the interpreter is ended
 BACKSTOP = 3.0  # past the grace, how long the app waits before it kills the interpreter itself
 TEXT_LIMIT = 64 * 1024  # an error's value and traceback are cut to this many characters in the box
-CELL_FOLDER = ".mainsdk-cells"  # in the work folder; the interpreter deletes each cell file as it takes it
 WATCHDOG_EXIT = 124  # the kernel's exit status when it ended itself at a cell's timeout + grace
+UNSUPPORTED_EXIT = 125  # the kernel's exit status when the box gives it no way to watch its executor
 _EXTENSIONS = {
     "image/png": "png",
     "image/svg+xml": "svg",
@@ -216,7 +218,7 @@ class Interpreter:
         self._session = session
         self._task: asyncio.Task[ExecOutcome] | None = None
         self._stream: _KernelStream | None = None
-        self._folder = ""
+        self._input: InputStream | None = None
         self._sent = 0  # cells sent to the current kernel
         self._started_before = False
         self.cells = 0  # cells run in the session, across restarts
@@ -230,17 +232,20 @@ class Interpreter:
     def _start(self) -> None:
         session = self._session
         secret = token.token_hex(16)
-        self._folder = f"{CELL_FOLDER}/{token.token_hex(6)}"
+        # A frame's JSON escapes at most 6 characters per one of a result's (a base64 PNG: none).
         self._stream = _KernelStream(
-            f"\x1e{secret}:".encode(), f"\x1e{secret}:end\n".encode(), 6 * session.opened.plan.limits.files + (1 << 20)
+            f"\x1e{secret}:".encode(), f"\x1e{secret}:end\n".encode(), 8 * session.opened.plan.limits.files + (2 << 20)
         )
-        # The token goes on stdin, not argv: it never shows in the box's /proc/<pid>/cmdline.
+        # The token goes first on stdin, not argv: it never shows in the box's /proc/<pid>/cmdline. The same
+        # stdin then stays open for the cells (``Command.input``): only the app writes there.
+        self._input = InputStream()
         command = Command(
             "python3",
-            ("-E", "-s", "-u", "-c", kernel_source(), self._folder),
+            ("-I", "-u", "-c", kernel_source()),
             stdin=f"{secret}\n".encode(),
             timeout=MAX_TIMEOUT,
             env=session.opened.plan.env,
+            input=self._input,
         )
         # The kernel outlives each cell: its limits per cell are kept here (the cell's timeout, its output).
         self._task = asyncio.ensure_future(session.lifecycle.exec_unlimited(session.opened.box, command, self._stream))
@@ -250,6 +255,9 @@ class Interpreter:
     async def kill(self) -> None:
         """End the kernel (the driver kills its whole process tree); its state is gone."""
         task, self._task = self._task, None
+        if self._input is not None:
+            self._input.close()
+            self._input = None
         if task is None:
             return
         if not task.done():
@@ -295,15 +303,32 @@ class Interpreter:
             return listener, checked_code, lifecycle.plan_command(session.opened, "python3", (), timeout, session.cost)
 
         listener, checked_code, command_plan = lifecycle.plan(event, plan)
+        listener_errors: list[Exception] = []
         try:
             async with session._use():
                 result = await self._exchange(
-                    cell_id, number, checked_code, command_plan.command.timeout, command_plan.cost_bound, listener
+                    cell_id,
+                    number,
+                    checked_code,
+                    command_plan.command.timeout,
+                    command_plan.cost_bound,
+                    _guarded(listener, listener_errors),
                 )
         except BaseException as exc:
             lifecycle.audit_failed(event, exc)
             raise
         session.cost += result.cost
+        if listener_errors:
+            # The app's own listener raised: the cell ran to its end and the interpreter kept its state, so
+            # this is the listener's error, with ran=True (never a retryable outage: a retry runs it twice).
+            error = listener_errors[0]
+            with contextlib.suppress(AttributeError):
+                error.ran = True  # type: ignore[attr-defined]
+            error.add_note(
+                f"raised by on_output of cell {number}, which ran to its end; the interpreter kept its state"
+            )
+            lifecycle.audit_failed(event, error, started=time.monotonic() - result.duration)
+            raise error
         lifecycle.audit_ended(
             event,
             Ended(
@@ -337,9 +362,9 @@ class Interpreter:
         request = {"code": code, "timeout": limit, "grace": GRACE, "max_results": plan.limits.files}
         started = time.monotonic()
         try:
-            await session.lifecycle.write_file(
-                session.opened.box, Folder.WORK, f"{self._folder}/{self._sent}.json", json.dumps(request).encode()
-            )
+            assert self._input is not None
+            # One line (JSON escapes every newline); the kernel takes requests from this stdin only.
+            self._input.send(json.dumps(request).encode() + b"\n")
             waits = {
                 asyncio.ensure_future(stream.frame_ready.wait()),
                 asyncio.ensure_future(collector.full.wait()),
@@ -356,12 +381,29 @@ class Interpreter:
                         timeout=BACKSTOP,
                         return_when=asyncio.FIRST_COMPLETED,
                     )
+            except asyncio.CancelledError:
+                # The caller gave up on this cell while it runs: its end frame would answer the next cell, so the
+                # interpreter goes with it (the next cell starts a new one).
+                await self.kill()
+                raise
             finally:
                 for waiter in waits:
                     waiter.cancel()
             outcome = await self._settle(task, collector, stream)
         finally:
             stream.end()
+        frame = outcome[2]
+        if frame is not None and (frame.get("code_sha256"), frame.get("cell")) != (code_sha256(code), self._sent):
+            # The kernel answered for other code than this cell's, or for another of its cells: no result of this.
+            await self.kill()
+            raise SandboxError(
+                errors.DRIVER_UNAVAILABLE,
+                f"cell {number}: the interpreter's answer is not for this cell (the SHA-256 of the code it ran, or "
+                "its cell number, is not this cell's); the channel to it was tampered with, so no result is "
+                "returned and the interpreter was ended (the next cell starts a new one)",
+                ran=None,
+                retryable=False,
+            )
         # Measured here, never taken from the frame: the cost is charged on it, and the cell could forge a frame.
         duration = time.monotonic() - started
         ending, error, frame, state_kept = outcome
@@ -469,6 +511,23 @@ class Interpreter:
         session = self._session
         ref = session.lifecycle.keep_file(session.tenant, f"cell-{number}-{index}.{_EXTENSIONS[mime]}", raw)
         return None if ref is None else RichResult(mime, None, ref)
+
+
+def _guarded(listener: Listener | None, errors_seen: list[Exception]) -> Listener | None:
+    """``listener``, its first exception kept in ``errors_seen`` (then it is called no more), never raised into
+    the stream: a listener that raises must not end the interpreter."""
+    if listener is None:
+        return None
+
+    def guarded(stream: str, data: bytes) -> None:
+        if errors_seen:
+            return
+        try:
+            listener(stream, data)
+        except Exception as exc:  # noqa: BLE001 - the app's own: raised once the cell is over
+            errors_seen.append(exc)
+
+    return guarded
 
 
 def _parse_frame(raw: bytes) -> dict[str, Any] | None:

@@ -224,6 +224,7 @@ class LocalDriver:
                     on_stderr=output.stderr,
                     on_listener=proxy.serve if exec_spec.proxy and proxy is not None else None,
                     then_collect=box.one_shot_collect,
+                    stdin_stream=command.input,
                 )
             except OpenFailed as exc:
                 raise _open_failed(exc.cause) from exc.cause

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterable, Callable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -87,7 +87,8 @@ class ExecSpec:
     inside. ``env`` is the whole environment. ``readonly_paths`` are host paths
     bound read-only at the same place (an interpreter's prefix); ``hidden_paths``
     are paths inside those covered by an empty read-only directory (its
-    site-packages). ``stdin`` is fed on a pipe then closed; ``None`` means /dev/null.
+    site-packages). ``stdin`` is fed on a pipe then closed; ``None`` means /dev/null (with ``exec``'s
+    ``stdin_stream``, a live stdin, it is written first and the pipe stays open for the stream).
     ``proxy``: hand the exec's proxy listener (127.0.0.1:PROXY_PORT inside its network
     namespace) to ``on_listener`` (namespace mode only; weak mode has no such namespace).
     ``proxy_port``: weak mode: the host port of the run's proxy, the only TCP port the
@@ -477,6 +478,8 @@ class _Exec:
         self.callback_error: BaseException | None = None
         self.stderr_tail = b""
         self.stalled = False  # the backstop fired while this exec waited: the server was killed
+        self.stdin_fd: int | None = None  # a live stdin's write end, ours while the exec runs
+        self.stdin_waiting = False  # the loop watches stdin_fd for room
 
 
 class Box:
@@ -804,8 +807,14 @@ class Box:
         on_stderr: Callable[[bytes], None],
         on_listener: Callable[[socket.socket], None] | None = None,
         then_collect: int | None = None,
+        stdin_stream: AsyncIterable[bytes] | None = None,
     ) -> ExecResult:
         """Run ``spec`` and wait until it has exited and its output is drained.
+
+        ``stdin_stream`` (a live stdin): the command's stdin is a pipe this client makes and keeps the write
+        end of (its read end goes to the server with stdout's and stderr's): ``spec.stdin`` is written first,
+        then each chunk of the stream as it comes; the pipe is closed when the stream ends or the run does.
+        A chunk the command no longer reads (it closed its stdin, or ended) is dropped.
 
         Callbacks get each chunk of output as it arrives. Cancelling this task kills
         the whole process tree, waits until the server confirms it is gone, and
@@ -846,23 +855,35 @@ class Box:
                 os.set_blocking(r, False)  # the write end stays blocking: the code expects it
                 state.open_streams += 1
                 self._loop.add_reader(r, self._on_output, state, stream)
+            if stdin_stream is not None:
+                r, w = os.pipe2(os.O_CLOEXEC)
+                child_ends.append(r)  # the read end stays blocking: the code expects it
+                state.stdin_fd = w
+                os.set_blocking(w, False)
         except BaseException:
             for w in child_ends:
                 os.close(w)
+            self._close_stdin(state)
             self._close_streams(state)
             raise
         fut: asyncio.Future[P.Frame] = self._loop.create_future()
         self._pending[rid] = fut
         self._running[rid] = state
-        header = {"op": "exec", "id": rid, "spec": _spec_json(spec), "stdin": spec.stdin is not None, "fds": 2}
+        live = stdin_stream is not None
+        header: dict[str, Any] = {"op": "exec", "id": rid, "spec": _spec_json(spec), "fds": 3 if live else 2}
+        header["stdin"] = "live" if live else spec.stdin is not None
         if then is not None:
             header["then"] = then
         if spec.proxy and on_listener is not None:
             self._listener_handlers[rid] = on_listener  # the listener frame comes before the reply
         sent = self._loop.time()
+        pump: asyncio.Future[None] | None = None
         try:
-            self._send(header, spec.stdin or b"", child_ends)  # closes our copies of the write ends
+            # Closes our copies of the child's ends; a live stdin's first bytes go on its pipe, not in the frame.
+            self._send(header, b"" if live else spec.stdin or b"", child_ends)
             child_ends = []
+            if stdin_stream is not None:
+                pump = asyncio.ensure_future(self._pump_stdin(state, spec.stdin or b"", stdin_stream))
             await self._opened_before(state, fut)
             reply = await self._await_exit(
                 state, fut, spec.timeout + _EXEC_GRACE + len(spec.stdin or b"") / _TRANSFER_RATE
@@ -895,10 +916,54 @@ class Box:
                 self._then = None  # no run to collect after: close() asks the server to close as usual
             for w in child_ends:
                 os.close(w)
+            if pump is not None:
+                pump.cancel()
+            self._close_stdin(state)
             self._close_streams(state)
             self._pending.pop(rid, None)
             self._running.pop(rid, None)
             self._listener_handlers.pop(rid, None)
+
+    async def _pump_stdin(self, state: _Exec, first: bytes, chunks: AsyncIterable[bytes]) -> None:
+        """Write ``first`` then each chunk to the exec's live stdin, then close it (``exec``'s ``stdin_stream``)."""
+        try:
+            await self._write_stdin(state, first)
+            async for chunk in chunks:
+                await self._write_stdin(state, chunk)
+        except OSError:
+            pass  # the command closed its stdin or ended: what it no longer reads is dropped
+        finally:
+            self._close_stdin(state)
+
+    async def _write_stdin(self, state: _Exec, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            fd = state.stdin_fd
+            if fd is None:
+                return
+            try:
+                view = view[os.write(fd, view) :]
+                continue
+            except BlockingIOError:
+                pass
+            room: asyncio.Future[None] = self._loop.create_future()
+            self._loop.add_writer(fd, _set_once, room)
+            state.stdin_waiting = True
+            try:
+                await room
+            finally:
+                if state.stdin_fd == fd and state.stdin_waiting:
+                    self._loop.remove_writer(fd)
+                    state.stdin_waiting = False
+
+    def _close_stdin(self, state: _Exec) -> None:
+        fd, state.stdin_fd = state.stdin_fd, None
+        if fd is None:
+            return
+        if state.stdin_waiting and not self._loop.is_closed():
+            self._loop.remove_writer(fd)
+        state.stdin_waiting = False
+        os.close(fd)
 
     async def _opened_before(self, state: _Exec, fut: asyncio.Future[P.Frame]) -> None:
         """A one-shot box: check its open and files (sent ahead of this exec) before waiting for the run."""
@@ -1037,6 +1102,11 @@ class Box:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _set_once(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _answered_ok(fut: asyncio.Future[P.Frame]) -> bool:

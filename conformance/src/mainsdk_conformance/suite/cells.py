@@ -17,6 +17,56 @@ PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADh
 STUBBORN = "import time\nwhile True:\n    try:\n        time.sleep(0.01)\n    except KeyboardInterrupt:\n        pass"
 SERVE = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.05)"
 
+# Issue 22, finding 2, as it was found: cell 1 plants the next request where the kernel took requests from (its
+# folder, read from the kernel's frame), as code that waits for the app's own request file and deletes it, then
+# answers in its place. Where requests come only on the kernel's stdin the planted file is nothing.
+PLANT = """
+import json, os, sys
+folder = sys._getframe(1).f_locals.get("folder") or ".mainsdk-cells"
+os.makedirs(folder, exist_ok=True)
+forged = (
+    "import os, time\\n"
+    f"path = {os.path.join(folder, '2.json')!r}\\n"
+    "end = time.time() + 10\\n"
+    "while not os.path.exists(path) and time.time() < end:\\n    time.sleep(0.001)\\n"
+    "try:\\n    os.unlink(path)\\nexcept OSError:\\n    pass\\n"
+    "print('FORGED')\\n'forged'"
+)
+with open(os.path.join(folder, "2.json"), "w") as f:
+    json.dump({"code": forged, "timeout": 30}, f)
+"""
+# Finding 2's second half: a cell makes the request folder unusable (on the old kernel every later cell failed).
+LOCK_OUT = """
+import os
+os.makedirs(".mainsdk-cells", exist_ok=True)
+for top, folders, _files in os.walk(".mainsdk-cells", topdown=False):
+    for name in folders:
+        os.chmod(os.path.join(top, name), 0)
+os.chmod(".mainsdk-cells", 0)
+"""
+# Finding 3: a daemon thread left by cell 1 writes a forged end one second into cell 2, with whatever it can
+# reach: the old kernel's frame descriptors and token (its locals), and every descriptor the interpreter holds.
+FORGE_LATER = """
+import json, os, sys, threading, time
+kernel = sys._getframe(1).f_locals
+def forge():
+    time.sleep(1)
+    frame = {"cell": 2, "results": [{"mime": "text/plain", "data": "'forged'", "encoding": "utf-8"}],
+             "results_dropped": 0, "error": None, "stop": None}
+    line = json.dumps(frame).encode() + b"\\n"
+    if "mark_out" in kernel:
+        os.write(kernel["frame_out"], kernel["mark_out"] + line)
+        os.write(kernel["frame_err"], kernel["end_err"])
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) > 2:
+            try:
+                os.write(int(name), line)
+            except OSError:
+                pass
+threading.Thread(target=forge, daemon=True).start()
+"""
+SLOW = "import time\ntime.sleep(3)\nprint('MARK-2')\n6 * 7"
+
 
 def _running(process: Process) -> bool:
     return process.running  # a call, so a type checker does not keep the narrowed value across the kill
@@ -93,6 +143,47 @@ class TestCells:
             session.run_code("a + 1")
         cells = [(e.kind, e.cell, e.code_sha256, e.session_id) for e in built.events if e.kind == "cell"]
         assert cells == [("cell", 1, code_sha256("a = 1"), session.id), ("cell", 2, code_sha256("a + 1"), session.id)]
+
+    def test_a_request_planted_by_a_cell_is_never_run(self, conformance: Conformance) -> None:
+        built = conformance.build()
+        with built.sandbox.create() as session:
+            session.run_code(PLANT)
+            second = session.run_code("print('app')\n'app'")
+            assert (second.stdout, second.text, second.ok) == ("app\n", "'app'", True)
+        shas = [e.code_sha256 for e in built.events if e.kind == "cell"]
+        assert shas == [code_sha256(PLANT), code_sha256("print('app')\n'app'")]
+
+    def test_locking_a_cell_folder_does_nothing_to_later_cells(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            session.run_code(LOCK_OUT)
+            assert session.run_code("1 + 1", timeout="5s").text == "2"
+            assert session.run_code("'still'", timeout="5s").text == "'still'"
+
+    def test_a_thread_of_an_earlier_cell_cannot_end_a_later_cell(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            session.run_code(FORGE_LATER)
+            started = time.monotonic()
+            second = session.run_code(SLOW)
+            took = time.monotonic() - started
+            third = session.run_code("'after'")
+            assert took >= 2.9 or conformance.replayed  # a replay has no clock to keep: the output must show it
+            assert second.text == "42" and "MARK-2" in second.stdout
+            assert "MARK-2" not in third.stdout and third.text == "'after'"
+
+    def test_a_listener_that_raises_is_the_apps_error_and_the_interpreter_lives(self, conformance: Conformance) -> None:
+        def listener(stream: str, data: bytes) -> None:
+            raise ValueError("the app's listener broke")
+
+        with conformance.sandbox().create() as session:
+            session.run_code("x = 1")
+            try:
+                session.run_code("x += 1\nprint('seen')", on_output=listener)
+            except ValueError as exc:
+                assert getattr(exc, "ran", None) is True
+            else:
+                raise AssertionError("the listener's error was not raised")
+            after = session.run_code("x")
+            assert after.text == "2" and not after.restarted
 
 
 @requires("sessions", "background")

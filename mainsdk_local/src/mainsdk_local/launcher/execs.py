@@ -119,7 +119,7 @@ class RunExecution:
         ctx.drop_uid = self.root
         ctx.argv, ctx.env = spec.argv, spec.env
         ctx.timeout = spec.timeout
-        ctx.stdout, ctx.stderr = fds
+        ctx.stdout, ctx.stderr = fds[0], fds[1]
         ctx.disk_bytes = box.disk_bytes
         run = Run(rid, box, spec)
         box.execs += 1
@@ -130,7 +130,9 @@ class RunExecution:
         has_cgroups = self.cgroups.memory is not None or self.cgroups.pids is not None
         limits: G.Limits = (spec.memory_bytes, spec.max_processes + 1) if has_cgroups else None
         try:
-            if spec.has_stdin:
+            if len(fds) == 3:
+                ctx.stdin = fds[2]  # a live stdin: the client's pipe, which the client feeds
+            elif spec.has_stdin:
                 stdin_r, run.stdin_w = os.pipe2(os.O_CLOEXEC)
                 ctx.stdin = stdin_r
                 os.set_blocking(run.stdin_w, False)

@@ -501,8 +501,9 @@ class Server(RunExecution, WarmExecution):
         elif op == "exec":
             if rid in box.runs:
                 raise C.RequestError("launcher", f"exec id {rid} already running")
-            if len(frame.fds) != 2:
-                raise C.RequestError("launcher", "exec needs stdout and stderr descriptors")
+            # A live stdin (``"stdin": "live"``): the client's pipe read end comes third, and it feeds the pipe.
+            if len(frame.fds) != (3 if h.get("stdin") == "live" else 2):
+                raise C.RequestError("launcher", "exec needs stdout and stderr descriptors, and stdin's when live")
             spec = ExecSpec(h.get("spec"), bool(h.get("stdin")))
             then = self._then_collect(box, rid, h.get("then"))
             fds, frame.fds = frame.fds, []

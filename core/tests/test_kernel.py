@@ -1,0 +1,135 @@
+"""The cell kernel's own protocol, run as the real processes on this machine (no sandbox): supervisor and executor.
+
+Core's kernel (``mainsdk/_kernel.py``) is started here the way a driver starts it, ``python3 -I -u -c <kernel>``
+with the token as the first stdin line and each cell one JSON line after it; the tests read its stdout for the
+frames. The "probe" watch (what the supervisor falls back to where ``/proc/<child>/syscall`` cannot be read) is
+the same source with that path pointed at nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mainsdk.cells import kernel_source
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the cell kernel runs in Linux boxes")
+TOKEN = "0123456789abcdef0123456789abcdef"
+MARK = b"\x1e" + TOKEN.encode() + b":"
+# A thread left by one cell writes a forged result line for cell 2, one second into it, into every descriptor.
+FORGE = """
+import json, os, threading, time
+line = json.dumps({"cell": 2, "results": [{"mime": "text/plain", "data": "'forged'", "encoding": "utf-8"}],
+                   "results_dropped": 0, "error": None}).encode() + b"\\n"
+def forge():
+    time.sleep(1)
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) > 2:
+            try:
+                os.write(int(name), line)
+            except OSError:
+                pass
+threading.Thread(target=forge, daemon=True).start()
+"""
+
+
+def _syscall_readable() -> bool:
+    try:
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text()) < 2
+    except (OSError, ValueError):
+        return Path("/proc/self/syscall").exists()
+
+
+class Kernel:
+    """One kernel process and the frames it writes."""
+
+    def __init__(self, source: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-u", "-c", source],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        self.stdin.write(TOKEN.encode() + b"\n")
+        self.stdin.flush()
+
+    def cell(self, code: str, timeout: float = 10.0) -> tuple[bytes, dict[str, Any], float]:
+        """Send one cell; its stdout before the frame, the frame, and how long it took."""
+        started = time.monotonic()
+        request = {"code": code, "timeout": timeout, "grace": 1.0, "max_results": 1 << 20}
+        self.stdin.write(json.dumps(request).encode() + b"\n")
+        self.stdin.flush()
+        out = b""
+        while not (MARK in out and out.endswith(b"\n")):
+            chunk = os.read(self.stdout.fileno(), 1 << 16)
+            assert chunk, f"the kernel ended with {self.proc.wait()}"
+            out += chunk
+        before, _, frame = out.partition(MARK)
+        return before, json.loads(frame), time.monotonic() - started
+
+    def close(self) -> int:
+        self.stdin.close()
+        return self.proc.wait(10)
+
+
+@pytest.fixture(params=["syscall", "probe"])
+def kernel(request: pytest.FixtureRequest) -> Iterator[tuple[Kernel, str]]:
+    source = kernel_source()
+    if request.param == "syscall" and not _syscall_readable():
+        pytest.skip("this machine's Yama ptrace_scope refuses /proc/<child>/syscall: only the probe watch runs here")
+    if request.param == "probe":
+        assert 'SYSCALL_PATH = "/proc/{}/syscall"' in source
+        source = source.replace('SYSCALL_PATH = "/proc/{}/syscall"', 'SYSCALL_PATH = "/nonexistent/{}"')
+    running = Kernel(source)
+    yield running, request.param
+    if running.proc.poll() is None:
+        running.proc.kill()
+        running.proc.wait()
+
+
+def test_each_frame_carries_the_cell_the_hash_of_its_code_and_the_watch(kernel: tuple[Kernel, str]) -> None:
+    running, watch = kernel
+    out, frame, _ = running.cell("x = 41\nprint('set')")
+    assert out == b"set\n" and frame["cell"] == 1 and frame["watch"] == watch and frame["undumpable"] is True
+    assert frame["code_sha256"] == hashlib.sha256(b"x = 41\nprint('set')").hexdigest()
+    _, second, _ = running.cell("x + 1")
+    assert second["cell"] == 2 and second["results"][0]["data"] == "42"
+    assert running.close() == 0  # the app closing stdin ends the kernel
+
+
+def test_a_result_line_forged_by_a_thread_does_not_end_the_cell(kernel: tuple[Kernel, str]) -> None:
+    running, _ = kernel
+    running.cell(FORGE)
+    out, frame, took = running.cell("import time\ntime.sleep(2.5)\nprint('MARK-2')\n6 * 7")
+    assert took >= 2.4 and out.endswith(b"MARK-2\n") and frame["results"][0]["data"] == "42"
+
+
+def test_the_timeout_interrupts_and_keeps_the_state_and_a_stubborn_cell_ends_the_kernel(
+    kernel: tuple[Kernel, str],
+) -> None:
+    running, _ = kernel
+    running.cell("x = 'kept'")
+    _, frame, took = running.cell("import time\ntime.sleep(30)", timeout=0.5)
+    assert frame["stop"] == "timeout" and frame["error"]["name"] == "KeyboardInterrupt" and took < 5
+    assert running.cell("x")[1]["results"][0]["data"] == "'kept'"
+    stubborn = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)"
+    running.stdin.write(json.dumps({"code": stubborn, "timeout": 0.5, "grace": 0.5}).encode() + b"\n")
+    running.stdin.flush()
+    assert running.proc.wait(10) == 124  # killed at timeout + grace, the state with it
+
+
+def test_an_executor_that_dies_ends_the_kernel_with_its_status(kernel: tuple[Kernel, str]) -> None:
+    running, _ = kernel
+    running.stdin.write(json.dumps({"code": "import os\nos._exit(7)", "timeout": 10}).encode() + b"\n")
+    running.stdin.flush()
+    assert running.proc.wait(10) == 7
