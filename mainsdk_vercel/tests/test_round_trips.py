@@ -51,17 +51,17 @@ def test_every_plain_run_costs_the_stated_figure() -> None:
 
 
 def test_a_cell_in_a_warm_session_is_one_request() -> None:
-    # The interpreter starts with its stdin file (its token) and its command, whose stream stays open; each cell
-    # is one write of its file, answered on that stream (the first cell's file goes first: core asks for it as it
-    # starts the interpreter, and requests go in the order core asked). Closing kills the interpreter, then stops.
+    # The interpreter is one command with a live stdin (attachStdin) whose stream stays open; its token is the first
+    # write to that stdin, and each cell is one more write (its request line), answered on the command's stream.
+    # Closing kills the interpreter, then stops.
     steps = _steps("TestCells/test_state_stays_across_cells.json")
     assert steps == [
         "POST sandboxes",
         "GET sandbox",  # until it runs
-        "POST write",  # cell 1
-        "POST write",  # the kernel's stdin
         "POST cmd",  # the kernel
-        "POST write",  # cell 2
+        "POST stdin",  # its token
+        "POST stdin",  # cell 1
+        "POST stdin",  # cell 2
         "POST kill",
         "POST stop",
     ]

@@ -67,7 +67,7 @@ OPERATIONS = (
 )
 # Every operation the driver uses; the check must cover each (the issue: "kill included"). A session's
 # extend-timeout comes only after a whole lease (minutes), so no cassette holds one: checked on its own below.
-OURS = {"create", "get", "write", "read", "run", "wait", "logs", "kill", "stop"}
+OURS = {"create", "get", "write", "read", "run", "wait", "logs", "kill", "stop", "stdin"}
 
 
 def operation(method: str, path: str) -> str | None:
@@ -201,6 +201,14 @@ def test_our_requests_agree_with_vercels_client(name: str, theirs: dict[str, lis
             # The policy by value, from the same hosts; the rest by shape.
             assert ours.pop("networkPolicy") in _policies(), f"{where}: networkPolicy"
             assert shape(ours) in their_creates, where
+        elif name == "run" and ours.get("attachStdin"):
+            # A command with a live stdin (a cell's kernel): as Vercel's run_process with input sends it.
+            attached = [r for r in theirs["run"] if _their_body(r).get("attachStdin") and r["query"].get("wait")]
+            assert attached and shape(ours) == shape(_their_body(attached[0])), where
+        elif name == "stdin":
+            # Each write carries its offset, as every one of Vercel's client's writes but its first offset read.
+            assert shape(ours) in [shape(_their_body(r)) for r in theirs["stdin"]], where
+            assert "offset" in ours, where
         elif name == "write":
             headers = {k.lower(): v for k, v in (request.get("headers") or {}).items()}
             assert headers.get("content-type") == reference["headers"]["content-type"] == "application/gzip", where

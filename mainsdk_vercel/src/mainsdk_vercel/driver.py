@@ -369,11 +369,18 @@ class VercelDriver:
         loop = asyncio.get_running_loop()
         started = loop.time()
         feeding: list[asyncio.Task[None]] = []
+        running = asyncio.current_task()
+
+        def ending() -> bool:
+            # The app ends the input and cancels the command in one step (a kernel's kill): no close is sent then,
+            # so what reaches Vercel (and a cassette) does not depend on which of the two goes first.
+            return box.gone or running is None or running.done() or running.cancelling() > 0
 
         def began() -> None:
             sent()
             if command.input is not None and run.cmd_id is not None:
-                feeding.append(asyncio.create_task(self._feed(box, run.cmd_id, command.stdin, command.input)))
+                feed = self._feed(box, run.cmd_id, command.stdin, command.input, ending)
+                feeding.append(asyncio.create_task(feed))
 
         run = _Run(started=began)
         try:
@@ -744,7 +751,9 @@ class VercelDriver:
         await self._follow_logs(box, run.cmd_id, output, delivered)
         run.exit_code = await self._wait(box, run.cmd_id)
 
-    async def _feed(self, box: VercelBox, cmd_id: str, first: bytes | None, chunks: InputStream) -> None:
+    async def _feed(
+        self, box: VercelBox, cmd_id: str, first: bytes | None, chunks: InputStream, ending: Callable[[], bool]
+    ) -> None:
         """Write a running command's live stdin: ``first`` (``Command.stdin``), each chunk as it comes, then close.
 
         ``POST .../cmd/{cmdId}/stdin`` {data (base64), offset, close} (docs "Write to command stdin";
@@ -752,7 +761,7 @@ class VercelDriver:
         most ``STDIN_CHUNK`` bytes, each carrying its ``offset`` so a resend after a 5xx, a 504 (the command
         not reading within 30 s) or a broken connection skips what the command already has. A command that
         ended or closed its stdin (400 ``command_stdin_unavailable``, 404) takes nothing more: the rest is
-        dropped, as ``InputStream`` says.
+        dropped, as ``InputStream`` says; so is all of it once the command is being ended (``ending``).
         """
         offset = 0
         path = f"{SESSIONS}/{box.session_id}/cmd/{cmd_id}/stdin"
@@ -779,9 +788,10 @@ class VercelDriver:
             if first and not await self._write_chunks(write, first):
                 return
             async for chunk in chunks:
-                if not await self._write_chunks(write, chunk):
+                if ending() or not await self._write_chunks(write, chunk):
                     return
-            await write(b"", close=True)
+            if not ending():
+                await write(b"", close=True)
         except SandboxError as exc:
             # The command runs on without its input; its own end (or its timeout) reports the run.
             log.warning("could not write the stdin of a Vercel command: %s", exc.message)
