@@ -520,12 +520,14 @@ class VercelDriver:
             await asyncio.shield(self._stop_quietly(box))
             raise
 
-    def _cap_message(self, box: VercelBox) -> str:
-        return (
+    def _cap_message(self, box: VercelBox, advice: bool = True) -> str:
+        """What a session at the plan's cap says; core adds "open a new session" to a BoxGone's itself."""
+        text = (
             f"the Vercel sandbox of {box.id} reached the most a sandbox may live on this plan, {_human(self._cap)} "
             f"from its start ({self._cap_setting}), and Vercel stopped it: its files, variables and processes are "
-            "gone. Open a new session (or set sandbox.vercel.plan or max_duration if your plan allows longer)"
+            "gone (set sandbox.vercel.plan or max_duration if your plan allows longer)"
         )
+        return text + ("; open a new session" if advice else "")
 
     def _at_cap(self, box: VercelBox) -> bool:
         """Whether the box's session is at (or past) the plan's cap, so Vercel has stopped it or is stopping it."""
@@ -629,7 +631,7 @@ class VercelDriver:
             end = box.started + self._cap  # the plan's cap: no extension reaches past it
             if box.session and time.monotonic() >= end - CAP_SLACK:
                 box.gone = True  # Vercel stops it at the cap; nothing sent to it could run any more
-                raise BoxGone(self._cap_message(box))
+                raise BoxGone(self._cap_message(box, advice=False))
             # Extend by a whole lease, in a fixed amount, so the requests (and cassettes) do not depend on timing,
             # and extensions stay rare; near the cap, only up to it.
             if box.session and box.expires - time.monotonic() < needed and box.expires < end:
