@@ -3,9 +3,9 @@
 - the first fetch of a set into an empty wheelhouse (the app's pip for the box's Python: ``Wheelhouse.ensure``),
   then the same set asked again (what every later box pays: a manifest read, no pip);
 - the one ``fs/write`` body the wheels ride in (``driver._targz`` at gzip level 1): its size and build time;
-- the box's offline install (``packages.INSTALL``), run by this host's python in a fresh venv that sees only
-  pip (as the stand-in's sandboxes do), once per round: what each box with packages spends before the code
-  runs. A live Vercel box's own speed is unverified (see the driver's README).
+- the box's offline install (``packages.INSTALL`` and its stdlib unpacker ``UNPACK``), run by this host's python
+  in a fresh venv without pip (as the stand-in's sandboxes), once per round: what each box with packages spends
+  before the code runs. A live Vercel box's own speed is unverified (see the driver's README).
 
 The requests a run costs are counted by ``mainsdk_vercel/tests/test_packages.py``, not here.
 
@@ -24,21 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import pip
 from mainsdk.wheelhouse import Wheelhouse, WheelSet
 from mainsdk_vercel.driver import _targz
-from mainsdk_vercel.packages import INSTALL, PROBE, BoxPython
+from mainsdk_vercel.packages import INSTALL, PROBE, UNPACK, BoxPython
 
 
 def box_python(root: Path) -> Path:
-    """A fresh venv standing for the box's python3: no packages but pip."""
+    """A fresh venv standing for the box's python3: no packages, no pip (as the stand-in's sandboxes)."""
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
-    only = root / "pip-only"
-    only.mkdir()
-    (only / "pip").symlink_to(os.path.dirname(pip.__file__))
-    for site in (venv / "lib").glob("python3*/site-packages"):
-        (site / "bench-pip.pth").write_text(f"{only}\n")
     return venv / "bin"
 
 
@@ -51,7 +45,7 @@ def install_once(wheels: WheelSet, root: Path) -> float:
         (folder / name).write_bytes(data)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
     started = time.perf_counter()
-    subprocess.run(["bash", "-c", INSTALL, str(folder), *wheels.pins], check=True, env=env)
+    subprocess.run(["bash", "-c", INSTALL, str(folder), UNPACK, *wheels.pins], check=True, env=env)
     return time.perf_counter() - started
 
 

@@ -1,22 +1,34 @@
 """Packages on Vercel: wheels fetched on the app's side, uploaded in the box's one write, installed offline.
 
 Each test replays its cassette (``tests/cassettes/packages/``) with the real driver and a real httpx client;
-the wheels are really downloaded from the app's package index (PyPI here and in CI) into a wheelhouse, and
 the upload must match the authored one member by member (large wheels by sha256). The requests each run
 costs are counted from what the replay server received: the figures README.md states.
 
+The wheels of the small sets are made by this module (``made_wheel``: deterministic bytes, stored, with a
+console script and a dependency), so those tests need no index, no network and no pip in the test
+environment (``MadeWheels`` stands for the app-side download, which core's own tests cover). The chart's
+pandas and matplotlib are 14 real wheels (50 MB) that no test can make: those two tests download them from
+the package index with the app's pip (``mainsdk.wheelhouse``) and say so when it cannot be reached.
+
 Authored, never recorded: ``python mainsdk_vercel/tests/conformance/author.py --packages`` runs this module
-against the stand-in (``simulator.py``), where the box's pip and python really ran (the PNGs are
-matplotlib's own output on this machine).
+against the stand-in (``simulator.py``), whose box Python has no pip: the driver's unpacker, the box's python
+and the code really ran there (the PNGs are matplotlib's own output on this machine).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import importlib.util
+import io
 import os
 import platform
+import shutil
+import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +36,7 @@ import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION
-from mainsdk.wheelhouse import Wheelhouse
+from mainsdk.wheelhouse import Wheelhouse, WheelSet, failure_message, wheels_key
 from mainsdk_conformance.plugin import seeded_cell_tokens
 from mainsdk_conformance.profiles import VERCEL
 from mainsdk_conformance.replay import ReplayServer
@@ -40,10 +52,11 @@ TOKEN = "replay-token-not-a-secret"
 AUTHOR_ENV = "MAINSDK_VERCEL_AUTHOR_PACKAGES"
 AUTHORED_HOW = (
     "recorded with tests/test_packages.py against tests/conformance/simulator.py (written from vercel-sandbox "
-    "0.10.0 and @vercel/sandbox); the box's python and pip really ran on this machine, so outputs (and PNGs) "
-    "are their own; wheel uploads are stored by sha256 and size"
+    "0.10.0 and @vercel/sandbox); the box's python (no pip) and the driver's unpacker really ran on this "
+    "machine, so outputs (and PNGs) are their own; wheel uploads are stored by sha256 and size"
 )
-SIX = "six==1.16.0"
+DEMO = "mainsdk-demo==1.0"  # made here, with its dependency mainsdk-demo-dep 2.0 and a console script
+TAMPERED = "mainsdk-tampered==1.0"  # made here, with a file that does not match its RECORD
 # pandas and matplotlib with every dependency pinned, so the app's download (and the upload the cassette
 # holds) is the same on every run: an unpinned dependency would follow the index's newest release.
 CHART_PINS = [
@@ -80,10 +93,96 @@ def config(pins: list[str], timeout: str = "30s") -> str:
     return f"sandbox: {{driver: vercel-sandbox, limits: {{timeout: {timeout}}}, packages: {{python: [{listed}]}}}}\n"
 
 
+def made_wheel(name: str, version: str, files: dict[str, str], requires: Sequence[str] = (), **extra: str) -> bytes:
+    """A wheel built here, byte for byte the same on every machine (stored, fixed times and modes).
+
+    ``extra``: ``entry_points`` (the text of entry_points.txt), ``tamper`` (a file whose RECORD hash is wrong).
+    """
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    members = dict(files)
+    members[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    members[f"{info}/WHEEL"] = (
+        "Wheel-Version: 1.0\nGenerator: mainsdk-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    if "entry_points" in extra:
+        members[f"{info}/entry_points.txt"] = extra["entry_points"]
+    record = []
+    for member, text in members.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        if member == extra.get("tamper"):
+            digest = base64.urlsafe_b64encode(hashlib.sha256(b"other").digest()).rstrip(b"=").decode()
+        record.append(f"{member},sha256={digest},{len(text.encode())}")
+    members[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
+    raw = io.BytesIO()
+    with zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as archive:
+        for member, text in members.items():
+            entry = zipfile.ZipInfo(member, date_time=(2020, 1, 1, 0, 0, 0))
+            entry.external_attr = 0o644 << 16
+            archive.writestr(entry, text)
+    return raw.getvalue()
+
+
+# The sets the made wheelhouse resolves, as pip would: a pin, then every wheel of it and its dependencies.
+MADE: dict[str, dict[str, bytes]] = {
+    DEMO: {
+        "mainsdk_demo-1.0-py3-none-any.whl": made_wheel(
+            "mainsdk-demo",
+            "1.0",
+            {
+                "mainsdk_demo/__init__.py": "from mainsdk_demo_dep import WORD\n__version__ = '1.0'\n"
+                "def main():\n    print('demo says', WORD)\n"
+            },
+            requires=["mainsdk-demo-dep==2.0"],
+            entry_points="[console_scripts]\nmainsdk-demo = mainsdk_demo:main\n",
+        ),
+        "mainsdk_demo_dep-2.0-py3-none-any.whl": made_wheel(
+            "mainsdk-demo-dep", "2.0", {"mainsdk_demo_dep.py": "WORD = 'hello'\n"}
+        ),
+    },
+    TAMPERED: {
+        "mainsdk_tampered-1.0-py3-none-any.whl": made_wheel(
+            "mainsdk-tampered", "1.0", {"mainsdk_tampered.py": "X = 1\n"}, tamper="mainsdk_tampered.py"
+        ),
+    },
+}
+
+
+class MadeWheels:
+    """The app-side wheelhouse for made wheels: ``ensure`` as ``mainsdk.wheelhouse.Wheelhouse``'s, no pip.
+
+    A set is written once per key into ``root`` and reused (``downloads`` counts the sets written). A pin it
+    has no wheel for is the 0001 the real wheelhouse raises when pip cannot resolve it.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.downloads = 0
+
+    def ensure(self, python: BoxPython, pins: Sequence[str]) -> WheelSet:
+        key = wheels_key(python, pins)
+        folder = self.root / key
+        wheels: dict[str, bytes] = {}
+        for pin in pins:
+            if pin not in MADE:
+                said = f"ERROR: No matching distribution found for {pin}"
+                where = f"as wheels for {python.describe()}"
+                raise SandboxError(INVALID_OPTION, failure_message(pins, said, where), ran=False)
+            wheels.update(MADE[pin])
+        if not folder.is_dir():
+            folder.mkdir(parents=True)
+            for name, data in wheels.items():
+                (folder / name).write_bytes(data)
+            self.downloads += 1
+        return WheelSet(key, folder, tuple(sorted(wheels)), tuple(pins))
+
+
 class Harness:
     """A replay server on one cassette (a recorder through the stand-in when authoring) and a sandbox on it."""
 
-    def __init__(self, name: str, text: str, wheels: Path) -> None:
+    def __init__(self, name: str, text: str, wheelhouse: Any) -> None:
         path = CASSETTES / f"{name}.json"
         upstream = os.environ.get(AUTHOR_ENV)
         if upstream:
@@ -91,15 +190,19 @@ class Harness:
         else:
             self.server = ReplayServer.replayer(VERCEL, path)
         self.server.start()
-        self.wheelhouse = Wheelhouse(str(wheels))
+        self.wheelhouse = wheelhouse
         self.driver = VercelDriver(
             token=TOKEN, project=PROJECT, team=TEAM, base_url=self.server.url("api"), wheelhouse=self.wheelhouse
         )
         self.sandbox = Sandbox(SandboxDeps(config=load_config_text(text), driver=self.driver, load_entrypoints=False))
 
     def steps(self, start: int = 0) -> list[str]:
-        """The requests received since ``start``: method and last path segment (``cmd`` starts a command)."""
-        return [f"{r.method} {r.path.rsplit('/', 1)[-1]}" for r in self.server.received[start:]]
+        """The requests received since ``start``: method and last path segment (``cmd`` starts a command);
+        ``GET sandbox`` reads a sandbox by its name (while it is pending)."""
+        return [
+            "GET sandbox" if r.method == "GET" and r.path.count("/") == 3 else f"{r.method} {r.path.rsplit('/', 1)[-1]}"
+            for r in self.server.received[start:]
+        ]
 
     def close(self, passed: bool) -> list[str]:
         self.sandbox.close()
@@ -112,20 +215,40 @@ class Harness:
         return self.server.problems(final=True)
 
 
+def _index_reachable() -> str | None:
+    """Why the chart's wheels cannot be downloaded here (no pip beside the tests, no index), or None."""
+    if importlib.util.find_spec("pip") is None and shutil.which("uv") is None:
+        return "the test environment has no pip (nor uv) to download the chart's wheels with"
+    try:
+        socket.create_connection(("pypi.org", 443), timeout=5).close()
+    except OSError:
+        return "the package index (pypi.org) is not reachable from here"
+    return None
+
+
 @pytest.fixture
-def wheels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The app's wheelhouse: pytest's cache folder when there is one (about 40 MB for the chart), so a
-    checkout downloads each set once, as an app reuses ``~/.cache/mainsdk/wheels``."""
+def index_wheels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Wheelhouse:
+    """The app's real wheelhouse, downloading from the package index: only the chart needs it (50 MB of wheels
+    no test can make). Kept in pytest's cache folder when there is one, as an app keeps ~/.cache/mainsdk/wheels."""
+    why = _index_reachable()
+    if why is not None and not os.environ.get(AUTHOR_ENV):
+        pytest.skip(f"{why}: this test installs 14 real wheels (pandas, matplotlib) fetched from it")
     cache = getattr(request.config, "cache", None)
-    return Path(cache.mkdir("mainsdk-vercel-wheels")) if cache is not None else tmp_path_factory.mktemp("wheels")
+    root = Path(cache.mkdir("mainsdk-vercel-wheels")) if cache is not None else tmp_path_factory.mktemp("wheels")
+    return Wheelhouse(str(root))
 
 
 @pytest.fixture
-def harness(request: pytest.FixtureRequest, wheels: Path) -> Iterator[Any]:
+def made_wheels(tmp_path: Path) -> MadeWheels:
+    return MadeWheels(tmp_path / "wheels")
+
+
+@pytest.fixture
+def harness(request: pytest.FixtureRequest) -> Iterator[Any]:
     opened: list[Harness] = []
 
-    def make(name: str, text: str) -> Harness:
-        built = Harness(name, text, wheels)
+    def make(name: str, text: str, wheelhouse: Any) -> Harness:
+        built = Harness(name, text, wheelhouse)
         opened.append(built)
         return built
 
@@ -137,48 +260,64 @@ def harness(request: pytest.FixtureRequest, wheels: Path) -> Iterator[Any]:
     assert problems == [], "\n".join(problems)
 
 
-def test_a_first_run_probes_uploads_and_installs_and_a_second_skips_the_probe_and_the_download(harness: Any) -> None:
-    h = harness("one_shot_six", config([SIX]))
-    first = h.sandbox.run("import six\nprint(six.__version__)")
-    assert (first.exit_code, first.stdout) == (0, "1.16.0\n"), first.stderr
-    # create, the image's python (once per driver), wheels up (the box's one write), install, the code, out, stop
-    assert h.steps() == ["POST sandboxes", "POST cmd", "POST write", "POST cmd", "POST cmd", "POST read", "POST stop"]
+def test_a_first_run_probes_uploads_and_installs_and_a_second_skips_the_probe_and_the_download(
+    harness: Any, made_wheels: MadeWheels
+) -> None:
+    h = harness("one_shot_made", config([DEMO]), made_wheels)
+    code = "import mainsdk_demo\nprint(mainsdk_demo.__version__)\nmainsdk_demo.main()"
+    first = h.sandbox.run(code)
+    # Installed by the driver's unpacker into a box Python with no pip: the package and its dependency.
+    assert (first.exit_code, first.stdout) == (0, "1.0\ndemo says hello\n"), first.stderr
+    # create (pending), its read until running, the image's python (once per driver), wheels up (the box's one
+    # write), install, the code, out, stop
+    assert h.steps() == [
+        "POST sandboxes", "GET sandbox", "POST cmd", "POST write", "POST cmd", "POST cmd", "POST read", "POST stop",
+    ]  # fmt: skip
     downloads = h.wheelhouse.downloads
     mark = len(h.server.received)
-    second = h.sandbox.run("import six\nprint(six.__version__)")
-    assert (second.exit_code, second.stdout) == (0, "1.16.0\n"), second.stderr
-    assert h.steps(mark) == ["POST sandboxes", "POST write", "POST cmd", "POST cmd", "POST read", "POST stop"]
+    second = h.sandbox.run("import subprocess\nsubprocess.run(['mainsdk-demo'], check=True)")
+    assert (second.exit_code, second.stdout) == (0, "demo says hello\n"), second.stderr  # its console script
+    assert h.steps(mark) == [
+        "POST sandboxes", "GET sandbox", "POST write", "POST cmd", "POST cmd", "POST read", "POST stop",
+    ]  # fmt: skip
     assert h.wheelhouse.downloads == downloads  # the app's wheelhouse had the set
     mark = len(h.server.received)
-    without = h.sandbox.run("import six", packages=[])
-    assert without.exit_code == 1 and "No module named 'six'" in without.stderr
-    assert h.steps(mark) == ["POST sandboxes", "POST cmd", "POST read", "POST stop"]  # a plain run: 4
+    without = h.sandbox.run("import mainsdk_demo", packages=[])
+    assert without.exit_code == 1 and "No module named 'mainsdk_demo'" in without.stderr
+    assert h.steps(mark) == ["POST sandboxes", "GET sandbox", "POST cmd", "POST read", "POST stop"]  # plain: 5
     assert h.server.commands_sent() == 6
 
 
-def test_a_session_installs_once_and_its_later_commands_and_cells_cost_nothing_more(harness: Any) -> None:
-    h = harness("session_six", config([SIX]))
+def test_a_session_installs_once_and_its_later_commands_and_cells_cost_nothing_more(
+    harness: Any, made_wheels: MadeWheels
+) -> None:
+    h = harness("session_made", config([DEMO]), made_wheels)
     with h.sandbox.create() as session:
         opened = h.steps()
-        assert opened == ["POST sandboxes", "POST cmd", "POST write", "POST cmd"]  # create, probe, wheels, install
+        # create, its read until running, probe, wheels, install
+        assert opened == ["POST sandboxes", "GET sandbox", "POST cmd", "POST write", "POST cmd"]
         mark = len(h.server.received)
         for _ in range(2):
-            assert session.run("python3", ["-c", "import six; print(six.__version__)"]).stdout == "1.16.0\n"
+            assert (
+                session.run("python3", ["-c", "import mainsdk_demo; print(mainsdk_demo.__version__)"]).stdout == "1.0\n"
+            )
         assert h.steps(mark) == ["POST cmd", "POST cmd"]  # one request a command, as without packages
-        cell = session.run_code("import six\nsix.__version__")
-        assert cell.text == "'1.16.0'", cell.error
+        cell = session.run_code("import mainsdk_demo_dep\nmainsdk_demo_dep.WORD")
+        assert cell.text == "'hello'", cell.error
 
 
-def test_a_set_pip_cannot_resolve_is_one_0001_naming_the_package_before_any_code_runs(harness: Any) -> None:
-    h = harness("unresolvable", config([SIX, "doesnotexist-xyz==1.0"]))
+def test_a_set_the_app_cannot_fetch_is_one_0001_naming_the_package_before_any_code_runs(
+    harness: Any, made_wheels: MadeWheels
+) -> None:
+    h = harness("unresolvable", config([DEMO, "doesnotexist-xyz==1.0"]), made_wheels)
     with pytest.raises(SandboxError) as caught:
         h.sandbox.run("print('ran')")
     error = caught.value
     assert (error.code, error.ran) == (INVALID_OPTION, False)
-    assert "doesnotexist-xyz==1.0" in error.message and "pip said: ERROR:" in error.message
-    assert "six" not in error.message.split("pip said")[0]  # only the package pip named is blamed
+    assert "doesnotexist-xyz==1.0" in error.message
+    assert "mainsdk-demo" not in error.message.split("pip said")[0]  # only the package named is blamed
     # The image's python was asked (the first box of this driver), then the sandbox stopped: no code ran.
-    assert h.steps() == ["POST sandboxes", "POST cmd", "POST stop"]
+    assert h.steps() == ["POST sandboxes", "GET sandbox", "POST cmd", "POST stop"]
     mark = len(h.server.received)
     with pytest.raises(SandboxError) as again:
         h.sandbox.run("print('ran')")
@@ -186,8 +325,22 @@ def test_a_set_pip_cannot_resolve_is_one_0001_naming_the_package_before_any_code
     assert h.steps(mark) == []  # the python is known now: refused before any sandbox is made
 
 
-def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(harness: Any) -> None:
-    h = harness("chart_run", config(CHART_PINS, "120s"))
+def test_a_wheel_that_fails_its_record_in_the_box_is_one_0001_quoting_the_unpacker_and_the_code_never_runs(
+    harness: Any, made_wheels: MadeWheels
+) -> None:
+    h = harness("tampered", config([TAMPERED]), made_wheels)
+    with pytest.raises(SandboxError) as caught:
+        h.sandbox.run("print('ran')")
+    error = caught.value
+    assert (error.code, error.ran) == (INVALID_OPTION, False)
+    assert "mainsdk-tampered==1.0" in error.message
+    assert "ERROR: mainsdk_tampered-1.0-py3-none-any.whl: mainsdk_tampered.py does not match" in error.message
+    # create, read, probe, wheels up, the install that failed, stop: the code never ran
+    assert h.steps() == ["POST sandboxes", "GET sandbox", "POST cmd", "POST write", "POST cmd", "POST stop"]
+
+
+def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(harness: Any, index_wheels: Wheelhouse) -> None:
+    h = harness("chart_run", config(CHART_PINS, "120s"), index_wheels)
     result = h.sandbox.run(CHART, files={"data.csv": DATA}, feature="chart")
     assert (result.exit_code, result.stdout) == (0, "3\n"), result.stderr
     files = {ref.name: ref for ref in result.files}
@@ -197,11 +350,15 @@ def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(harness: An
     pngs = [r.bytes() if r.file is None else h.sandbox.files.read(r.file) for r in result.results]
     assert [r.mime for r in result.results] == ["image/png"]
     assert pngs[0] is not None and pngs[0].startswith(PNG)
-    assert h.steps() == ["POST sandboxes", "POST cmd", "POST write", "POST cmd", "POST cmd", "POST read", "POST stop"]
+    assert h.steps() == [
+        "POST sandboxes", "GET sandbox", "POST cmd", "POST write", "POST cmd", "POST cmd", "POST read", "POST stop",
+    ]  # fmt: skip
 
 
-def test_a_cell_drawing_with_pandas_and_matplotlib_returns_the_figure_as_a_png(harness: Any) -> None:
-    h = harness("chart_cell", config(CHART_PINS, "120s"))
+def test_a_cell_drawing_with_pandas_and_matplotlib_returns_the_figure_as_a_png(
+    harness: Any, index_wheels: Wheelhouse
+) -> None:
+    h = harness("chart_cell", config(CHART_PINS, "120s"), index_wheels)
     with h.sandbox.create() as session:
         session.write("data.csv", DATA)
         loaded = session.run_code("import pandas as pd\ndf = pd.read_csv('data.csv')\nlen(df)")

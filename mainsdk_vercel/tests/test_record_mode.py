@@ -14,6 +14,7 @@ API; then the written cassettes are replayed. What must hold:
 
 from __future__ import annotations
 
+import base64
 import importlib
 import json
 import os
@@ -129,7 +130,9 @@ def test_record_keeps_what_a_live_run_cannot_make_labels_the_rest_and_replays(su
     text = json.dumps(data)
     assert standin.token not in text
     paths = [i["request"]["path"] for i in data["interactions"]]
-    assert paths[0] == "/v3/sandboxes" and paths[-1].endswith("/stop") and len(paths) == 4
+    # create (answered pending by the stand-in), the read of the sandbox until it runs, the code, out, stop
+    assert paths[0] == "/v3/sandboxes" and paths[1].startswith("/v2/sandboxes/sbx-") and paths[-1].endswith("/stop")
+    assert len(paths) == 5
 
     # And it replays (no network: the stand-in is gone).
     standin.stop()
@@ -139,3 +142,61 @@ def test_record_keeps_what_a_live_run_cannot_make_labels_the_rest_and_replays(su
     )
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "1 passed" in replayed.stdout
+
+
+def _oidc_token(claims: dict[str, str]) -> str:
+    """A token shaped as Vercel's OIDC tokens are (a JWT: header, claims, signature, base64url)."""
+
+    def part(value: dict[str, str]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part(claims)}.c2lnbmF0dXJl"
+
+
+def test_record_with_only_an_oidc_token_sends_it_and_takes_the_project_and_team_from_its_claims(
+    suite: Path,
+) -> None:
+    token = _oidc_token({"project_id": "prj_conformance", "owner_id": "team_conformance", "sub": "owner:x"})
+    sim = Simulator(token=token)  # the stand-in takes only this token: the replay placeholder would be refused
+    sim.start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VERCEL_")}
+        env["VERCEL_OIDC_TOKEN"] = token  # no VERCEL_TOKEN, no VERCEL_PROJECT_ID, no VERCEL_TEAM_ID
+        (suite / "cassettes" / RECORDED).unlink()
+        recorded = _pytest(
+            [
+                "record",
+                "--driver",
+                "vercel-sandbox",
+                "--tests",
+                str(suite),
+                "--upstream",
+                f"api={sim.url}",
+                "--",
+                "-p",
+                "mainsdk_conformance.plugin",
+                "-k",
+                "test_python_prints",
+            ],
+            env,
+            module="mainsdk_conformance.cli",
+        )
+    finally:
+        sim.stop()
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    creates = [r for r in sim.requests if r["path"] == "/v3/sandboxes"]
+    assert creates and all(r["headers"]["authorization"] == f"Bearer {token}" for r in sim.requests)
+    assert json.loads(creates[0]["body"])["projectId"] == "prj_conformance"
+    assert creates[0]["query"] == {"teamId": "team_conformance"}
+    text = (suite / "cassettes" / RECORDED).read_text()
+    assert token not in text and token.split(".")[1] not in text  # scrubbed: no part of the credential
+
+
+def test_record_without_any_token_is_a_usage_error_naming_both_variables(suite: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERCEL_")}
+    env["VERCEL_PROJECT_ID"] = "prj_conformance"
+    refused = _pytest(
+        [str(suite), "-p", "mainsdk_conformance.plugin", "--conformance-record", "-k", "test_python_prints"], env
+    )
+    output = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "VERCEL_OIDC_TOKEN or VERCEL_TOKEN" in output, output

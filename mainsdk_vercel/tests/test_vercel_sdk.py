@@ -24,6 +24,7 @@ import io
 import json
 import posixpath
 import re
+import subprocess
 import sys
 import tarfile
 from collections.abc import Iterator
@@ -62,10 +63,11 @@ OPERATIONS = (
     ("kill", "POST", re.compile(r"^/v2/sandboxes/sessions/[^/]+/cmd/[^/]+/kill$")),
     ("extend", "POST", re.compile(r"^/v2/sandboxes/sessions/[^/]+/extend-timeout$")),
     ("stop", "POST", re.compile(r"^/v2/sandboxes/sessions/[^/]+/stop$")),
+    ("stdin", "POST", re.compile(r"^/v2/sandboxes/sessions/[^/]+/cmd/[^/]+/stdin$")),
 )
 # Every operation the driver uses; the check must cover each (the issue: "kill included"). A session's
 # extend-timeout comes only after a whole lease (minutes), so no cassette holds one: checked on its own below.
-OURS = {"create", "get", "write", "read", "run", "wait", "logs", "kill", "stop"}
+OURS = {"create", "get", "write", "read", "run", "wait", "logs", "kill", "stop", "stdin"}
 
 
 def operation(method: str, path: str) -> str | None:
@@ -121,6 +123,18 @@ def theirs() -> Iterator[dict[str, list[dict[str, Any]]]]:
             assert first == "started\n"
             await started.send_signal(15)
             await started.wait()
+            # A live stdin: started with it attached, written while it runs, then closed.
+            cat = await sandbox.create_process("bash", ["-c", "cat"], cwd=ROOT, env={"A": "1"}, stdin=subprocess.PIPE)
+            assert cat.stdin is not None and cat.stdout is not None
+            await cat.stdin.send(b"fed\n")
+            assert await cat.stdout.readline() == "fed\n"
+            await cat.stdin.aclose()
+            await cat.wait()
+            # The same, waited on with its output in one stream, as our driver runs every command.
+            fed = await sandbox.run_process(
+                "bash", ["-c", "cat"], cwd=ROOT, env={"A": "1"}, input=b"fed\n", capture_output=True
+            )
+            assert (fed.returncode, fed.stdout) == (0, "fed\n")
             assert await sandbox.fs.read_bytes(f"{ROOT}/work/a.txt") == b"hello"
             await sandbox.extend_execution_time_limit(60)
             await sandbox.stop()
@@ -187,6 +201,14 @@ def test_our_requests_agree_with_vercels_client(name: str, theirs: dict[str, lis
             # The policy by value, from the same hosts; the rest by shape.
             assert ours.pop("networkPolicy") in _policies(), f"{where}: networkPolicy"
             assert shape(ours) in their_creates, where
+        elif name == "run" and ours.get("attachStdin"):
+            # A command with a live stdin (a cell's kernel): as Vercel's run_process with input sends it.
+            attached = [r for r in theirs["run"] if _their_body(r).get("attachStdin") and r["query"].get("wait")]
+            assert attached and shape(ours) == shape(_their_body(attached[0])), where
+        elif name == "stdin":
+            # Each write carries its offset, as every one of Vercel's client's writes but its first offset read.
+            assert shape(ours) in [shape(_their_body(r)) for r in theirs["stdin"]], where
+            assert "offset" in ours, where
         elif name == "write":
             headers = {k.lower(): v for k, v in (request.get("headers") or {}).items()}
             assert headers.get("content-type") == reference["headers"]["content-type"] == "application/gzip", where
@@ -272,8 +294,58 @@ def test_reconnecting_a_session_is_the_get_vercels_client_sends(theirs: dict[str
         opener.close()
         other.close()
         sim.stop()
-    [ours] = [r for r in sim.requests if operation(r["method"], r["path"]) == "get"]
-    [reference] = theirs["get"]
+    # The opener's create answered pending, so both it and Vercel's client polled the session by name too (the
+    # same request); the last get is the other worker's reconnect.
+    ours = [r for r in sim.requests if operation(r["method"], r["path"]) == "get"][-1]
+    reference = theirs["get"][-1]
+    assert len({json.dumps(r["query"], sort_keys=True) for r in theirs["get"]}) == 1
     assert ours["method"] == reference["method"] == "GET"
     assert ours["query"] == reference["query"] == {"projectId": PROJECT, "resume": "false", "teamId": TEAM}
     assert ours["body"] == reference["body"] == b""
+
+
+def test_a_live_stdin_is_written_as_vercels_client_writes_it(theirs: dict[str, list[dict[str, Any]]]) -> None:
+    # Our driver's live stdin (Command.input) against the stand-in: the command's attachStdin and each write.
+    from mainsdk.driver import BoxSpec, Command, InputStream, RunLimits
+
+    from mainsdk_vercel import vercel_sandbox_driver
+
+    sim = Simulator(token=TOKEN)
+    sim.start()
+
+    class Sink:
+        def stdout(self, data: bytes) -> None:
+            pass
+
+        def stderr(self, data: bytes) -> None:
+            pass
+
+        def host_refused(self, host: str) -> None:
+            pass
+
+    async def main() -> None:
+        driver = vercel_sandbox_driver(token=TOKEN, project=PROJECT, team=TEAM, base_url=sim.url)
+        limits = RunLimits(timeout=20.0, memory=64 << 20, output=1 << 20, files=1 << 20, disk=64 << 20)
+        box = await driver.mainsdk_driver_start(BoxSpec(id="ses_0123456789abcdef01234567", limits=limits, idle=60.0))
+        try:
+            stream = InputStream()
+            stream.send(b"fed\n")
+            stream.close()
+            await driver.mainsdk_driver_exec(box, Command("bash", ("-c", "cat"), input=stream), Sink())
+        finally:
+            await driver.mainsdk_driver_stop(box)
+
+    try:
+        asyncio.run(main())
+    finally:
+        sim.stop()
+    ours = [r for r in sim.requests if operation(r["method"], r["path"]) == "stdin"]
+    assert len(ours) == 2  # the chunk, then the close
+    their_shapes = [shape(json.loads(r["body"])) for r in theirs["stdin"]]
+    for request in ours:
+        assert request["query"] == theirs["stdin"][0]["query"] == {"teamId": TEAM}
+        assert shape(json.loads(request["body"])) in their_shapes, request["body"]
+    [our_run] = [r for r in sim.requests if operation(r["method"], r["path"]) == "run"]
+    attached = [r for r in theirs["run"] if json.loads(r["body"]).get("attachStdin") and r["query"].get("wait")]
+    assert attached and json.loads(our_run["body"])["attachStdin"] is True
+    assert shape(json.loads(our_run["body"])) == shape(json.loads(attached[0]["body"]))

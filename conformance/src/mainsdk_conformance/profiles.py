@@ -145,8 +145,10 @@ VERCEL = Profile(
     lane_paths=(r"^/v2/sandboxes/sessions/([^/?]+)",),
     command_paths=(r"^/v2/sandboxes/sessions/[^/]+/cmd$",),
     credential_env=("VERCEL_TOKEN", "VERCEL_OIDC_TOKEN"),
-    # A session's sandbox is named and tagged after the session id, which is new on every run.
+    # A session's sandbox is named and tagged after the session id, which is new on every run; it is read back
+    # by that name (GET /v2/sandboxes/{name}) while it boots.
     ignore_json=("/name", "/tags/mainsdk-session"),
+    volatile=(r"(?<=^/v2/sandboxes/)mainsdk-ses-[0-9a-f]{24}$",),
 )
 
 PROFILES = {profile.name: profile for profile in (E2B, VERCEL)}

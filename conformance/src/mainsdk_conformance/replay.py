@@ -282,8 +282,10 @@ class ReplayServer:
             for pointer in self.profile.ignore_json:
                 _drop_pointer(body[1], pointer)
         # Volatile values count as one placeholder wherever they are: a JSON body, or the JSON messages of a
-        # Connect stream (E2B's process Start carries the command line).
-        return (upstream, request["method"].upper(), request["path"], query, self._steady(body))
+        # Connect stream (E2B's process Start carries the command line), or the path (a Vercel session's
+        # sandbox is read by its name, which carries the session id).
+        path = self._steady(request["path"])
+        return (upstream, request["method"].upper(), path, query, self._steady(body))
 
     def _steady(self, value: Any) -> Any:
         """``value`` with the profile's volatile values (ids that change every run) replaced by one placeholder."""

@@ -12,6 +12,7 @@ run maps to requests.
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import io
 import json
@@ -21,7 +22,7 @@ import posixpath
 import tarfile
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -36,6 +37,7 @@ from mainsdk.driver import (
     Command,
     ExecOutcome,
     Folder,
+    InputStream,
     NetworkReach,
     OutFile,
     OutputSink,
@@ -46,8 +48,8 @@ from mainsdk.secrets import environment_secrets
 from mainsdk.wheelhouse import Wheelhouse, failure_message
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
-from mainsdk_vercel.config import VercelConfig
-from mainsdk_vercel.packages import INSTALL, PROBE, BoxPython
+from mainsdk_vercel.config import PLAN_MAX_DURATION, VercelConfig
+from mainsdk_vercel.packages import INSTALL, PROBE, UNPACK, BoxPython
 
 log = logging.getLogger("mainsdk.vercel")
 DRIVER_ID = "vercel-sandbox"
@@ -73,6 +75,20 @@ ARCHIVE_SLACK = 8 * 1024 * 1024
 MAX_OUT_ENTRIES = 10_000
 INSTALL_TIMEOUT = 300.0  # seconds for pip to install a set offline in the box (pandas + matplotlib: well under)
 CAPTURE_LIMIT = 64 * 1024  # bytes kept of each stream of the driver's own commands (probe, install)
+# A new session is polled until ``running``, as the official Python client does (vercel-sandbox 0.10.0,
+# ``_internal/service.py``, ``_wait_for_ready_sandbox``: every 0.5 s; running is ready, stopped, failed and
+# aborted are terminal, pending, stopping and snapshotting are polled again).
+READY_POLL = 0.5
+READY = "running"
+TERMINAL = frozenset({"stopped", "failed", "aborted"})
+TRANSITIONAL = frozenset({"pending", "stopping", "snapshotting"})
+# Bytes per stdin write: vercel-sandbox 0.10.0 sends 512 KiB, "keeping the base64 JSON body under the API's 1 MB
+# limit" (_internal/process_stdin.py, STDIN_CHUNK_SIZE). The code the API answers a stdin it cannot take with.
+STDIN_CHUNK = 512 * 1024
+STDIN_GONE = "command_stdin_unavailable"
+# Seconds before a session's cap at which an ended stream or a killed command is taken for Vercel's stop at the
+# cap (its clock and ours differ by the create's round trip, and a stop is not instant).
+CAP_SLACK = 5.0
 
 # Every command runs under this fixed script (no caller text is ever spliced into it; everything comes as
 # arguments): the code in its own session and process group (``setsid``), so that its whole tree can be
@@ -85,14 +101,15 @@ CAPTURE_LIMIT = 64 * 1024  # bytes kept of each stream of the driver's own comma
 # not give, so the code's environment holds only what was given (plus the image's own). The script's own tools
 # are found with ``command -p`` (the system's default PATH), so a PATH given to the code cannot replace them.
 # A stdin file (a cell interpreter's token, long code) is opened, then removed before the code starts: the code
-# reads it on its stdin, and nothing in the box can read it from the disk afterwards.
-#   $0 root, $1 stdin file, $2 archive path or "", $3 the names to take back, then the program and its arguments
+# reads it on its stdin, and nothing in the box can read it from the disk afterwards. A stdin of "-" is the
+# command's own live stdin (``attachStdin``), which only the app writes (``cmd/{id}/stdin``).
+#   $0 root, $1 stdin file or "-", $2 archive path or "", $3 the names to take back, then the program and its arguments
 WRAPPER = (
     'root=$0 stdin=$1 archive=$2 drop=; for n in $3; do drop="$drop -u $n"; done; shift 3\n'
     "trap 'kill -KILL -- -$! 2>/dev/null || kill -KILL $! 2>/dev/null; exit 143' TERM\n"
     'command -p mkdir -p "$root/work" "$root/out" "$root/.mainsdk" 2>/dev/null\n'
     'cd "$root/work" || exit 125\n'
-    'exec 3<"$stdin" || exit 125\n'
+    'case $stdin in -) exec 3<&0;; *) exec 3<"$stdin" || exit 125;; esac\n'
     'case $stdin in "$root"/.mainsdk/stdin-*) command -p rm -f -- "$stdin";; esac\n'
     'command -p setsid "$(command -pv env)" $drop "$@" <&3 3<&- &\n'
     "exec 3<&-\n"
@@ -139,6 +156,7 @@ class VercelBox:
     session_id: str | None = None
     name: str | None = None
     expires: float = 0.0  # monotonic time Vercel's own timeout stops the sandbox
+    started: float = 0.0  # monotonic time of its create: the plan's maximum duration counts from here
     gone: bool = False  # known stopped (by us, or Vercel said so): nothing more to ask of it
     commands: int = 0  # commands sent so far: names per command, unique in the VM and the same on every run
     archive: str | None = None  # the out archive the last command finished writing (one-shot runs)
@@ -200,8 +218,17 @@ class VercelDriver:
         client: httpx.AsyncClient | None = None,
         vcpus: int = VCPUS,
         wheelhouse: Wheelhouse | None = None,
+        plan: str = "hobby",
+        max_duration: float | None = None,
     ) -> None:
         self._api = VercelApi(token=token, team=team, base_url=base_url, client=client)
+        # The longest a sandbox may live from its start (Vercel stops it there; extend-timeout cannot pass it).
+        self._cap = max_duration if max_duration is not None else PLAN_MAX_DURATION[plan]
+        self._cap_setting = (
+            f"sandbox.vercel.max_duration: {_human(self._cap)}"
+            if max_duration is not None
+            else f"sandbox.vercel.plan: {plan}"
+        )
         self._project = project
         self._image = runtime  # sandbox.vercel.runtime names an image (v3 has no runtimes); None: Vercel's default
         self._vcpus = vcpus
@@ -251,6 +278,14 @@ class VercelDriver:
             raise SandboxError(
                 INVALID_OPTION, "sandbox.vercel.project is not set; set it to the Vercel project id (prj_...)"
             )
+        if spec.limits.timeout >= self._cap:
+            raise SandboxError(
+                INVALID_OPTION,
+                f"limits.timeout {spec.limits.timeout:g}s does not fit in a Vercel sandbox, which lives at most "
+                f"{_human(self._cap)} from its start on this plan ({self._cap_setting}); lower the timeout, or set "
+                "sandbox.vercel.plan (or max_duration) to your plan's",
+                ran=False,
+            )
         box = VercelBox(spec.id, spec, session=spec.idle is not None)
         await self._create(box)
         return box
@@ -284,14 +319,19 @@ class VercelDriver:
             return None  # another tenant's (or not ours): the same 0008 as an unknown id
         if session.get("status") != "running" or not session.get("id"):
             return None
-        # expires now: the first use extends the lease, as no clock here knows how much of it is left.
+        # expires now: the first use extends the lease, as no clock here knows how much of it is left. The plan's
+        # cap counts from the session's start, which Vercel says (ms since the epoch).
+        now = time.monotonic()
+        started_at = session.get("startedAt")
+        age = time.time() - started_at / 1000 if isinstance(started_at, (int, float)) else 0.0
         return VercelBox(
             spec.id,
             spec,
             session=True,
             session_id=str(session["id"]),
             name=str(sandbox.get("name")),
-            expires=time.monotonic(),
+            expires=now,
+            started=now - max(age, 0.0),
         )
 
     @hookimpl
@@ -317,7 +357,9 @@ class VercelDriver:
         box.commands += 1
         box.archive = None
         stdin = "/dev/null"
-        if command.stdin is not None:
+        if command.input is not None:
+            stdin = "-"  # the live stdin: Command.stdin, if any, goes first through it (_feed)
+        elif command.stdin is not None:
             # The bytes go in a file the wrapper feeds to the code (a command with attached stdin costs a
             # request per chunk).
             stdin = f"{PRIVATE}/stdin-{box.commands}"
@@ -326,10 +368,24 @@ class VercelDriver:
         args = ["-c", WRAPPER, ROOT, stdin, archive, _bash_added(command.env), program, *command.args]
         loop = asyncio.get_running_loop()
         started = loop.time()
-        run = _Run(started=sent)
+        feeding: list[asyncio.Task[None]] = []
+        running = asyncio.current_task()
+
+        def ending() -> bool:
+            # The app ends the input and cancels the command in one step (a kernel's kill): no close is sent then,
+            # so what reaches Vercel (and a cassette) does not depend on which of the two goes first.
+            return box.gone or running is None or running.done() or running.cancelling() > 0
+
+        def began() -> None:
+            sent()
+            if command.input is not None and run.cmd_id is not None:
+                feed = self._feed(box, run.cmd_id, command.stdin, command.input, ending)
+                feeding.append(asyncio.create_task(feed))
+
+        run = _Run(started=began)
         try:
             async with asyncio.timeout(command.timeout):
-                await self._run(box, "bash", args, dict(command.env), run, output)
+                await self._run(box, "bash", args, dict(command.env), run, output, stdin=command.input is not None)
         except TimeoutError:
             await self._kill(box, run.cmd_id)
             return ExecOutcome(exit_code=None, stop="timeout", duration=loop.time() - started)
@@ -337,12 +393,20 @@ class VercelDriver:
             await asyncio.shield(self._kill(box, run.cmd_id))
             raise
         except VercelError as exc:
+            if self._at_cap(box) and (session_ended(exc) or exc.vercel_status is None):
+                raise self._capped(box) from None  # Vercel stopped the sandbox at the plan's cap, mid-command
             if session_ended(exc):
                 box.gone = True  # Vercel said the session stopped (or is stopping): nothing runs there any more
             else:
                 await self._kill(box, run.cmd_id)
             raise
+        finally:
+            for task in feeding:
+                task.cancel()  # the command ended: what it did not take is dropped
+            await asyncio.gather(*feeding, return_exceptions=True)
         assert run.exit_code is not None
+        if run.exit_code >= 128 and self._at_cap(box):
+            raise self._capped(box)  # killed as Vercel stopped the VM at the cap: not the code's own end
         box.archive = archive or None
         return ExecOutcome(exit_code=run.exit_code, duration=loop.time() - started)
 
@@ -412,7 +476,7 @@ class VercelDriver:
         if pins and self._python is not None:
             wheels = await asyncio.to_thread(self._wheelhouse.ensure, self._python, pins)
         needed = self._lifetime(box, box.spec.limits.timeout) + (INSTALL_TIMEOUT if pins else 0.0)
-        lease = needed * (2 if box.session else 1)
+        lease = min(needed * (2 if box.session else 1), self._cap)  # Vercel refuses a timeout past the plan's cap
         policy = box.spec.network_policy
         body: dict[str, Any] = {
             "projectId": self._project,
@@ -435,8 +499,10 @@ class VercelDriver:
             box.name = str(answer["sandbox"]["name"])
         except (KeyError, TypeError):
             raise self._api.error("create", None, cause="the answer names no session id") from None
-        box.expires = time.monotonic() + lease
+        box.started = time.monotonic()
+        box.expires = box.started + lease
         try:
+            await self._until_running(box, answer["session"].get("status"))
             if pins and wheels is None:
                 self._python = await self._probe(box)
                 wheels = await asyncio.to_thread(self._wheelhouse.ensure, self._python, pins)
@@ -453,6 +519,67 @@ class VercelDriver:
         except BaseException:
             await asyncio.shield(self._stop_quietly(box))
             raise
+
+    def _cap_message(self, box: VercelBox, advice: bool = True) -> str:
+        """What a session at the plan's cap says; core adds "open a new session" to a BoxGone's itself."""
+        text = (
+            f"the Vercel sandbox of {box.id} reached the most a sandbox may live on this plan, {_human(self._cap)} "
+            f"from its start ({self._cap_setting}), and Vercel stopped it: its files, variables and processes are "
+            "gone (set sandbox.vercel.plan or max_duration if your plan allows longer)"
+        )
+        return text + ("; open a new session" if advice else "")
+
+    def _at_cap(self, box: VercelBox) -> bool:
+        """Whether the box's session is at (or past) the plan's cap, so Vercel has stopped it or is stopping it."""
+        return box.started > 0 and time.monotonic() >= box.started + self._cap - CAP_SLACK
+
+    def _capped(self, box: VercelBox) -> SandboxError:
+        """The error for a command Vercel cut at the cap: not retryable (the session is over), and the box gone."""
+        box.gone = True
+        return SandboxError(NO_SESSION, self._cap_message(box), status=404, retryable=False, ran=True)
+
+    async def _until_running(self, box: VercelBox, status: Any) -> None:
+        """Wait until the new session is ``running``: Vercel may answer the create while the VM still boots.
+
+        Polled with ``GET /v2/sandboxes/{name}?projectId=...&resume=false``, the request the official
+        Python client polls with, first at once and then every ``READY_POLL`` seconds, within the run's
+        time limit. A session that ends (stopped, failed, aborted) or never runs in that time is a
+        retryable 0006 naming its status; the caller stops the sandbox.
+        """
+        limit = box.spec.limits.timeout
+        deadline = time.monotonic() + limit
+        first = True
+        while status != READY:
+            if status in TERMINAL:
+                raise self._api.error(
+                    "create", None, cause=f"the sandbox {box.name} ended as {status!r} before it was running"
+                )
+            if status not in TRANSITIONAL:
+                raise self._api.error("create", None, cause=f"the sandbox {box.name} has no known status ({status!r})")
+            if time.monotonic() >= deadline:
+                raise SandboxError(
+                    DRIVER_UNAVAILABLE,
+                    f"Vercel Sandbox {box.name} was still {status!r}, not running, {limit:g}s after its create "
+                    "(the run's time limit); it was stopped and nothing ran. Check Vercel's status, then retry "
+                    "(or give the run a longer timeout)",
+                    status=503,
+                    retryable=True,
+                    ran=False,
+                )
+            if not first:
+                await asyncio.sleep(min(READY_POLL, max(deadline - time.monotonic(), 0.0)))
+            first = False
+            answer = await self._api.json(
+                "GET",
+                f"/v2/sandboxes/{box.name}",
+                "get",
+                query={"projectId": str(self._project), "resume": "false"},
+                idempotent=True,
+            )
+            session = answer.get("session") if isinstance(answer, dict) else None
+            if not isinstance(session, dict):
+                raise self._api.error("get", None, cause="the answer names no session")
+            status = session.get("status")
 
     async def _probe(self, box: VercelBox) -> BoxPython:
         """The box's ``python3`` as pip sees a platform (one command, once per driver)."""
@@ -473,12 +600,12 @@ class VercelDriver:
             ) from None
 
     async def _install(self, box: VercelBox, folder: str, pins: Sequence[str]) -> None:
-        """Install the uploaded wheels offline (``INSTALL``); a failure is 0001 quoting pip, before any code ran."""
+        """Install the uploaded wheels offline (``INSTALL``); a failure is 0001 quoting it, before any code ran."""
         captured = _Capture()
         run = _Run()
         try:
             async with asyncio.timeout(INSTALL_TIMEOUT):
-                await self._run(box, "bash", ["-c", INSTALL, folder, *pins], {}, run, captured)
+                await self._run(box, "bash", ["-c", INSTALL, folder, UNPACK, *pins], {}, run, captured)
         except TimeoutError:
             raise SandboxError(
                 DRIVER_UNAVAILABLE,
@@ -501,17 +628,22 @@ class VercelDriver:
                 # Gone for good: a session on it is over (0008, core closes it), not an outage to retry forever.
                 raise BoxGone(f"the Vercel sandbox of box {box.id} has stopped")
             needed = self._lifetime(box, box.spec.limits.timeout)
+            end = box.started + self._cap  # the plan's cap: no extension reaches past it
+            if box.session and time.monotonic() >= end - CAP_SLACK:
+                box.gone = True  # Vercel stops it at the cap; nothing sent to it could run any more
+                raise BoxGone(self._cap_message(box, advice=False))
             # Extend by a whole lease, in a fixed amount, so the requests (and cassettes) do not depend on timing,
-            # and extensions stay rare.
-            if box.session and box.expires - time.monotonic() < needed:
+            # and extensions stay rare; near the cap, only up to it.
+            if box.session and box.expires - time.monotonic() < needed and box.expires < end:
+                extra = min(needed, end - box.expires)
                 await self._api.json(
                     "POST",
                     f"{SESSIONS}/{box.session_id}/extend-timeout",
                     "extend-timeout",
-                    json_body={"duration": int(needed * 1000)},
+                    json_body={"duration": int(extra * 1000)},
                     idempotent=False,
                 )
-                box.expires += needed
+                box.expires += extra
 
     async def _write(self, box: VercelBox, files: Mapping[str, bytes], level: int = 9) -> None:
         """Write files (paths relative to ``ROOT``) as one gzipped tar, extracted by Vercel at ``ROOT``."""
@@ -563,6 +695,7 @@ class VercelDriver:
         env: dict[str, str],
         run: _Run,
         output: OutputSink | None,
+        stdin: bool = False,
     ) -> None:
         """Run a command and stream its output until it exits, in one request (``cmd?wait=true&logs=true``).
 
@@ -580,6 +713,8 @@ class VercelDriver:
             "wait": True,
             "logs": True,
         }
+        if stdin:
+            body["attachStdin"] = True  # a live stdin, written with cmd/{id}/stdin (vercel-sandbox 0.10.0 run_process)
         delivered = {"stdout": 0, "stderr": 0}
         seen = {"stdout": 0, "stderr": 0}
         try:
@@ -617,6 +752,58 @@ class VercelDriver:
         # Started, but the stream ended early: follow it, as vercel-sandbox's run_process does (_RunProcessInterrupted).
         await self._follow_logs(box, run.cmd_id, output, delivered)
         run.exit_code = await self._wait(box, run.cmd_id)
+
+    async def _feed(
+        self, box: VercelBox, cmd_id: str, first: bytes | None, chunks: InputStream, ending: Callable[[], bool]
+    ) -> None:
+        """Write a running command's live stdin: ``first`` (``Command.stdin``), each chunk as it comes, then close.
+
+        ``POST .../cmd/{cmdId}/stdin`` {data (base64), offset, close} (docs "Write to command stdin";
+        vercel-sandbox 0.10.0 ``api_client.write_command_stdin``): one write at a time, in order, each at
+        most ``STDIN_CHUNK`` bytes, each carrying its ``offset`` so a resend after a 5xx, a 504 (the command
+        not reading within 30 s) or a broken connection skips what the command already has. A command that
+        ended or closed its stdin (400 ``command_stdin_unavailable``, 404) takes nothing more: the rest is
+        dropped, as ``InputStream`` says; so is all of it once the command is being ended (``ending``).
+        """
+        offset = 0
+        path = f"{SESSIONS}/{box.session_id}/cmd/{cmd_id}/stdin"
+
+        async def write(data: bytes, close: bool = False) -> bool:
+            nonlocal offset
+            body: dict[str, Any] = {"offset": offset}
+            if data:
+                body["data"] = base64.b64encode(data).decode("ascii")
+            if close:
+                body["close"] = True
+            try:
+                async with box.sending:  # in the order of the sandbox's other requests
+                    answer = await self._api.json("POST", path, "stdin", json_body=body, idempotent=True)
+            except VercelError as exc:
+                if exc.vercel_status == 404 or (exc.vercel_status == 400 and exc.vercel_code == STDIN_GONE):
+                    return False
+                raise
+            written = answer.get("bytesWritten") if isinstance(answer, dict) else None
+            offset = written if isinstance(written, int) else offset + len(data)
+            return True
+
+        try:
+            if first and not await self._write_chunks(write, first):
+                return
+            async for chunk in chunks:
+                if ending() or not await self._write_chunks(write, chunk):
+                    return
+            if not ending():
+                await write(b"", close=True)
+        except SandboxError as exc:
+            # The command runs on without its input; its own end (or its timeout) reports the run.
+            log.warning("could not write the stdin of a Vercel command: %s", exc.message)
+
+    @staticmethod
+    async def _write_chunks(write: Callable[[bytes], Awaitable[bool]], data: bytes) -> bool:
+        for start in range(0, len(data), STDIN_CHUNK):
+            if not await write(data[start : start + STDIN_CHUNK]):
+                return False
+        return True
 
     def _deliver(
         self, entry: dict[str, Any], output: OutputSink | None, seen: dict[str, int], delivered: dict[str, int]
@@ -687,6 +874,15 @@ class VercelDriver:
         except SandboxError:
             # The command could not be killed: stop the sandbox rather than leave it running.
             await self._stop_quietly(box)
+
+
+def _human(seconds: float) -> str:
+    """``45 min``, ``24 h``, ``8 s``: a duration for messages."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
 
 
 def _bash_added(env: Mapping[str, str]) -> str:
@@ -847,10 +1043,20 @@ def vercel_sandbox_driver(
     price: Decimal | None = None,
     base_url: str = DEFAULT_BASE_URL,
     client: httpx.AsyncClient | None = None,
+    plan: str = "hobby",
+    max_duration: float | None = None,
 ) -> VercelDriver:
     """The ``vercel-sandbox`` driver with explicit settings (for tests: a loopback ``base_url`` or ``client``)."""
     return VercelDriver(
-        token=token, project=project, team=team, runtime=runtime, price=price, base_url=base_url, client=client
+        token=token,
+        project=project,
+        team=team,
+        runtime=runtime,
+        price=price,
+        base_url=base_url,
+        client=client,
+        plan=plan,
+        max_duration=max_duration,
     )
 
 
@@ -865,6 +1071,8 @@ def driver_from_config(config: AppConfig, **overrides: Any) -> VercelDriver:
         "project": vercel.project,
         "team": vercel.team,
         "runtime": vercel.runtime,
+        "plan": vercel.plan,
+        "max_duration": vercel.session_cap if vercel.max_duration is not None else None,
         "price": config.sandbox.price,
         "base_url": os.environ.get("MAINSDK_VERCEL_BASE_URL") or DEFAULT_BASE_URL,
     }

@@ -285,12 +285,28 @@ def _network() -> None:
         _set_stdout(folder / "test_a_wildcard_host.json", f"{hosts.under_wildcard} reached\n{hosts.denied} refused\n")
 
 
+def _running_at_create(data: dict[str, Any]) -> None:
+    """The create answered ``running`` at once, as the service may: no read of the sandbox while it boots.
+
+    The faults are about what follows the create; the boot's poll is covered by the recorded cassettes.
+    """
+    create = _find(data, "POST", "/v3/sandboxes")
+    answer = data["interactions"][create]["response"]["body"]["json"]
+    answer["session"]["status"] = answer["sandbox"]["status"] = "running"
+    data["interactions"] = [
+        x
+        for x in data["interactions"]
+        if not (x["request"]["method"] == "GET" and re.fullmatch(r"/v2/sandboxes/[^/]+", x["request"]["path"]))
+    ]
+
+
 def _faults() -> None:
     folder = CASSETTES / "TestFaults"
     # The faults' code is print('fault'): the plain run of TestRun, with that code and its output.
     base = _load(CASSETTES / "TestRun" / "test_python_prints.json")
     text = json.dumps(base).replace(json.dumps("print(1 + 1)"), json.dumps("print('fault')"))
     base = json.loads(text)
+    _running_at_create(base)
     create = _find(base, "POST", "/v3/sandboxes")
     cmd = _find(base, "POST", "/cmd")
     read = _find(base, "POST", "/fs/read")
@@ -298,7 +314,11 @@ def _faults() -> None:
     frames = base["interactions"][cmd]["response"]["body"]["ndjson"]
     frames[1:-1] = [{"json": {"stream": "stdout", "data": "fault\n"}}]
     # The faults' labels are their own, whatever the plain run was made by (never a recording's "recorded").
-    base["meta"] = authored_meta(base["meta"], test="", how="derived by hand from TestRun/test_python_prints")
+    base["meta"] = authored_meta(
+        base["meta"],
+        test="",
+        how="derived by hand from TestRun/test_python_prints, its create answered running at once",
+    )
     base["meta"].pop("edited", None)
     session = base["interactions"][cmd]["request"]["path"].removesuffix("/cmd")
     cmd_id = frames[0]["json"]["command"]["id"]

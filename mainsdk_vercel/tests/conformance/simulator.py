@@ -31,6 +31,7 @@ for ``/vercel/sandbox``, in their own mount namespace with a private ``/tmp``
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import gzip
 import http.server
@@ -38,6 +39,7 @@ import io
 import itertools
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -50,18 +52,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import pip
-
 ROOT = "/vercel/sandbox"
 PYTHON = os.path.realpath(sys.executable)
 BASE = "/var/tmp"  # not under /tmp, which each command gets empty
 SESSIONS = "/v2/sandboxes/sessions/"
+# The API takes JSON bodies up to 1 MB: vercel-sandbox 0.10.0 sends stdin in 512 KiB chunks "keeping the base64 JSON
+# body under the API's 1 MB limit" (``_internal/process_stdin.py``, STDIN_CHUNK_SIZE).
+STDIN_BODY_LIMIT = 1024 * 1024
 
 
 class Command:
     """One process and its output, in order, as log lines."""
 
-    def __init__(self, cmd_id: str, sandbox: Sandbox, body: dict[str, Any]) -> None:
+    def __init__(self, cmd_id: str, sandbox: Sandbox, body: dict[str, Any], stdin_timeout: float = 30.0) -> None:
         self.id = cmd_id
         self.session_id = sandbox.session_id
         self.body = body
@@ -79,11 +82,17 @@ class Command:
         policy = sandbox.body.get("networkPolicy") or {"mode": "allow-all"}
         isolate = [] if policy == {"mode": "allow-all"} else ["-n"]
         wrapper = ["unshare", "-m", *isolate, "sh", "-c", 'mount -t tmpfs none /tmp && unset PWD && exec "$@"', "sh"]
+        # Live stdin (``attachStdin``): a pipe the stdin endpoint writes to; without it the command's stdin is empty.
+        self.attached = body.get("attachStdin") is True
+        self.stdin_written = 0  # bytes the command has received on its stdin (the endpoint's ``bytesWritten``)
+        self.stdin_closed = False
+        self.stdin_lock = threading.Lock()  # writes are applied one at a time, in the order received
+        self.stdin_timeout = stdin_timeout
         self.proc = subprocess.Popen(
             [*wrapper, body["command"], *args],
             cwd=sandbox.map(body.get("cwd", ROOT)),
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if self.attached else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
@@ -100,6 +109,49 @@ class Command:
             with self.cond:
                 self.lines.append({"stream": stream, "data": chunk.decode("utf-8", "replace")})
                 self.cond.notify_all()
+
+    def write_stdin(self, data: bytes, offset: int | None, close: bool) -> tuple[int, dict[str, Any] | None]:
+        """One request to ``cmd/{id}/stdin``: the status and error, as the REST reference states its rules.
+
+        Docs "Write to command stdin" (``POST /v2/sandboxes/sessions/{sessionId}/cmd/{cmdId}/stdin``): only a
+        command started with ``attachStdin``; writes applied in the order received; a write returns once the
+        command has accepted the data and fails with 504 after 30 s if it is not reading (the 504 carries
+        ``bytesWritten``); with ``offset``, bytes the command already received are skipped and an offset past
+        them is a 409; no ``data`` and no ``close`` writes nothing and answers ``bytesWritten``. A command that
+        was never attached, has ended or closed its stdin is 400 ``command_stdin_unavailable`` (the code
+        vercel-sandbox 0.10.0 reads as "not attached or stopped reading", ``_internal/process_stdin.py``).
+        """
+        with self.stdin_lock:
+            unavailable = _error("command_stdin_unavailable", "The command's stdin is not available")
+            if not self.attached or self.stdin_closed or self.exit_code is not None or self.proc.stdin is None:
+                return 400, unavailable
+            if offset is not None:
+                if offset > self.stdin_written:
+                    return 409, _error("stdin_offset_mismatch", f"offset {offset} is past {self.stdin_written}")
+                data = data[self.stdin_written - offset :]
+            fd = self.proc.stdin.fileno()
+            os.set_blocking(fd, False)
+            deadline = time.monotonic() + self.stdin_timeout
+            view = memoryview(data)
+            while view:
+                try:
+                    sent = os.write(fd, view)
+                except BlockingIOError:
+                    sent = 0
+                except (BrokenPipeError, OSError):
+                    return 400, unavailable  # the command stopped reading for good (it closed or ended)
+                view = view[sent:]
+                self.stdin_written += sent
+                if view and time.monotonic() >= deadline:
+                    timeout = _error("gateway_timeout", "The command did not read its stdin in time")
+                    timeout["error"]["bytesWritten"] = self.stdin_written
+                    return 504, timeout
+                if view and not sent:
+                    select.select([], [fd], [], min(0.1, max(deadline - time.monotonic(), 0.0)))
+            if close:
+                self.stdin_closed = True
+                self.proc.stdin.close()
+            return 200, None
 
     def _reap(self) -> None:
         code = self.proc.wait()
@@ -125,8 +177,10 @@ class Command:
 class Sandbox:
     """A named sandbox and its one session: a folder standing for the session's ``/vercel/sandbox``."""
 
-    def __init__(self, name: str, session_id: str, body: dict[str, Any]) -> None:
+    def __init__(self, name: str, session_id: str, body: dict[str, Any], pending: int = 1) -> None:
         self.name = name
+        self.began = time.monotonic()
+        self.lease: threading.Timer | None = None
         self.session_id = session_id
         self.body = body
         self.dir = tempfile.mkdtemp(prefix="vercel-sim-", dir=BASE)
@@ -136,22 +190,43 @@ class Sandbox:
             if target:
                 os.symlink(target, os.path.join(self.bin, name_))
         # Python is the VM's own: an environment of this sandbox alone, so what a command installs into its
-        # site-packages stays in this sandbox, as in a VM. Vercel's Python image ships pip ("System
-        # Specifications": python3.13 with pip and uv); the stand-in's sees the host's pip and nothing else.
+        # site-packages stays in this sandbox, as in a VM. It has no pip, and so is no kinder than the images
+        # a user may name: the legacy runtimes are Amazon Linux 2023 (docs "System Specifications"), whose
+        # system python3 ships without pip (the default vercel/sandbox/universal image has one: github
+        # vercel/sandbox, images/universal/Dockerfile). The driver installs packages without it.
         self.venv = os.path.join(self.bin, "venv")
         subprocess.run([PYTHON, "-m", "venv", "--without-pip", self.venv], check=True, capture_output=True)
-        pip_only = os.path.join(self.bin, "pip-only")
-        os.mkdir(pip_only)
-        os.symlink(os.path.dirname(pip.__file__), os.path.join(pip_only, "pip"))
-        for site in Path(self.venv, "lib").glob("python3*/site-packages"):
-            (site / "vercel-sim-pip.pth").write_text(pip_only + "\n")
         self.commands: dict[str, Command] = {}
-        self.status = "running"
+        # A session is ``pending`` while its VM boots, and the create answers before it is ready: the official
+        # Python client polls the sandbox until ``running`` (vercel-sandbox 0.10.0, ``_internal/service.py``,
+        # ``_wait_for_ready_sandbox``: ready is running; stopped, failed and aborted are terminal; pending,
+        # stopping and snapshotting are polled again every 0.5 s), and the session schema has ``pending``
+        # (github vercel/sandbox, ``api-client/validators.ts``, ``Session.status``). The stand-in answers the
+        # create and the next ``pending - 1`` reads of the session with ``pending``, then ``running``.
+        self.pending = pending
+        self.status = "pending" if pending > 0 else "running"
+        self.arm()
         self.created = int(time.time() * 1000)
 
     def map(self, path: str) -> str:
         """A sandbox path in the host folder."""
         return self.dir + path[len(ROOT) :] if path == ROOT or path.startswith(ROOT + "/") else path
+
+    def arm(self) -> None:
+        """Stop the sandbox when its timeout (the create's, plus every extension) runs out, as Vercel does."""
+        if self.lease is not None:
+            self.lease.cancel()
+        left = self.body.get("timeout", 300000) / 1000 - (time.monotonic() - self.began)
+        self.lease = threading.Timer(max(left, 0.0), self.stop)
+        self.lease.daemon = True
+        self.lease.start()
+
+    def read_status(self) -> None:
+        """A read of the session (by session id or sandbox name): one step nearer ``running`` while pending."""
+        if self.status == "pending":
+            self.pending -= 1
+            if self.pending <= 0:
+                self.status = "running"
 
     def session_view(self) -> dict[str, Any]:
         return {
@@ -184,6 +259,8 @@ class Sandbox:
         }
 
     def stop(self) -> None:
+        if self.lease is not None:
+            self.lease.cancel()
         if self.status == "stopped":
             return
         self.status = "stopped"
@@ -214,8 +291,15 @@ def _policy_readback(policy: Any) -> Any:
 class Simulator:
     """The endpoints our driver and Vercel's own clients use, on 127.0.0.1."""
 
-    def __init__(self, token: str = "simulator-token") -> None:
+    def __init__(self, token: str = "simulator-token", pending: int = 1, max_duration: float = 45 * 60.0) -> None:
         self.token = token
+        # The longest a sandbox may live from its start: the plan's (45 minutes on Hobby, 24 hours on Pro and
+        # Enterprise: github vercel/sandbox, packages/vercel-sandbox/README.md "Limitations"; docs "Pricing and
+        # Limits"). A create asking for more, or an extension past it, is refused (with which status and words
+        # is unverified: the stand-in answers 400); the sandbox stops at its timeout, which cannot pass it.
+        self.max_duration = max_duration
+        self.stdin_timeout = 30.0  # seconds a stdin write waits for a command that is not reading (docs: 30 s)
+        self.pending = pending  # reads of a new session answered ``pending`` (the create's answer included)
         self.sandboxes: dict[str, Sandbox] = {}  # by session id
         self.ids = itertools.count(1)
         self.requests: list[dict[str, Any]] = []  # every request, for comparing clients: method, path, query, body
@@ -285,6 +369,7 @@ class Simulator:
             found = next((s for s in self.sandboxes.values() if s.name == name), None)
             if found is None:
                 return _json(h, 404, _error("sandbox_not_found", "Sandbox not found"))
+            found.read_status()
             return _json(h, 200, {"sandbox": found.sandbox_view(), "session": found.session_view(), "routes": []})
         if not path.startswith(SESSIONS):
             return _json(h, 404, _error("not_found", "no such endpoint"))
@@ -308,11 +393,13 @@ class Simulator:
         return h.rfile.read(int(h.headers.get("content-length") or 0))
 
     def _create(self, h: http.server.BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        if request.get("timeout", 300000) > self.max_duration * 1000:
+            return _json(h, 400, _error("bad_request", "timeout exceeds the plan's maximum sandbox duration"))
         number = next(self.ids)
         name = request.get("name") or f"sbx-sim{number:04d}"
         if any(s.name == name for s in self.sandboxes.values()):
             return _json(h, 409, _error("sandbox_exists", "A sandbox with this name already exists"))
-        created = Sandbox(name, f"sess_sim{number:04d}", request)
+        created = Sandbox(name, f"sess_sim{number:04d}", request, self.pending)
         self.sandboxes[created.session_id] = created
         return _json(h, 200, {"sandbox": created.sandbox_view(), "session": created.session_view(), "routes": []})
 
@@ -325,14 +412,24 @@ class Simulator:
         body: bytes,
     ) -> None:
         if rest == []:
+            # GET /v2/sandboxes/sessions/{id} (@vercel/sandbox ``api-client.ts`` ``getSession``).
+            sandbox.read_status()
             return _json(h, 200, {"session": sandbox.session_view(), "routes": []})
+        if sandbox.status == "pending" and rest != ["stop"]:
+            # Nothing runs in a VM still booting. Which answer the service gives a request sent too early is
+            # unverified (README); the stand-in refuses it, the strict side, so a client that does not wait fails.
+            return _json(h, 422, _error("sandbox_not_running", "Sandbox is pending, not running"))
         if sandbox.status == "stopped" and rest != ["stop"]:
             return _json(h, 410, _error("sandbox_stopped", "Sandbox is stopped"))
         if rest == ["stop"]:
             sandbox.stop()
             return _json(h, 200, {"session": sandbox.session_view(), "sandbox": sandbox.sandbox_view()})
         if rest == ["extend-timeout"]:
-            sandbox.body["timeout"] = sandbox.body.get("timeout", 300000) + json.loads(body)["duration"]
+            timeout = sandbox.body.get("timeout", 300000) + json.loads(body)["duration"]
+            if timeout > self.max_duration * 1000:
+                return _json(h, 400, _error("bad_request", "the extension passes the plan's maximum sandbox duration"))
+            sandbox.body["timeout"] = timeout
+            sandbox.arm()
             return _json(h, 200, {"session": sandbox.session_view()})
         if rest == ["fs", "write"]:
             cwd = h.headers.get("x-cwd", ROOT)
@@ -353,7 +450,7 @@ class Simulator:
             return None
         if rest == ["cmd"] and h.command == "POST":
             request = json.loads(body)
-            started = Command(f"cmd_sim{next(self.ids):04d}", sandbox, request)
+            started = Command(f"cmd_sim{next(self.ids):04d}", sandbox, request, self.stdin_timeout)
             sandbox.commands[started.id] = started
             if request.get("wait"):
                 return self._run(h, started, logs=bool(request.get("logs")))
@@ -373,6 +470,19 @@ class Simulator:
             return _json(h, 200, {"command": command.view(command.exit_code is not None)})
         if rest[2:] == ["logs"]:
             return self._stream(h, command, lines=True, ends=False)
+        if rest[2:] == ["stdin"] and h.command == "POST":
+            if len(body) > STDIN_BODY_LIMIT:
+                return _json(h, 413, _error("payload_too_large", "The request body is over 1 MB"))
+            request = json.loads(body or b"{}")
+            data = base64.b64decode(request.get("data") or "", validate=True)
+            offset = request.get("offset")
+            status, error = command.write_stdin(
+                data, offset if isinstance(offset, int) else None, request.get("close") is True
+            )
+            if error is not None:
+                return _json(h, status, error)
+            finished = command.exit_code is not None
+            return _json(h, 200, {"command": command.view(finished), "bytesWritten": command.stdin_written})
         return _json(h, 404, _error("not_found", "no such endpoint"))
 
     def _run(self, h: http.server.BaseHTTPRequestHandler, command: Command, logs: bool) -> None:
