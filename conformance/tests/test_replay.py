@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 from mainsdk_conformance.cassette import CassetteError, decode_body, envelope
@@ -291,3 +292,54 @@ def test_a_frame_waits_for_the_request_that_caused_it(serve: Any) -> None:
         killer.join()
     assert b"".join(got) == decode_body({"connect": frames})
     assert server.problems(final=True) == []
+
+
+def test_a_replayed_answer_holds_its_times_moved_so_that_the_session_starts_now(serve: Any) -> None:
+    # A cassette is replayed long after it was made: a driver that measures a provider's cap from the server's
+    # start time (E2B's startedAt) must see a session that started now, not one an hour or a week old.
+    listed = [
+        {"sandboxID": "sbx1", "startedAt": "2026-01-02T03:04:05Z", "endAt": "2026-01-02T03:10:05.250+00:00"},
+        {"sandboxID": "sbx2", "startedAt": "2026-01-02T03:05:05.123456789Z"},
+    ]
+    interactions = [
+        {
+            "upstream": "api",
+            "request": {"method": "GET", "path": "/v2/sandboxes"},
+            "response": {"status": 200, "headers": {"Content-Type": "application/json"}, "body": {"json": listed}},
+        }
+    ]
+    server = serve(interactions)
+    before = time.time()
+    answer = httpx.get(server.url("api") + "/v2/sandboxes").json()
+    assert server.problems(final=True) == []
+    from datetime import datetime
+
+    started = datetime.fromisoformat(answer[0]["startedAt"]).timestamp()
+    assert before - 5 <= started <= time.time() + 1  # the earliest recorded time is now
+    ends = datetime.fromisoformat(answer[0]["endAt"]).timestamp()
+    assert ends - started == pytest.approx(360.25, abs=0.01)  # every time moved by the same offset, form kept
+    assert answer[0]["endAt"].endswith("+00:00") and len(answer[0]["endAt"]) == len(listed[0]["endAt"])
+    assert len(answer[1]["startedAt"]) == len(listed[1]["startedAt"]) and answer[1]["startedAt"].endswith("Z")
+    second = datetime.fromisoformat(answer[1]["startedAt"].replace("123456789Z", "123456Z")).timestamp()
+    assert second - started == pytest.approx(60.123456, abs=0.001)
+
+
+def test_a_replayed_answer_holds_its_epoch_millisecond_times_moved_by_the_same_offset(serve: Any) -> None:
+    # Vercel says a session's times as milliseconds since the epoch; the driver measures the plan's cap from
+    # startedAt, so a cassette replayed 45 minutes after it was made must still be a session that started now.
+    profile = attrs.evolve(ONE, epoch_ms_keys=("startedAt", "createdAt"))
+    session = {"id": "s1", "createdAt": 1767322445000, "startedAt": 1767322446500, "memory": 1767322440000}
+    interactions = [
+        {
+            "upstream": "api",
+            "request": {"method": "GET", "path": "/v2/sandboxes/s1"},
+            "response": {"status": 200, "headers": {"Content-Type": "application/json"}, "body": {"json": session}},
+        }
+    ]
+    server = serve(interactions, profile)
+    before = time.time()
+    answer = httpx.get(server.url("api") + "/v2/sandboxes/s1").json()
+    assert server.problems(final=True) == []
+    assert before - 5 <= answer["createdAt"] / 1000 <= time.time() + 1
+    assert answer["startedAt"] - answer["createdAt"] == 1500
+    assert answer["memory"] == session["memory"]  # a number under another key is the provider's, never moved

@@ -60,6 +60,8 @@ class Profile:
     session ids) wherever they appear in a query value or a JSON string: they
     match any value of the same pattern, the rest of the value still counts.
     ``header_rules``: headers the server refuses unless they match (``HeaderRule``).
+    ``epoch_ms_keys``: JSON keys whose number is a time in milliseconds since the epoch (Vercel's
+    ``startedAt``); replay moves them, with every RFC 3339 time of an answer, so the recorded session starts now.
     """
 
     name: str
@@ -73,6 +75,7 @@ class Profile:
     volatile: tuple[str, ...] = ()
     sdk: str = ""  # the SDK distribution whose version a recorded cassette notes
     header_rules: tuple[HeaderRule, ...] = ()
+    epoch_ms_keys: tuple[str, ...] = ()
 
     def broken_rule(self, method: str, path: str, headers: Message) -> HeaderRule | None:
         """The first header rule a request breaks (its headers as ``http.server`` parsed them), or None."""
@@ -149,6 +152,8 @@ VERCEL = Profile(
     # by that name (GET /v2/sandboxes/{name}) while it boots.
     ignore_json=("/name", "/tags/mainsdk-session"),
     volatile=(r"(?<=^/v2/sandboxes/)mainsdk-ses-[0-9a-f]{24}$",),
+    # The session's times (vercel-sandbox's SandboxSession model): the driver measures the plan's cap from startedAt.
+    epoch_ms_keys=("createdAt", "requestedAt", "startedAt", "updatedAt", "stoppedAt"),
 )
 
 PROFILES = {profile.name: profile for profile in (E2B, VERCEL)}

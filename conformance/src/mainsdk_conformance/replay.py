@@ -54,6 +54,11 @@ HOP_BY_HOP = frozenset(
 # Response headers that describe the transfer, not the answer; replay sets its own framing.
 NOT_RECORDED = HOP_BY_HOP | {"content-length", "content-encoding", "date"}
 UNMATCHED_STATUS = 599
+# An RFC 3339 time in a response (E2B's startedAt/endAt): replay moves each by one offset, so the recorded
+# session starts now. A driver that measures a provider's cap from the server's start time would otherwise
+# see every session of a cassette replayed an hour after it was made as past its cap.
+_WHOLE = "%Y-%m-%dT%H:%M:%S"
+_RFC3339 = re.compile(rb"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
 WAIT_CAP = 30.0  # the longest a recorded frame waits for the request that caused it
 
 
@@ -157,6 +162,9 @@ class ReplayServer:
         self._servers: dict[str, http.server.ThreadingHTTPServer] = {}
         self._threads: list[threading.Thread] = []
         self._client: Any = None
+        self._clock_shift = 0  # whole seconds added to every recorded time in a replayed answer (see _RFC3339)
+        keys = "|".join(re.escape(key) for key in profile.epoch_ms_keys)
+        self._epoch_ms = re.compile(rb'("(?:' + keys.encode() + rb')"\s*:\s*)(\d{12,14})\b') if keys else None
 
     @classmethod
     def replayer(cls, profile: Profile, path: Path) -> ReplayServer:
@@ -196,6 +204,9 @@ class ReplayServer:
 
     def start(self) -> None:
         """Listen on 127.0.0.1, one ephemeral port per upstream of the profile."""
+        if not self.recording:
+            earliest = _earliest_time(self.cassette, self._epoch_ms)
+            self._clock_shift = 0 if earliest is None else round(time.time() - earliest)
         if self.recording:
             import httpx
 
@@ -484,7 +495,8 @@ class ReplayServer:
                     self._wait_lane(lane, int(frame["after"]))
                 if bodiless:
                     continue
-                handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if stream else data)
+                sent = _shift_times(data, self._clock_shift, self._epoch_ms)
+                handler.wfile.write(b"%x\r\n%s\r\n" % (len(sent), sent) if stream else sent)
             if reset_after is not None:
                 self._reset_after_frames(handler)
                 return
@@ -574,6 +586,54 @@ class ReplayServer:
                 frame["at"] = round(at, 3)
             if count > own:
                 frame["after"] = count
+
+
+def _parse_time(match: re.Match[bytes]) -> datetime.datetime:
+    whole, fraction, zone = match.group(1), match.group(2) or b"", match.group(3)
+    micro = fraction[1:7].ljust(6, b"0") if fraction else b"0"
+    text = whole.decode() + "." + micro.decode() + ("+00:00" if zone == b"Z" else zone.decode())
+    return datetime.datetime.fromisoformat(text)
+
+
+def _earliest_time(cassette: Cassette, epoch_ms: re.Pattern[bytes] | None) -> float | None:
+    """The earliest time any recorded answer holds (RFC 3339, or a number under one of ``epoch_ms``'s keys), as
+    a POSIX timestamp; None when the answers hold none."""
+    earliest: float | None = None
+    for interaction in cassette.interactions:
+        try:
+            frames = body_frames((interaction.get("response") or {}).get("body"))
+        except (ValueError, TypeError, KeyError):
+            continue
+        for data, _ in frames:
+            for match in _RFC3339.finditer(data):
+                with_zone = _parse_time(match)
+                stamp = with_zone.timestamp()
+                earliest = stamp if earliest is None else min(earliest, stamp)
+            for match in epoch_ms.finditer(data) if epoch_ms is not None else ():
+                stamp = int(match.group(2)) / 1000
+                earliest = stamp if earliest is None else min(earliest, stamp)
+    return earliest
+
+
+def _shift_times(data: bytes, seconds: int, epoch_ms: re.Pattern[bytes] | None = None) -> bytes:
+    """``data`` with every RFC 3339 time moved by whole ``seconds``: only the date and time of day change, the
+    fraction and the zone stay as recorded, so each keeps its form and length (a framed body's lengths stay true).
+    A number under one of ``epoch_ms``'s keys moves by as many milliseconds, when its digit count stays the same."""
+    if not seconds:
+        return data
+    if epoch_ms is not None:
+
+        def move_ms(match: re.Match[bytes]) -> bytes:
+            moved = str(int(match.group(2)) + seconds * 1000).encode()
+            return match.group(1) + (moved if len(moved) == len(match.group(2)) else match.group(2))
+
+        data = epoch_ms.sub(move_ms, data)
+
+    def move(match: re.Match[bytes]) -> bytes:
+        moved = datetime.datetime.strptime(match.group(1).decode(), _WHOLE) + datetime.timedelta(seconds=seconds)
+        return moved.strftime(_WHOLE).encode() + (match.group(2) or b"") + match.group(3)
+
+    return _RFC3339.sub(move, data)
 
 
 def _read_body(handler: http.server.BaseHTTPRequestHandler) -> bytes:
