@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -423,3 +425,84 @@ def test_a_driver_declaring_only_its_isolation_has_every_capability_gated_test_s
     result.stdout.fnmatch_lines(["*driver bare declares no language python*"])
     skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]
     assert skips and all("driver bare declares" in line or "driver bare does not declare" in line for line in skips)
+
+
+# --- Record mode re-checks what was set by hand -------------------------------------------------------------------
+
+GREETING_TEST = """
+import httpx, pytest
+from mainsdk_conformance.profiles import Profile
+
+
+@pytest.fixture
+def conformance_profile():
+    return Profile(name="toy", upstreams={"api": "https://toy.invalid"}, api="v1")
+
+
+def test_greeting(conformance_replay):
+    assert httpx.get(conformance_replay.url("api") + "/greeting").text == "hello\\n"
+"""
+
+
+def _greeting_cassette(folder: Path, edited: list[str]) -> Path:
+    path = folder / "cassettes" / "test_greeting" / "test_greeting.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"provider": "toy", "api": "v1", "date": "2026-11-29", "made": "authored", "edited": edited}
+    answer = {"status": 200, "headers": {"content-type": "text/plain"}, "body": {"text": "hello\n"}}
+    interactions = [{"upstream": "api", "request": {"method": "GET", "path": "/greeting"}, "response": answer}]
+    path.write_text(json.dumps({"format": "mainsdk-cassette/1", "meta": meta, "interactions": interactions}))
+    return path
+
+
+@pytest.mark.parametrize(("live", "outcome"), [("hello\n", "passed"), ("goodbye\n", "failed")])
+def test_record_mode_records_a_hand_set_cassette_again_and_flags_one_the_provider_does_not_reproduce(
+    pytester: pytest.Pytester, live: str, outcome: str
+) -> None:
+    # The hand-set answer (stdout a stand-in without the provider's network could not give) is an expectation
+    # the live recording must meet: it was skipped by record mode, so it stayed hand-set forever.
+    body = live.encode()
+
+    class Provider(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    provider = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Provider)
+    threading.Thread(target=provider.serve_forever, daemon=True).start()
+    try:
+        pytester.makepyfile(test_greeting=GREETING_TEST)
+        path = _greeting_cassette(Path(pytester.path), ["stdout: what the provider answers, set by hand"])
+        before = path.read_text()
+        upstream = f"api=http://127.0.0.1:{provider.server_address[1]}"
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "-p", "mainsdk_conformance.plugin", "--conformance-record",
+            "--conformance-upstream", upstream,
+        )  # fmt: skip
+    finally:
+        provider.shutdown()
+        provider.server_close()
+    result.assert_outcomes(**{outcome: 1})
+    if outcome == "passed":
+        meta = json.loads(path.read_text())["meta"]
+        assert meta["rechecked"] == ["stdout: what the provider answers, set by hand"]
+        assert "edited" not in meta  # what is there now is what the (stand-in) provider answered
+    else:
+        assert path.read_text() == before  # kept as it was, and flagged
+        result.stdout.fnmatch_lines(["*did not reproduce what was set by hand*authored cassette is kept*"])
+
+
+def test_record_mode_still_keeps_a_hand_written_fault(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_greeting=GREETING_TEST)
+    _greeting_cassette(Path(pytester.path), ["fault: 503 at create"])
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "mainsdk_conformance.plugin", "-rs", "--conformance-record",
+        "--conformance-upstream", "api=http://127.0.0.1:9",
+    )  # fmt: skip
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*recording keeps the cassette*fault: 503 at create*"])

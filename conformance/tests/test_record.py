@@ -15,6 +15,7 @@ from mainsdk_conformance.cassette import (
     CassetteError,
     authored_meta,
     find_credentials,
+    hand_set,
     keep_on_record,
     load,
     mark_edited,
@@ -162,12 +163,19 @@ def _cassette(tmp_path: Path, meta: dict[str, Any], interactions: list[dict[str,
 GET = {"request": {"method": "GET", "path": "/x"}, "response": {"status": 200}}
 
 
-def test_recording_keeps_authored_faults_and_hand_edits(tmp_path: Path) -> None:
+def test_recording_keeps_authored_faults_and_records_other_hand_edits_again(tmp_path: Path) -> None:
     fault = {**GET, "fault": {"kind": "reset"}}
-    edited = keep_on_record(_cassette(tmp_path, {"made": "authored", "edited": ["stdout: by hand"]}, [GET]))
-    assert edited is not None and "stdout: by hand" in edited and "cannot reproduce" in edited
+    by_hand = {"made": "authored", "edited": ["fault: 503 at create", "stdout: by hand"]}
+    kept = keep_on_record(_cassette(tmp_path, by_hand, [GET]))
+    assert kept is not None and "fault: 503 at create" in kept and "cannot reproduce" in kept
+    assert "stdout: by hand" not in kept
     faulty = keep_on_record(_cassette(tmp_path, {"made": "authored"}, [GET, fault]))
     assert faulty is not None and "faults (reset)" in faulty
+    # A hand-set answer a live provider can give is an expectation to record again, not a cassette to skip.
+    edited = _cassette(tmp_path, {"made": "authored", "edited": ["stdout: by hand"]}, [GET])
+    assert keep_on_record(edited) is None
+    assert hand_set(edited) == ["stdout: by hand"]
+    assert hand_set(_cassette(tmp_path, {"made": "recorded", "edited": ["stdout: x"]}, [GET])) == []
 
 
 def test_recording_may_replace_plain_authored_and_recorded_cassettes(tmp_path: Path) -> None:

@@ -534,13 +534,10 @@ def authored_meta(base: Mapping[str, Any], *, test: str, how: str, edited: Seque
     return meta
 
 
-def keep_on_record(path: Path) -> str | None:
-    """Why recording must not replace the cassette at ``path``, or None when it may.
+FAULT_EDIT = "fault:"  # a ``meta.edited`` entry for a fault written by hand: no live provider fails on cue
 
-    A live run cannot reproduce an authored cassette that holds faults or was
-    edited by hand (``meta.edited``): recording over it would lose it. A
-    cassette that is not there, or is not a cassette, may be written.
-    """
+
+def _authored_meta_of(path: Path) -> tuple[Mapping[str, Any], list[Any]] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -549,16 +546,48 @@ def keep_on_record(path: Path) -> str | None:
     if not isinstance(meta, Mapping) or meta.get("made") != "authored":
         return None
     interactions = data.get("interactions") if isinstance(data.get("interactions"), list) else []
+    return meta, interactions
+
+
+def _edits(meta: Mapping[str, Any]) -> list[str]:
+    edited = meta.get("edited")
+    return [str(e) for e in edited] if isinstance(edited, list) else ([str(edited)] if edited else [])
+
+
+def keep_on_record(path: Path) -> str | None:
+    """Why recording must not replace the cassette at ``path``, or None when it may.
+
+    A live run cannot reproduce an authored cassette that holds faults (an interaction's ``fault``,
+    ``meta.fault``, or a ``fault:`` entry of ``meta.edited``): recording over it would lose it. Any other hand
+    edit is what a live run must reproduce, so it is recorded again (``hand_set``). A cassette that is not
+    there, or is not a cassette, may be written.
+    """
+    found = _authored_meta_of(path)
+    if found is None:
+        return None
+    meta, interactions = found
     faults = sorted(
         {str((i.get("fault") or {}).get("kind")) for i in interactions if isinstance(i, Mapping) and i.get("fault")}
     )
-    edited = meta.get("edited")
+    fault_edits = [edit for edit in _edits(meta) if edit.startswith(FAULT_EDIT)]
     reasons = []
-    if edited:
-        reasons.append("edited by hand: " + "; ".join(edited if isinstance(edited, list) else [str(edited)]))
+    if fault_edits:
+        reasons.append("edited by hand: " + "; ".join(fault_edits))
     if faults or meta.get("fault"):
         reasons.append("holds authored faults" + (f" ({', '.join(faults)})" if faults else ""))
     return f"{path.name} is authored and {' and '.join(reasons)}; a live run cannot reproduce it" if reasons else None
+
+
+def hand_set(path: Path) -> list[str]:
+    """What was set by hand in the authored cassette at ``path`` that a live recording must reproduce.
+
+    Its ``meta.edited`` entries but the faults (``keep_on_record`` keeps those): stdout a stand-in without
+    the provider's network could not give, a dropped pace. Record mode records such a cassette again: the
+    test's own assertions are the expectation the live run must meet. A pass replaces it with the recording,
+    which notes what it re-checked (``meta.rechecked``); a failure keeps it and is the flag to review it.
+    """
+    found = _authored_meta_of(path)
+    return [] if found is None else [edit for edit in _edits(found[0]) if not edit.startswith(FAULT_EDIT)]
 
 
 def load(path: Path | str) -> Cassette:

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ pytest.register_assert_rewrite("mainsdk_conformance.suite")
 
 from mainsdk import Capabilities  # noqa: E402
 
-from mainsdk_conformance.cassette import keep_on_record  # noqa: E402
+from mainsdk_conformance.cassette import hand_set, keep_on_record  # noqa: E402
 from mainsdk_conformance.marks import CAPABILITY_FLAGS, LIVE, MEMORY_LIMIT_TREE, REPLAY, UNAVAILABLE  # noqa: E402
 from mainsdk_conformance.suite._helpers import ORIGIN_BODY  # noqa: E402
 from mainsdk_conformance.target import Conformance, ConformanceTarget  # noqa: E402
@@ -347,10 +348,12 @@ def conformance_replay(
     from mainsdk_conformance.replay import ReplayServer, parse_upstreams
 
     path = conformance_cassette_dir / cassette_name(request.node)
+    rechecked: list[str] = []
     if _recording(request.config):
         kept = keep_on_record(path)
         if kept is not None:
             pytest.skip(f"recording keeps the cassette: {kept}")
+        rechecked = hand_set(path)  # recorded again: the live run must pass the test as the hand-set answers did
         upstreams = parse_upstreams(request.config.getoption("conformance_upstream"))
         secrets = [os.environ[name] for name in conformance_profile.credential_env if os.environ.get(name)]
         server = ReplayServer.recorder(conformance_profile, path, upstreams=upstreams, secrets=secrets)
@@ -365,8 +368,20 @@ def conformance_replay(
         server.stop()
     # Only a test that passed is a recording worth keeping: a failed or skipped one would replace a good
     # cassette with what went wrong, or with nothing.
-    if server.recording and request.node.stash.get(PASSED_KEY, False) and server.cassette.interactions:
+    passed = request.node.stash.get(PASSED_KEY, False)
+    if server.recording and passed and server.cassette.interactions:
+        if rechecked:
+            server.cassette.meta["rechecked"] = rechecked  # the hand-set answers this live recording replaced
         server.save()
+    elif server.recording and rechecked:
+        # The flag: the live provider did not give what was set by hand, and the authored cassette stays as it was.
+        warnings.warn(
+            pytest.PytestWarning(
+                f"{path.name}: the live run did not reproduce what was set by hand ({'; '.join(rechecked)}); "
+                "the authored cassette is kept: review it against the provider"
+            ),
+            stacklevel=1,
+        )
     problems = server.problems(final=True)
     # A test that already failed on a request the cassette lacks is not failed twice for what followed from it.
     if problems and not request.node.stash.get(REPORTED_KEY, False):
