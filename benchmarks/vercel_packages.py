@@ -3,9 +3,10 @@
 - the first fetch of a set into an empty wheelhouse (the app's pip for the box's Python: ``Wheelhouse.ensure``),
   then the same set asked again (what every later box pays: a manifest read, no pip);
 - the one ``fs/write`` body the wheels ride in (``driver._targz`` at gzip level 1): its size and build time;
-- the box's offline install (``packages.INSTALL`` and its stdlib unpacker ``UNPACK``), run by this host's python
-  in a fresh venv without pip (as the stand-in's sandboxes), once per round: what each box with packages spends
-  before the code runs. A live Vercel box's own speed is unverified (see the driver's README).
+- the box's offline install (``packages.INSTALL`` running ``INSTALL_WHEELS``: pypa's installer, shipped as
+  ``installer_zip``), run by this host's python in a fresh venv without pip (as the stand-in's sandboxes), once
+  per round: what each box with packages spends before the code runs. A live Vercel box's own speed is
+  unverified (see the driver's README).
 
 The requests a run costs are counted by ``mainsdk_vercel/tests/test_packages.py``, not here.
 
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from mainsdk.wheelhouse import Wheelhouse, WheelSet
 from mainsdk_vercel.driver import _targz
-from mainsdk_vercel.packages import INSTALL, PROBE, UNPACK, BoxPython
+from mainsdk_vercel.packages import INSTALL, INSTALL_WHEELS, INSTALLER_ZIP, PROBE, BoxPython, installer_zip
 
 
 def box_python(root: Path) -> Path:
@@ -43,9 +44,10 @@ def install_once(wheels: WheelSet, root: Path) -> float:
     folder.mkdir()
     for name, data in wheels.read().items():
         (folder / name).write_bytes(data)
+    (folder / INSTALLER_ZIP).write_bytes(installer_zip())  # uploaded with the wheels, as the driver does
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
     started = time.perf_counter()
-    subprocess.run(["bash", "-c", INSTALL, str(folder), UNPACK, *wheels.pins], check=True, env=env)
+    subprocess.run(["bash", "-c", INSTALL, str(folder), INSTALL_WHEELS, *wheels.pins], check=True, env=env)
     return time.perf_counter() - started
 
 
@@ -68,7 +70,9 @@ def main() -> None:
             cached.append(time.perf_counter() - started)
         data = wheels.read()
         started = time.perf_counter()
-        body = _targz({f".mainsdk/wheels-x/{name}": blob for name, blob in data.items()}, (), 1)
+        upload = {f".mainsdk/wheels-x/{name}": blob for name, blob in data.items()}
+        upload[f".mainsdk/wheels-x/{INSTALLER_ZIP}"] = installer_zip()
+        body = _targz(upload, (), 1)
         tar_seconds = time.perf_counter() - started
         installs = [install_once(wheels, Path(temp) / f"box-{n}") for n in range(options.rounds)]
     print(

@@ -11,12 +11,13 @@ pandas and matplotlib are 14 real wheels (50 MB) that no test can make: those tw
 the package index with the app's pip (``mainsdk.wheelhouse``) and say so when it cannot be reached.
 
 Authored, never recorded: ``python mainsdk_vercel/tests/conformance/author.py --packages`` runs this module
-against the stand-in (``simulator.py``), whose box Python has no pip: the driver's unpacker, the box's python
-and the code really ran there (the PNGs are matplotlib's own output on this machine).
+against the stand-in (``simulator.py``), whose box Python has no pip: pypa's installer (shipped by the driver
+as a zip), the box's python and the code really ran there (the PNGs are matplotlib's own output on this machine).
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import importlib.util
@@ -40,7 +41,7 @@ from mainsdk.wheelhouse import Wheelhouse, WheelSet, failure_message, wheels_key
 from mainsdk_conformance.plugin import seeded_cell_tokens
 from mainsdk_conformance.profiles import VERCEL
 from mainsdk_conformance.replay import ReplayServer
-from mainsdk_vercel.packages import PROBE, BoxPython
+from mainsdk_vercel.packages import INSTALL, INSTALL_WHEELS, INSTALLER_ZIP, PROBE, BoxPython, installer_zip
 
 from mainsdk_vercel import VercelDriver
 
@@ -52,8 +53,8 @@ TOKEN = "replay-token-not-a-secret"
 AUTHOR_ENV = "MAINSDK_VERCEL_AUTHOR_PACKAGES"
 AUTHORED_HOW = (
     "recorded with tests/test_packages.py against tests/conformance/simulator.py (written from vercel-sandbox "
-    "0.10.0 and @vercel/sandbox); the box's python (no pip) and the driver's unpacker really ran on this "
-    "machine, so outputs (and PNGs) are their own; wheel uploads are stored by sha256 and size"
+    "0.10.0 and @vercel/sandbox); the box's python (no pip) and pypa's installer (shipped as a zip) really ran "
+    "on this machine, so outputs (and PNGs) are their own; wheel uploads are stored by sha256 and size"
 )
 DEMO = "mainsdk-demo==1.0"  # made here, with its dependency mainsdk-demo-dep 2.0 and a console script
 TAMPERED = "mainsdk-tampered==1.0"  # made here, with a file that does not match its RECORD
@@ -266,7 +267,7 @@ def test_a_first_run_probes_uploads_and_installs_and_a_second_skips_the_probe_an
     h = harness("one_shot_made", config([DEMO]), made_wheels)
     code = "import mainsdk_demo\nprint(mainsdk_demo.__version__)\nmainsdk_demo.main()"
     first = h.sandbox.run(code)
-    # Installed by the driver's unpacker into a box Python with no pip: the package and its dependency.
+    # Installed by pypa's installer (the driver's zip of it) into a box Python with no pip: both packages.
     assert (first.exit_code, first.stdout) == (0, "1.0\ndemo says hello\n"), first.stderr
     # create (pending), its read until running, the image's python (once per driver), wheels up (the box's one
     # write), install, the code, out, stop
@@ -325,7 +326,7 @@ def test_a_set_the_app_cannot_fetch_is_one_0001_naming_the_package_before_any_co
     assert h.steps(mark) == []  # the python is known now: refused before any sandbox is made
 
 
-def test_a_wheel_that_fails_its_record_in_the_box_is_one_0001_quoting_the_unpacker_and_the_code_never_runs(
+def test_a_wheel_that_fails_its_record_in_the_box_is_one_0001_quoting_the_installer_and_the_code_never_runs(
     harness: Any, made_wheels: MadeWheels
 ) -> None:
     h = harness("tampered", config([TAMPERED]), made_wheels)
@@ -334,7 +335,9 @@ def test_a_wheel_that_fails_its_record_in_the_box_is_one_0001_quoting_the_unpack
     error = caught.value
     assert (error.code, error.ran) == (INVALID_OPTION, False)
     assert "mainsdk-tampered==1.0" in error.message
-    assert "ERROR: mainsdk_tampered-1.0-py3-none-any.whl: mainsdk_tampered.py does not match" in error.message
+    # installer's WheelFile.validate_record, run on every wheel before anything is written
+    said = "ERROR: In mainsdk_tampered-1.0-py3-none-any.whl, hash / size of mainsdk_tampered.py didn't match RECORD"
+    assert said in error.message
     # create, read, probe, wheels up, the install that failed, stop: the code never ran
     assert h.steps() == ["POST sandboxes", "GET sandbox", "POST cmd", "POST write", "POST cmd", "POST stop"]
 
@@ -400,3 +403,91 @@ def test_the_driver_depends_on_the_pip_its_wheelhouse_runs() -> None:
 
     required = {Requirement(text).name for text in importlib.metadata.requires("mainsdk-vercel") or []}
     assert "pip" in required
+
+
+def _box(root: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A stand-in box: a fresh venv without pip (as the stand-in's sandboxes), its site-packages and PATH."""
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+    said = subprocess.run(
+        [str(venv / "bin" / "python3"), "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    return venv, Path(said), {"PATH": f"{venv / 'bin'}:/usr/bin:/bin"}
+
+
+def _upload(folder: Path, wheels: dict[str, bytes]) -> None:
+    """The wheel folder as the driver's write leaves it in the box: the wheels and installer's zip."""
+    folder.mkdir()
+    for name, data in wheels.items():
+        (folder / name).write_bytes(data)
+    (folder / INSTALLER_ZIP).write_bytes(installer_zip())
+
+
+def _install(folder: Path, pins: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The driver's install command (``INSTALL`` running ``INSTALL_WHEELS``), as the box runs it."""
+    command = ["bash", "-c", INSTALL, str(folder), INSTALL_WHEELS, *pins]
+    return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+
+
+def test_the_box_install_replaces_a_file_already_there_and_writes_nothing_outside_its_folder(tmp_path: Path) -> None:
+    # The box's install (INSTALL running INSTALL_WHEELS with installer's zip) run by a real python without pip.
+    venv, site, env = _box(tmp_path)
+    (site / "mainsdk_demo_dep.py").write_text("WORD = 'old'\n")  # the image has an older copy of a file
+    _upload(tmp_path / "wheels", MADE[DEMO])
+    done = _install(tmp_path / "wheels", [DEMO], env)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "wheels").exists()  # the folder (and the zip) removed after
+    script = venv / "bin" / "mainsdk-demo"  # the console script, pointed at this python
+    assert script.read_text().startswith(f"#!{venv / 'bin' / 'python3'}\n")
+    ran = subprocess.run([str(script)], env=env, capture_output=True, text=True, check=False)
+    assert (ran.returncode, ran.stdout) == (0, "demo says hello\n"), ran.stderr  # the new file, not the old
+    info = site / "mainsdk_demo-1.0.dist-info"
+    assert (info / "INSTALLER").read_text() == "mainsdk\n"
+    assert "mainsdk_demo/__init__.py,sha256=" in (info / "RECORD").read_text()  # what installer wrote
+    assert oct((site / "mainsdk_demo" / "__init__.py").stat().st_mode & 0o777) == "0o644"
+
+    escape = made_wheel("mainsdk-escape", "1.0", {"../../escaped.py": "X = 1\n"})  # its RECORD is right
+    _upload(tmp_path / "escape", {"mainsdk_escape-1.0-py3-none-any.whl": escape})
+    done = _install(tmp_path / "escape", ["mainsdk-escape==1.0"], env)
+    assert done.returncode == 1
+    assert f"ERROR: mainsdk_escape-1.0-py3-none-any.whl: ../../escaped.py would be written outside {site}" in (
+        done.stderr
+    )
+    assert not (site.parent.parent / "escaped.py").exists()
+
+    _upload(tmp_path / "missing", MADE[DEMO])  # a pin with no wheel uploaded (never so from the driver)
+    done = _install(tmp_path / "missing", ["Other_Pkg[extra]==1.0"], env)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "ERROR: no wheel for Other_Pkg[extra]==1.0 among the wheels fetched for this sandbox"
+
+
+def test_installer_ships_as_the_same_zip_of_the_apps_own_copy() -> None:
+    import importlib.metadata
+
+    import installer
+    from packaging.requirements import Requirement
+
+    # The driver depends on installer; the zip holds its package as installed here, and the same bytes every time.
+    required = {
+        Requirement(text).name: Requirement(text) for text in importlib.metadata.requires("mainsdk-vercel") or []
+    }
+    assert "installer" in required and required["installer"].specifier.contains(importlib.metadata.version("installer"))
+    data = installer_zip()
+    installer_zip.cache_clear()
+    assert installer_zip() == data
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        infos = archive.infolist()
+        names = [info.filename for info in infos]
+        assert names == sorted(names) and "installer/__init__.py" in names
+        assert not [n for n in names if n.endswith((".pyc", ".exe")) or "__pycache__" in n]
+        assert {info.date_time for info in infos} == {(1980, 1, 1, 0, 0, 0)}
+        assert {info.compress_type for info in infos} == {zipfile.ZIP_STORED}
+        assert any(n.startswith("installer-LICENSES/") for n in names)  # MIT: its notice travels with it
+        package = Path(installer.__file__).parent
+        assert archive.read("installer/_core.py") == (package / "_core.py").read_bytes()
+        # The box's python3 may be Amazon Linux 2023's 3.9: the script and the zip's sources are Python 3.7
+        # grammar (installer 0.7's Requires-Python; only the grammar is checked here, no 3.7 being on this host).
+        sources = {n: archive.read(n).decode() for n in names if n.endswith(".py")}
+    for name, text in {"INSTALL_WHEELS": INSTALL_WHEELS, **sources}.items():
+        ast.parse(text, filename=name, feature_version=(3, 7))

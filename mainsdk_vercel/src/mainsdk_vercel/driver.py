@@ -49,7 +49,7 @@ from mainsdk.wheelhouse import Wheelhouse, failure_message
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
 from mainsdk_vercel.config import PLAN_MAX_DURATION, VercelConfig
-from mainsdk_vercel.packages import INSTALL, PROBE, UNPACK, BoxPython
+from mainsdk_vercel.packages import INSTALL, INSTALL_WHEELS, INSTALLER_ZIP, PROBE, BoxPython, installer_zip
 
 log = logging.getLogger("mainsdk.vercel")
 DRIVER_ID = "vercel-sandbox"
@@ -73,7 +73,7 @@ TAG_TENANT = "mainsdk-tenant"
 ARCHIVE_SLACK = 8 * 1024 * 1024
 # Entries of an out archive looked at, at most (each costs a tar header to read; the rest is truncated).
 MAX_OUT_ENTRIES = 10_000
-INSTALL_TIMEOUT = 300.0  # seconds for pip to install a set offline in the box (pandas + matplotlib: well under)
+INSTALL_TIMEOUT = 300.0  # seconds for installer to install a set offline in the box (pandas + matplotlib: well under)
 CAPTURE_LIMIT = 64 * 1024  # bytes kept of each stream of the driver's own commands (probe, install)
 # A new session is polled until ``running``, as the official Python client does (vercel-sandbox 0.10.0,
 # ``_internal/service.py``, ``_wait_for_ready_sandbox``: every 0.5 s; running is ready, stopped, failed and
@@ -511,6 +511,7 @@ class VercelDriver:
             if wheels is not None:
                 wheel_bytes = await asyncio.to_thread(wheels.read)
                 upload.update({f"{folder}/{name}": data for name, data in wheel_bytes.items()})
+                upload[f"{folder}/{INSTALLER_ZIP}"] = await asyncio.to_thread(installer_zip)  # installs them in the box
             if upload:
                 # Wheels are zip files already: gzip's fastest level costs little and saves nothing less.
                 await self._write(box, upload, level=1 if wheels is not None else 9)
@@ -605,7 +606,7 @@ class VercelDriver:
         run = _Run()
         try:
             async with asyncio.timeout(INSTALL_TIMEOUT):
-                await self._run(box, "bash", ["-c", INSTALL, folder, UNPACK, *pins], {}, run, captured)
+                await self._run(box, "bash", ["-c", INSTALL, folder, INSTALL_WHEELS, *pins], {}, run, captured)
         except TimeoutError:
             raise SandboxError(
                 DRIVER_UNAVAILABLE,

@@ -7,19 +7,26 @@ The sandbox's network stays what the run was given (often nothing). Instead:
    Python, with the app's own network and index, into a content-addressed wheelhouse on the app's side
    (``mainsdk.wheelhouse``, shared with the E2B driver: ``$XDG_CACHE_HOME/mainsdk/wheels/<sha256>``), reused
    by every later box of the same set.
-3. The wheels go up in the one ``fs/write`` the box's files already use, and are unpacked offline into the
-   box's Python with its standard library alone (``INSTALL``, ``UNPACK``: the image's Python may have no
-   pip), once per box: a session's later commands and cells find them installed.
+3. The wheels go up in the one ``fs/write`` the box's files already use, with pypa's ``installer`` as a zip
+   (``installer_zip``), and are installed offline by the box's Python with installer and its standard library
+   (``INSTALL``, ``INSTALL_WHEELS``: the image's Python may have no pip), once per box: a session's later
+   commands and cells find them installed.
 
 A set pip cannot resolve is one MAIN-SANDBOX-0001 naming the package and quoting pip, before any code runs.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
+import io
 import json
 import re
+import zipfile
+from pathlib import Path
 
 import attrs
+import installer
 from mainsdk.wheelhouse import manylinux_platforms
 
 OLDEST_GLIBC_MINOR = 17  # manylinux2014, the oldest tag wheels of current packages carry
@@ -34,115 +41,128 @@ PROBE = (
     "'soabi': sysconfig.get_config_var('SOABI') or ''}))"
 )
 
-# Unpacks the uploaded wheels into the box's ``python3``, with nothing but its standard library: the image's
-# Python may have no pip. Vercel's default image (``vercel/sandbox/universal``, github vercel/sandbox
-# ``images/universal/Dockerfile``: Ubuntu with python3.14 and python3-pip) has one, but the legacy runtimes are
-# Amazon Linux 2023 (docs "System Specifications"), whose system python3 ships without pip, and an image named by
-# ``sandbox.vercel.runtime`` may have none. The set is exactly what pip resolved on the app's side for this
-# Python and platform (dependencies included), so installing is unpacking (the wheel format, PEP 427 and the
-# binary distribution format spec): each file checked against the wheel's RECORD (sha256), ``.data/`` trees to
-# their sysconfig paths, ``#!python`` scripts pointed at this Python, console scripts from ``entry_points.txt``,
-# and an INSTALLER file. Names must be plain relative paths. Errors are ``ERROR:`` lines, as pip's, for the
-# 0001 that quotes them. Written for Python 3.8 and later (Amazon Linux 2023's python3 is 3.9).
-#   argv: the wheel folder, then the pins (each must have its wheel in the folder)
-UNPACK = r"""
-import base64, configparser, hashlib, os, re, sys, sysconfig, zipfile
+# The installer: pypa's ``installer`` (https://installer.pypa.io), the library that defines installing a wheel
+# without pip, shipped to the box as a zip of the app's own copy (``installer_zip``, uploaded with the wheels)
+# and imported from it by the box's ``python3``. The image's Python may have no pip: Vercel's default image
+# (``vercel/sandbox/universal``, github vercel/sandbox ``images/universal/Dockerfile``: Ubuntu with python3.14
+# and python3-pip) has one, but the legacy runtimes are Amazon Linux 2023 (docs "System Specifications"), whose
+# system python3 (3.9) ships without pip, and an image named by ``sandbox.vercel.runtime`` may have none.
+# installer 0.7 is pinned (pyproject.toml): 1.0 and later need Python 3.10.
+INSTALLER_ZIP = "installer.zip"  # its name in the uploaded wheel folder, removed with it after the install
 
-def fail(message):
-    print("ERROR: " + message, file=sys.stderr)
+# Run as ``python3 -I -c INSTALL_WHEELS <wheel folder> <pins>``, with only the standard library and the zip.
+# The set is exactly what pip resolved on the app's side for this Python and platform (dependencies included).
+# Every wheel's RECORD is validated first (names, sizes and sha256, ``WheelFile.validate_record``; installer's
+# ``install`` does not validate by itself), then each is installed into this Python's sysconfig scheme, as
+# installer's own ``python -m installer`` does (its ``_get_scheme_dict``): ``.data/`` trees, ``#!python``
+# scripts and console scripts pointed at this Python, an INSTALLER file. No bytecode is compiled (the first
+# import does). installer 0.7 refuses any file that exists and writes a name wherever it points; ``Destination``
+# does what installer 1.x does with ``overwrite_existing=True``: a file already there is replaced (as before,
+# and as pip would), and no name is written outside its scheme's folder. Errors are ``ERROR:`` lines, as
+# pip's, for the 0001 that quotes them. Written for Python 3.7 and later (installer 0.7's Requires-Python).
+#   argv: the wheel folder (with installer.zip), then the pins (each must have its wheel in the folder)
+INSTALL_WHEELS = r"""
+import os, sys
+
+def fail(*lines):
+    for line in lines:
+        print("ERROR: " + line, file=sys.stderr)
     sys.exit(1)
 
-def key(name):
-    return re.sub(r"[-_.]+", "_", name).lower()
+if sys.version_info < (3, 7):
+    fail("installing wheels needs python 3.7 or later; this sandbox's python3 is %d.%d" % sys.version_info[:2])
+folder, pins = os.path.abspath(sys.argv[1]), sys.argv[2:]
+sys.path.insert(0, os.path.join(folder, "installer.zip"))
+import sysconfig
+import installer
+from installer.destinations import SchemeDictionaryDestination
+from installer.sources import WheelFile
+from installer.utils import canonicalize_name, parse_wheel_filename
 
-folder, pins = sys.argv[1], sys.argv[2:]
-paths = sysconfig.get_paths()
-wheels = sorted(n for n in os.listdir(folder) if n.endswith(".whl"))
-have = {(key(n.split("-")[0]), n.split("-")[1]) for n in wheels}
+class Destination(SchemeDictionaryDestination):
+    def write_to_fs(self, scheme, path, stream, is_executable):
+        root = os.path.abspath(self.scheme_dict[scheme])
+        target = os.path.abspath(os.path.join(root, path))
+        if os.path.commonpath([root, target]) != root:
+            raise ValueError("%s would be written outside %s" % (path, root))
+        if os.path.lexists(target) and not os.path.isdir(target):
+            os.unlink(target)
+        return super().write_to_fs(scheme, path, stream, is_executable)
+
+def failed(name, exc):
+    issues = getattr(exc, "issues", None)  # a failed validation lists each, naming the wheel
+    fail(*(issues or ["%s: %s" % (name, str(exc) or type(exc).__name__)]))
+
+os.chdir(folder)  # installer's messages then name the wheel, not the folder it came in
+names = sorted(n for n in os.listdir(".") if n.endswith(".whl"))
+have = set()
+for name in names:
+    try:
+        have.add(canonicalize_name(parse_wheel_filename(name).distribution))
+    except ValueError as exc:
+        failed(name, exc)
 for pin in pins:
-    name, _, version = pin.partition("==")
-    if (key(name), version) not in have:
+    if canonicalize_name(pin.split("==")[0].split("[")[0].strip()) not in have:
         fail("no wheel for %s among the wheels fetched for this sandbox" % pin)
-for wheel in wheels:
-    with zipfile.ZipFile(os.path.join(folder, wheel)) as archive:
-        infos = [i for i in archive.infolist() if not i.filename.endswith("/")]
-        info_dirs = {i.filename.split("/")[0] for i in infos if re.match(r"[^/]+\.dist-info/WHEEL$", i.filename)}
-        if len(info_dirs) != 1:
-            fail("%s: not a wheel (no one .dist-info/WHEEL)" % wheel)
-        dist_info = info_dirs.pop()
-        meta = archive.read(dist_info + "/WHEEL").decode("utf-8")
-        pure = re.search(r"(?im)^Root-Is-Purelib:\s*true\s*$", meta) is not None
-        root = paths["purelib"] if pure else paths["platlib"]
-        record = {}
-        for line in archive.read(dist_info + "/RECORD").decode("utf-8").splitlines():
-            parts = line.rsplit(",", 2)
-            if len(parts) == 3 and parts[1].startswith("sha256="):
-                record[parts[0]] = parts[1][len("sha256="):]
-        data_dir = dist_info[: -len(".dist-info")] + ".data/"
-        for info in infos:
-            name = info.filename
-            parts = name.split("/")
-            if name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
-                fail("%s: %r is not a plain relative name" % (wheel, name))
-            data = archive.read(info)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            if name != dist_info + "/RECORD" and record.get(name) != digest:
-                fail("%s: %s does not match the wheel's RECORD" % (wheel, name))
-            base, rest, script = root, name, False
-            if name.startswith(data_dir):
-                kind, _, rest = name[len(data_dir):].partition("/")
-                if kind == "headers":
-                    base = os.path.join(paths["include"], dist_info.split("-")[0])
-                elif kind in ("purelib", "platlib", "scripts", "data"):
-                    base = paths[kind]
-                else:
-                    fail("%s: unknown data folder %r" % (wheel, kind))
-                script = kind == "scripts"
-            target = os.path.join(base, rest)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            if script and data.startswith(b"#!python"):
-                data = b"#!" + sys.executable.encode() + data[len(b"#!python"):]
-            with open(target, "wb") as out:
-                out.write(data)
-            mode = (info.external_attr >> 16) & 0o777
-            os.chmod(target, 0o755 if script or mode & 0o111 else 0o644)
-        with open(os.path.join(root, dist_info, "INSTALLER"), "w") as out:
-            out.write("mainsdk\n")
-        if dist_info + "/entry_points.txt" in archive.namelist():
-            points = configparser.ConfigParser(interpolation=None, delimiters=("=",))
-            points.optionxform = str
-            points.read_string(archive.read(dist_info + "/entry_points.txt").decode("utf-8"))
-            for section in ("console_scripts", "gui_scripts"):
-                for command, target_spec in (points.items(section) if points.has_section(section) else []):
-                    module, _, attr = target_spec.strip().partition(":")
-                    attr = attr.split("[")[0].strip()
-                    head = attr.split(".")[0] if attr else None
-                    call = ("%s()" % attr) if attr else "None"
-                    body = "#!%s\nimport sys\n%s\nsys.exit(%s)\n" % (
-                        sys.executable,
-                        ("from %s import %s" % (module.strip(), head)) if head else "import %s" % module.strip(),
-                        call,
-                    )
-                    script_path = os.path.join(paths["scripts"], command.strip())
-                    os.makedirs(paths["scripts"], exist_ok=True)
-                    with open(script_path, "w") as out:
-                        out.write(body)
-                    os.chmod(script_path, 0o755)
+for name in names:
+    try:
+        with WheelFile.open(name) as source:
+            source.validate_record(validate_contents=True)
+    except Exception as exc:
+        failed(name, exc)
+base = sysconfig.get_config_var("base") or sys.prefix
+for name in names:
+    try:
+        with WheelFile.open(name) as source:
+            scheme = sysconfig.get_paths()
+            include = sysconfig.get_path("include", vars={"installed_base": base})
+            scheme["headers"] = os.path.join(include, source.distribution)
+            destination = Destination(scheme, interpreter=sys.executable, script_kind="posix")
+            installer.install(source, destination, additional_metadata={"INSTALLER": b"mainsdk\n"})
+    except Exception as exc:
+        failed(name, exc)
 """
 
 # Installs the uploaded wheels offline, as the box's own ``python3`` sees them (``-E -s`` runs included):
 # into its site-packages, with ``sudo -n`` where the sandbox user cannot write there (Vercel's images run
-# code with passwordless sudo: docs "System Specifications"; vercel/sandbox ``images/ubuntu/Dockerfile``).
-# No index, no network, no pip. Nothing a caller gives is spliced in: $0 is the wheel folder, $1 the
-# unpacker (``UNPACK``), the rest are the pins.
+# code with passwordless sudo: docs "System Specifications"; vercel/sandbox ``images/ubuntu/Dockerfile``),
+# files readable by all (``umask 022``: installer writes with the process's umask, and the code runs as the
+# sandbox user). No index, no network, no pip. Nothing a caller gives is spliced in: $0 is the wheel folder,
+# $1 the installing script (``INSTALL_WHEELS``), the rest are the pins.
 INSTALL = (
-    "dir=$0 unpack=$1; shift; "
+    "dir=$0 script=$1; shift; umask 022\n"
     'py=$(command -v python3) || { echo "mainsdk: no python3 in the sandbox" >&2; exit 127; }\n'
     'if "$py" -I -c "import os, sys, sysconfig; sys.exit(0 if all(os.access(sysconfig.get_path(k), os.W_OK) '
     "for k in ('purelib', 'platlib', 'scripts')) else 1)\"; then as=; else as=\"command -p sudo -n\"; fi\n"
-    '$as "$py" -I -c "$unpack" "$dir" "$@" || exit $?\n'
+    '$as "$py" -I -c "$script" "$dir" "$@" || exit $?\n'
     'command -p rm -rf -- "$dir"\n'
 )
+
+
+@functools.cache
+def installer_zip() -> bytes:
+    """The app's ``installer`` package as a zip the box's Python imports it from, the same bytes every time.
+
+    Its source files (no bytecode, which is per Python; no Windows launchers, which a posix install never
+    reads) and its licence, in sorted order, stored, with fixed times and modes: a cassette's upload is stable.
+    """
+    package = Path(installer.__file__).parent
+    members = {
+        f"installer/{path.relative_to(package).as_posix()}": path.read_bytes()
+        for path in package.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".exe")
+    }
+    distribution = importlib.metadata.distribution("installer")
+    for file in distribution.files or ():
+        if "LICENSE" in file.name.upper() or "COPYING" in file.name.upper():
+            members[f"installer-LICENSES/{file.name}"] = Path(str(file.locate())).read_bytes()
+    raw = io.BytesIO()
+    with zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as archive:
+        for name in sorted(members):
+            entry = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            entry.external_attr = 0o644 << 16
+            archive.writestr(entry, members[name])
+    return raw.getvalue()
 
 
 @attrs.frozen

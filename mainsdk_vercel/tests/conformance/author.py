@@ -540,11 +540,11 @@ def record_packages() -> int:
     return status
 
 
-UNPACED = "pace: each frame's arrival time (at) dropped, so pip's install does not make the replay wait; order kept"
+UNPACED = "pace: each frame's arrival time (at) dropped, so the install does not make the replay wait; order kept"
 
 
 def _unpace(data: dict[str, Any]) -> None:
-    """Drop the frames' ``at``: an offline install of pandas takes its 20 s again in every replay otherwise.
+    """Drop the frames' ``at``: an offline install of pandas takes its time again in every replay otherwise.
 
     ``after`` (which request a frame waited for) stays, so the order of a cell's answers is still replayed.
     """
