@@ -18,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SKIP = {".git", ".venv", ".tox", "build", "dist", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache"}
 # Deliberately odd code the linter under test must judge; it is data, not code of ours.
-DATA = {Path("core/tests/check/corpus")}
+DATA = {Path("mainsdk_check/tests/corpus")}
 # Benchmarks run the tests' own fuzzers and readers, importing them from the test folders.
-EXTRA_PATH = {Path("benchmarks"): [Path("core/tests/check"), Path("mainsdk_local/tests")]}
+EXTRA_PATH = {Path("benchmarks"): [Path("mainsdk_check/tests"), Path("mainsdk_local/tests")]}
 
 
 def source_roots() -> list[Path]:

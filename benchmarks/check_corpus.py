@@ -1,6 +1,6 @@
 """Score ``mainsdk check`` (MAIN-SANDBOX-0010) against its test corpus.
 
-Prints ``false positives: N, false negatives: M`` over core/tests/check/corpus,
+Prints ``false positives: N, false negatives: M`` over mainsdk_check/tests/corpus,
 where each file's header says what must be reported, and exits 1 unless
 both are zero. Run from anywhere: ``python benchmarks/check_corpus.py``.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-CHECK_TESTS = Path(__file__).resolve().parent.parent / "core" / "tests" / "check"
+CHECK_TESTS = Path(__file__).resolve().parent.parent / "mainsdk_check" / "tests"
 
 
 def main() -> int:

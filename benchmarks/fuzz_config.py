@@ -415,7 +415,7 @@ def _load(path: Path, build: bool) -> tuple[str, str]:
 
 def _check(path: Path, empty: Path) -> int | str:
     """``mainsdk check --config FILE`` over an empty folder: its exit status, or the raw exception."""
-    from mainsdk.check.command import main as check_main
+    from mainsdk_check.command import main as check_main
 
     out, err = io.StringIO(), io.StringIO()
     try:

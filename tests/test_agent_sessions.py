@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -105,27 +104,6 @@ def test_files_that_cannot_be_written_are_0001_and_nothing_is_written(
     finally:
         action.close("c")
         sandbox.close()
-
-
-async def test_mcp_with_session_refuses_a_path_both_file_and_folder_as_a_tool_error(tmp_path: Path) -> None:
-    # MCP --session writes the input's files one by one into its kept box, through the same check.
-    from mcp.client.session import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-
-    (tmp_path / "main.yaml").write_text(CONFIG)
-    server = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "mainsdk.cli", "sandbox", "mcp", "--language", "python", "--session"],
-        cwd=str(tmp_path),
-    )
-    async with stdio_client(server) as (read, write), ClientSession(read, write) as client:
-        await client.initialize()
-        for tool in ("code_run", "run_code"):
-            refused = await client.call_tool(tool, {"code": "print(1)", "files": {"a": "x", "a/b": "y"}})
-            text = " ".join(getattr(item, "text", "") for item in refused.content)
-            assert refused.is_error and "MAIN-SANDBOX-0001" in text and "also the folder of 'a/b'" in text, text
-        listed = await client.call_tool("code_run", {"code": "import os; print(sorted(os.listdir('.')))"})
-        assert not listed.is_error and "'a'" not in str(listed.structured_content)
 
 
 @pytest.mark.parametrize("timeout", [float("nan"), float("inf"), Decimal("sNaN"), True, [5]])

@@ -1,11 +1,9 @@
-"""The code-runner action for agents: tool definitions, budget and approval, and the MCP server over stdio."""
+"""The code-runner action for agents: tool definitions, budget and approval (its MCP server: mainsdk_mcp/tests)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import sys
-from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -13,9 +11,6 @@ from typing import Any
 import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.types import TextContent
 
 from mainsdk_local import local_sandbox_driver
 
@@ -113,23 +108,3 @@ def test_the_approval_rule_is_asked_with_the_risk(tmp_path: Path) -> None:
     assert caught.value.status == 403 and denied.asked == [("code.run", "destructive")]
     allowed = Approvals(allow=True)
     assert make(tmp_path, access=allowed).action().run({"code": "print(2)"})["stdout"] == "2\n"
-
-
-async def test_the_mcp_server_lists_and_runs_the_tool(app_dir: Callable[[str], Path]) -> None:
-    app_dir(CONFIG)
-    server = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "mainsdk.cli", "sandbox", "mcp", "--language", "python"],
-        cwd=str(Path.cwd()),
-    )
-    async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        tools = (await session.list_tools()).tools
-        assert [t.name for t in tools] == ["code_run"]
-        assert tools[0].input_schema["properties"]["language"]["enum"] == ["python"]
-        ran = await session.call_tool("code_run", {"code": "print(6 * 7)"})
-        assert not ran.is_error and isinstance(ran.content[0], TextContent)
-        assert json.loads(ran.content[0].text)["stdout"] == "42\n"
-        refused = await session.call_tool("code_run", {"code": "echo hi", "language": "bash"})
-        assert refused.is_error and isinstance(refused.content[0], TextContent)
-        assert "not allowed" in refused.content[0].text

@@ -209,38 +209,6 @@ def test_a_missing_secret_is_named_never_its_value(acme: object) -> None:
     assert token.missing() == "sandbox.acme.token names the secret ACME_TOKEN, which has no value; set ACME_TOKEN"
 
 
-def test_mainsdk_check_checks_an_installed_drivers_section_even_when_another_driver_is_configured(
-    acme: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from mainsdk.check import run_check
-
-    monkeypatch.delenv("MAINSDK_CONFIG", raising=False)
-    project = acme / "app"
-    project.mkdir()
-    (project / "main.yaml").write_text("sandbox:\n  driver: nimbus\n  acme:\n    region: us\n    replicaz: 2\n")
-    load_config_text((project / "main.yaml").read_text())  # the app loads it: acme is not its driver
-    result = run_check(cwd=project)
-    assert [(f.code, f.path, f.line) for f in result.findings] == [(UNKNOWN_CONFIG_KEY, "main.yaml", 5)]
-    assert 'did you mean "replicas"?' in result.findings[0].message
-
-
-def test_mainsdk_check_notes_a_section_it_cannot_check_without_failing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from mainsdk.check import run_check
-    from mainsdk.check.report import format_human
-
-    monkeypatch.delenv("MAINSDK_CONFIG", raising=False)
-    (tmp_path / "main.yaml").write_text("sandbox:\n  limits: { timeout: 5s }\n  nimbus:\n    region: us\n")
-    result = run_check(cwd=tmp_path)
-    assert (result.findings, result.errors, result.exit_status) == ((), (), 0)
-    assert result.notes == (
-        "main.yaml:3: sandbox.nimbus is not checked: no installed driver declares that section; "
-        "install the driver that uses it to check it",
-    )
-    assert "note: main.yaml:3: sandbox.nimbus is not checked" in format_human(result, tmp_path)
-
-
 def test_a_required_field_of_a_section_is_named() -> None:
     import attrs
     from mainsdk.config import structure_section

@@ -1,4 +1,8 @@
-"""The ``mainsdk`` command line: ``mainsdk sandbox run``, ``mainsdk sandbox drivers``, ``mainsdk check``."""
+"""The ``mainsdk`` command line: ``mainsdk sandbox run``, ``mainsdk sandbox drivers``, and the plugins' commands.
+
+Other distributions add commands through the ``mainsdk_cli_commands`` hook (``mainsdk.cli_hooks``):
+``mainsdk check`` (mainsdk-check), ``mainsdk sandbox mcp`` (mainsdk-mcp).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mainsdk import __version__, errors
+from mainsdk.cli_hooks import CliCommand, load_cli_commands
 from mainsdk.config import load_config
 from mainsdk.engine import RunResult, SandboxDeps
 from mainsdk.errors import SandboxError
@@ -23,6 +28,8 @@ from mainsdk.sync import Sandbox
 STOP_EXIT = {"timeout": 124, "memory": 137, "output": 141, "cost": 142}
 ERROR_EXIT = 2
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what the shell reports for a command whose reader closed the pipe
+# The command line's own commands, which no plugin may replace.
+CORE_COMMANDS = (("sandbox", "run"), ("sandbox", "drivers"))
 EXTENSIONS = {".py": "python", ".js": "node", ".mjs": "node", ".cjs": "node", ".sh": "bash", ".bash": "bash"}
 
 
@@ -30,7 +37,7 @@ class UsageError(Exception):
     """A command-line mistake, printed without a traceback."""
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(plugin_commands: dict[tuple[str, ...], CliCommand]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mainsdk", description="mainsdk sandbox: run code nobody reviewed.")
     parser.add_argument("--version", action="version", version=f"mainsdk {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -65,19 +72,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sandbox_commands.add_parser("drivers", help="list the installed drivers and their versions")
 
-    mcp = sandbox_commands.add_parser("mcp", help="serve the code-runner action over MCP on stdio")
-    mcp.add_argument("--name", default="code.run", help="the action's name (default: code.run)")
-    mcp.add_argument("--intent", default="Run code", help="what the tool is for, shown to the model")
-    mcp.add_argument(
-        "--language", action="append", choices=["python", "node", "bash"], help="allowed languages (default: python)"
-    )
-    mcp.add_argument("--config", help="the main.yaml to use (default: MAINSDK_CONFIG, else ./main.yaml)")
-    mcp.add_argument(
-        "--session", action="store_true", help="keep one sandbox session for the client: files stay between calls"
-    )
-
-    check = commands.add_parser("check", help="find unsafe code and config", add_help=False)
-    check.add_argument("args", nargs=argparse.REMAINDER)
+    for command in plugin_commands.values():
+        # Listed here for --help only: main() hands a plugin's command its own arguments before parsing.
+        group = sandbox_commands if command.words[:-1] == ("sandbox",) else commands
+        group.add_parser(command.words[-1], help=command.help, add_help=False)
     return parser
 
 
@@ -288,17 +286,6 @@ def _write_figures(
     return paths
 
 
-def _mcp(args: argparse.Namespace) -> int:
-    try:
-        from mainsdk.mcp_server import languages_option, serve_stdio
-    except ImportError as exc:
-        raise UsageError(f"the MCP server needs the mcp package: pip install 'mainsdk[mcp]' ({exc})") from None
-    sandbox = Sandbox(SandboxDeps(config=load_config(args.config)))
-    action = sandbox.action(name=args.name, intent=args.intent, languages=languages_option(args.language))
-    serve_stdio(action, session=args.session)
-    return 0
-
-
 def _drivers() -> int:
     drivers = installed_drivers()
     if not drivers:
@@ -312,16 +299,14 @@ def _drivers() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["check"]:
-        from mainsdk.check import main as check_main
-
-        return check_main(argv[1:])
-    args = _parser().parse_args(argv)
     try:
+        plugin_commands = load_cli_commands(reserved=CORE_COMMANDS)
+        for words, command in plugin_commands.items():
+            if tuple(argv[: len(words)]) == words:
+                return command.main(argv[len(words) :])
+        args = _parser(plugin_commands).parse_args(argv)
         if args.sandbox_command == "drivers":
             return _drivers()
-        if args.sandbox_command == "mcp":
-            return _mcp(args)
         return _run(args)
     except SandboxError as exc:
         print(f"mainsdk: {exc}", file=sys.stderr)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from mainsdk.check.findings import CHECK_CODES_URL, RULES, Finding, rule_for
-from mainsdk.check.runner import CheckResult, display_path
+from mainsdk_check.findings import CHECK_CODES_URL, RULES, Finding, rule_for
+from mainsdk_check.runner import CheckResult, display_path
 
 __all__ = ["SARIF_SCHEMA", "format_human", "format_json", "format_sarif", "sarif_log"]
 
@@ -23,7 +23,7 @@ JSON_VERSION = 1
 
 def _version() -> str:
     try:
-        return metadata.version("mainsdk")
+        return metadata.version("mainsdk-check")  # the tool that made the log
     except metadata.PackageNotFoundError:
         return "0+unknown"
 

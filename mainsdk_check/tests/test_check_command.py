@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from mainsdk.check import main, run_check
-from mainsdk.check.config_checks import CONFIG_FILE_NAME
 from mainsdk.config import CONFIG_ENV_VAR
 from mainsdk.errors import NETWORK_NOT_ALLOWED, UNSAFE_EVAL
+from mainsdk_check.config_checks import CONFIG_FILE_NAME
 from ruamel.yaml import YAML
 
-REPO = Path(__file__).resolve().parents[3]
+from mainsdk_check import main, run_check
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -178,7 +179,7 @@ def test_a_coding_line_is_honoured(project: Path) -> None:
 
 def test_the_module_runs_as_a_program(project: Path) -> None:
     write(project / "bad.py", "eval(x)\n")
-    done = subprocess.run([sys.executable, "-m", "mainsdk.check"], capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-m", "mainsdk_check"], capture_output=True, text=True, check=False)
     assert done.returncode == 1
     assert done.stdout.startswith("bad.py:1:1: MAIN-SANDBOX-0010")
 
@@ -186,7 +187,7 @@ def test_the_module_runs_as_a_program(project: Path) -> None:
 def test_the_project_s_own_code_has_no_unsilenced_findings() -> None:
     env = {key: value for key, value in os.environ.items() if key not in (CONFIG_ENV_VAR, "MAINSDK_ENV")}
     done = subprocess.run(
-        [sys.executable, "-m", "mainsdk.check", "--format", "json"],
+        [sys.executable, "-m", "mainsdk_check", "--format", "json"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -317,7 +318,7 @@ def test_a_value_the_terminal_cannot_show_is_escaped_not_a_crash(project: Path) 
     write(project / "main.yaml", 'sandbox:\n  driver: "\\ud800\\e[2J"\n')
     env = {key: value for key, value in os.environ.items() if key not in (CONFIG_ENV_VAR, "MAINSDK_ENV")}
     done = subprocess.run(
-        [sys.executable, "-m", "mainsdk.check"], capture_output=True, text=True, check=False, env=env, cwd=project
+        [sys.executable, "-m", "mainsdk_check"], capture_output=True, text=True, check=False, env=env, cwd=project
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert '"\\ud800\\x1b[2J" is not a driver id' in done.stdout and "\x1b" not in done.stdout

@@ -17,7 +17,8 @@ from collections import Counter
 from pathlib import Path
 
 import attrs
-from mainsdk.check import find_unsafe_eval
+
+from mainsdk_check import find_unsafe_eval
 
 CORPUS = Path(__file__).parent / "corpus"
 

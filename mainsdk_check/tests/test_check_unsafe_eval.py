@@ -5,9 +5,10 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from mainsdk.check import Finding, find_unsafe_eval
-from mainsdk.check.unsafe_eval import allowed_codes
 from mainsdk.errors import UNSAFE_EVAL
+from mainsdk_check.unsafe_eval import allowed_codes
+
+from mainsdk_check import Finding, find_unsafe_eval
 
 
 def lines(source: str) -> list[int]:

@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 import mcp_types as types
-from mainsdk.mcp_server import read_frame
+from mainsdk_mcp.server import read_frame
 
 SEED = 2024
 CASES = 3_000

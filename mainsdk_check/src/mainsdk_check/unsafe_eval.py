@@ -34,9 +34,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Literal
 
 import attrs
-
-from mainsdk.check.findings import Finding
 from mainsdk.errors import UNSAFE_EVAL
+
+from mainsdk_check.findings import Finding
 
 __all__ = ["SINKS", "Sink", "allowed_codes", "find_unsafe_eval"]
 

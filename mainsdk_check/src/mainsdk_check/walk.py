@@ -25,7 +25,7 @@ from pathlib import Path
 
 import attrs
 
-from mainsdk.check.config_checks import CannotCheck
+from mainsdk_check.config_checks import CannotCheck
 
 __all__ = ["DEFAULT_EXCLUDES", "IGNORE_FILES", "IgnorePattern", "Walker", "find_root", "is_python_file"]
 

@@ -63,6 +63,20 @@ async def mcp_client(*extra: str, logs: list[Any] | None = None) -> AsyncIterato
         yield session
 
 
+async def test_the_server_lists_and_runs_the_tool(app_dir: Callable[[str], Path]) -> None:
+    app_dir(CONFIG)
+    async with mcp_client() as session:
+        tools = (await session.list_tools()).tools
+        assert [t.name for t in tools] == ["code_run"]
+        assert tools[0].input_schema["properties"]["language"]["enum"] == ["python"]
+        ran = await session.call_tool("code_run", {"code": "print(6 * 7)"})
+        assert not ran.is_error and isinstance(ran.content[0], types.TextContent)
+        assert json.loads(ran.content[0].text)["stdout"] == "42\n"
+        refused = await session.call_tool("code_run", {"code": "echo hi", "language": "bash"})
+        assert refused.is_error and isinstance(refused.content[0], types.TextContent)
+        assert "not allowed" in refused.content[0].text
+
+
 async def test_the_tool_says_what_it_is(app_dir: Callable[[str], Path]) -> None:
     app_dir(CONFIG)
     async with mcp_client() as session:
@@ -150,6 +164,18 @@ async def test_with_session_files_stay_between_calls(app_dir: Callable[[str], Pa
     assert [f["name"] for f in drawn.structured_content["files"]] == ["plot.png", "table.csv"]
     assert any(isinstance(c, types.ImageContent) for c in drawn.content)
     assert [f["name"] for f in again.structured_content["files"]] == ["table.csv"]  # new or changed only
+
+
+async def test_with_session_a_path_both_file_and_folder_is_a_tool_error(app_dir: Callable[[str], Path]) -> None:
+    # --session writes the input's files one by one into its kept box, through the same check as the action.
+    app_dir(CONFIG)
+    async with mcp_client("--session") as client:
+        for tool in ("code_run", "run_code"):
+            refused = await client.call_tool(tool, {"code": "print(1)", "files": {"a": "x", "a/b": "y"}})
+            text = " ".join(getattr(item, "text", "") for item in refused.content)
+            assert refused.is_error and "MAIN-SANDBOX-0001" in text and "also the folder of 'a/b'" in text, text
+        listed = await client.call_tool("code_run", {"code": "import os; print(sorted(os.listdir('.')))"})
+        assert not listed.is_error and "'a'" not in str(listed.structured_content)
 
 
 async def test_without_session_each_call_starts_fresh(app_dir: Callable[[str], Path]) -> None:
@@ -282,7 +308,7 @@ async def test_one_code_bound_in_both_modes_said_in_the_schema(app_dir: Callable
 def test_the_readme_mcp_example_runs_without_the_venv_on_path(tmp_path: Path) -> None:
     # As a user runs it: the README's client saved as mcp_plot.py, run as `.venv/bin/python mcp_plot.py` with
     # the venv not activated. With command="mainsdk" it was FileNotFoundError: 'mainsdk'.
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("\n## Agents: a code-runner action\n") :]
     block = section[section.index("```python\nimport asyncio\n") + len("```python\n") :]
     block = block[: block.index("```\n")]

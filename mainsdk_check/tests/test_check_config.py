@@ -7,9 +7,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from mainsdk.check import CannotCheck, run_check
 from mainsdk.config import CONFIG_ENV_VAR
 from mainsdk.errors import INVALID_OPTION, LOCAL_IN_PRODUCTION, NETWORK_NOT_ALLOWED, UNKNOWN_CONFIG_KEY
+
+from mainsdk_check import CannotCheck, run_check
 
 
 @pytest.fixture(autouse=True)

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from mainsdk.check.config_checks import CannotCheck
-from mainsdk.check.report import format_human, format_json, format_sarif
-from mainsdk.check.runner import EXIT_CANNOT_CHECK, run_check
+from mainsdk_check.config_checks import CannotCheck
+from mainsdk_check.report import format_human, format_json, format_sarif
+from mainsdk_check.runner import EXIT_CANNOT_CHECK, run_check
 
 __all__ = ["main"]
 

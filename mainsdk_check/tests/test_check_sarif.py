@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mainsdk.check import RULES, main, run_check, sarif_log
 from mainsdk.config import CONFIG_ENV_VAR
 from mainsdk.errors import INVALID_OPTION, LOCAL_IN_PRODUCTION, NETWORK_NOT_ALLOWED, UNKNOWN_CONFIG_KEY, UNSAFE_EVAL
+
+from mainsdk_check import RULES, main, run_check, sarif_log
 
 SCHEMA = Path(__file__).parent / "sarif-schema-2.1.0.json"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import attrs
-
 from mainsdk.errors import INVALID_OPTION, LOCAL_IN_PRODUCTION, NETWORK_NOT_ALLOWED, UNKNOWN_CONFIG_KEY, UNSAFE_EVAL
 
 __all__ = ["RULES", "Finding", "Rule", "rule_for"]

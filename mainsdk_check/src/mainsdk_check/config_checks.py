@@ -19,9 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
-from mainsdk.check.findings import Finding, rule_for
 from mainsdk.config import (
     DEFAULT_CONFIG_FILE,
     AppConfig,
@@ -45,6 +42,9 @@ from mainsdk.errors import (
 )
 from mainsdk.hosts import host_covered
 from mainsdk.preflight import PRODUCTION_ENVS, is_production
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from mainsdk_check.findings import Finding, rule_for
 
 __all__ = [
     "PRODUCTION_ENVS",

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
-
-from mainsdk.check.config_checks import CannotCheck, check_config_files, is_config_file, overlay_files
-from mainsdk.check.findings import Finding
-from mainsdk.check.unsafe_eval import find_unsafe_eval
-from mainsdk.check.walk import Walker, find_root
 from mainsdk.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE
+
+from mainsdk_check.config_checks import CannotCheck, check_config_files, is_config_file, overlay_files
+from mainsdk_check.findings import Finding
+from mainsdk_check.unsafe_eval import find_unsafe_eval
+from mainsdk_check.walk import Walker, find_root
 
 __all__ = ["CheckResult", "display_path", "find_config", "run_check"]
 

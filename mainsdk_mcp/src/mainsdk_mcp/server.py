@@ -1,6 +1,6 @@
 """``mainsdk sandbox mcp``: the code-runner action as a tool over the Model Context Protocol (stdio).
 
-Needs the ``mcp`` package (``pip install 'mainsdk[mcp]'``). The tool's input
+Needs the ``mcp`` package (a dependency of mainsdk-mcp). The tool's input
 schema is the action's own; a call the action refuses (a language it does not
 allow, empty code) comes back as a tool error the model can read and correct.
 
@@ -39,9 +39,6 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pydantic
-from mcp.server.lowlevel import Server
-from mcp.shared.message import SessionMessage
-
 from mainsdk import __version__, errors
 from mainsdk.action import CodeRunAction, file_entry
 from mainsdk.action_cells import cell_action_result
@@ -49,6 +46,8 @@ from mainsdk.driver import LANGUAGE_PROGRAMS
 from mainsdk.engine import ARGV_CODE_LIMIT
 from mainsdk.errors import SandboxError
 from mainsdk.sessions import AsyncSession
+from mcp.server.lowlevel import Server
+from mcp.shared.message import SessionMessage
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
 MAX_INLINE_BYTES = 1_000_000  # one file's bytes in a tool result; past it the file is named in a note

@@ -12,12 +12,12 @@
 ``main`` is the command; ``run_check`` is the same check as a function.
 """
 
-from mainsdk.check.command import main
-from mainsdk.check.config_checks import CannotCheck, check_config
-from mainsdk.check.findings import RULES, Finding, Rule
-from mainsdk.check.report import format_human, format_json, format_sarif, sarif_log
-from mainsdk.check.runner import CheckResult, run_check
-from mainsdk.check.unsafe_eval import find_unsafe_eval
+from mainsdk_check.command import main
+from mainsdk_check.config_checks import CannotCheck, check_config
+from mainsdk_check.findings import RULES, Finding, Rule
+from mainsdk_check.report import format_human, format_json, format_sarif, sarif_log
+from mainsdk_check.runner import CheckResult, run_check
+from mainsdk_check.unsafe_eval import find_unsafe_eval
 
 __all__ = [
     "RULES",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _check_corpus import actual, corpus_files, expectations, score
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_corpus_is_large_enough_and_has_both_kinds() -> None:

@@ -9,8 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from mainsdk.check import CannotCheck
-from mainsdk.check.walk import IgnorePattern, Walker
+from mainsdk_check.walk import IgnorePattern, Walker
+
+from mainsdk_check import CannotCheck
 
 TREE = [
     "app.py",

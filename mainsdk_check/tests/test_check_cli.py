@@ -1,0 +1,38 @@
+"""``mainsdk check`` on the ``mainsdk`` command line, added by this distribution through ``mainsdk_cli_commands``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHECK_USAGE = "usage: mainsdk check [-h] [--env ENV] [--config CONFIG]"
+
+
+def run(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key not in ("MAINSDK_CONFIG", "MAINSDK_ENV")}
+    return subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, timeout=60, check=False, cwd=cwd, env=env
+    )
+
+
+@pytest.mark.parametrize("entry", [["-m", "mainsdk"], ["-m", "mainsdk_check"]], ids=["mainsdk-check", "module"])
+def test_mainsdk_check_is_the_linter_with_its_own_options(tmp_path: Path, entry: list[str]) -> None:
+    (tmp_path / "bad.py").write_text("eval(x)\n")
+    (tmp_path / "main.yaml").write_text("sandbox:\n  driver: local\n")
+    command = [*entry, "check"] if entry == ["-m", "mainsdk"] else entry
+    done = run(*command, "--format", "json", "--env", "prod", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    codes = sorted(finding["code"] for finding in json.loads(done.stdout)["findings"])
+    assert codes == ["MAIN-SANDBOX-0010", "MAIN-SANDBOX-0011"]
+    helped = run(*command, "--help", cwd=tmp_path)
+    assert helped.returncode == 0 and helped.stdout.startswith(CHECK_USAGE) and "--exclude PATTERN" in helped.stdout
+    # A usage error is the linter's own: one line, exit 2, as a pre-commit hook wants it.
+    wrong = run(*command, "--format", "xml", cwd=tmp_path)
+    assert (wrong.returncode, wrong.stdout) == (2, "")
+    assert wrong.stderr.startswith("mainsdk check: argument --format: invalid choice: 'xml'")
+    assert wrong.stderr.count("\n") == 1
