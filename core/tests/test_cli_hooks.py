@@ -8,6 +8,8 @@ core and its own dependencies only, whatever else this environment has installed
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -186,3 +188,7 @@ def test_importing_mainsdk_imports_no_app() -> None:
     loaded = json.loads(done.stdout)
     assert "mainsdk" in loaded
     assert [m for m in loaded if m.split(".")[0] in ("mainsdk_check", "mainsdk_mcp", "mcp", "mcp_types")] == []
+    # Nor does core hold them any more, or depend on mcp (it had an `mcp` extra).
+    assert importlib.util.find_spec("mainsdk.check") is None and importlib.util.find_spec("mainsdk.mcp_server") is None
+    requires = importlib.metadata.requires("mainsdk") or []
+    assert [r for r in requires if r.startswith("mcp")] == []

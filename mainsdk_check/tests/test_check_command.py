@@ -7,12 +7,14 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 from mainsdk.config import CONFIG_ENV_VAR
 from mainsdk.errors import NETWORK_NOT_ALLOWED, UNSAFE_EVAL
 from mainsdk_check.config_checks import CONFIG_FILE_NAME
+from packaging.requirements import Requirement
 from ruamel.yaml import YAML
 
 from mainsdk_check import main, run_check
@@ -292,6 +294,14 @@ def test_the_pre_commit_hook_runs_on_python_files_and_main_yaml_files(
     assert _hook_selects(hook, filename, tags) is selected
     if selected and "yaml" in tags:  # and the check reads every file the hook passes it as a config file
         assert CONFIG_FILE_NAME.fullmatch(filename.rsplit("/", 1)[-1])
+
+
+def test_pre_commit_installs_core_and_the_linter_only() -> None:
+    # pre-commit installs the repository's root for a `language: python` hook: no driver, no audit sinks.
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    names = sorted(Requirement(text).name for text in project["dependencies"])
+    assert names == ["mainsdk", "mainsdk-check"]
+    assert "optional-dependencies" not in project
 
 
 def test_a_main_yaml_passed_by_the_hook_is_checked_even_away_from_the_working_directory(

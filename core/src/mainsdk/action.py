@@ -94,6 +94,11 @@ class CodeRunAction:
             self._conversations = ConversationSessions(sandbox, self.feature)
 
     @property
+    def sandbox(self) -> AsyncSandbox:
+        """The sandbox the action runs in (an MCP server opens its kept session there)."""
+        return self._sandbox
+
+    @property
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema of the input."""
         return {

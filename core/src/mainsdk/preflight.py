@@ -1,5 +1,5 @@
 """Every check a call passes before anything runs (its policy, against main.yaml and the driver). A failed
-check raises; nothing has started. Named apart from ``check/``, the ``mainsdk check`` linter, which it is not.
+check raises; nothing has started. Not the ``mainsdk check`` linter (``mainsdk_check``), which runs before a commit.
 
 ``plan_run`` turns a call's options into a ``RunPlan``: the limits lowered by
 the call, the hosts, the environment with secrets resolved, the files, and the
