@@ -101,13 +101,14 @@ def test_mainsdk_help_lists_the_plugins_commands(
 @pytest.mark.parametrize(
     ("names", "expected"),
     [
-        ('[("sandbox run", hello)]', "add 'mainsdk sandbox run'; uninstall one of them"),
-        ('[("hello", hello), ("hello", hello)]', "add 'mainsdk hello'; uninstall one of them"),
-        ('[("sandbox", hello)]', "add 'mainsdk sandbox'; uninstall one of them"),
+        ('[("sandbox run", hello)]', "'mainsdk sandbox run' is already a command"),
+        ('[("hello", hello), ("hello", hello)]', "'mainsdk hello' is already a command"),
+        ('[("sandbox", hello)]', "'mainsdk sandbox' is already a command"),
         ('[("deep sub command", hello)]', "adds the command 'deep sub command'; a command is one word"),
         ('[("--version", hello)]', "adds the command '--version'; a command is one word"),
+        ("[None]", "failed to add its commands: TypeError("),
     ],
-    ids=["core-command", "twice", "a-group", "too-deep", "an-option"],
+    ids=["core-command", "twice", "a-group", "too-deep", "an-option", "raises"],
 )
 def test_a_command_a_plugin_may_not_add_is_one_line_with_its_code(
     install_plugin: Callable[..., Path], capsys: pytest.CaptureFixture[str], names: str, expected: str
@@ -117,7 +118,8 @@ def test_a_command_a_plugin_may_not_add_is_one_line_with_its_code(
     )
     assert main(["sandbox", "drivers"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("mainsdk: MAIN-SANDBOX-0001") and expected in err and err.count("\n") == 1
+    assert err.startswith("mainsdk: MAIN-SANDBOX-0001: the command-line plugin 'hello_cli'")
+    assert expected in err and err.count("\n") == 1
 
 
 def test_a_plugin_that_fails_to_import_is_named(

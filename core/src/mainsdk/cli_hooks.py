@@ -75,13 +75,12 @@ class CliCommands:
         words = tuple(name.split())
         if not words or words[:-1] not in GROUPS or any(word.startswith("-") for word in words):
             raise SandboxError(
-                INVALID_OPTION,
-                f"a command-line plugin adds the command {name!r}; a command is one word, or 'sandbox <word>'",
+                INVALID_OPTION, f"it adds the command {name!r}; a command is one word, or 'sandbox <word>'"
             )
         if words in self._reserved or words in self.added or (words in GROUPS):
             raise SandboxError(
                 INVALID_OPTION,
-                f"two command-line plugins (or one and mainsdk itself) add 'mainsdk {' '.join(words)}'; "
+                f"'mainsdk {' '.join(words)}' is already a command (of mainsdk or another plugin); "
                 "uninstall one of them",
             )
         self.added[words] = CliCommand(words, help, main)
@@ -111,7 +110,17 @@ def load_cli_commands(reserved: Sequence[tuple[str, ...]] = ()) -> dict[tuple[st
     except pluggy.PluginValidationError as exc:
         raise SandboxError(INVALID_OPTION, f"plugin {exc.plugin!r} has a hook that does not exist: {exc}") from exc
     commands = CliCommands(reserved)
-    pm.hook.mainsdk_cli_commands(commands=commands)
+    plugins = pm.list_name_plugin()
+    for name, plugin in plugins:  # one plugin at a time, so that a failure names its plugin
+        others = [other for _, other in plugins if other is not plugin]
+        try:
+            pm.subset_hook_caller("mainsdk_cli_commands", remove_plugins=others)(commands=commands)
+        except SandboxError as exc:
+            raise SandboxError(exc.code, f"the command-line plugin {name!r}: {exc.message}") from exc
+        except Exception as exc:
+            raise SandboxError(
+                INVALID_OPTION, f"the command-line plugin {name!r} failed to add its commands: {exc!r}"
+            ) from exc
     found = dict(commands.added)
     for words, (help_line, distribution, folder) in KNOWN_COMMANDS.items():
         if words not in found:
