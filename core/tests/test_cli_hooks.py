@@ -8,6 +8,7 @@ core and its own dependencies only, whatever else this environment has installed
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import json
@@ -194,3 +195,16 @@ def test_importing_mainsdk_imports_no_app() -> None:
     assert importlib.util.find_spec("mainsdk.check") is None and importlib.util.find_spec("mainsdk.mcp_server") is None
     requires = importlib.metadata.requires("mainsdk") or []
     assert [r for r in requires if r.startswith("mcp")] == []
+
+
+def test_no_core_module_imports_an_app_or_mcp() -> None:
+    # Counting imports inside functions and under TYPE_CHECKING: core reaches its apps only through the hook.
+    apps = {"mainsdk_check", "mainsdk_mcp", "mcp", "mcp_types"}
+    found = []
+    for path in sorted((CORE_SRC / "mainsdk").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            found += [f"{path.name}: {name}" for name in names if name.split(".")[0] in apps]
+    assert found == []
