@@ -10,15 +10,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mainsdk import arguments, units
 from mainsdk.lifecycle import Ending, Executed
 from mainsdk.limits import Listener
-from mainsdk.sessions import CommandResult
-
-if TYPE_CHECKING:
-    from mainsdk.sessions import AsyncSession
+from mainsdk.session_runtime import CommandResult, SessionRuntime
 
 SIGKILL = 9
 
@@ -33,7 +30,7 @@ class AsyncProcess:
 
     def __init__(
         self,
-        session: AsyncSession,
+        session: SessionRuntime,
         program: str,
         args: Sequence[str],
         timeout: object,
@@ -50,11 +47,11 @@ class AsyncProcess:
                 refuse()
 
         # A refusal (the listener, ``refuse``'s own, the command's plan) is audited and raised here; nothing runs.
-        prepared = session._prepare(program, args, timeout, self._take, checks)
+        prepared = session.prepare(program, args, timeout, self._take, checks)
         self.id = prepared.id
         self._started = time.monotonic()
         self._killed: CommandResult | None = None
-        self._task = asyncio.ensure_future(session._execute(prepared))
+        self._task = asyncio.ensure_future(session.execute(prepared))
 
     def __await__(self) -> Generator[Any, None, AsyncProcess]:
         """``await session.start(...)`` gives the handle too: it has started once ``start`` returns.

@@ -20,7 +20,7 @@ import secrets as token
 import time
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
@@ -32,10 +32,8 @@ from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
 from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
 from mainsdk.redact import NameRedactor
 from mainsdk.rich import INLINE_LIMIT, MIME_TYPES, RichResult
+from mainsdk.session_runtime import SessionRuntime
 from mainsdk.units import MAX_TIMEOUT
-
-if TYPE_CHECKING:
-    from mainsdk.sessions import AsyncSession
 
 GRACE = 1.0  # after KeyboardInterrupt, how long a cell has to stop before the interpreter is ended
 BACKSTOP = 3.0  # past the grace, how long the app waits before it kills the interpreter itself
@@ -214,7 +212,7 @@ class _KernelStream:
 class Interpreter:
     """One live kernel in a session's box: started on the first cell, restarted after it died."""
 
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: SessionRuntime) -> None:
         self._session = session
         self._task: asyncio.Task[ExecOutcome] | None = None
         self._stream: _KernelStream | None = None
@@ -299,13 +297,13 @@ class Interpreter:
                     f"the {lifecycle.driver_id!r} driver does not declare cells (Capabilities.cells); "
                     "run code with session.run(...) or sandbox.run(...) there",
                 )
-            session._check_open()
+            session.check_open()
             return listener, checked_code, lifecycle.plan_command(session.opened, "python3", (), timeout, session.cost)
 
         listener, checked_code, command_plan = lifecycle.plan(event, plan)
         listener_errors: list[Exception] = []
         try:
-            async with session._use():
+            async with session.use():
                 result = await self._exchange(
                     cell_id,
                     number,

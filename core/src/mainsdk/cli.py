@@ -12,8 +12,9 @@ from pathlib import Path
 
 from mainsdk import __version__, errors
 from mainsdk.config import load_config
-from mainsdk.engine import RunResult, SandboxDeps
+from mainsdk.engine import SandboxDeps
 from mainsdk.errors import SandboxError
+from mainsdk.lifecycle import RunResult
 from mainsdk.out_dir import NotWritten, OutDir, OutDirError
 from mainsdk.plugins import installed_drivers
 from mainsdk.secrets import SecretRef, secret

@@ -11,8 +11,7 @@ import logging
 import re
 import secrets as token
 from collections.abc import Callable, Mapping, Sequence
-from decimal import Decimal
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -20,15 +19,14 @@ from mainsdk import arguments, errors, figures, preflight
 from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.config import AppConfig, SandboxConfig
-from mainsdk.driver import LANGUAGE_PROGRAMS, Capabilities, Command, Isolation, StopReason
+from mainsdk.driver import LANGUAGE_PROGRAMS, Capabilities, Command
 from mainsdk.errors import SandboxError
-from mainsdk.files import FileRef, FileStore, LocalDirectoryFileStore
+from mainsdk.files import FileRef, FileStore, LocalDirectoryFileStore, file_ref_id
 from mainsdk.hookspecs import hookimpl
 from mainsdk.hosts import host_covered
-from mainsdk.lifecycle import Lifecycle, OpenBox, RunPlan, SessionPlan
+from mainsdk.lifecycle import Lifecycle, OpenBox, RunPlan, RunResult, SessionPlan
 from mainsdk.limits import Listener
 from mainsdk.plugins import Hooks, load_driver, make_plugin_manager
-from mainsdk.rich import RichResult, rich_entry
 from mainsdk.secrets import SecretRef, SecretResolver, environment_secrets
 from mainsdk.sessions import DEFAULT_IDLE, AsyncSession, SessionOpener, find_session
 
@@ -162,63 +160,6 @@ class SandboxDeps:
     load_entrypoints: bool = attrs.field(default=True, validator=_boolean("load_entrypoints"))
 
 
-@attrs.frozen
-class RunResult:
-    """What a run did. A stopped run has ``stop`` set; it is returned, not raised.
-
-    ``exit_code`` is the code's exit status; when the code died of a signal (a crash, a kill from inside the
-    box) it is ``128 + N`` as in a shell, and ``signal`` names it (``"SIGSEGV"``). A run stopped at a limit
-    has ``stop`` set and ``signal`` None. ``ok`` is true only for a clean exit: no stop, exit code 0.
-    """
-
-    id: str
-    stdout: str
-    stderr: str
-    exit_code: int | None
-    stop: StopReason | None
-    files: tuple[FileRef, ...]
-    isolation: Isolation
-    duration: float
-    cost: Decimal
-    driver: str
-    language: str
-    hosts_refused: tuple[str, ...] = ()  # hosts the code tried and was not given (redacted, at most 50)
-    hosts_refused_dropped: int = 0  # how many more were refused than ``hosts_refused`` lists
-    # What the memory limit held for (``Capabilities.memory_limit_scope``): "tree", "process", or None.
-    memory_limit_scope: Literal["tree", "process"] | None = None
-    signal: str | None = None  # the signal the code died of ("SIGSEGV"); exit_code is then 128 + its number
-    # Out files the code wrote that did not come back: past limits.files, not a regular file, or the store
-    # could not keep them (disk full). Names redacted, in path order.
-    files_dropped: tuple[str, ...] = ()
-    # The exact output bytes, redacted and cut at the limit; ``stdout``/``stderr`` are them decoded (UTF-8, lossy).
-    stdout_bytes: bytes = b""
-    stderr_bytes: bytes = b""
-    # Python runs: each matplotlib figure the code showed or left open, as ``image/png`` (``mainsdk.figures``),
-    # inline up to 64 KiB, else a FileRef; ``results_dropped`` counts those not returned.
-    results: tuple[RichResult, ...] = ()
-    results_dropped: int = 0
-
-    @property
-    def ok(self) -> bool:
-        """Whether the code ran to a clean exit: not stopped, exit code 0."""
-        return self.stop is None and self.exit_code == 0
-
-    @property
-    def stop_code(self) -> str | None:
-        """The seed's code for the stop (``MAIN-SANDBOX-0002`` for a timeout ...), or None."""
-        return errors.STOP_CODES[self.stop] if self.stop else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict of the result."""
-        data = attrs.asdict(self)
-        del data["stdout_bytes"], data["stderr_bytes"]  # JSON has no bytes: ``stdout``/``stderr`` carry the text
-        data["cost"] = str(self.cost)
-        data["files"] = [attrs.asdict(f) for f in self.files]
-        data["results"] = [rich_entry(r) for r in self.results]
-        data["stop_code"] = self.stop_code
-        return data
-
-
 class _AuditSink:
     """Wraps ``deps.log`` as a plugin."""
 
@@ -323,7 +264,7 @@ class AsyncSandbox:
         a python run gets all of them by default, a run in another language none.
         """
         run_id = f"run_{token.token_hex(8)}"
-        tenant = self._tenant()
+        tenant = self.tenant()
         event = AuditEvent(
             id=run_id,
             kind="run",
@@ -352,29 +293,7 @@ class AsyncSandbox:
             )
 
         plan = self._lifecycle.plan(event, plan_run)
-        executed, ended, refs, dropped, drawn = await self._lifecycle.run_once(plan, event)
-        return RunResult(
-            id=run_id,
-            stdout=executed.stdout,
-            stderr=executed.stderr,
-            stdout_bytes=executed.stdout_bytes,
-            stderr_bytes=executed.stderr_bytes,
-            exit_code=ended.exit_code,
-            stop=ended.stop,
-            files=refs,
-            isolation=plan.caps.isolation,
-            duration=ended.duration,
-            cost=ended.cost,
-            driver=self.driver_id,
-            language=plan.language,
-            hosts_refused=ended.hosts_refused,
-            hosts_refused_dropped=ended.hosts_refused_dropped,
-            memory_limit_scope=plan.caps.memory_limit_scope,
-            signal=ended.signal,
-            files_dropped=dropped,
-            results=drawn.results,
-            results_dropped=drawn.dropped,
-        )
+        return await self._lifecycle.run_once(plan, event)
 
     def action(
         self,
@@ -427,7 +346,7 @@ class AsyncSandbox:
         packages: Sequence[str] | None = None,
     ) -> AsyncSession:
         session_id = f"ses_{token.token_hex(12)}"
-        tenant = self._tenant()
+        tenant = self.tenant()
         event = self._lifecycle.opening_event(session_id, tenant, feature)
 
         def plan_session() -> SessionPlan:
@@ -459,7 +378,7 @@ class AsyncSandbox:
         runs with ``main.yaml``'s default limits and no secrets, since what its
         opener passed stays with the opener.
         """
-        tenant = self._tenant()
+        tenant = self.tenant()
         try:
             return find_session(self._sessions, session_id, tenant)
         except SandboxError:
@@ -496,7 +415,7 @@ class AsyncSandbox:
         self._sessions[session_id] = session
         return session
 
-    def _tenant(self) -> str:
+    def tenant(self) -> str:
         """The current tenant, from ``deps.tenancy``; a wrong answer is the app's mistake, named as such."""
         return checked_tenant(self._tenancy)
 
@@ -536,5 +455,5 @@ class AsyncFiles:
 
     async def read(self, ref: FileRef | str) -> bytes:
         """The bytes of a FileRef the current tenant owns; ``MAIN-SANDBOX-0008`` otherwise."""
-        file_id = arguments.file_ref_id(ref)
+        file_id = file_ref_id(ref)
         return self._store.read(checked_tenant(self._tenancy), file_id)

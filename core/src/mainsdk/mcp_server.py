@@ -149,7 +149,7 @@ CELL_OUTPUT_SCHEMA: dict[str, Any] = {
 
 def build_server(action: CodeRunAction, *, session: bool = False) -> Server[Any]:
     """An MCP server exposing ``action`` as one tool; with ``session``, one sandbox session kept across calls."""
-    sandbox = action._sandbox
+    sandbox = action.sandbox
     open_world = bool(sandbox.config.sandbox.network)
     kept: list[_KeptSession] = []
 
@@ -353,7 +353,7 @@ async def _kept_session(action: CodeRunAction, kept: list[_KeptSession]) -> Asyn
     """The server's one sandbox session, opened at the first call (again if it expired or closed)."""
     if not kept or kept[0].session.closed:
         lost = bool(kept)
-        kept[:] = [_KeptSession(await action._sandbox.create(feature=action.feature))]
+        kept[:] = [_KeptSession(await action.sandbox.create(feature=action.feature))]
         kept[0].lost = lost
     return kept[0].session
 
