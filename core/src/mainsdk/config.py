@@ -40,10 +40,10 @@ from ruamel.yaml.events import (
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from mainsdk import arguments
+from mainsdk.entry_points import KNOWN_DRIVER_PACKAGES, config_section_names, driver_section_name, load_config_section
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem, SandboxError
 from mainsdk.hosts import validate_host_pattern
 from mainsdk.packages import MAX_PACKAGES, check_unique, parse_pin
-from mainsdk.plugins import KNOWN_DRIVER_PACKAGES, config_section_names, driver_section_name, load_config_section
 from mainsdk.secrets import Credential, SecretResolver
 from mainsdk.units import (
     MAX_DISK,
