@@ -18,7 +18,6 @@ import importlib.resources
 import json
 import secrets as token
 import time
-from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -542,8 +541,3 @@ def _cell_error(data: dict[str, Any], redact: NameRedactor) -> CellError:
         return redact(value[:TEXT_LIMIT]) if isinstance(value, str) else ""
 
     return CellError(text("name"), text("value"), text("traceback"))
-
-
-def cell_names(results: Sequence[RichResult]) -> tuple[str, ...]:
-    """The MIME types of ``results``, in order (for logs and tests)."""
-    return tuple(r.mime for r in results)

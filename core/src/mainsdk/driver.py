@@ -32,11 +32,10 @@ LANGUAGE_PROGRAMS: Mapping[str, str] = {"python": "python3", "node": "node", "ba
 # The protocols a driver can filter by host name: plain HTTP by its Host header, TLS by its SNI.
 Scheme = Literal["http", "https"]
 
-# The markers of mainsdk's pluggy hooks: every hook's spec is marked with ``hookspec`` (the driver hooks on the
-# protocols below), every implementation with ``hookimpl`` (which drivers import from ``mainsdk.hookspecs``).
+# The marker of mainsdk's pluggy hook specs (the driver hooks' on the protocols below); implementations are
+# marked with ``mainsdk.hookspecs.hookimpl``.
 PROJECT = "mainsdk"
 hookspec = pluggy.HookspecMarker(PROJECT)
-hookimpl = pluggy.HookimplMarker(PROJECT)
 
 WORK_DIR = "/work"
 OUT_DIR = "/out"

@@ -173,16 +173,15 @@ class _AuditSink:
 
 def code_command(language: str, code: str, timeout: float, env: Mapping[str, str]) -> Command:
     """The command that runs ``code``: the language's interpreter with the code in argv, or on stdin when long."""
-    program = LANGUAGE_PROGRAMS[language]
     on_stdin = len(code.encode()) > ARGV_CODE_LIMIT
     if language == "python":
         return figures.python_command(code, on_stdin=on_stdin, timeout=timeout, env=env)  # plots come back as PNGs
-    prefix: tuple[str, ...] = ()
+    program = LANGUAGE_PROGRAMS[language]
     if on_stdin:
-        stdin_flag = {"python": "-", "node": "-", "bash": "-s"}[language]
-        return Command(program, (*prefix, stdin_flag), stdin=code.encode(), timeout=timeout, env=env)
-    code_flag = {"python": "-c", "node": "-e", "bash": "-c"}[language]
-    return Command(program, (*prefix, code_flag, code), timeout=timeout, env=env)
+        stdin_flag = {"node": "-", "bash": "-s"}[language]
+        return Command(program, (stdin_flag,), stdin=code.encode(), timeout=timeout, env=env)
+    code_flag = {"node": "-e", "bash": "-c"}[language]
+    return Command(program, (code_flag, code), timeout=timeout, env=env)
 
 
 # What a session id looks like (``ses_`` and 24 hex digits): anything else is never sent to a driver.

@@ -22,23 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from mainsdk.driver import PROJECT, Driver, OptionalDriverHooks, SessionDriver, hookimpl, hookspec
+from mainsdk.driver import PROJECT, Driver, OptionalDriverHooks, SessionDriver, hookspec
 
 if TYPE_CHECKING:
     from mainsdk.audit import AuditEvent
     from mainsdk.config import AppConfig
 
-__all__ = [
-    "DRIVER_HOOKS",
-    "PROJECT",
-    "REQUIRED_DRIVER_HOOKS",
-    "SYNC_DRIVER_HOOKS",
-    "add_hookspecs",
-    "hook_specs",
-    "hookimpl",
-    "hookspec",
-    "mainsdk_audit_event",
-]
+hookimpl = pluggy.HookimplMarker(PROJECT)  # what every plugin marks its hook implementations with
 
 
 @hookspec

@@ -1,6 +1,6 @@
 """Loading the driver and the plugins, checking them, and the one boundary core calls every driver hook through.
 
-The entry points are found by ``mainsdk.entry_points`` (re-exported here); the hooks are specified in
+The entry points are found by ``mainsdk.entry_points``; the hooks are specified in
 ``mainsdk.driver`` and ``mainsdk.hookspecs``.
 """
 
@@ -16,13 +16,11 @@ import pluggy
 
 from mainsdk import hookspecs
 from mainsdk.config import AppConfig, resolve_credentials
+from mainsdk.driver import PROJECT
 from mainsdk.entry_points import (
-    DRIVER_CONFIG_GROUP,
     DRIVER_GROUP,
     KNOWN_DRIVER_PACKAGES,
     PLUGIN_GROUP,
-    InstalledDriver,
-    config_section_names,
     driver_section_name,
     installed_drivers,
     load_config_section,
@@ -44,26 +42,6 @@ if TYPE_CHECKING:
         NetworkPolicy,
         OutputSink,
     )
-
-__all__ = [
-    "DRIVER_CONFIG_GROUP",
-    "DRIVER_GROUP",
-    "KNOWN_DRIVER_PACKAGES",
-    "PLUGIN_GROUP",
-    "REQUIRED_DRIVER_HOOKS",
-    "SYNC_DRIVER_HOOKS",
-    "DriverHookError",
-    "Hooks",
-    "InstalledDriver",
-    "check_driver",
-    "config_section_names",
-    "driver_section_name",
-    "installed_drivers",
-    "isolate_audit_sinks",
-    "load_config_section",
-    "load_driver",
-    "make_plugin_manager",
-]
 
 log = logging.getLogger("mainsdk")
 
@@ -116,7 +94,7 @@ def make_plugin_manager(
     A hook implementation whose name matches no hook is an error here, not silence.
     """
     check_driver(driver)
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm = pluggy.PluginManager(PROJECT)
     hookspecs.add_hookspecs(pm)
     pm.register(driver, name="driver")
     if load_entrypoints:
@@ -140,7 +118,7 @@ def make_plugin_manager(
     return pm
 
 
-_HOOKIMPL_ATTRIBUTE = f"{hookspecs.PROJECT}_impl"  # where pluggy's HookimplMarker leaves its mark
+_HOOKIMPL_ATTRIBUTE = f"{PROJECT}_impl"  # where pluggy's HookimplMarker leaves its mark
 
 
 def check_driver(driver: object) -> None:
@@ -168,8 +146,8 @@ def check_driver(driver: object) -> None:
     if unknown:
         raise SandboxError(
             INVALID_OPTION,
-            f"driver {name}: {', '.join(unknown)} is marked @hookimpl but is no hook of mainsdk (mainsdk.driver, mainsdk.hookspecs); "
-            "check its spelling",
+            f"driver {name}: {', '.join(unknown)} is marked @hookimpl but is no hook of mainsdk "
+            "(mainsdk.driver, mainsdk.hookspecs); check its spelling",
         )
     if unmarked:
         raise SandboxError(

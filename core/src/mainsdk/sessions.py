@@ -25,8 +25,6 @@ from mainsdk.limits import Listener
 from mainsdk.plugins import DriverHookError
 from mainsdk.session_runtime import CommandResult, SessionRuntime, no_session
 
-__all__ = ["DEFAULT_IDLE", "MAX_BACKGROUND", "AsyncSession", "CommandResult", "SessionOpener", "find_session"]
-
 DEFAULT_IDLE = 300.0
 MAX_BACKGROUND = 16  # background processes running at once in one session
 

@@ -24,7 +24,8 @@ from mainsdk.driver import Capabilities
 from mainsdk.engine import AsyncSandbox, SandboxDeps
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
-from mainsdk.sessions import AsyncSession, CommandResult, SessionOpener
+from mainsdk.session_runtime import CommandResult
+from mainsdk.sessions import AsyncSession, SessionOpener
 
 T = TypeVar("T")
 P = ParamSpec("P")
