@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from mainsdk import arguments, errors, preflight
+from mainsdk import arguments, errors
 from mainsdk.audit import code_sha256
 from mainsdk.driver import Command, ExecOutcome, InputStream, StopReason
 from mainsdk.errors import SandboxError
@@ -289,7 +289,7 @@ class Interpreter:
                     "language",
                     f"cells run Python only, not {checked_language!r}; run other languages with session.run(...)",
                 )
-            checked_code = preflight.check_code(code)
+            checked_code = arguments.code(code)
             if not lifecycle.capabilities().cells:
                 raise SandboxError(
                     errors.INVALID_OPTION,

@@ -584,8 +584,8 @@ def structure_section(name: str, value: object, cls: type[S]) -> S:
     return section
 
 
-def _install_hint(name: str) -> str:
-    """`` (pip install mainsdk-e2b)`` for a section of one of our own drivers, else nothing."""
+def install_hint(name: str) -> str:
+    """What to install to check the section ``sandbox.<name>``: `` (pip install mainsdk-e2b)`` for ours, else ``""``."""
     package = KNOWN_DRIVER_PACKAGES.get(name) or KNOWN_DRIVER_PACKAGES.get(f"{name}-sandbox")
     return f" (pip install {package})" if package else ""
 
@@ -593,9 +593,7 @@ def _install_hint(name: str) -> str:
 def _sandbox_key_message(name: str, valid: list[str]) -> str:
     if difflib.get_close_matches(name, valid, n=1):
         return _unknown_key_message(name, valid)
-    return (
-        _unknown_key_message(name, valid) + f"; if it is a driver's section, install that driver{_install_hint(name)}"
-    )
+    return _unknown_key_message(name, valid) + f"; if it is a driver's section, install that driver{install_hint(name)}"
 
 
 def _structure_sandbox(raw: object, *, every_section: bool = False) -> SandboxConfig:
@@ -645,7 +643,7 @@ def _structure_sandbox(raw: object, *, every_section: bool = False) -> SandboxCo
             log.warning(
                 "main.yaml: sandbox.%s is not checked: no installed driver declares that section%s",
                 printable(name),
-                _install_hint(name),
+                install_hint(name),
             )
             sections[name] = value
         except (CattrsError, ValueError, TypeError, SandboxError) as exc:
@@ -654,11 +652,6 @@ def _structure_sandbox(raw: object, *, every_section: bool = False) -> SandboxCo
     if errors:
         raise ClassValidationError("invalid driver sections", errors, SandboxConfig)
     return attrs.evolve(config, sections=sections)
-
-
-def install_hint(name: str) -> str:
-    """What to install to check the section ``sandbox.<name>``: `` (pip install mainsdk-e2b)`` for ours, else ``""``."""
-    return _install_hint(name)
 
 
 def undeclared_sections(config: AppConfig) -> list[str]:

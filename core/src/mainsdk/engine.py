@@ -71,30 +71,13 @@ def _optional_protocol(name: str, *methods: str) -> Callable[[Any, attrs.Attribu
     return check
 
 
-def _optional_object(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
-    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
-        if isinstance(value, (str, bytes, int, float, Mapping, Sequence)):
-            raise arguments.invalid(
-                f"deps.{name}",
-                f"must be a driver plugin like local_sandbox_driver(...), or None to load sandbox.driver, "
-                f"not {arguments.type_name(value)}",
-            )
-
-    return check
-
-
-def _optional_text(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
-    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
-        arguments.optional_text(value, f"deps.{name}")
-
-    return check
-
-
-def _boolean(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
-    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
-        arguments.boolean(value, f"deps.{name}")
-
-    return check
+def _driver_option(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, (str, bytes, int, float, Mapping, Sequence)):
+        raise arguments.invalid(
+            "deps.driver",
+            f"must be a driver plugin like local_sandbox_driver(...), or None to load sandbox.driver, "
+            f"not {arguments.type_name(value)}",
+        )
 
 
 def _network_option(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -145,19 +128,23 @@ class SandboxDeps:
     """
 
     config: AppConfig = attrs.field(factory=AppConfig, converter=_app_config)
-    driver: object | None = attrs.field(default=None, validator=_optional_object("driver"))
+    driver: object | None = attrs.field(default=None, validator=_driver_option)
     network: Callable[[str], bool] | Sequence[str] | None = attrs.field(default=None, validator=_network_option)
     secret: SecretResolver | None = attrs.field(default=None, validator=_optional_callable("secret"))
     files: FileStore | None = attrs.field(default=None, validator=_optional_protocol("files", "put", "read"))
     log: Callable[[AuditEvent], None] | None = attrs.field(default=None, validator=_optional_callable("log"))
     tenancy: Callable[[], str] | None = attrs.field(default=None, validator=_optional_callable("tenancy"))
-    environment: str | None = attrs.field(default=None, validator=_optional_text("environment"))
+    environment: str | None = attrs.field(
+        default=None, validator=lambda _i, _a, value: arguments.optional_text(value, "deps.environment")
+    )
     agents: AgentBudget | None = attrs.field(
         default=None, validator=_optional_protocol("agents", "remaining", "charge")
     )
     access: AccessRule | None = attrs.field(default=None, validator=_optional_protocol("access", "approve"))
     plugins: Sequence[object] = attrs.field(default=(), converter=_plugin_list)
-    load_entrypoints: bool = attrs.field(default=True, validator=_boolean("load_entrypoints"))
+    load_entrypoints: bool = attrs.field(
+        default=True, validator=lambda _i, _a, value: arguments.boolean(value, "deps.load_entrypoints")
+    )
 
 
 class _AuditSink:

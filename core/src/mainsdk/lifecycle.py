@@ -324,7 +324,7 @@ class Lifecycle:
         arguments.optional_text(feature, "feature")
         listener = arguments.listener(on_output)
         language = arguments.language(language)
-        code = preflight.check_code(code)
+        code = arguments.code(code)
         caps = self.capabilities()
         preflight.check_driver_allowed(self.driver_id, caps, self._environment)
         preflight.check_language(language, caps, self.driver_id)
