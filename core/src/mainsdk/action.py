@@ -65,7 +65,6 @@ class ActionFiles(Protocol):
 
     async def read(self, ref: FileRef | str) -> bytes:
         """The bytes of a FileRef the current tenant owns."""
-        ...
 
 
 class ActionSandbox(SessionSandbox, Protocol):
@@ -74,17 +73,14 @@ class ActionSandbox(SessionSandbox, Protocol):
     @property
     def deps(self) -> ActionDeps:
         """The sandbox's deps."""
-        ...
 
     @property
     def config(self) -> AppConfig:
         """The sandbox's config."""
-        ...
 
     @property
     def files(self) -> ActionFiles:
         """The sandbox's FileRefs."""
-        ...
 
     async def run(
         self,
@@ -98,7 +94,6 @@ class ActionSandbox(SessionSandbox, Protocol):
         on_output: Listener | None = None,
     ) -> RunResult:
         """Run code in a new box (``AsyncSandbox.run``)."""
-        ...
 
 
 @arguments.checked_calls("action")

@@ -26,11 +26,9 @@ class SessionSandbox(Protocol):
 
     def create(self, *, feature: str | None = None, max_cost: object = None) -> Awaitable[AsyncSession]:
         """Open a session (``AsyncSandbox.create``)."""
-        ...
 
     def tenant(self) -> str:
         """The current tenant (``AsyncSandbox.tenant``)."""
-        ...
 
 
 class ConversationSessions:

@@ -372,22 +372,15 @@ def _section_hook(
     return hook
 
 
-def _strict_bool(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"expected true or false, not {describe(value)}")
-    return value
+def _strict(kinds: tuple[type, ...], expected: str, convert: Callable[[Any], T]) -> Callable[[object], T]:
+    """A scalar of ``kinds`` (a bool only where asked for: it is an int to Python), else a TypeError."""
 
+    def parse(value: object) -> T:
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise TypeError(f"expected {expected}, not {describe(value)}")
+        return convert(value)
 
-def _strict_int(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"expected a whole number, not {describe(value)}")
-    return value
-
-
-def _strict_float(value: object) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise TypeError(f"expected a number, not {describe(value)}")
-    return float(value)
+    return parse
 
 
 def _build_converter() -> cattrs.Converter:
@@ -398,9 +391,9 @@ def _build_converter() -> cattrs.Converter:
         converter.register_structure_hook(cls, _section_hook(cls, structure))
 
     # Strict scalars for the drivers' declared sections: cattrs' defaults would call int("7") and bool("no").
-    converter.register_structure_hook(bool, _hook(_strict_bool))
-    converter.register_structure_hook(int, _hook(_strict_int))
-    converter.register_structure_hook(float, _hook(_strict_float))
+    converter.register_structure_hook(bool, _hook(_strict((bool,), "true or false", bool)))
+    converter.register_structure_hook(int, _hook(_strict((int,), "a whole number", int)))
+    converter.register_structure_hook(float, _hook(_strict((int, float), "a number", float)))
     converter.register_structure_hook(Credential, _hook(lambda value: Credential.from_text(_text(value))))
     section(Packages, make_dict_structure_fn(Packages, converter, python=override(struct_hook=_hook(_package_list))))
 

@@ -306,7 +306,6 @@ class Driver(Protocol[BoxT]):
     @hookspec(firstresult=True)
     def mainsdk_driver_capabilities(self) -> Capabilities:
         """Say what the driver can do (``Capabilities``). Called by core before every run, so it may probe lazily."""
-        ...
 
     @hookspec(firstresult=True)
     async def mainsdk_driver_start(self, spec: BoxSpec) -> BoxT:
@@ -314,7 +313,6 @@ class Driver(Protocol[BoxT]):
 
         Raise ``SandboxError(DRIVER_UNAVAILABLE)`` when the backend cannot be reached.
         """
-        ...
 
     @hookspec(firstresult=True)
     async def mainsdk_driver_exec(self, box: BoxT, command: Command, output: OutputSink) -> ExecOutcome:
@@ -332,17 +330,14 @@ class Driver(Protocol[BoxT]):
         ``mainsdk.errors.before_command``, which says nothing ran, so an outage there
         stays retryable.
         """
-        ...
 
     @hookspec(firstresult=True)
     async def mainsdk_driver_collect(self, box: BoxT, max_bytes: int) -> Collected:
         """Return the regular files of the out folder, at most ``max_bytes`` in all, never following links."""
-        ...
 
     @hookspec(firstresult=True)
     async def mainsdk_driver_stop(self, box: BoxT) -> None:
         """Stop the box and remove everything it held. Called always, also after errors and cancels."""
-        ...
 
 
 class SessionDriver(Driver[BoxT], Protocol[BoxT]):
@@ -355,7 +350,6 @@ class SessionDriver(Driver[BoxT], Protocol[BoxT]):
         ``path`` is relative to that folder and already checked by core: no leading ``/``, no empty, ``.`` or
         ``..`` segment, no NUL. Folders on the way are made; a file there is replaced, never written through.
         """
-        ...
 
     @hookspec(firstresult=True)
     async def mainsdk_driver_read_file(self, box: BoxT, folder: Folder, path: str) -> bytes:
@@ -363,7 +357,6 @@ class SessionDriver(Driver[BoxT], Protocol[BoxT]):
 
         A path that is missing or not a regular file raises ``SandboxError(NO_SESSION)`` (404), not an outage.
         """
-        ...
 
 
 class OptionalDriverHooks(Protocol):
