@@ -8,6 +8,7 @@ when the session closes or expires (the driver kills its whole process tree).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
@@ -103,12 +104,9 @@ class AsyncProcess:
                 return self._killed
             return self._task.result()
         self._task.cancel()
-        try:
+        # Cancelled, or the driver failed while killing: the process is over either way.
+        with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._task
-        except asyncio.CancelledError:
-            pass
-        except Exception:  # noqa: BLE001 - the driver failed while killing; the process is over either way
-            pass
         session = self._session
         stdout, stderr = self.output()
         # Killed by its caller, not at a limit: no stop, and the signal reported as a shell would (137, SIGKILL).
@@ -126,17 +124,7 @@ class AsyncProcess:
         )
         ended = session.lifecycle.ended(executed, session.opened.plan.price, Ending())
         session.cost += ended.cost
-        self._killed = CommandResult(
-            id=self.id,
-            session_id=session.id,
-            stdout=stdout,
-            stderr=stderr,
-            exit_code=ended.exit_code,
-            stop=ended.stop,
-            duration=ended.duration,
-            cost=ended.cost,
-            signal=ended.signal,
-        )
+        self._killed = CommandResult.of(self.id, session.id, executed, ended)
         return self._killed
 
 

@@ -318,42 +318,33 @@ class AsyncSandbox:
         session's limits, hosts and environment. ``packages``: as for ``run``; a
         session gets every package of ``sandbox.packages.python`` by default.
         """
-        return SessionOpener(lambda: self._open_session(feature, idle, files, network, env, limits, max_cost, packages))
 
-    async def _open_session(
-        self,
-        feature: str | None,
-        idle: object,
-        files: Mapping[str, str | bytes] | None,
-        network: Sequence[str],
-        env: Mapping[str, str | SecretRef] | None,
-        limits: Mapping[str, Any] | None,
-        max_cost: object,
-        packages: Sequence[str] | None = None,
-    ) -> AsyncSession:
-        session_id = f"ses_{token.token_hex(12)}"
-        tenant = self.tenant()
-        event = self._lifecycle.opening_event(session_id, tenant, feature)
+        async def open_session() -> AsyncSession:
+            session_id = f"ses_{token.token_hex(12)}"
+            tenant = self.tenant()
+            event = self._lifecycle.opening_event(session_id, tenant, feature)
 
-        def plan_session() -> SessionPlan:
-            return self._lifecycle.plan_session(
-                session_id,
-                tenant,
-                feature=feature,
-                idle=idle,
-                files=files,
-                network=network,
-                env=env,
-                limits=limits,
-                max_cost=max_cost,
-                packages=packages,
-            )
+            def plan_session() -> SessionPlan:
+                return self._lifecycle.plan_session(
+                    session_id,
+                    tenant,
+                    feature=feature,
+                    idle=idle,
+                    files=files,
+                    network=network,
+                    env=env,
+                    limits=limits,
+                    max_cost=max_cost,
+                    packages=packages,
+                )
 
-        plan = self._lifecycle.plan(event, plan_session)
-        opened = await self._lifecycle.open(plan, event)
-        session = AsyncSession(self._lifecycle, opened, plan.idle, ended=self._session_ended)
-        self._sessions[session_id] = session
-        return session
+            plan = self._lifecycle.plan(event, plan_session)
+            opened = await self._lifecycle.open(plan, event)
+            session = AsyncSession(self._lifecycle, opened, plan.idle, ended=self._session_ended)
+            self._sessions[session_id] = session
+            return session
+
+        return SessionOpener(open_session)
 
     async def get(self, session_id: str) -> AsyncSession:
         """The open session ``session_id`` of the current tenant; ``MAIN-SANDBOX-0008`` otherwise.

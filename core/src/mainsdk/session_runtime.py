@@ -20,7 +20,7 @@ from mainsdk import arguments, errors
 from mainsdk.audit import AuditEvent
 from mainsdk.driver import StopReason
 from mainsdk.errors import BoxGone, SandboxError
-from mainsdk.lifecycle import CommandPlan, Lifecycle, OpenBox
+from mainsdk.lifecycle import CommandPlan, Ended, Executed, Lifecycle, OpenBox
 from mainsdk.limits import Listener
 
 
@@ -42,6 +42,25 @@ class CommandResult:
     # The exact output bytes, redacted and cut at the limit; ``stdout``/``stderr`` are them decoded (UTF-8, lossy).
     stdout_bytes: bytes = b""
     stderr_bytes: bytes = b""
+
+    @classmethod
+    def of(cls, command_id: str, session_id: str, executed: Executed, ended: Ended) -> CommandResult:
+        """The result of a command that ran (``executed``) and ended as ``ended`` says."""
+        return cls(
+            id=command_id,
+            session_id=session_id,
+            stdout=executed.stdout,
+            stderr=executed.stderr,
+            stdout_bytes=executed.stdout_bytes,
+            stderr_bytes=executed.stderr_bytes,
+            exit_code=ended.exit_code,
+            stop=ended.stop,
+            duration=ended.duration,
+            cost=ended.cost,
+            hosts_refused=ended.hosts_refused,
+            hosts_refused_dropped=ended.hosts_refused_dropped,
+            signal=ended.signal,
+        )
 
     @property
     def ok(self) -> bool:
@@ -151,18 +170,4 @@ class SessionRuntime:
         ended = lifecycle.ended(executed, plan.price, executed.ending(cost_bound=prepared.plan.cost_bound))
         self.cost += ended.cost
         lifecycle.audit_ended(prepared.event, ended)
-        return CommandResult(
-            id=prepared.id,
-            session_id=self.id,
-            stdout=executed.stdout,
-            stderr=executed.stderr,
-            stdout_bytes=executed.stdout_bytes,
-            stderr_bytes=executed.stderr_bytes,
-            exit_code=ended.exit_code,
-            stop=ended.stop,
-            duration=ended.duration,
-            cost=ended.cost,
-            hosts_refused=ended.hosts_refused,
-            hosts_refused_dropped=ended.hosts_refused_dropped,
-            signal=ended.signal,
-        )
+        return CommandResult.of(prepared.id, self.id, executed, ended)
