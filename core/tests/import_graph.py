@@ -89,7 +89,7 @@ def _deepest_module(name: str, known: dict[str, Path]) -> str:
 def imports(folder: Path) -> list[Import]:
     """Every import edge between the package's modules, at any depth of each module."""
     known = modules(folder)
-    edges = []
+    edges: list[Import] = []
     for module, path in known.items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
@@ -215,11 +215,11 @@ def private_uses(folder: Path) -> list[PrivateUse]:
                     (imported_modules if alias.name in known else outside).add(bound)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and _is_private(node.attr):
-                base = node.value
+                owner = node.value
                 # Another distribution's module keeps its own conventions (``os._exit`` is documented public).
-                if isinstance(base, ast.Name) and base.id in ("self", "cls", *outside - imported_modules):
+                if isinstance(owner, ast.Name) and owner.id in ("self", "cls", *outside - imported_modules):
                     continue
-                through_module = isinstance(base, ast.Name) and base.id in imported_modules
+                through_module = isinstance(owner, ast.Name) and owner.id in imported_modules
                 if through_module or node.attr not in own:
                     found.append(PrivateUse(module, node.lineno, ast.unparse(node)))
             elif (

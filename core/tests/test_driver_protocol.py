@@ -59,8 +59,9 @@ def test_pluggy_calls_the_protocol_methods_as_the_driver_hooks_specs() -> None:
             spec = getattr(pm.hook, hook).spec
             assert spec is not None and spec.function is vars(protocol)[hook], hook
             assert spec.opts["firstresult"] == (hook != "mainsdk_driver_shutdown"), hook
-    assert pm.hook.mainsdk_driver_exec.spec.argnames == ("box", "command", "output")
-    assert "kills the command's whole process tree" in (pm.hook.mainsdk_driver_exec.spec.function.__doc__ or "")
+    exec_spec = pm.hook.mainsdk_driver_exec.spec
+    assert exec_spec is not None and exec_spec.argnames == ("box", "command", "output")
+    assert "kills the command's whole process tree" in (exec_spec.function.__doc__ or "")
     assert set(hookspecs.hook_specs()) == {*DRIVER_HOOKS, "mainsdk_audit_event"}
 
 
