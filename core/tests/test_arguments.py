@@ -12,6 +12,7 @@ from mainsdk import arguments, errors
 from mainsdk.config import AppConfig, load_config_text, parse_sandbox_config
 from mainsdk.engine import SandboxDeps, sandbox_deps
 from mainsdk.errors import BoxGone, SandboxError
+from mainsdk.files import file_ref_id
 from mainsdk.hookspecs import hookimpl
 from mainsdk.plugins import make_plugin_manager
 from mainsdk.preflight import check_idle, lower_limits, resolve_env
@@ -69,7 +70,7 @@ WRONG: list[tuple[str, Callable[[], object], str, str]] = [
     ("args NUL", lambda: arguments.program_args(["a\0"]), "args[0]", "NUL"),
     ("args too long", lambda: arguments.program_args(["x" * 200_000]), "args[0]", "bytes"),
     ("program empty", lambda: arguments.program(""), "program", "empty"),
-    ("file ref None", lambda: arguments.file_ref_id(None), "ref", "NoneType"),
+    ("file ref None", lambda: file_ref_id(None), "ref", "NoneType"),
     ("data None", lambda: arguments.file_data(None, "data"), "data", "NoneType"),
     ("bool as a number", lambda: arguments.count(True, "max_processes", minimum=1, maximum=9), "max_processes", "bool"),
 ]

@@ -19,8 +19,8 @@ from mainsdk.config import (
     parse_app_config,
     parse_sandbox_config,
 )
+from mainsdk.entry_points import config_section_names
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem, SandboxError
-from mainsdk.plugins import config_section_names
 from mainsdk.units import MAX_DISK, MAX_FILES, MAX_MEMORY, MAX_OUTPUT, MAX_TIMEOUT
 
 MB = 1024 * 1024

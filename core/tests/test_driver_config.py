@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from mainsdk import Sandbox, SandboxDeps
 from mainsdk.config import load_config_text
+from mainsdk.entry_points import config_section_names, driver_section_name
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError
-from mainsdk.plugins import config_section_names, driver_section_name, load_driver
+from mainsdk.plugins import load_driver
 from mainsdk.secrets import Credential
 
 MODULE = "acme_sandbox_driver"

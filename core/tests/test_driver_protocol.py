@@ -1,7 +1,7 @@
-"""The driver contract as types (``mainsdk.driver.Driver``, ``SessionDriver``) says what the hookspecs say.
+"""The driver contract as types (``mainsdk.driver.Driver``, ``SessionDriver``) is the hookspecs pluggy calls.
 
-The protocols are what mypy checks a third party's driver against; the hookspecs are what pluggy calls
-and core checks at load. These tests keep the two the same hook for hook, argument for argument.
+The protocols are what mypy checks a third party's driver against; their methods are also the specs pluggy
+calls and core checks at load, and ``async def`` or ``def`` there says whether core awaits a hook.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from mainsdk.driver import (
     Driver,
     ExecOutcome,
     Folder,
+    OptionalDriverHooks,
     OutputSink,
     SessionDriver,
 )
 from mainsdk.errors import INVALID_OPTION, SandboxError
-from mainsdk.hookspecs import hookimpl
+from mainsdk.hookspecs import DRIVER_HOOKS, REQUIRED_DRIVER_HOOKS, SYNC_DRIVER_HOOKS, hookimpl
 from mainsdk.hostbox import HostBox, run_subprocess
-from mainsdk.plugins import REQUIRED_DRIVER_HOOKS, check_driver
+from mainsdk.plugins import check_driver, make_plugin_manager
 
 
 def hooks_of(protocol: type) -> list[str]:
@@ -49,15 +50,31 @@ def test_the_required_hooks_checked_at_load_are_the_driver_protocols() -> None:
     assert hooks_of(SessionDriver) == ["mainsdk_driver_write_file", "mainsdk_driver_read_file"]
 
 
-@pytest.mark.parametrize("hook", hooks_of(Driver) + hooks_of(SessionDriver))
-def test_each_protocol_hook_has_its_hookspecs_arguments_and_types(hook: str) -> None:
-    typed = inspect.signature(getattr(SessionDriver, hook))
-    spec = inspect.signature(getattr(hookspecs, hook))
-    assert next(iter(typed.parameters)) == "self"
-    # The protocol names the driver's own box type BoxT where the spec says Box (any object with an id).
-    typed_arguments = [(p.name, str(p.annotation).replace("BoxT", "Box")) for p in typed.parameters.values()][1:]
-    assert typed_arguments == [(p.name, str(p.annotation)) for p in spec.parameters.values()]
-    assert str(typed.return_annotation).replace("BoxT", "Box") == str(spec.return_annotation)
+def test_pluggy_calls_the_protocol_methods_as_the_driver_hooks_specs() -> None:
+    # One source of truth: the spec pluggy checks implementations against is the protocol's method itself, so
+    # the types mypy checks and the arguments pluggy passes cannot drift apart.
+    pm = make_plugin_manager(HostDriver(), load_entrypoints=False)
+    for protocol in (Driver, SessionDriver, OptionalDriverHooks):
+        for hook in hooks_of(protocol):
+            spec = getattr(pm.hook, hook).spec
+            assert spec is not None and spec.function is vars(protocol)[hook], hook
+            assert spec.opts["firstresult"] == (hook != "mainsdk_driver_shutdown"), hook
+    exec_spec = pm.hook.mainsdk_driver_exec.spec
+    assert exec_spec is not None and exec_spec.argnames == ("box", "command", "output")
+    assert "kills the command's whole process tree" in (exec_spec.function.__doc__ or "")
+    assert set(hookspecs.hook_specs()) == {*DRIVER_HOOKS, "mainsdk_audit_event"}
+
+
+def test_the_hooks_core_does_not_await_are_those_declared_def_not_async_def() -> None:
+    assert SYNC_DRIVER_HOOKS == (
+        "mainsdk_driver_capabilities",
+        "mainsdk_driver_check",
+        "mainsdk_network_policy",
+        "mainsdk_driver_shutdown",
+    )
+    for hook in DRIVER_HOOKS:
+        declared_async = inspect.iscoroutinefunction(hookspecs.hook_specs()[hook])
+        assert declared_async == (hook not in SYNC_DRIVER_HOOKS), hook
 
 
 def test_a_driver_missing_a_protocol_hook_is_still_refused_at_load() -> None:

@@ -40,7 +40,7 @@ def test_the_stop_reason_is_decided_from_the_facts_of_an_ending(ending: Ending, 
 SOURCE = Path(mainsdk.__file__).parent
 
 
-@pytest.mark.parametrize("module", ["sessions.py", "cells.py", "background.py"])
+@pytest.mark.parametrize("module", ["sessions.py", "session_runtime.py", "cells.py", "background.py"])
 def test_sessions_cells_and_background_processes_never_reach_into_the_sandbox(module: str) -> None:
     # Before: AsyncSession called the sandbox's _driver_call, _audit, _sessions and _stop_box, and cells its
     # _store and hooks. Now they hold the lifecycle (``session.lifecycle``) and the session's open box.

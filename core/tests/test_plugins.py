@@ -8,9 +8,10 @@ import sys
 import pytest
 from mainsdk import errors
 from mainsdk.config import AppConfig, SandboxConfig
+from mainsdk.entry_points import installed_drivers
 from mainsdk.errors import SandboxError
 from mainsdk.hookspecs import hookimpl
-from mainsdk.plugins import installed_drivers, load_driver, make_plugin_manager
+from mainsdk.plugins import load_driver, make_plugin_manager
 
 
 def test_import_mainsdk_imports_no_driver_and_no_provider_sdk() -> None:

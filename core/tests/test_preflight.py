@@ -7,11 +7,13 @@ from typing import Any
 
 import pytest
 from mainsdk import errors
+from mainsdk.arguments import code as check_code
+from mainsdk.arguments import relative_path as check_relative_path
 from mainsdk.config import AppConfig, load_config_text
 from mainsdk.driver import Capabilities
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered
-from mainsdk.preflight import check_code, check_driver_allowed, check_language, check_relative_path, plan_run
+from mainsdk.preflight import check_driver_allowed, check_language, plan_run
 from mainsdk.secrets import secret
 
 CONFIG = load_config_text(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from mainsdk import Sandbox, SandboxDeps
 from mainsdk.config import load_config_text
+from mainsdk.entry_points import driver_section_name
 from mainsdk.errors import UNKNOWN_CONFIG_KEY, ConfigError
-from mainsdk.plugins import driver_section_name
 from mainsdk.secrets import Credential
 from mainsdk_e2b.config import E2BConfig
 

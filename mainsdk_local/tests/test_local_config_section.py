@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from mainsdk.config import load_config_text
+from mainsdk.entry_points import driver_section_name
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError
-from mainsdk.plugins import driver_section_name
 from mainsdk_local.config import LocalPrograms
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from mainsdk import Sandbox, SandboxDeps
 from mainsdk.config import load_config_text
+from mainsdk.entry_points import driver_section_name
 from mainsdk.errors import INVALID_OPTION, ConfigError, SandboxError
-from mainsdk.plugins import driver_section_name
 from mainsdk.secrets import Credential
 from mainsdk_vercel.config import VercelConfig
 

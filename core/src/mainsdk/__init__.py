@@ -12,12 +12,14 @@ from mainsdk.cells import CellError, CellResult
 from mainsdk.config import AppConfig, SandboxConfig, load_config, parse_app_config, parse_sandbox_config
 from mainsdk.default import async_sandbox, sandbox
 from mainsdk.driver import Capabilities, NetworkReach
-from mainsdk.engine import AsyncSandbox, RunResult, SandboxDeps
+from mainsdk.engine import AsyncSandbox, SandboxDeps
 from mainsdk.errors import ConfigError, SandboxError
 from mainsdk.files import FileRef
+from mainsdk.lifecycle import RunResult
 from mainsdk.rich import RichResult
 from mainsdk.secrets import SecretRef, secret
-from mainsdk.sessions import AsyncSession, CommandResult
+from mainsdk.session_runtime import CommandResult
+from mainsdk.sessions import AsyncSession
 from mainsdk.sync import Process, Sandbox, Session, create_sandbox
 
 # The one place the version is written: every distribution's pyproject reads it (hatch's dynamic version).

@@ -14,18 +14,17 @@ import mimetypes
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from mainsdk import arguments, errors
-from mainsdk.action_cells import ConversationSessions, cell_action_result
+from mainsdk.action_cells import ConversationSessions, SessionSandbox, cell_action_result
+from mainsdk.config import AppConfig
 from mainsdk.driver import LANGUAGES
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
+from mainsdk.lifecycle import RunResult
+from mainsdk.limits import Listener
 from mainsdk.rich import rich_entry
-
-if TYPE_CHECKING:
-    from mainsdk.engine import AsyncSandbox, RunResult
-    from mainsdk.limits import Listener
 
 Risk = Literal["read", "write", "destructive"]
 APPROVAL_DENIED = "MAIN-ACCESS-0001"
@@ -49,13 +48,61 @@ class AccessRule(Protocol):
         """True to let the call run."""
 
 
+class ActionDeps(Protocol):
+    """What an action reads of its sandbox's deps (``SandboxDeps``): the budget and the approval rule."""
+
+    @property
+    def agents(self) -> AgentBudget | None:
+        """The agents' budget, or None."""
+
+    @property
+    def access(self) -> AccessRule | None:
+        """The approval rule, or None."""
+
+
+class ActionFiles(Protocol):
+    """The sandbox's FileRefs (``AsyncSandbox.files``)."""
+
+    async def read(self, ref: FileRef | str) -> bytes:
+        """The bytes of a FileRef the current tenant owns."""
+
+
+class ActionSandbox(SessionSandbox, Protocol):
+    """What an action uses of its sandbox: ``AsyncSandbox`` is one, and the action needs no more of it."""
+
+    @property
+    def deps(self) -> ActionDeps:
+        """The sandbox's deps."""
+
+    @property
+    def config(self) -> AppConfig:
+        """The sandbox's config."""
+
+    @property
+    def files(self) -> ActionFiles:
+        """The sandbox's FileRefs."""
+
+    async def run(
+        self,
+        code: str,
+        language: str = "python",
+        *,
+        files: Mapping[str, str | bytes] | None = None,
+        feature: str | None = None,
+        limits: Mapping[str, Any] | None = None,
+        max_cost: object = None,
+        on_output: Listener | None = None,
+    ) -> RunResult:
+        """Run code in a new box (``AsyncSandbox.run``)."""
+
+
 @arguments.checked_calls("action")
 class CodeRunAction:
     """A code-runner action. Call ``await action.arun(input)`` (or ``action.run(input)`` from sync code)."""
 
     def __init__(
         self,
-        sandbox: AsyncSandbox,
+        sandbox: ActionSandbox,
         *,
         name: str,
         intent: str,
@@ -82,7 +129,7 @@ class CodeRunAction:
         self.languages = tuple(languages)
         self.risk = risk
         self.feature = feature or name
-        self._sandbox = sandbox
+        self.sandbox = sandbox  # what it runs in
         self.session = session
         self._conversations: ConversationSessions | None = None
         if session:
@@ -199,7 +246,7 @@ class CodeRunAction:
         code, language, files = self.check_input(input)
         agent = arguments.optional_text(agent, "agent")
         limits = self.input_limits(input)
-        deps = self._sandbox.deps
+        deps = self.sandbox.deps
         access: AccessRule | None = deps.access
         if access is not None and not access.approve(self.name, self.risk, input, agent):
             raise SandboxError(
@@ -207,7 +254,7 @@ class CodeRunAction:
             )
         budget: AgentBudget | None = deps.agents
         max_cost = budget.remaining(agent) if budget is not None else None
-        ceiling = self._sandbox.config.sandbox.limits.max_cost
+        ceiling = self.sandbox.config.sandbox.limits.max_cost
         if max_cost is not None and ceiling is not None:
             max_cost = min(max_cost, ceiling)  # the budget may be larger than one run is allowed to cost
         if self._conversations is not None:
@@ -223,7 +270,7 @@ class CodeRunAction:
             if budget is not None:
                 budget.charge(agent, cell.cost)
             return cell_action_result(cell, restarted)
-        result = await self._sandbox.run(
+        result = await self.sandbox.run(
             code, language, files=files, feature=self.feature, max_cost=max_cost, limits=limits, on_output=on_output
         )
         if budget is not None:
@@ -240,7 +287,7 @@ class CodeRunAction:
 
         Read from the sandbox's file store for the current tenant; ``MAIN-SANDBOX-0008`` for an id it does not own.
         """
-        return await self._sandbox.files.read(file_id)
+        return await self.sandbox.files.read(file_id)
 
 
 def file_entry(ref: FileRef) -> dict[str, Any]:

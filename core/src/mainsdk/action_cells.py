@@ -8,32 +8,40 @@ whose session closed (idle expiry, a kill) gets a new one on its next call, and 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mainsdk import arguments
 from mainsdk.cells import CellResult
+from mainsdk.limits import Listener
 from mainsdk.rich import rich_entry
-
-if TYPE_CHECKING:
-    from mainsdk.engine import AsyncSandbox
-    from mainsdk.limits import Listener
-    from mainsdk.sessions import AsyncSession
+from mainsdk.sessions import AsyncSession
 
 DEFAULT_CONVERSATION = "default"
+
+
+class SessionSandbox(Protocol):
+    """What the conversations of an action use of its sandbox (``mainsdk.engine.AsyncSandbox`` is one)."""
+
+    def create(self, *, feature: str | None = None, max_cost: object = None) -> Awaitable[AsyncSession]:
+        """Open a session (``AsyncSandbox.create``)."""
+
+    def tenant(self) -> str:
+        """The current tenant (``AsyncSandbox.tenant``)."""
 
 
 class ConversationSessions:
     """The open sessions of one action, by (tenant, conversation)."""
 
-    def __init__(self, sandbox: AsyncSandbox, feature: str) -> None:
+    def __init__(self, sandbox: SessionSandbox, feature: str) -> None:
         self._sandbox = sandbox
         self._feature = feature
         self._sessions: dict[tuple[str, str], AsyncSession] = {}
 
     def _key(self, conversation: str | None, agent: str | None) -> tuple[str, str]:
         name = arguments.optional_text(conversation, "conversation") or agent or DEFAULT_CONVERSATION
-        return self._sandbox._tenant(), name
+        return self._sandbox.tenant(), name
 
     async def run_cell(
         self,

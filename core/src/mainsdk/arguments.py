@@ -277,17 +277,6 @@ def command_args_with_env(args: Sequence[str], env: Mapping[str, str]) -> None:
         )
 
 
-def file_ref_id(value: object) -> str:
-    """What ``files.read`` takes: a FileRef or its id string."""
-    from mainsdk.files import FileRef
-
-    if isinstance(value, FileRef):
-        return value.id
-    if isinstance(value, str):
-        return text(value, "ref", max_bytes=256)
-    raise invalid("ref", f"must be a FileRef or its id, not {type_name(value)}")
-
-
 def boolean(value: object, argument: str) -> bool:
     """A real ``True``/``False`` (not 0, 1 or a string)."""
     if not isinstance(value, bool):

@@ -8,17 +8,15 @@ when the session closes or expires (the driver kills its whole process tree).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mainsdk import arguments, units
 from mainsdk.lifecycle import Ending, Executed
 from mainsdk.limits import Listener
-from mainsdk.sessions import CommandResult
-
-if TYPE_CHECKING:
-    from mainsdk.sessions import AsyncSession
+from mainsdk.session_runtime import CommandResult, SessionRuntime
 
 SIGKILL = 9
 
@@ -33,7 +31,7 @@ class AsyncProcess:
 
     def __init__(
         self,
-        session: AsyncSession,
+        session: SessionRuntime,
         program: str,
         args: Sequence[str],
         timeout: object,
@@ -50,11 +48,11 @@ class AsyncProcess:
                 refuse()
 
         # A refusal (the listener, ``refuse``'s own, the command's plan) is audited and raised here; nothing runs.
-        prepared = session._prepare(program, args, timeout, self._take, checks)
+        prepared = session.prepare(program, args, timeout, self._take, checks)
         self.id = prepared.id
         self._started = time.monotonic()
         self._killed: CommandResult | None = None
-        self._task = asyncio.ensure_future(session._execute(prepared))
+        self._task = asyncio.ensure_future(session.execute(prepared))
 
     def __await__(self) -> Generator[Any, None, AsyncProcess]:
         """``await session.start(...)`` gives the handle too: it has started once ``start`` returns.
@@ -106,12 +104,9 @@ class AsyncProcess:
                 return self._killed
             return self._task.result()
         self._task.cancel()
-        try:
+        # Cancelled, or the driver failed while killing: the process is over either way.
+        with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._task
-        except asyncio.CancelledError:
-            pass
-        except Exception:  # noqa: BLE001 - the driver failed while killing; the process is over either way
-            pass
         session = self._session
         stdout, stderr = self.output()
         # Killed by its caller, not at a limit: no stop, and the signal reported as a shell would (137, SIGKILL).
@@ -129,17 +124,7 @@ class AsyncProcess:
         )
         ended = session.lifecycle.ended(executed, session.opened.plan.price, Ending())
         session.cost += ended.cost
-        self._killed = CommandResult(
-            id=self.id,
-            session_id=session.id,
-            stdout=stdout,
-            stderr=stderr,
-            exit_code=ended.exit_code,
-            stop=ended.stop,
-            duration=ended.duration,
-            cost=ended.cost,
-            signal=ended.signal,
-        )
+        self._killed = CommandResult.of(self.id, session.id, executed, ended)
         return self._killed
 
 

@@ -18,13 +18,12 @@ import importlib.resources
 import json
 import secrets as token
 import time
-from collections.abc import Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-from mainsdk import arguments, errors, preflight
+from mainsdk import arguments, errors
 from mainsdk.audit import code_sha256
 from mainsdk.driver import Command, ExecOutcome, InputStream, StopReason
 from mainsdk.errors import SandboxError
@@ -32,10 +31,8 @@ from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
 from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
 from mainsdk.redact import NameRedactor
 from mainsdk.rich import INLINE_LIMIT, MIME_TYPES, RichResult
+from mainsdk.session_runtime import SessionRuntime
 from mainsdk.units import MAX_TIMEOUT
-
-if TYPE_CHECKING:
-    from mainsdk.sessions import AsyncSession
 
 GRACE = 1.0  # after KeyboardInterrupt, how long a cell has to stop before the interpreter is ended
 BACKSTOP = 3.0  # past the grace, how long the app waits before it kills the interpreter itself
@@ -214,7 +211,7 @@ class _KernelStream:
 class Interpreter:
     """One live kernel in a session's box: started on the first cell, restarted after it died."""
 
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: SessionRuntime) -> None:
         self._session = session
         self._task: asyncio.Task[ExecOutcome] | None = None
         self._stream: _KernelStream | None = None
@@ -292,20 +289,20 @@ class Interpreter:
                     "language",
                     f"cells run Python only, not {checked_language!r}; run other languages with session.run(...)",
                 )
-            checked_code = preflight.check_code(code)
+            checked_code = arguments.code(code)
             if not lifecycle.capabilities().cells:
                 raise SandboxError(
                     errors.INVALID_OPTION,
                     f"the {lifecycle.driver_id!r} driver does not declare cells (Capabilities.cells); "
                     "run code with session.run(...) or sandbox.run(...) there",
                 )
-            session._check_open()
+            session.check_open()
             return listener, checked_code, lifecycle.plan_command(session.opened, "python3", (), timeout, session.cost)
 
         listener, checked_code, command_plan = lifecycle.plan(event, plan)
         listener_errors: list[Exception] = []
         try:
-            async with session._use():
+            async with session.use():
                 result = await self._exchange(
                     cell_id,
                     number,
@@ -544,8 +541,3 @@ def _cell_error(data: dict[str, Any], redact: NameRedactor) -> CellError:
         return redact(value[:TEXT_LIMIT]) if isinstance(value, str) else ""
 
     return CellError(text("name"), text("value"), text("traceback"))
-
-
-def cell_names(results: Sequence[RichResult]) -> tuple[str, ...]:
-    """The MIME types of ``results``, in order (for logs and tests)."""
-    return tuple(r.mime for r in results)

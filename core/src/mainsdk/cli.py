@@ -17,10 +17,11 @@ from pathlib import Path
 from mainsdk import __version__, errors
 from mainsdk.cli_hooks import CliCommand, load_cli_commands
 from mainsdk.config import load_config
-from mainsdk.engine import RunResult, SandboxDeps
+from mainsdk.engine import SandboxDeps
+from mainsdk.entry_points import installed_drivers
 from mainsdk.errors import SandboxError
+from mainsdk.lifecycle import RunResult
 from mainsdk.out_dir import NotWritten, OutDir, OutDirError
-from mainsdk.plugins import installed_drivers
 from mainsdk.secrets import SecretRef, secret
 from mainsdk.sync import Sandbox
 

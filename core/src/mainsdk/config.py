@@ -40,10 +40,10 @@ from ruamel.yaml.events import (
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from mainsdk import arguments
+from mainsdk.entry_points import KNOWN_DRIVER_PACKAGES, config_section_names, driver_section_name, load_config_section
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem, SandboxError
 from mainsdk.hosts import validate_host_pattern
 from mainsdk.packages import MAX_PACKAGES, check_unique, parse_pin
-from mainsdk.plugins import KNOWN_DRIVER_PACKAGES, config_section_names, driver_section_name, load_config_section
 from mainsdk.secrets import Credential, SecretResolver
 from mainsdk.units import (
     MAX_DISK,
@@ -372,22 +372,15 @@ def _section_hook(
     return hook
 
 
-def _strict_bool(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"expected true or false, not {describe(value)}")
-    return value
+def _strict(kinds: tuple[type, ...], expected: str, convert: Callable[[Any], T]) -> Callable[[object], T]:
+    """A scalar of ``kinds`` (a bool only where asked for: it is an int to Python), else a TypeError."""
 
+    def parse(value: object) -> T:
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise TypeError(f"expected {expected}, not {describe(value)}")
+        return convert(value)
 
-def _strict_int(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"expected a whole number, not {describe(value)}")
-    return value
-
-
-def _strict_float(value: object) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise TypeError(f"expected a number, not {describe(value)}")
-    return float(value)
+    return parse
 
 
 def _build_converter() -> cattrs.Converter:
@@ -398,9 +391,9 @@ def _build_converter() -> cattrs.Converter:
         converter.register_structure_hook(cls, _section_hook(cls, structure))
 
     # Strict scalars for the drivers' declared sections: cattrs' defaults would call int("7") and bool("no").
-    converter.register_structure_hook(bool, _hook(_strict_bool))
-    converter.register_structure_hook(int, _hook(_strict_int))
-    converter.register_structure_hook(float, _hook(_strict_float))
+    converter.register_structure_hook(bool, _hook(_strict((bool,), "true or false", bool)))
+    converter.register_structure_hook(int, _hook(_strict((int,), "a whole number", int)))
+    converter.register_structure_hook(float, _hook(_strict((int, float), "a number", float)))
     converter.register_structure_hook(Credential, _hook(lambda value: Credential.from_text(_text(value))))
     section(Packages, make_dict_structure_fn(Packages, converter, python=override(struct_hook=_hook(_package_list))))
 
@@ -584,8 +577,8 @@ def structure_section(name: str, value: object, cls: type[S]) -> S:
     return section
 
 
-def _install_hint(name: str) -> str:
-    """`` (pip install mainsdk-e2b)`` for a section of one of our own drivers, else nothing."""
+def install_hint(name: str) -> str:
+    """What to install to check the section ``sandbox.<name>``: `` (pip install mainsdk-e2b)`` for ours, else ``""``."""
     package = KNOWN_DRIVER_PACKAGES.get(name) or KNOWN_DRIVER_PACKAGES.get(f"{name}-sandbox")
     return f" (pip install {package})" if package else ""
 
@@ -593,9 +586,7 @@ def _install_hint(name: str) -> str:
 def _sandbox_key_message(name: str, valid: list[str]) -> str:
     if difflib.get_close_matches(name, valid, n=1):
         return _unknown_key_message(name, valid)
-    return (
-        _unknown_key_message(name, valid) + f"; if it is a driver's section, install that driver{_install_hint(name)}"
-    )
+    return _unknown_key_message(name, valid) + f"; if it is a driver's section, install that driver{install_hint(name)}"
 
 
 def _structure_sandbox(raw: object, *, every_section: bool = False) -> SandboxConfig:
@@ -645,7 +636,7 @@ def _structure_sandbox(raw: object, *, every_section: bool = False) -> SandboxCo
             log.warning(
                 "main.yaml: sandbox.%s is not checked: no installed driver declares that section%s",
                 printable(name),
-                _install_hint(name),
+                install_hint(name),
             )
             sections[name] = value
         except (CattrsError, ValueError, TypeError, SandboxError) as exc:
@@ -654,11 +645,6 @@ def _structure_sandbox(raw: object, *, every_section: bool = False) -> SandboxCo
     if errors:
         raise ClassValidationError("invalid driver sections", errors, SandboxConfig)
     return attrs.evolve(config, sections=sections)
-
-
-def install_hint(name: str) -> str:
-    """What to install to check the section ``sandbox.<name>``: `` (pip install mainsdk-e2b)`` for ours, else ``""``."""
-    return _install_hint(name)
 
 
 def undeclared_sections(config: AppConfig) -> list[str]:

@@ -3,18 +3,20 @@
 Core does the checks, the limits it can enforce from outside (output, the
 backstop deadline, cost) and the audit; a driver starts boxes, runs commands
 in them and reports what it saw. These are the values that cross that line.
-A driver is a pluggy plugin implementing the hooks in ``mainsdk.hookspecs``.
+A driver is a pluggy plugin implementing the hooks typed here (``Driver``, ``SessionDriver``,
+``OptionalDriverHooks``), marked with ``mainsdk.hookspecs.hookimpl``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
 import attrs
+import pluggy
 
 from mainsdk.errors import DEFAULT_OUTAGE_REMEDY
 
@@ -29,6 +31,11 @@ LANGUAGE_PROGRAMS: Mapping[str, str] = {"python": "python3", "node": "node", "ba
 
 # The protocols a driver can filter by host name: plain HTTP by its Host header, TLS by its SNI.
 Scheme = Literal["http", "https"]
+
+# The marker of mainsdk's pluggy hook specs (the driver hooks' on the protocols below); implementations are
+# marked with ``mainsdk.hookspecs.hookimpl``.
+PROJECT = "mainsdk"
+hookspec = pluggy.HookspecMarker(PROJECT)
 
 WORK_DIR = "/work"
 OUT_DIR = "/out"
@@ -279,50 +286,124 @@ BoxT = TypeVar("BoxT", bound=Box)
 
 
 class Driver(Protocol[BoxT]):
-    """The hooks every driver implements (``mainsdk.plugins.REQUIRED_DRIVER_HOOKS``), as types mypy checks.
+    """The hooks every driver implements, as types mypy checks: each method is also the hook's pluggy spec.
 
-    Core checks a driver when it is registered: each of these present and marked ``@hookimpl``, or a
-    load-time ``MAIN-SANDBOX-0001`` naming the driver and the hook. This protocol lets mypy check the
-    signatures as well, before anything runs: annotate the entry point's factory as returning
-    ``Driver[MyBox]`` (``SessionDriver[MyBox]`` with sessions) and a hook with a wrong name, argument or
-    return type is a type error. ``BoxT`` is the driver's own box type, which core hands back unchanged.
-    The hookspecs in ``mainsdk.hookspecs`` say what each hook must do; the optional ones (``check``,
-    ``reconnect``, ``mainsdk_network_policy``, ``shutdown``) are typed there. A driver does not subclass
-    this (pluggy finds hooks by name); a hook that takes fewer arguments than its spec, which pluggy allows,
-    does not match it.
+    This is the one place these hooks' signatures are written: ``mainsdk.hookspecs`` registers these
+    methods as the specs pluggy calls, and core checks a driver when it is registered (each hook present
+    and marked ``@hookimpl``, or a load-time ``MAIN-SANDBOX-0001`` naming the driver and the hook). An
+    ``async def`` here is a hook core awaits, a plain ``def`` one it calls for its value (write it as a plain
+    ``def``): the split is these declarations, checked at load. Annotate the entry point's factory as
+    returning ``Driver[MyBox]`` (``SessionDriver[MyBox]`` with sessions) and a hook with a wrong name,
+    argument or return type is a type error before anything runs. ``BoxT`` is the driver's own box type,
+    which core hands back unchanged. A driver does not subclass this (pluggy finds hooks by name); a hook
+    that takes fewer arguments than its spec, which pluggy allows, does not match it. The optional hooks
+    are ``OptionalDriverHooks``.
+
+    Hooks are called with keyword arguments only. Exactly one driver is registered with a sandbox's
+    plugin manager, so each is ``firstresult``.
     """
 
+    @hookspec(firstresult=True)
     def mainsdk_driver_capabilities(self) -> Capabilities:
-        """What the driver can do (``Capabilities``); called before every run."""
-        ...
+        """Say what the driver can do (``Capabilities``). Called by core before every run, so it may probe lazily."""
 
-    def mainsdk_driver_start(self, spec: BoxSpec) -> Awaitable[BoxT]:
-        """Start a box with ``spec.files`` in its work folder and ``spec.network_policy`` in force."""
-        ...
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_start(self, spec: BoxSpec) -> BoxT:
+        """Start a box with ``spec.files`` in its work folder and ``spec.network_policy`` in force.
 
-    def mainsdk_driver_exec(self, box: BoxT, command: Command, output: OutputSink) -> Awaitable[ExecOutcome]:
-        """Run ``command`` in ``box`` within its timeout, output to ``output``; on cancel, kill its tree first."""
-        ...
+        Raise ``SandboxError(DRIVER_UNAVAILABLE)`` when the backend cannot be reached.
+        """
 
-    def mainsdk_driver_collect(self, box: BoxT, max_bytes: int) -> Awaitable[Collected]:
-        """The regular files of the out folder, at most ``max_bytes`` in all, never following links."""
-        ...
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_exec(self, box: BoxT, command: Command, output: OutputSink) -> ExecOutcome:
+        """Run ``command`` in ``box``, sending its output to ``output`` as it arrives.
 
-    def mainsdk_driver_stop(self, box: BoxT) -> Awaitable[None]:
-        """Stop the box and remove everything it held; called always."""
-        ...
+        The driver enforces ``command.timeout`` and reports ``stop="timeout"`` (and
+        ``"memory"`` when it killed the code at its memory limit). When the awaiting
+        task is cancelled, the driver kills the command's whole process tree before
+        re-raising: core cancels to enforce the output limit and its own deadline.
+        A command must never be sent twice.
+
+        Core judges every error escaping this hook as raised after the command may
+        have been sent (``SandboxError.ran=None``, not retryable). Steps before the
+        send (creating a backend box, uploading stdin) go through
+        ``mainsdk.errors.before_command``, which says nothing ran, so an outage there
+        stays retryable.
+        """
+
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_collect(self, box: BoxT, max_bytes: int) -> Collected:
+        """Return the regular files of the out folder, at most ``max_bytes`` in all, never following links."""
+
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_stop(self, box: BoxT) -> None:
+        """Stop the box and remove everything it held. Called always, also after errors and cancels."""
 
 
 class SessionDriver(Driver[BoxT], Protocol[BoxT]):
     """A driver with sessions (``Capabilities.sessions``): the required hooks and the two a session needs."""
 
-    def mainsdk_driver_write_file(self, box: BoxT, folder: Folder, path: str, data: bytes) -> Awaitable[None]:
-        """Write ``data`` to ``path`` in ``folder`` (relative, checked by core)."""
-        ...
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_write_file(self, box: BoxT, folder: Folder, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` in ``folder`` (``Folder.WORK`` or ``Folder.OUT``).
 
-    def mainsdk_driver_read_file(self, box: BoxT, folder: Folder, path: str) -> Awaitable[bytes]:
-        """Read ``path`` in ``folder``; missing or not a regular file: ``NO_SESSION`` 404."""
-        ...
+        ``path`` is relative to that folder and already checked by core: no leading ``/``, no empty, ``.`` or
+        ``..`` segment, no NUL. Folders on the way are made; a file there is replaced, never written through.
+        """
+
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_read_file(self, box: BoxT, folder: Folder, path: str) -> bytes:
+        """Read ``path`` in ``folder`` (relative to it, checked by core as for ``write_file``).
+
+        A path that is missing or not a regular file raises ``SandboxError(NO_SESSION)`` (404), not an outage.
+        """
+
+
+class OptionalDriverHooks(Protocol):
+    """The driver hooks a driver may leave out, each also its pluggy spec (see ``Driver``).
+
+    A driver does not need to match this protocol: an optional hook may take fewer arguments than here.
+    """
+
+    @hookspec(firstresult=True)
+    def mainsdk_driver_check(self, command: Command, spec: BoxSpec) -> None:
+        """Refuse ``command`` before anything starts, by raising ``SandboxError``.
+
+        Called for every run before its box starts, and for every session command and
+        cell before it is sent, so a refusal (a program the config does not permit is
+        ``MAIN-SANDBOX-0001``) is audited as ``refused`` and nothing runs. ``spec`` is
+        the plan of the box the command runs in: for a run, the box about to start
+        (limits, files, hosts, the egress policy, packages); for a session, its box as
+        it was started. A driver may refuse on either; it may also take ``command`` alone.
+        """
+
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_reconnect(self, spec: BoxSpec) -> Box | None:
+        """The running box of session ``spec.id`` that another process started, if it belongs to ``spec.tenant``.
+
+        Called by ``sandbox.get(id)`` for a session this process does not hold
+        (a web app's other worker). Return None when there is no such running
+        box, or it is another tenant's: core then answers ``MAIN-SANDBOX-0008``,
+        the same as for an unknown id. ``spec`` carries the id, the tenant and
+        the limits of the ``main.yaml`` defaults, which the reconnected session
+        uses (never more than the config allows). A driver without this hook
+        keeps its sessions to the process that made them.
+        """
+
+    @hookspec(firstresult=True)
+    def mainsdk_network_policy(self, hosts: Sequence[str]) -> NetworkPolicy:
+        """Translate the hosts a run may reach into the backend's egress policy (no hosts: nothing out).
+
+        Core calls it once per run and per session, at the end of its plan, shows the result to the
+        driver's check (``spec.network_policy`` of ``mainsdk_driver_check``), hands it to
+        ``mainsdk_driver_start`` as ``spec.network_policy`` and copies it into the run's audit event, so
+        an auditor sees what the backend was asked to enforce. The start hook enforces exactly that
+        policy, never one recomputed from ``spec.hosts``. Return plain JSON-able data holding no secret.
+        """
+
+    @hookspec
+    def mainsdk_driver_shutdown(self) -> None:
+        """Release what the driver holds for the whole process (helper processes, clients). May be called twice."""
 
 
 DriverEntryPoint = Callable[..., object]

@@ -11,8 +11,7 @@ import logging
 import re
 import secrets as token
 from collections.abc import Callable, Mapping, Sequence
-from decimal import Decimal
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -20,15 +19,14 @@ from mainsdk import arguments, errors, figures, preflight
 from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.config import AppConfig, SandboxConfig
-from mainsdk.driver import LANGUAGE_PROGRAMS, Capabilities, Command, Isolation, StopReason
+from mainsdk.driver import LANGUAGE_PROGRAMS, Capabilities, Command
 from mainsdk.errors import SandboxError
-from mainsdk.files import FileRef, FileStore, LocalDirectoryFileStore
+from mainsdk.files import FileRef, FileStore, LocalDirectoryFileStore, file_ref_id
 from mainsdk.hookspecs import hookimpl
 from mainsdk.hosts import host_covered
-from mainsdk.lifecycle import Lifecycle, OpenBox, RunPlan, SessionPlan
+from mainsdk.lifecycle import Lifecycle, OpenBox, RunPlan, RunResult, SessionPlan
 from mainsdk.limits import Listener
 from mainsdk.plugins import Hooks, load_driver, make_plugin_manager
-from mainsdk.rich import RichResult, rich_entry
 from mainsdk.secrets import SecretRef, SecretResolver, environment_secrets
 from mainsdk.sessions import DEFAULT_IDLE, AsyncSession, SessionOpener, find_session
 
@@ -73,30 +71,13 @@ def _optional_protocol(name: str, *methods: str) -> Callable[[Any, attrs.Attribu
     return check
 
 
-def _optional_object(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
-    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
-        if isinstance(value, (str, bytes, int, float, Mapping, Sequence)):
-            raise arguments.invalid(
-                f"deps.{name}",
-                f"must be a driver plugin like local_sandbox_driver(...), or None to load sandbox.driver, "
-                f"not {arguments.type_name(value)}",
-            )
-
-    return check
-
-
-def _optional_text(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
-    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
-        arguments.optional_text(value, f"deps.{name}")
-
-    return check
-
-
-def _boolean(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
-    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
-        arguments.boolean(value, f"deps.{name}")
-
-    return check
+def _driver_option(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, (str, bytes, int, float, Mapping, Sequence)):
+        raise arguments.invalid(
+            "deps.driver",
+            f"must be a driver plugin like local_sandbox_driver(...), or None to load sandbox.driver, "
+            f"not {arguments.type_name(value)}",
+        )
 
 
 def _network_option(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -147,76 +128,23 @@ class SandboxDeps:
     """
 
     config: AppConfig = attrs.field(factory=AppConfig, converter=_app_config)
-    driver: object | None = attrs.field(default=None, validator=_optional_object("driver"))
+    driver: object | None = attrs.field(default=None, validator=_driver_option)
     network: Callable[[str], bool] | Sequence[str] | None = attrs.field(default=None, validator=_network_option)
     secret: SecretResolver | None = attrs.field(default=None, validator=_optional_callable("secret"))
     files: FileStore | None = attrs.field(default=None, validator=_optional_protocol("files", "put", "read"))
     log: Callable[[AuditEvent], None] | None = attrs.field(default=None, validator=_optional_callable("log"))
     tenancy: Callable[[], str] | None = attrs.field(default=None, validator=_optional_callable("tenancy"))
-    environment: str | None = attrs.field(default=None, validator=_optional_text("environment"))
+    environment: str | None = attrs.field(
+        default=None, validator=lambda _i, _a, value: arguments.optional_text(value, "deps.environment")
+    )
     agents: AgentBudget | None = attrs.field(
         default=None, validator=_optional_protocol("agents", "remaining", "charge")
     )
     access: AccessRule | None = attrs.field(default=None, validator=_optional_protocol("access", "approve"))
     plugins: Sequence[object] = attrs.field(default=(), converter=_plugin_list)
-    load_entrypoints: bool = attrs.field(default=True, validator=_boolean("load_entrypoints"))
-
-
-@attrs.frozen
-class RunResult:
-    """What a run did. A stopped run has ``stop`` set; it is returned, not raised.
-
-    ``exit_code`` is the code's exit status; when the code died of a signal (a crash, a kill from inside the
-    box) it is ``128 + N`` as in a shell, and ``signal`` names it (``"SIGSEGV"``). A run stopped at a limit
-    has ``stop`` set and ``signal`` None. ``ok`` is true only for a clean exit: no stop, exit code 0.
-    """
-
-    id: str
-    stdout: str
-    stderr: str
-    exit_code: int | None
-    stop: StopReason | None
-    files: tuple[FileRef, ...]
-    isolation: Isolation
-    duration: float
-    cost: Decimal
-    driver: str
-    language: str
-    hosts_refused: tuple[str, ...] = ()  # hosts the code tried and was not given (redacted, at most 50)
-    hosts_refused_dropped: int = 0  # how many more were refused than ``hosts_refused`` lists
-    # What the memory limit held for (``Capabilities.memory_limit_scope``): "tree", "process", or None.
-    memory_limit_scope: Literal["tree", "process"] | None = None
-    signal: str | None = None  # the signal the code died of ("SIGSEGV"); exit_code is then 128 + its number
-    # Out files the code wrote that did not come back: past limits.files, not a regular file, or the store
-    # could not keep them (disk full). Names redacted, in path order.
-    files_dropped: tuple[str, ...] = ()
-    # The exact output bytes, redacted and cut at the limit; ``stdout``/``stderr`` are them decoded (UTF-8, lossy).
-    stdout_bytes: bytes = b""
-    stderr_bytes: bytes = b""
-    # Python runs: each matplotlib figure the code showed or left open, as ``image/png`` (``mainsdk.figures``),
-    # inline up to 64 KiB, else a FileRef; ``results_dropped`` counts those not returned.
-    results: tuple[RichResult, ...] = ()
-    results_dropped: int = 0
-
-    @property
-    def ok(self) -> bool:
-        """Whether the code ran to a clean exit: not stopped, exit code 0."""
-        return self.stop is None and self.exit_code == 0
-
-    @property
-    def stop_code(self) -> str | None:
-        """The seed's code for the stop (``MAIN-SANDBOX-0002`` for a timeout ...), or None."""
-        return errors.STOP_CODES[self.stop] if self.stop else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict of the result."""
-        data = attrs.asdict(self)
-        del data["stdout_bytes"], data["stderr_bytes"]  # JSON has no bytes: ``stdout``/``stderr`` carry the text
-        data["cost"] = str(self.cost)
-        data["files"] = [attrs.asdict(f) for f in self.files]
-        data["results"] = [rich_entry(r) for r in self.results]
-        data["stop_code"] = self.stop_code
-        return data
+    load_entrypoints: bool = attrs.field(
+        default=True, validator=lambda _i, _a, value: arguments.boolean(value, "deps.load_entrypoints")
+    )
 
 
 class _AuditSink:
@@ -232,16 +160,15 @@ class _AuditSink:
 
 def code_command(language: str, code: str, timeout: float, env: Mapping[str, str]) -> Command:
     """The command that runs ``code``: the language's interpreter with the code in argv, or on stdin when long."""
-    program = LANGUAGE_PROGRAMS[language]
     on_stdin = len(code.encode()) > ARGV_CODE_LIMIT
     if language == "python":
         return figures.python_command(code, on_stdin=on_stdin, timeout=timeout, env=env)  # plots come back as PNGs
-    prefix: tuple[str, ...] = ()
+    program = LANGUAGE_PROGRAMS[language]
     if on_stdin:
-        stdin_flag = {"python": "-", "node": "-", "bash": "-s"}[language]
-        return Command(program, (*prefix, stdin_flag), stdin=code.encode(), timeout=timeout, env=env)
-    code_flag = {"python": "-c", "node": "-e", "bash": "-c"}[language]
-    return Command(program, (*prefix, code_flag, code), timeout=timeout, env=env)
+        stdin_flag = {"node": "-", "bash": "-s"}[language]
+        return Command(program, (stdin_flag,), stdin=code.encode(), timeout=timeout, env=env)
+    code_flag = {"node": "-e", "bash": "-c"}[language]
+    return Command(program, (code_flag, code), timeout=timeout, env=env)
 
 
 # What a session id looks like (``ses_`` and 24 hex digits): anything else is never sent to a driver.
@@ -323,7 +250,7 @@ class AsyncSandbox:
         a python run gets all of them by default, a run in another language none.
         """
         run_id = f"run_{token.token_hex(8)}"
-        tenant = self._tenant()
+        tenant = self.tenant()
         event = AuditEvent(
             id=run_id,
             kind="run",
@@ -352,29 +279,7 @@ class AsyncSandbox:
             )
 
         plan = self._lifecycle.plan(event, plan_run)
-        executed, ended, refs, dropped, drawn = await self._lifecycle.run_once(plan, event)
-        return RunResult(
-            id=run_id,
-            stdout=executed.stdout,
-            stderr=executed.stderr,
-            stdout_bytes=executed.stdout_bytes,
-            stderr_bytes=executed.stderr_bytes,
-            exit_code=ended.exit_code,
-            stop=ended.stop,
-            files=refs,
-            isolation=plan.caps.isolation,
-            duration=ended.duration,
-            cost=ended.cost,
-            driver=self.driver_id,
-            language=plan.language,
-            hosts_refused=ended.hosts_refused,
-            hosts_refused_dropped=ended.hosts_refused_dropped,
-            memory_limit_scope=plan.caps.memory_limit_scope,
-            signal=ended.signal,
-            files_dropped=dropped,
-            results=drawn.results,
-            results_dropped=drawn.dropped,
-        )
+        return await self._lifecycle.run_once(plan, event)
 
     def action(
         self,
@@ -413,42 +318,33 @@ class AsyncSandbox:
         session's limits, hosts and environment. ``packages``: as for ``run``; a
         session gets every package of ``sandbox.packages.python`` by default.
         """
-        return SessionOpener(lambda: self._open_session(feature, idle, files, network, env, limits, max_cost, packages))
 
-    async def _open_session(
-        self,
-        feature: str | None,
-        idle: object,
-        files: Mapping[str, str | bytes] | None,
-        network: Sequence[str],
-        env: Mapping[str, str | SecretRef] | None,
-        limits: Mapping[str, Any] | None,
-        max_cost: object,
-        packages: Sequence[str] | None = None,
-    ) -> AsyncSession:
-        session_id = f"ses_{token.token_hex(12)}"
-        tenant = self._tenant()
-        event = self._lifecycle.opening_event(session_id, tenant, feature)
+        async def open_session() -> AsyncSession:
+            session_id = f"ses_{token.token_hex(12)}"
+            tenant = self.tenant()
+            event = self._lifecycle.opening_event(session_id, tenant, feature)
 
-        def plan_session() -> SessionPlan:
-            return self._lifecycle.plan_session(
-                session_id,
-                tenant,
-                feature=feature,
-                idle=idle,
-                files=files,
-                network=network,
-                env=env,
-                limits=limits,
-                max_cost=max_cost,
-                packages=packages,
-            )
+            def plan_session() -> SessionPlan:
+                return self._lifecycle.plan_session(
+                    session_id,
+                    tenant,
+                    feature=feature,
+                    idle=idle,
+                    files=files,
+                    network=network,
+                    env=env,
+                    limits=limits,
+                    max_cost=max_cost,
+                    packages=packages,
+                )
 
-        plan = self._lifecycle.plan(event, plan_session)
-        opened = await self._lifecycle.open(plan, event)
-        session = AsyncSession(self._lifecycle, opened, plan.idle, ended=self._session_ended)
-        self._sessions[session_id] = session
-        return session
+            plan = self._lifecycle.plan(event, plan_session)
+            opened = await self._lifecycle.open(plan, event)
+            session = AsyncSession(self._lifecycle, opened, plan.idle, ended=self._session_ended)
+            self._sessions[session_id] = session
+            return session
+
+        return SessionOpener(open_session)
 
     async def get(self, session_id: str) -> AsyncSession:
         """The open session ``session_id`` of the current tenant; ``MAIN-SANDBOX-0008`` otherwise.
@@ -459,7 +355,7 @@ class AsyncSandbox:
         runs with ``main.yaml``'s default limits and no secrets, since what its
         opener passed stays with the opener.
         """
-        tenant = self._tenant()
+        tenant = self.tenant()
         try:
             return find_session(self._sessions, session_id, tenant)
         except SandboxError:
@@ -496,7 +392,7 @@ class AsyncSandbox:
         self._sessions[session_id] = session
         return session
 
-    def _tenant(self) -> str:
+    def tenant(self) -> str:
         """The current tenant, from ``deps.tenancy``; a wrong answer is the app's mistake, named as such."""
         return checked_tenant(self._tenancy)
 
@@ -536,5 +432,5 @@ class AsyncFiles:
 
     async def read(self, ref: FileRef | str) -> bytes:
         """The bytes of a FileRef the current tenant owns; ``MAIN-SANDBOX-0008`` otherwise."""
-        file_id = arguments.file_ref_id(ref)
+        file_id = file_ref_id(ref)
         return self._store.read(checked_tenant(self._tenancy), file_id)

@@ -48,6 +48,15 @@ class FileRef:
     sha256: str
 
 
+def file_ref_id(value: object) -> str:
+    """What ``files.read`` takes: a FileRef or its id string."""
+    if isinstance(value, FileRef):
+        return value.id
+    if isinstance(value, str):
+        return arguments.text(value, "ref", max_bytes=256)
+    raise arguments.invalid("ref", f"must be a FileRef or its id, not {arguments.type_name(value)}")
+
+
 class FileStore(Protocol):
     """Where FileRefs are kept. Every call names the tenant; a file is only ever read by its own.
 

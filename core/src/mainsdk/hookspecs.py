@@ -1,150 +1,34 @@
-"""The pluggy hooks of mainsdk sandbox.
+"""The pluggy hooks of mainsdk sandbox, and ``hookimpl``, the marker every plugin's implementations carry.
 
-Drivers implement the ``mainsdk_driver_*`` hooks and ``mainsdk_network_policy``;
-exactly one driver is registered with a sandbox's plugin manager, so each of
-these is ``firstresult``. Audit sinks implement ``mainsdk_audit_event``; every
-sink is called. Driver hooks return awaitables: core awaits them, so one
-implementation serves the sync and the async API.
+The driver hooks are specified once, as the methods of the protocols in ``mainsdk.driver``: ``Driver``
+(required), ``SessionDriver`` (with the two file hooks) and ``OptionalDriverHooks``. Their docstrings say
+what each hook must do, their types are what mypy checks a driver against, and pluggy calls them as its
+specs (``add_hookspecs``). The hooks that are not a driver's are specified here: ``mainsdk_audit_event``,
+which every audit sink implements and every sink gets.
 
-Hooks are called with keyword arguments only, and an implementation may take
-fewer arguments than its spec: a spec can grow without breaking plugins.
-
-The same hooks as types, for mypy to check a driver's signatures against, are
-``mainsdk.driver.Driver`` (the required ones, which core checks for when a
-driver is registered) and ``SessionDriver`` (with the two file hooks).
+Hooks are called with keyword arguments only, and an implementation may take fewer arguments than its
+spec: a spec can grow without breaking plugins. A driver hook declared ``async def`` returns an awaitable
+core awaits, so one implementation serves the sync and the async API; one declared ``def`` returns its
+value at once (``SYNC_DRIVER_HOOKS``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING
+import inspect
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import pluggy
+
+from mainsdk.driver import PROJECT, Driver, OptionalDriverHooks, SessionDriver, hookspec
 
 if TYPE_CHECKING:
     from mainsdk.audit import AuditEvent
     from mainsdk.config import AppConfig
-    from mainsdk.driver import (
-        Box,
-        BoxSpec,
-        Capabilities,
-        Collected,
-        Command,
-        ExecOutcome,
-        Folder,
-        NetworkPolicy,
-        OutputSink,
-    )
 
-PROJECT = "mainsdk"
-hookspec = pluggy.HookspecMarker(PROJECT)
-hookimpl = pluggy.HookimplMarker(PROJECT)
-
-
-@hookspec(firstresult=True)
-def mainsdk_driver_capabilities() -> Capabilities:
-    """Say what the driver can do. Called by core before every run, so it may probe lazily."""
-    raise NotImplementedError
-
-
-@hookspec(firstresult=True)
-def mainsdk_driver_start(spec: BoxSpec) -> Awaitable[Box]:
-    """Start a box with ``spec.files`` in its work folder and ``spec.network_policy`` in force.
-
-    Raise ``SandboxError(DRIVER_UNAVAILABLE)`` when the backend cannot be reached.
-    """
-    raise NotImplementedError
-
-
-@hookspec(firstresult=True)
-def mainsdk_driver_check(command: Command, spec: BoxSpec) -> None:
-    """Refuse ``command`` before anything starts, by raising ``SandboxError`` (optional hook).
-
-    Called for every run before its box starts, and for every session command and
-    cell before it is sent, so a refusal (a program the config does not permit is
-    ``MAIN-SANDBOX-0001``) is audited as ``refused`` and nothing runs. ``spec`` is
-    the plan of the box the command runs in: for a run, the box about to start
-    (limits, files, hosts, the egress policy, packages); for a session, its box as
-    it was started. A driver may refuse on either; it may also take ``command`` alone.
-    """
-
-
-@hookspec(firstresult=True)
-def mainsdk_driver_exec(box: Box, command: Command, output: OutputSink) -> Awaitable[ExecOutcome]:
-    """Run ``command`` in ``box``, sending its output to ``output`` as it arrives.
-
-    The driver enforces ``command.timeout`` and reports ``stop="timeout"`` (and
-    ``"memory"`` when it killed the code at its memory limit). When the awaiting
-    task is cancelled, the driver kills the command's whole process tree before
-    re-raising: core cancels to enforce the output limit and its own deadline.
-    A command must never be sent twice.
-
-    Core judges every error escaping this hook as raised after the command may
-    have been sent (``SandboxError.ran=None``, not retryable). Steps before the
-    send (creating a backend box, uploading stdin) go through
-    ``mainsdk.errors.before_command``, which says nothing ran, so an outage there
-    stays retryable.
-    """
-    raise NotImplementedError
-
-
-@hookspec(firstresult=True)
-def mainsdk_driver_reconnect(spec: BoxSpec) -> Awaitable[Box | None]:
-    """The running box of session ``spec.id`` that another process started, if it belongs to ``spec.tenant``.
-
-    Called by ``sandbox.get(id)`` for a session this process does not hold
-    (a web app's other worker). Return None when there is no such running
-    box, or it is another tenant's: core then answers ``MAIN-SANDBOX-0008``,
-    the same as for an unknown id. ``spec`` carries the id, the tenant and
-    the limits of the ``main.yaml`` defaults, which the reconnected session
-    uses (never more than the config allows). A driver without this hook
-    keeps its sessions to the process that made them.
-    """
-    raise NotImplementedError
-
-
-@hookspec(firstresult=True)
-def mainsdk_driver_write_file(box: Box, folder: Folder, path: str, data: bytes) -> Awaitable[None]:
-    """Write ``data`` to ``path`` in ``folder`` (``Folder.WORK`` or ``Folder.OUT``).
-
-    ``path`` is relative to that folder and already checked by core: no leading ``/``, no empty, ``.`` or
-    ``..`` segment, no NUL. Folders on the way are made; a file there is replaced, never written through.
-    """
-    raise NotImplementedError
-
-
-@hookspec(firstresult=True)
-def mainsdk_driver_read_file(box: Box, folder: Folder, path: str) -> Awaitable[bytes]:
-    """Read ``path`` in ``folder`` (relative to it, checked by core as for ``write_file``).
-
-    A path that is missing or not a regular file raises ``SandboxError(NO_SESSION)`` (404), not an outage.
-    """
-    raise NotImplementedError
-
-
-@hookspec(firstresult=True)
-def mainsdk_driver_collect(box: Box, max_bytes: int) -> Awaitable[Collected]:
-    """Return the regular files of the out folder, at most ``max_bytes`` in all, never following links."""
-    raise NotImplementedError
-
-
-@hookspec(firstresult=True)
-def mainsdk_driver_stop(box: Box) -> Awaitable[None]:
-    """Stop the box and remove everything it held. Called always, also after errors and cancels."""
-    raise NotImplementedError
-
-
-@hookspec(firstresult=True)
-def mainsdk_network_policy(hosts: Sequence[str]) -> NetworkPolicy:
-    """Translate the hosts a run may reach into the backend's egress policy (no hosts: nothing out).
-
-    Core calls it once per run and per session, at the end of its plan, shows the result to the
-    driver's check (``spec.network_policy`` of ``mainsdk_driver_check``), hands it to
-    ``mainsdk_driver_start`` as ``spec.network_policy`` and copies it into the run's audit event, so
-    an auditor sees what the backend was asked to enforce. The start hook enforces exactly that
-    policy, never one recomputed from ``spec.hosts``. Return plain JSON-able data holding no secret.
-    """
-    raise NotImplementedError
+hookimpl = pluggy.HookimplMarker(PROJECT)  # what every plugin marks its hook implementations with
 
 
 @hookspec
@@ -158,6 +42,29 @@ def mainsdk_audit_event(event: AuditEvent, config: AppConfig) -> None:
     """
 
 
-@hookspec
-def mainsdk_driver_shutdown() -> None:
-    """Release what the driver holds for the whole process (helper processes, clients). May be called twice."""
+# Where the specs are: the driver protocols' methods (SessionDriver inherits Driver's), then this module's.
+_SPEC_HOLDERS: tuple[type | ModuleType, ...] = (SessionDriver, OptionalDriverHooks, sys.modules[__name__])
+
+
+def _marked(holder: type | ModuleType) -> dict[str, Callable[..., Any]]:
+    """The hook specs ``holder`` defines, in the order it defines them (a class's bases first)."""
+    spaces = [vars(c) for c in reversed(holder.__mro__)] if isinstance(holder, type) else [vars(holder)]
+    return {name: value for space in spaces for name, value in space.items() if hasattr(value, f"{PROJECT}_spec")}
+
+
+def hook_specs() -> dict[str, Callable[..., Any]]:
+    """Every hook's spec function, by hook name."""
+    return {name: spec for holder in _SPEC_HOLDERS for name, spec in _marked(holder).items()}
+
+
+def add_hookspecs(pm: pluggy.PluginManager) -> None:
+    """Register every hook's spec with ``pm``."""
+    for holder in _SPEC_HOLDERS:
+        pm.add_hookspecs(holder)
+
+
+# The hooks every driver implements (``Driver``'s), and every hook a driver may implement.
+REQUIRED_DRIVER_HOOKS = tuple(_marked(Driver))
+DRIVER_HOOKS = tuple([*_marked(SessionDriver), *_marked(OptionalDriverHooks)])
+# The driver hooks core calls without awaiting: declared ``def``, not ``async def``, in their protocol.
+SYNC_DRIVER_HOOKS = tuple(hook for hook in DRIVER_HOOKS if not inspect.iscoroutinefunction(hook_specs()[hook]))

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import attrs
 
@@ -40,6 +40,7 @@ from mainsdk.driver import (
     Command,
     ExecOutcome,
     Folder,
+    Isolation,
     NetworkPolicy,
     OutFile,
     OutputSink,
@@ -51,6 +52,7 @@ from mainsdk.files import FileRef, FileStore
 from mainsdk.limits import Listener, OutputCollector, cost_of, exec_within_limits, signal_status
 from mainsdk.plugins import Hooks
 from mainsdk.redact import NameRedactor
+from mainsdk.rich import RichResult, rich_entry
 from mainsdk.secrets import SecretRef, SecretResolver
 
 log = logging.getLogger("mainsdk")
@@ -205,6 +207,63 @@ class OpenBox:
         )
 
 
+@attrs.frozen
+class RunResult:
+    """What a run did. A stopped run has ``stop`` set; it is returned, not raised.
+
+    ``exit_code`` is the code's exit status; when the code died of a signal (a crash, a kill from inside the
+    box) it is ``128 + N`` as in a shell, and ``signal`` names it (``"SIGSEGV"``). A run stopped at a limit
+    has ``stop`` set and ``signal`` None. ``ok`` is true only for a clean exit: no stop, exit code 0.
+    """
+
+    id: str
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    stop: StopReason | None
+    files: tuple[FileRef, ...]
+    isolation: Isolation
+    duration: float
+    cost: Decimal
+    driver: str
+    language: str
+    hosts_refused: tuple[str, ...] = ()  # hosts the code tried and was not given (redacted, at most 50)
+    hosts_refused_dropped: int = 0  # how many more were refused than ``hosts_refused`` lists
+    # What the memory limit held for (``Capabilities.memory_limit_scope``): "tree", "process", or None.
+    memory_limit_scope: Literal["tree", "process"] | None = None
+    signal: str | None = None  # the signal the code died of ("SIGSEGV"); exit_code is then 128 + its number
+    # Out files the code wrote that did not come back: past limits.files, not a regular file, or the store
+    # could not keep them (disk full). Names redacted, in path order.
+    files_dropped: tuple[str, ...] = ()
+    # The exact output bytes, redacted and cut at the limit; ``stdout``/``stderr`` are them decoded (UTF-8, lossy).
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
+    # Python runs: each matplotlib figure the code showed or left open, as ``image/png`` (``mainsdk.figures``),
+    # inline up to 64 KiB, else a FileRef; ``results_dropped`` counts those not returned.
+    results: tuple[RichResult, ...] = ()
+    results_dropped: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the code ran to a clean exit: not stopped, exit code 0."""
+        return self.stop is None and self.exit_code == 0
+
+    @property
+    def stop_code(self) -> str | None:
+        """The seed's code for the stop (``MAIN-SANDBOX-0002`` for a timeout ...), or None."""
+        return errors.STOP_CODES[self.stop] if self.stop else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of the result."""
+        data = attrs.asdict(self)
+        del data["stdout_bytes"], data["stderr_bytes"]  # JSON has no bytes: ``stdout``/``stderr`` carry the text
+        data["cost"] = str(self.cost)
+        data["files"] = [attrs.asdict(f) for f in self.files]
+        data["results"] = [rich_entry(r) for r in self.results]
+        data["stop_code"] = self.stop_code
+        return data
+
+
 class Lifecycle:
     """The box lifecycle of one sandbox: its driver's hooks, its config, its allowlist, secrets and file store."""
 
@@ -265,7 +324,7 @@ class Lifecycle:
         arguments.optional_text(feature, "feature")
         listener = arguments.listener(on_output)
         language = arguments.language(language)
-        code = preflight.check_code(code)
+        code = arguments.code(code)
         caps = self.capabilities()
         preflight.check_driver_allowed(self.driver_id, caps, self._environment)
         preflight.check_language(language, caps, self.driver_id)
@@ -580,13 +639,8 @@ class Lifecycle:
 
     # -- the whole lifecycle of a one-shot run --------------------------------------------------------------
 
-    async def run_once(
-        self, plan: RunPlan, event: AuditEvent
-    ) -> tuple[Executed, Ended, tuple[FileRef, ...], tuple[str, ...], figures.Drawn]:
-        """Start a box, run the planned command within its limits, collect, stop, and audit the run once.
-
-        Returns what the run printed, how it ended, its out files (kept, dropped) and the figures it drew.
-        """
+    async def run_once(self, plan: RunPlan, event: AuditEvent) -> RunResult:
+        """Start a box, run the planned command within its limits, collect, stop, audit the run once: its result."""
         box_plan = plan.box
         event = attrs.evolve(
             event,
@@ -616,4 +670,25 @@ class Lifecycle:
             self.audit_failed(event, exc, started)
             raise
         self.audit_ended(event, ended)
-        return executed, ended, refs, dropped, drawn
+        return RunResult(
+            id=plan.spec.id,
+            stdout=executed.stdout,
+            stderr=executed.stderr,
+            stdout_bytes=executed.stdout_bytes,
+            stderr_bytes=executed.stderr_bytes,
+            exit_code=ended.exit_code,
+            stop=ended.stop,
+            files=refs,
+            isolation=plan.caps.isolation,
+            duration=ended.duration,
+            cost=ended.cost,
+            driver=self.driver_id,
+            language=plan.language,
+            hosts_refused=ended.hosts_refused,
+            hosts_refused_dropped=ended.hosts_refused_dropped,
+            memory_limit_scope=plan.caps.memory_limit_scope,
+            signal=ended.signal,
+            files_dropped=dropped,
+            results=drawn.results,
+            results_dropped=drawn.dropped,
+        )

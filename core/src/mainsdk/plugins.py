@@ -1,14 +1,7 @@
-"""Finding drivers and plugins through entry points, and the plugin manager of a sandbox.
+"""Loading the driver and the plugins, checking them, and the one boundary core calls every driver hook through.
 
-Drivers live in the ``mainsdk.drivers`` group, one entry point per driver id
-(the id ``main.yaml`` names), pointing at a factory that takes the parsed
-``AppConfig`` and returns the driver plugin. Only the driver a sandbox uses is
-imported. Other plugins (audit sinks) live in ``mainsdk.plugins`` and are all
-loaded.
-
-A driver declares its own ``sandbox.<name>:`` section in the ``mainsdk.driver_configs``
-group: the entry point's name is the section's key, its object an attrs class (see
-``mainsdk.config``). A section belongs to the driver of the same distribution.
+The entry points are found by ``mainsdk.entry_points``; the hooks are specified in
+``mainsdk.driver`` and ``mainsdk.hookspecs``.
 """
 
 from __future__ import annotations
@@ -19,16 +12,25 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, cast
 
-import attrs
 import pluggy
 
 from mainsdk import hookspecs
-from mainsdk.driver import Driver
+from mainsdk.config import AppConfig, resolve_credentials
+from mainsdk.driver import PROJECT
+from mainsdk.entry_points import (
+    DRIVER_GROUP,
+    KNOWN_DRIVER_PACKAGES,
+    PLUGIN_GROUP,
+    driver_section_name,
+    installed_drivers,
+    load_config_section,
+)
 from mainsdk.errors import DEFAULT_OUTAGE_REMEDY, DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
+from mainsdk.hookspecs import REQUIRED_DRIVER_HOOKS, SYNC_DRIVER_HOOKS
+from mainsdk.secrets import SecretResolver, environment_secrets
 
 if TYPE_CHECKING:
     from mainsdk.audit import AuditEvent
-    from mainsdk.config import AppConfig
     from mainsdk.driver import (
         Box,
         BoxSpec,
@@ -40,77 +42,8 @@ if TYPE_CHECKING:
         NetworkPolicy,
         OutputSink,
     )
-    from mainsdk.secrets import SecretResolver
 
 log = logging.getLogger("mainsdk")
-
-DRIVER_GROUP = "mainsdk.drivers"
-PLUGIN_GROUP = "mainsdk.plugins"
-DRIVER_CONFIG_GROUP = "mainsdk.driver_configs"
-
-# Where our own drivers come from, for the "install it" hint.
-KNOWN_DRIVER_PACKAGES = {"local": "mainsdk-local", "e2b": "mainsdk-e2b", "vercel-sandbox": "mainsdk-vercel"}
-
-
-@attrs.frozen
-class InstalledDriver:
-    """A driver found through its entry point (not imported)."""
-
-    id: str
-    distribution: str
-    version: str
-    target: str
-
-
-def installed_drivers() -> list[InstalledDriver]:
-    """The drivers installed in this environment, by id, without importing any of them."""
-    found = []
-    for ep in metadata.entry_points(group=DRIVER_GROUP):
-        dist = ep.dist
-        found.append(InstalledDriver(ep.name, dist.name if dist else "?", dist.version if dist else "?", ep.value))
-    return sorted(found, key=lambda d: d.id)
-
-
-def _distribution(entry: metadata.EntryPoint) -> str | None:
-    return entry.dist.name if entry.dist is not None else None
-
-
-def config_section_names() -> list[str]:
-    """The ``sandbox.<name>`` sections installed drivers declare, without importing any of them."""
-    return sorted({entry.name for entry in metadata.entry_points(group=DRIVER_CONFIG_GROUP)})
-
-
-def driver_section_name(driver_id: str) -> str | None:
-    """The section the driver ``driver_id`` declares (from the same distribution), or None; imports nothing."""
-    drivers = list(metadata.entry_points(group=DRIVER_GROUP, name=driver_id))
-    if not drivers:
-        return None
-    owner = _distribution(drivers[0])
-    for entry in metadata.entry_points(group=DRIVER_CONFIG_GROUP):
-        if owner is not None and _distribution(entry) == owner:
-            return entry.name
-    return None
-
-
-def load_config_section(name: str) -> type[attrs.AttrsInstance] | None:
-    """Import the attrs class of the section ``sandbox.<name>``; None when no installed driver declares it."""
-    matches = list(metadata.entry_points(group=DRIVER_CONFIG_GROUP, name=name))
-    if not matches:
-        return None
-    entry = matches[0]
-    try:
-        cls = entry.load()
-    except Exception as exc:  # an import failure names the section and its package
-        raise SandboxError(
-            INVALID_OPTION, f"the config section sandbox.{name} ({entry.value}) failed to import: {exc}"
-        ) from exc
-    if not (isinstance(cls, type) and attrs.has(cls)):
-        raise SandboxError(
-            INVALID_OPTION,
-            f"the config section sandbox.{name} ({entry.value}) is not an attrs class; "
-            "a driver declares its section as an @attrs.frozen class in the mainsdk.driver_configs entry point group",
-        )
-    return cls
 
 
 def load_driver(driver_id: str, config: AppConfig, *, secret: SecretResolver | None = None) -> object:
@@ -146,9 +79,6 @@ def _with_credentials(driver_id: str, config: AppConfig, secret: SecretResolver 
     Every driver gets its ``secret:NAME`` settings looked up the same way: through the app's resolver
     (``SandboxDeps.secret``), else the environment.
     """
-    from mainsdk.config import resolve_credentials  # config imports this module
-    from mainsdk.secrets import environment_secrets
-
     name = driver_section_name(driver_id)
     cls = load_config_section(name) if name is not None else None
     if name is None or cls is None:
@@ -164,8 +94,8 @@ def make_plugin_manager(
     A hook implementation whose name matches no hook is an error here, not silence.
     """
     check_driver(driver)
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
+    pm = pluggy.PluginManager(PROJECT)
+    hookspecs.add_hookspecs(pm)
     pm.register(driver, name="driver")
     if load_entrypoints:
         for entry in metadata.entry_points(group=PLUGIN_GROUP):
@@ -188,18 +118,7 @@ def make_plugin_manager(
     return pm
 
 
-# The hooks every driver implements, as ``mainsdk.driver.Driver`` types them (one list, so the load-time check
-# and the type cannot drift); the others are optional (sessions need write_file and read_file: ``SessionDriver``).
-REQUIRED_DRIVER_HOOKS = tuple(name for name in vars(Driver) if name.startswith("mainsdk_"))
-_HOOKIMPL_ATTRIBUTE = f"{hookspecs.PROJECT}_impl"  # where pluggy's HookimplMarker leaves its mark
-# The driver hooks core calls without awaiting: their spec returns a value, not an awaitable (the others).
-SYNC_DRIVER_HOOKS = tuple(
-    hook
-    for hook in dir(hookspecs)
-    if hook.startswith("mainsdk_")
-    and hook != "mainsdk_audit_event"  # an audit sink's, not a driver's
-    and "Awaitable" not in str(inspect.signature(getattr(hookspecs, hook)).return_annotation)
-)
+_HOOKIMPL_ATTRIBUTE = f"{PROJECT}_impl"  # where pluggy's HookimplMarker leaves its mark
 
 
 def check_driver(driver: object) -> None:
@@ -216,7 +135,7 @@ def check_driver(driver: object) -> None:
         and callable(getattr(driver, attribute, None))
         and not hasattr(getattr(driver, attribute), _HOOKIMPL_ATTRIBUTE)
     )
-    known = {hook for hook in dir(hookspecs) if hook.startswith("mainsdk_")}
+    known = hookspecs.hook_specs()
     unknown = sorted(
         attribute
         for attribute in dir(driver)
@@ -227,8 +146,8 @@ def check_driver(driver: object) -> None:
     if unknown:
         raise SandboxError(
             INVALID_OPTION,
-            f"driver {name}: {', '.join(unknown)} is marked @hookimpl but is no hook of mainsdk.hookspecs; "
-            "check its spelling",
+            f"driver {name}: {', '.join(unknown)} is marked @hookimpl but is no hook of mainsdk "
+            "(mainsdk.driver, mainsdk.hookspecs); check its spelling",
         )
     if unmarked:
         raise SandboxError(
@@ -338,7 +257,7 @@ class Hooks:
                 raise SandboxError(
                     INVALID_OPTION,
                     f"the {self._driver_id!r} driver's {hook} returned {type(result).__name__}, not an awaitable; "
-                    "write it as async def (see mainsdk.hookspecs)",
+                    "write it as async def, as its spec in mainsdk.driver is",
                 )
             return await result
         except SandboxError:

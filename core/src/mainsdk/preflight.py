@@ -76,11 +76,6 @@ def check_language(language: str, caps: Capabilities, driver_id: str) -> None:
         raise _invalid(f"the {driver_id!r} driver does not run {language}; it runs {', '.join(sorted(caps.languages))}")
 
 
-def check_code(code: object) -> str:
-    """Code is non-empty text without NUL (see ``arguments.code``)."""
-    return arguments.code(code)
-
-
 def lower_limits(requested: Mapping[str, Any] | None, config: AppConfig) -> RunLimits:
     """The call's limits, each at most the config's. A call may lower a limit, never raise it."""
     allowed: Limits = config.sandbox.limits
@@ -147,11 +142,6 @@ def check_files(files: object, limit: int, disk: int | None = None) -> dict[str,
             "pass less, or raise permissions.disk.temp.max in main.yaml"
         )
     return checked
-
-
-def check_relative_path(name: object, what: str) -> str:
-    """A path inside the work folder: relative, no '..', no NUL, no empty segment (see ``arguments.relative_path``)."""
-    return arguments.relative_path(name, what)
 
 
 def check_hosts(

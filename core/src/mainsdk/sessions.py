@@ -9,75 +9,24 @@ pass the ceiling is cut short and stops with ``cost``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import secrets as token
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
-
-import attrs
+from typing import Any
 
 from mainsdk import arguments, errors
-from mainsdk.audit import AuditEvent
-from mainsdk.driver import Folder, NetworkPolicy, StopReason, box_path
-from mainsdk.errors import BoxGone, SandboxError
+from mainsdk.background import AsyncProcess
+from mainsdk.cells import CellResult, Interpreter
+from mainsdk.driver import Folder, NetworkPolicy, box_path
+from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
-from mainsdk.lifecycle import CommandPlan, Lifecycle, OpenBox
+from mainsdk.lifecycle import Lifecycle, OpenBox
 from mainsdk.limits import Listener
 from mainsdk.plugins import DriverHookError
-
-if TYPE_CHECKING:
-    from mainsdk.background import AsyncProcess
-    from mainsdk.cells import CellResult, Interpreter
+from mainsdk.session_runtime import CommandResult, SessionRuntime, no_session
 
 DEFAULT_IDLE = 300.0
 MAX_BACKGROUND = 16  # background processes running at once in one session
-
-
-@attrs.frozen
-class _Prepared:
-    """A session command that passed its checks, with the audit event it will complete."""
-
-    id: str
-    event: AuditEvent
-    plan: CommandPlan
-    on_output: Listener | None
-
-
-@attrs.frozen
-class CommandResult:
-    """What one session command did. A stopped command has ``stop`` set; it is returned, not raised."""
-
-    id: str
-    session_id: str
-    stdout: str
-    stderr: str
-    exit_code: int | None
-    stop: StopReason | None
-    duration: float
-    cost: Decimal
-    hosts_refused: tuple[str, ...] = ()  # redacted, at most 50
-    hosts_refused_dropped: int = 0  # how many more were refused than ``hosts_refused`` lists
-    signal: str | None = None  # the signal the command died of ("SIGSEGV"); exit_code is then 128 + its number
-    # The exact output bytes, redacted and cut at the limit; ``stdout``/``stderr`` are them decoded (UTF-8, lossy).
-    stdout_bytes: bytes = b""
-    stderr_bytes: bytes = b""
-
-    @property
-    def ok(self) -> bool:
-        """Whether the command ran to a clean exit: not stopped, exit code 0."""
-        return self.stop is None and self.exit_code == 0
-
-    @property
-    def stop_code(self) -> str | None:
-        """The seed's code for the stop, or None."""
-        return errors.STOP_CODES[self.stop] if self.stop else None
-
-
-def _no_session(session_id: str) -> SandboxError:
-    # The same words for unknown, closed, expired and another tenant's: nothing says the id exists elsewhere.
-    return SandboxError(errors.NO_SESSION, f"no open sandbox session {session_id!r} in the current tenant", status=404)
 
 
 def _path_taken(path: str, cause: BaseException | None) -> SandboxError | None:
@@ -112,17 +61,12 @@ class AsyncSession:
         self.id = opened.session_id
         self.tenant = opened.tenant
         self.feature = opened.feature
-        self.cost = Decimal(0)
-        self._lifecycle = lifecycle
-        self._opened = opened
+        self._runtime = SessionRuntime(lifecycle, opened, close=self.close)
         self._idle = idle
         self._ended = ended  # tells the sandbox this session is over, so it is never looked up again
-        self._closed = False
         # Reconnected from another process (``sandbox.get``): going idle here only lets go of it, since the
         # opener (or another worker) may still be using it; ``close()`` still stops it.
         self._detached = detached
-        self._busy = 0
-        self._last_used = time.monotonic()
         self._interpreter: Interpreter | None = None
         self._processes: list[AsyncProcess] = []
         self._watchdog = asyncio.get_running_loop().create_task(self._close_when_idle())
@@ -130,64 +74,41 @@ class AsyncSession:
     @property
     def network_policy(self) -> NetworkPolicy:
         """The egress policy the box was started with (``mainsdk_network_policy``), on each command's audit event."""
-        return self._opened.network_policy
+        return self._runtime.opened.network_policy
 
     @property
-    def opened(self) -> OpenBox:
-        """The session's open box and what every command in it is planned against (``mainsdk.lifecycle``)."""
-        return self._opened
-
-    @property
-    def lifecycle(self) -> Lifecycle:
-        """The box lifecycle its commands and cells go through."""
-        return self._lifecycle
+    def cost(self) -> Decimal:
+        """What the session's commands, cells and background processes have cost so far."""
+        return self._runtime.cost
 
     @property
     def closed(self) -> bool:
         """Whether the session is closed (by ``close``, idle expiry or the app's exit)."""
-        return self._closed
+        return self._runtime.closed
 
     async def _close_when_idle(self) -> None:
-        while not self._closed:
-            remaining = self._last_used + self._idle - time.monotonic()
-            if remaining <= 0 and not self._busy:
+        runtime = self._runtime
+        while not runtime.closed:
+            remaining = runtime.last_used + self._idle - time.monotonic()
+            if remaining <= 0 and not runtime.busy:
                 if self._detached:
-                    self._closed = True
+                    runtime.closed = True
                     self._ended(self.id)
                 else:
                     await self.close()
                 return
             await asyncio.sleep(max(remaining, 0.05))
 
-    @contextlib.asynccontextmanager
-    async def _use(self) -> Any:
-        if self._closed:
-            raise _no_session(self.id)
-        self._busy += 1
-        try:
-            yield
-        except BoxGone as exc:
-            # The driver knows the box is gone (its backend died): the session is over, not unavailable.
-            await self.close()
-            raise SandboxError(
-                errors.NO_SESSION,
-                f"sandbox session {self.id!r} is gone: {exc.message}; open a new session",
-                status=404,
-                ran=False,
-            ) from None
-        finally:
-            self._busy -= 1
-            self._last_used = time.monotonic()
-
     async def write(self, path: str, data: str | bytes) -> None:
         """Write a file into the session's work folder (a plain relative path; ``str`` or ``bytes``)."""
         checked = arguments.relative_path(path, "path")
         payload = arguments.file_data(data, "data")
-        if len(payload) > self._opened.plan.limits.files:
+        runtime = self._runtime
+        if len(payload) > runtime.opened.plan.limits.files:
             raise SandboxError(errors.INVALID_OPTION, f"data: {len(payload)} bytes for {path!r} is above limits.files")
-        async with self._use():
+        async with runtime.use():
             try:
-                await self._lifecycle.write_file(self._opened.box, Folder.WORK, checked, payload)
+                await runtime.lifecycle.write_file(runtime.opened.box, Folder.WORK, checked, payload)
             except DriverHookError as exc:
                 taken = _path_taken(checked, exc.__cause__)
                 if taken is None:
@@ -200,17 +121,19 @@ class AsyncSession:
             raise arguments.invalid("path", f"must be a string, not {arguments.type_name(path)}")
         folder, within = box_path(path)
         checked = arguments.relative_path(within, "path")
-        async with self._use():
-            return await self._lifecycle.read_file(self._opened.box, folder, checked)
+        runtime = self._runtime
+        async with runtime.use():
+            return await runtime.lifecycle.read_file(runtime.opened.box, folder, checked)
 
     async def out_files(self) -> tuple[tuple[FileRef, ...], tuple[str, ...]]:
         """What the box's out folder holds now, as FileRefs of the session's tenant (path order), and the names of
         those not kept (past limits.files, not regular files). The folder is left as it is.
         """
-        plan = self._opened.plan
-        async with self._use():
-            collected = await self._lifecycle.collect(self._opened.box, plan.limits.files)
-        return self._lifecycle.keep_collected(self.tenant, collected, plan.secret_values)
+        runtime = self._runtime
+        plan = runtime.opened.plan
+        async with runtime.use():
+            collected = await runtime.lifecycle.collect(runtime.opened.box, plan.limits.files)
+        return runtime.lifecycle.keep_collected(self.tenant, collected, plan.secret_values)
 
     async def run(
         self, program: str, args: Sequence[str] = (), *, timeout: object = None, on_output: Listener | None = None
@@ -221,64 +144,9 @@ class AsyncSession:
         session's cost so far counts: a command is cut short where it would
         pass ``max_cost`` and stops with ``cost``.
         """
-        prepared = self._prepare(program, args, timeout, on_output)
-        async with self._use():
-            return await self._execute(prepared)
-
-    def _prepare(
-        self,
-        program: str,
-        args: Sequence[str],
-        timeout: object,
-        on_output: Listener | None,
-        refuse: Callable[[], None] | None = None,
-    ) -> _Prepared:
-        """A planned command and its audit event; a refusal is audited (by the lifecycle) and raised: nothing runs.
-
-        ``refuse``: a check of the caller's own (a background process's), made inside the same plan.
-        """
-        command_id = f"cmd_{token.token_hex(8)}"
-        event = self._opened.event(command_id, "command")
-
-        def plan() -> tuple[Listener | None, CommandPlan]:
-            listener = arguments.listener(on_output)
-            self._check_open()
-            if refuse is not None:
-                refuse()
-            return listener, self._lifecycle.plan_command(self._opened, program, args, timeout, self.cost)
-
-        listener, command_plan = self._lifecycle.plan(event, plan)
-        return _Prepared(command_id, event, command_plan, listener)
-
-    async def _execute(self, prepared: _Prepared) -> CommandResult:
-        """Run a prepared command to its end under the session's limits; audit it once and count its cost."""
-        lifecycle, opened = self._lifecycle, self._opened
-        plan = opened.plan
-        try:
-            executed = await lifecycle.execute(
-                opened.box, prepared.plan.command, plan.limits.output, plan.secret_values, prepared.on_output
-            )
-        except BaseException as exc:
-            lifecycle.audit_failed(prepared.event, exc)
-            raise
-        ended = lifecycle.ended(executed, plan.price, executed.ending(cost_bound=prepared.plan.cost_bound))
-        self.cost += ended.cost
-        lifecycle.audit_ended(prepared.event, ended)
-        return CommandResult(
-            id=prepared.id,
-            session_id=self.id,
-            stdout=executed.stdout,
-            stderr=executed.stderr,
-            stdout_bytes=executed.stdout_bytes,
-            stderr_bytes=executed.stderr_bytes,
-            exit_code=ended.exit_code,
-            stop=ended.stop,
-            duration=ended.duration,
-            cost=ended.cost,
-            hosts_refused=ended.hosts_refused,
-            hosts_refused_dropped=ended.hosts_refused_dropped,
-            signal=ended.signal,
-        )
+        prepared = self._runtime.prepare(program, args, timeout, on_output)
+        async with self._runtime.use():
+            return await self._runtime.execute(prepared)
 
     def start(
         self, program: str, args: Sequence[str] = (), *, timeout: object = None, on_output: Listener | None = None
@@ -289,13 +157,13 @@ class AsyncSession:
         the memory limit; output up to ``limits.output``, kept for ``output()``), is audited and
         costed when it ends, and dies with the session. At most 16 run at once in a session.
         """
-        from mainsdk.background import AsyncProcess
+        lifecycle = self._runtime.lifecycle
 
         def refuse() -> None:
-            if not self._lifecycle.capabilities().background:
+            if not lifecycle.capabilities().background:
                 raise SandboxError(
                     errors.INVALID_OPTION,
-                    f"the {self._lifecycle.driver_id!r} driver does not declare background processes "
+                    f"the {lifecycle.driver_id!r} driver does not declare background processes "
                     "(Capabilities.background); run the program with session.run(...) there",
                 )
             if len([p for p in self._processes if p.running]) >= MAX_BACKGROUND:
@@ -304,7 +172,7 @@ class AsyncSession:
                     f"session {self.id} already runs {MAX_BACKGROUND} background processes; wait for or kill one first",
                 )
 
-        process = AsyncProcess(self, program, args, timeout, on_output, refuse)
+        process = AsyncProcess(self._runtime, program, args, timeout, on_output, refuse)
         self._processes = [*(p for p in self._processes if p.running), process]
         return process
 
@@ -319,22 +187,15 @@ class AsyncSession:
         interpreter (``state_kept`` False; the next cell starts an empty one, ``restarted`` True).
         See ``mainsdk.cells.CellResult`` for what comes back.
         """
-        from mainsdk.cells import Interpreter
-
         if self._interpreter is None:
-            self._interpreter = Interpreter(self)
+            self._interpreter = Interpreter(self._runtime)
         return await self._interpreter.run(code, language, timeout, on_output)
-
-    def _check_open(self) -> None:
-        """A closed session runs nothing: ``MAIN-SANDBOX-0008``."""
-        if self._closed:
-            raise _no_session(self.id)
 
     async def close(self) -> None:
         """Close the session and remove everything its box held. Closing twice is fine."""
-        if self._closed:
+        if self._runtime.closed:
             return
-        self._closed = True
+        self._runtime.closed = True
         self._ended(self.id)
         if self._watchdog is not asyncio.current_task():
             self._watchdog.cancel()
@@ -346,7 +207,7 @@ class AsyncSession:
             await self._interpreter.kill()
         for process in self._processes:
             await process.kill()
-        await self._lifecycle.stop(self._opened.box)
+        await self._runtime.lifecycle.stop(self._runtime.opened.box)
 
     async def __aenter__(self) -> AsyncSession:
         return self
@@ -378,5 +239,5 @@ def find_session(sessions: dict[str, AsyncSession], session_id: object, tenant: 
     """The open session ``session_id`` of ``tenant``, or MAIN-SANDBOX-0008."""
     session = sessions.get(session_id) if isinstance(session_id, str) else None
     if session is None or session.closed or session.tenant != tenant:
-        raise _no_session(str(session_id))
+        raise no_session(str(session_id))
     return session

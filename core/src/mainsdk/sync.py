@@ -19,14 +19,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from mainsdk import arguments, errors
 from mainsdk.action import CodeRunAction
 from mainsdk.background import AsyncProcess
-from mainsdk.cells import CellResult
 from mainsdk.driver import Capabilities
 from mainsdk.engine import AsyncSandbox, SandboxDeps
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
-from mainsdk.sessions import AsyncSession, CommandResult, SessionOpener
+from mainsdk.sessions import AsyncSession, SessionOpener
 
 T = TypeVar("T")
+A = TypeVar("A")
 P = ParamSpec("P")
 
 
@@ -72,12 +72,13 @@ _LOOP = _LoopThread()
 
 
 def _blocking(
-    method: Callable[Concatenate[AsyncSandbox, P], Coroutine[Any, Any, T]],
-) -> Callable[Concatenate[Sandbox, P], T]:
-    """The synchronous twin of an ``AsyncSandbox`` method: same arguments, same docstring, result returned."""
+    method: Callable[Concatenate[A, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Any, P], T]:
+    """The synchronous twin of an async method (of the object a twin holds as ``_async``): same arguments, same
+    docstring, result returned."""
 
     @functools.wraps(method)
-    def blocking(self: Sandbox, /, *args: P.args, **kwargs: P.kwargs) -> T:
+    def blocking(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return _LOOP.call(method(self._async, *args, **kwargs))
 
     return blocking
@@ -178,29 +179,16 @@ class Session:
         """Whether the session is closed."""
         return self._async.closed
 
-    def write(self, path: str, data: str | bytes) -> None:
-        """Write a file into the session's work folder."""
-        _LOOP.call(self._async.write(path, data))
-
-    def read(self, path: str) -> bytes:
-        """Read a file from the work folder, or ``../out/name``."""
-        return _LOOP.call(self._async.read(path))
-
-    def run(self, program: str, args: Sequence[str] = (), **options: Any) -> CommandResult:
-        """Run ``program`` with ``args``, never through a shell; see ``AsyncSession.run``."""
-        return _LOOP.call(self._async.run(program, args, **options))
+    write = _blocking(AsyncSession.write)
+    read = _blocking(AsyncSession.read)
+    run = _blocking(AsyncSession.run)
 
     def start(self, program: str, args: Sequence[str] = (), **options: Any) -> Process:
         """Start ``program`` in the background and return its handle; see ``AsyncSession.start``."""
         return Process(_LOOP.call(_started(self._async, program, args, options)))
 
-    def run_code(self, code: str, language: str = "python", **options: Any) -> CellResult:
-        """Run ``code`` as a cell in the session's interpreter; see ``AsyncSession.run_code``."""
-        return _LOOP.call(self._async.run_code(code, language, **options))
-
-    def close(self) -> None:
-        """Close the session and remove what it held."""
-        _LOOP.call(self._async.close())
+    run_code = _blocking(AsyncSession.run_code)
+    close = _blocking(AsyncSession.close)
 
     def __enter__(self) -> Session:
         return self
@@ -234,13 +222,8 @@ class Process:
         """Its stdout and stderr so far, redacted."""
         return self._async.output()
 
-    def wait(self, timeout: float | str | None = None) -> CommandResult | None:
-        """Its result once it ends, or None if still running after ``timeout``; see ``AsyncProcess.wait``."""
-        return _LOOP.call(self._async.wait(timeout))
-
-    def kill(self) -> CommandResult:
-        """Kill its whole process tree and return its result."""
-        return _LOOP.call(self._async.kill())
+    wait = _blocking(AsyncProcess.wait)
+    kill = _blocking(AsyncProcess.kill)
 
 
 @arguments.checked_calls("sandbox.files")
