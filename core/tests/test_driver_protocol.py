@@ -26,8 +26,8 @@ from mainsdk.driver import (
 )
 from mainsdk.errors import INVALID_OPTION, SandboxError
 from mainsdk.hookspecs import hookimpl
-from mainsdk.hostbox import HostBox, run_subprocess
 from mainsdk.plugins import REQUIRED_DRIVER_HOOKS, check_driver
+from mainsdk_driverkit.hostbox import HostBox, run_subprocess
 
 
 def hooks_of(protocol: type) -> list[str]:
@@ -82,7 +82,7 @@ def test_a_driver_missing_a_protocol_hook_is_still_refused_at_load() -> None:
 
 
 class HostDriver:
-    """A whole driver on ``mainsdk.hostbox``, the right way round: sync capabilities, async box hooks."""
+    """A whole driver on ``mainsdk_driverkit.hostbox``, the right way round: sync capabilities, async box hooks."""
 
     @hookimpl
     def mainsdk_driver_capabilities(self) -> Capabilities:
@@ -115,7 +115,7 @@ def test_a_whole_driver_on_hostbox_runs_code() -> None:
 
 
 class FolderRecordingDriver(HostDriver):
-    """A session driver on ``mainsdk.hostbox`` that keeps what core hands its file hooks."""
+    """A session driver on ``mainsdk_driverkit.hostbox`` that keeps what core hands its file hooks."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Folder, str]] = []

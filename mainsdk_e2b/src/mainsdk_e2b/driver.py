@@ -58,7 +58,7 @@ from mainsdk.driver import (
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, BoxGone, SandboxError
 from mainsdk.hookspecs import hookimpl
 from mainsdk.secrets import SecretResolver, environment_secrets
-from mainsdk.wheelhouse import Wheelhouse, failure_message
+from mainsdk_driverkit.wheelhouse import Wheelhouse, failure_message
 
 from mainsdk_e2b.config import PLAN_HOURS, E2BConfig
 from mainsdk_e2b.packages import ENV_PYTHON, PROBE, WHEELS, BoxPython, install_line

@@ -45,7 +45,7 @@ from mainsdk.driver import (
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, BoxGone, SandboxError, before_command
 from mainsdk.hookspecs import hookimpl
 from mainsdk.secrets import environment_secrets
-from mainsdk.wheelhouse import Wheelhouse, failure_message
+from mainsdk_driverkit.wheelhouse import Wheelhouse, failure_message
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
 from mainsdk_vercel.config import PLAN_MAX_DURATION, VercelConfig
