@@ -34,6 +34,9 @@ from pathlib import Path
 
 import attrs
 from mainsdk.driver import (
+    INVALID_OPTION,
+    NO_SESSION,
+    OUTPUT,
     BoxSpec,
     Collected,
     Command,
@@ -42,10 +45,11 @@ from mainsdk.driver import (
     OutFile,
     OutputSink,
     RunLimits,
+    SandboxError,
     StopReason,
+    UnsafeName,
+    check_name,
 )
-from mainsdk.errors import INVALID_OPTION, NO_SESSION, OUTPUT, SandboxError
-from mainsdk.out_dir import UnsafeName, check_name
 
 DRAIN_SECONDS = 2.0  # after the command's group is killed: how long a pipe held by an escaped process is waited for
 # Bounds on collecting the out folder, the local driver's (its README's "Out files"): past one, the run stops

@@ -15,7 +15,7 @@ import subprocess
 import threading
 
 import attrs
-from mainsdk.errors import INVALID_OPTION, SandboxError
+from mainsdk.driver import INVALID_OPTION, SandboxError
 from mainsdk_driverkit.host_tools import absolute_path, private_folder
 
 # Paths every box sees read-only already; an interpreter under one needs no extra bind.

@@ -20,8 +20,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from mainsdk.config import AppConfig
-from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, Folder, OutputSink, SessionDriver
-from mainsdk.errors import INVALID_OPTION, SandboxError
+from mainsdk.driver import (
+    INVALID_OPTION,
+    BoxSpec,
+    Capabilities,
+    Collected,
+    Command,
+    ExecOutcome,
+    Folder,
+    OutputSink,
+    SandboxError,
+    SessionDriver,
+)
 from mainsdk.hookspecs import hookimpl
 from mainsdk_driverkit.hostbox import HostBox, run_subprocess
 
