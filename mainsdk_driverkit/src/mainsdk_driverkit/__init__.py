@@ -1,9 +1,10 @@
 """mainsdk-driverkit: what drivers share that core itself never uses.
 
 A driver takes core's contract from ``mainsdk.driver`` (the values that cross it, the ``Driver`` and
-``SessionDriver`` protocols, and the errors and helpers a hook needs) and its ``@hookimpl`` from
-``mainsdk.hookspecs``. This kit holds the parts several drivers would otherwise each write, none of them
-part of the contract, so core stays small and a driver installs only what it uses:
+``SessionDriver`` protocols, and the errors and helpers a hook needs), its ``@hookimpl`` from
+``mainsdk.hookspecs`` and the ``AppConfig`` its factory takes from ``mainsdk.config``. This kit holds the
+parts several drivers would otherwise each write, none of them part of the contract, so core stays small
+and a driver installs only what it uses:
 
 - :mod:`mainsdk_driverkit.hostbox`: for a driver whose box is a folder on the host (the example driver,
   the third-party driver in the conformance tests): the folder (``HostBox``), a subprocess killed
