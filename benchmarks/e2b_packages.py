@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mainsdk.wheelhouse import Wheelhouse
+from mainsdk_driverkit.wheelhouse import Wheelhouse
 from mainsdk_e2b.packages import ENV, PROBE, WHEELS, BoxPython, install_line
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

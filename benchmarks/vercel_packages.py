@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mainsdk.wheelhouse import Wheelhouse, WheelSet
+from mainsdk_driverkit.wheelhouse import Wheelhouse, WheelSet
 from mainsdk_vercel.driver import _targz
 from mainsdk_vercel.packages import INSTALL, INSTALL_WHEELS, INSTALLER_ZIP, PROBE, BoxPython, installer_zip
 

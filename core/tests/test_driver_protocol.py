@@ -27,8 +27,8 @@ from mainsdk.driver import (
 )
 from mainsdk.errors import INVALID_OPTION, SandboxError
 from mainsdk.hookspecs import DRIVER_HOOKS, REQUIRED_DRIVER_HOOKS, SYNC_DRIVER_HOOKS, hookimpl
-from mainsdk.hostbox import HostBox, run_subprocess
 from mainsdk.plugins import check_driver, make_plugin_manager
+from mainsdk_driverkit.hostbox import HostBox, run_subprocess
 
 
 def hooks_of(protocol: type) -> list[str]:
@@ -99,7 +99,7 @@ def test_a_driver_missing_a_protocol_hook_is_still_refused_at_load() -> None:
 
 
 class HostDriver:
-    """A whole driver on ``mainsdk.hostbox``, the right way round: sync capabilities, async box hooks."""
+    """A whole driver on ``mainsdk_driverkit.hostbox``, the right way round: sync capabilities, async box hooks."""
 
     @hookimpl
     def mainsdk_driver_capabilities(self) -> Capabilities:
@@ -132,7 +132,7 @@ def test_a_whole_driver_on_hostbox_runs_code() -> None:
 
 
 class FolderRecordingDriver(HostDriver):
-    """A session driver on ``mainsdk.hostbox`` that keeps what core hands its file hooks."""
+    """A session driver on ``mainsdk_driverkit.hostbox`` that keeps what core hands its file hooks."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Folder, str]] = []

@@ -25,10 +25,10 @@ import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION
-from mainsdk.wheelhouse import Wheelhouse
 from mainsdk_conformance.plugin import seeded_cell_tokens
 from mainsdk_conformance.profiles import E2B
 from mainsdk_conformance.replay import ReplayServer
+from mainsdk_driverkit.wheelhouse import Wheelhouse
 from mainsdk_e2b.packages import BoxPython
 
 from mainsdk_e2b import e2b_sandbox_driver
@@ -273,7 +273,7 @@ def test_the_box_python_is_read_from_the_probe_and_odd_boxes_are_refused() -> No
 
 
 def test_the_driver_depends_on_the_pip_its_wheelhouse_runs() -> None:
-    # The app's own pip downloads the box's wheels (mainsdk.wheelhouse); an environment made by uv has no pip
+    # The app's own pip downloads the box's wheels (mainsdk_driverkit.wheelhouse); an environment made by uv has no pip
     # unless a distribution asks for it, and every run with packages was then a 0006 "install pip beside mainsdk".
     import importlib.metadata
 

@@ -8,7 +8,7 @@ The wheels of the small sets are made by this module (``made_wheel``: determinis
 console script and a dependency), so those tests need no index, no network and no pip in the test
 environment (``MadeWheels`` stands for the app-side download, which core's own tests cover). The chart's
 pandas and matplotlib are 14 real wheels (50 MB) that no test can make: those two tests download them from
-the package index with the app's pip (``mainsdk.wheelhouse``) and say so when it cannot be reached.
+the package index with the app's pip (``mainsdk_driverkit.wheelhouse``) and say so when it cannot be reached.
 
 Authored, never recorded: ``python mainsdk_vercel/tests/conformance/author.py --packages`` runs this module
 against the stand-in (``simulator.py``), whose box Python has no pip: pypa's installer (shipped by the driver
@@ -37,10 +37,10 @@ import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION
-from mainsdk.wheelhouse import Wheelhouse, WheelSet, failure_message, wheels_key
 from mainsdk_conformance.plugin import seeded_cell_tokens
 from mainsdk_conformance.profiles import VERCEL
 from mainsdk_conformance.replay import ReplayServer
+from mainsdk_driverkit.wheelhouse import Wheelhouse, WheelSet, failure_message, wheels_key
 from mainsdk_vercel.packages import INSTALL, INSTALL_WHEELS, INSTALLER_ZIP, PROBE, BoxPython, installer_zip
 
 from mainsdk_vercel import VercelDriver
@@ -152,7 +152,7 @@ MADE: dict[str, dict[str, bytes]] = {
 
 
 class MadeWheels:
-    """The app-side wheelhouse for made wheels: ``ensure`` as ``mainsdk.wheelhouse.Wheelhouse``'s, no pip.
+    """The app-side wheelhouse for made wheels: ``ensure`` as ``mainsdk_driverkit.wheelhouse.Wheelhouse``'s, no pip.
 
     A set is written once per key into ``root`` and reused (``downloads`` counts the sets written). A pin it
     has no wheel for is the 0001 the real wheelhouse raises when pip cannot resolve it.
@@ -395,7 +395,7 @@ def test_the_probe_run_by_a_real_python_says_what_pip_needs_and_odd_answers_are_
 
 
 def test_the_driver_depends_on_the_pip_its_wheelhouse_runs() -> None:
-    # The app's own pip downloads the box's wheels (mainsdk.wheelhouse); an environment made by uv has no pip
+    # The app's own pip downloads the box's wheels (mainsdk_driverkit.wheelhouse); an environment made by uv has no pip
     # unless a distribution asks for it, and every run with packages was then a 0006 "install pip beside mainsdk".
     import importlib.metadata
 

@@ -1,10 +1,16 @@
-"""What core and a driver say to each other.
+"""What core and a driver say to each other: the one module a driver imports core's contract from.
 
 Core does the checks, the limits it can enforce from outside (output, the
 backstop deadline, cost) and the audit; a driver starts boxes, runs commands
 in them and reports what it saw. These are the values that cross that line.
 A driver is a pluggy plugin implementing the hooks typed here (``Driver``, ``SessionDriver``,
 ``OptionalDriverHooks``), marked with ``mainsdk.hookspecs.hookimpl``.
+
+Besides its own types, this module re-exports what a hook needs from the rest
+of core: the errors and their codes, the secret and credential helpers, the
+host-pattern and pin grammars, the duration parser and the out-file name
+check. Helpers that drivers share but core never uses are the driver kit's
+(``mainsdk_driverkit``).
 """
 
 from __future__ import annotations
@@ -18,7 +24,30 @@ from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 import attrs
 import pluggy
 
+# Re-exported for drivers (``X as X``: an explicit re-export). None of these modules imports this one.
+from mainsdk.errors import COST as COST
 from mainsdk.errors import DEFAULT_OUTAGE_REMEDY
+from mainsdk.errors import DRIVER_UNAVAILABLE as DRIVER_UNAVAILABLE
+from mainsdk.errors import HOST_NOT_ALLOWED as HOST_NOT_ALLOWED
+from mainsdk.errors import INVALID_OPTION as INVALID_OPTION
+from mainsdk.errors import MEMORY as MEMORY
+from mainsdk.errors import NO_SESSION as NO_SESSION
+from mainsdk.errors import OUTPUT as OUTPUT
+from mainsdk.errors import SECRET_NOT_ALLOWED as SECRET_NOT_ALLOWED
+from mainsdk.errors import TIMEOUT as TIMEOUT
+from mainsdk.errors import BoxGone as BoxGone
+from mainsdk.errors import SandboxError as SandboxError
+from mainsdk.errors import before_command as before_command
+from mainsdk.hosts import host_covered as host_covered
+from mainsdk.hosts import validate_host_pattern as validate_host_pattern
+from mainsdk.out_dir import UnsafeName as UnsafeName
+from mainsdk.out_dir import check_name as check_name
+from mainsdk.packages import canonical_name as canonical_name
+from mainsdk.packages import parse_pin as parse_pin
+from mainsdk.secrets import Credential as Credential
+from mainsdk.secrets import SecretResolver as SecretResolver
+from mainsdk.secrets import environment_secrets as environment_secrets
+from mainsdk.units import parse_duration as parse_duration
 
 Language = Literal["python", "node", "bash"]
 LANGUAGES: tuple[Language, ...] = ("python", "node", "bash")

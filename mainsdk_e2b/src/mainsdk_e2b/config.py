@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-from mainsdk.secrets import Credential
+from mainsdk.driver import Credential
 
 __all__ = ["PLAN_HOURS", "E2BConfig"]
 

@@ -44,7 +44,11 @@ from e2b.sandbox.commands.command_handle import CommandExitException
 from e2b.sandbox.sandbox_api import SandboxQuery
 from mainsdk.config import AppConfig
 from mainsdk.driver import (
+    DRIVER_UNAVAILABLE,
+    INVALID_OPTION,
     LANGUAGES,
+    NO_SESSION,
+    BoxGone,
     BoxSpec,
     Capabilities,
     Collected,
@@ -54,11 +58,12 @@ from mainsdk.driver import (
     NetworkReach,
     OutFile,
     OutputSink,
+    SandboxError,
+    SecretResolver,
+    environment_secrets,
 )
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, BoxGone, SandboxError
 from mainsdk.hookspecs import hookimpl
-from mainsdk.secrets import SecretResolver, environment_secrets
-from mainsdk.wheelhouse import Wheelhouse, failure_message
+from mainsdk_driverkit.wheelhouse import Wheelhouse, failure_message
 
 from mainsdk_e2b.config import PLAN_HOURS, E2BConfig
 from mainsdk_e2b.packages import ENV_PYTHON, PROBE, WHEELS, BoxPython, install_line

@@ -2,7 +2,7 @@
 
 The box's interpreter is probed once per template (its version, ABI, glibc and machine: ``PROBE``). The
 app's own pip then downloads binary wheels for exactly that interpreter into the app's wheelhouse
-(``mainsdk.wheelhouse``, shared with the other remote drivers). The driver uploads the wheels with the
+(``mainsdk_driverkit.wheelhouse``, shared with the other remote drivers). The driver uploads the wheels with the
 box's work files in one request and installs them in the box with ``--no-index --no-deps``
 (``install_line``): the set was resolved on the app side, so nothing in the box asks any index, and the
 sandbox keeps exactly the egress policy the run named.
@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Sequence
 
 import attrs
-from mainsdk.wheelhouse import manylinux_platforms
+from mainsdk_driverkit.wheelhouse import manylinux_platforms
 
 # In the box: where the wheels land (removed after the install) and the environment they are installed into.
 WHEELS = "/tmp/mainsdk-wheels"

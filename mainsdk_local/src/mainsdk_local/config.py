@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import attrs
-from mainsdk.errors import INVALID_OPTION, SandboxError
+from mainsdk.driver import INVALID_OPTION, SandboxError
 
 from mainsdk_local.launcher.common import MAX_POOL
 

@@ -19,8 +19,12 @@ import attrs
 from mainsdk import arguments
 from mainsdk.config import AppConfig, Permissions, parse_app_config
 from mainsdk.driver import (
+    DRIVER_UNAVAILABLE,
+    INVALID_OPTION,
     LANGUAGE_PROGRAMS,
     LANGUAGES,
+    NO_SESSION,
+    BoxGone,
     BoxSpec,
     Capabilities,
     Collected,
@@ -31,8 +35,8 @@ from mainsdk.driver import (
     NetworkReach,
     OutFile,
     OutputSink,
+    SandboxError,
 )
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, BoxGone, SandboxError
 from mainsdk.hookspecs import hookimpl
 from mainsdk.plugins import DriverHookError
 

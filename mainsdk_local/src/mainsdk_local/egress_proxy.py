@@ -47,8 +47,7 @@ from urllib.parse import urlsplit
 
 import attrs
 import h11
-from mainsdk.errors import HOST_NOT_ALLOWED
-from mainsdk.hosts import host_covered, validate_host_pattern
+from mainsdk.driver import HOST_NOT_ALLOWED, host_covered, validate_host_pattern
 
 log = logging.getLogger("mainsdk")
 

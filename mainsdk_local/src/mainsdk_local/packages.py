@@ -15,7 +15,7 @@ is short); otherwise pip, run by the box's own interpreter when it has pip, so
 the wheels chosen match that interpreter's version, ABI and platform, not the
 app's; else the app's pip with ``--python`` pointing at it.
 
-Nothing a box wrote steers the build (``mainsdk.host_tools``): the installer
+Nothing a box wrote steers the build (``mainsdk_driverkit.host_tools``): the installer
 and its probe run in a fresh private folder, not the app's (where box output
 lands), read no configuration file (uv ``--no-config``, pip with
 ``PIP_CONFIG_FILE=/dev/null``, interpreters ``-I``) and only the index
@@ -42,9 +42,8 @@ import time
 from collections.abc import Sequence
 from typing import IO, Literal
 
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
-from mainsdk.host_tools import absolute_path, private_folder, tool_environment
-from mainsdk.packages import canonical_name, parse_pin
+from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, canonical_name, parse_pin
+from mainsdk_driverkit.host_tools import absolute_path, private_folder, tool_environment
 
 from mainsdk_local.programs import Program
 

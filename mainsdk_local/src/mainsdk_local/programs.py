@@ -15,8 +15,8 @@ import subprocess
 import threading
 
 import attrs
-from mainsdk.errors import INVALID_OPTION, SandboxError
-from mainsdk.host_tools import absolute_path, private_folder
+from mainsdk.driver import INVALID_OPTION, SandboxError
+from mainsdk_driverkit.host_tools import absolute_path, private_folder
 
 # Paths every box sees read-only already; an interpreter under one needs no extra bind.
 SYSTEM_PREFIXES = ("/usr/", "/bin/", "/lib/", "/lib64/", "/sbin/")
@@ -54,7 +54,7 @@ def _outside_system(paths: list[str]) -> tuple[str, ...]:
 
 def _probe(argv: list[str], name: str) -> str:
     try:
-        with private_folder() as cwd:  # never the app's folder, where box output lands (mainsdk.host_tools)
+        with private_folder() as cwd:  # never the app's folder, where box output lands (mainsdk_driverkit.host_tools)
             done = subprocess.run(
                 argv, check=False, capture_output=True, text=True, timeout=30, cwd=cwd,
                 env={"PATH": os.environ.get("PATH", "")},

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from mainsdk.errors import DRIVER_UNAVAILABLE, SandboxError
+from mainsdk.driver import DRIVER_UNAVAILABLE, SandboxError
 
 log = logging.getLogger("mainsdk.vercel")
 

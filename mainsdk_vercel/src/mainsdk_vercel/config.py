@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-from mainsdk.secrets import Credential
-from mainsdk.units import parse_duration
+from mainsdk.driver import Credential, parse_duration
 
 __all__ = ["PLAN_MAX_DURATION", "VercelConfig"]
 

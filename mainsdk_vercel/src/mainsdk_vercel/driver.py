@@ -30,7 +30,11 @@ import attrs
 import httpx
 from mainsdk.config import AppConfig
 from mainsdk.driver import (
+    DRIVER_UNAVAILABLE,
+    INVALID_OPTION,
     LANGUAGES,
+    NO_SESSION,
+    BoxGone,
     BoxSpec,
     Capabilities,
     Collected,
@@ -41,11 +45,12 @@ from mainsdk.driver import (
     NetworkReach,
     OutFile,
     OutputSink,
+    SandboxError,
+    before_command,
+    environment_secrets,
 )
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, BoxGone, SandboxError, before_command
 from mainsdk.hookspecs import hookimpl
-from mainsdk.secrets import environment_secrets
-from mainsdk.wheelhouse import Wheelhouse, failure_message
+from mainsdk_driverkit.wheelhouse import Wheelhouse, failure_message
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
 from mainsdk_vercel.config import PLAN_MAX_DURATION, VercelConfig

@@ -5,7 +5,7 @@ The sandbox's network stays what the run was given (often nothing). Instead:
 1. The box's Python is asked once per driver and image (``PROBE``: version, ABI, machine, glibc).
 2. ``pip download --only-binary=:all:`` fetches the pinned set and its dependencies, for that platform and
    Python, with the app's own network and index, into a content-addressed wheelhouse on the app's side
-   (``mainsdk.wheelhouse``, shared with the E2B driver: ``$XDG_CACHE_HOME/mainsdk/wheels/<sha256>``), reused
+   (``mainsdk_driverkit.wheelhouse``, shared with the E2B driver: ``$XDG_CACHE_HOME/mainsdk/wheels/<sha256>``), reused
    by every later box of the same set.
 3. The wheels go up in the one ``fs/write`` the box's files already use, with pypa's ``installer`` as a zip
    (``installer_zip``), and are installed offline by the box's Python with installer and its standard library
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import attrs
 import installer
-from mainsdk.wheelhouse import manylinux_platforms
+from mainsdk_driverkit.wheelhouse import manylinux_platforms
 
 OLDEST_GLIBC_MINOR = 17  # manylinux2014, the oldest tag wheels of current packages carry
 

@@ -5,8 +5,9 @@ environment, its own session (setsid) so the whole process group can be killed, 
 memory cap. That is ``weak`` isolation: the code shares the host's network, file system and user.
 Development only, so it declares ``production=False`` and core refuses it when ``MAINSDK_ENV=production``.
 
-The folder and the subprocess come from core's ``mainsdk.hostbox`` (what any driver whose box is a
-folder on the host needs); a driver for a remote backend replaces each hook's body with calls to it.
+The folder and the subprocess come from the driver kit's ``mainsdk_driverkit.hostbox`` (what any driver
+whose box is a folder on the host needs); a driver for a remote backend replaces each hook's body with calls
+to it.
 """
 
 from __future__ import annotations
@@ -19,10 +20,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from mainsdk.config import AppConfig
-from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, Folder, OutputSink, SessionDriver
-from mainsdk.errors import INVALID_OPTION, SandboxError
+from mainsdk.driver import (
+    INVALID_OPTION,
+    BoxSpec,
+    Capabilities,
+    Collected,
+    Command,
+    ExecOutcome,
+    Folder,
+    OutputSink,
+    SandboxError,
+    SessionDriver,
+)
 from mainsdk.hookspecs import hookimpl
-from mainsdk.hostbox import HostBox, run_subprocess
+from mainsdk_driverkit.hostbox import HostBox, run_subprocess
 
 __all__ = ["ExampleDriver", "driver_from_config"]
 

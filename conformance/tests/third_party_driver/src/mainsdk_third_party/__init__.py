@@ -9,7 +9,7 @@ import attrs
 from mainsdk.config import AppConfig
 from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, Folder, OutputSink, SessionDriver
 from mainsdk.hookspecs import hookimpl
-from mainsdk.hostbox import HostBox, run_subprocess
+from mainsdk_driverkit.hostbox import HostBox, run_subprocess
 
 
 @attrs.frozen

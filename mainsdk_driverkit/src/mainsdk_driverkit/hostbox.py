@@ -12,7 +12,7 @@ a container or a VM) has to get the same three things right, and each is easy to
 - ``collect_folder``: the out folder's regular files, never following a link the code made, bounded in
   files, entries and depth whatever tree the code left.
 - ``HostBox``: the folder itself, files in, reads and writes in either folder through descriptors
-  opened without following links, and removal.
+  opened without following links (``write_under``), and removal.
 
 Using them is optional and changes nothing in the contract: the hooks stay the driver's own, and the
 third-party driver in ``conformance/tests/third_party_driver`` shows a whole driver built on them.
@@ -33,8 +33,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
-
 from mainsdk.driver import (
+    INVALID_OPTION,
+    NO_SESSION,
+    OUTPUT,
     BoxSpec,
     Collected,
     Command,
@@ -43,10 +45,11 @@ from mainsdk.driver import (
     OutFile,
     OutputSink,
     RunLimits,
+    SandboxError,
     StopReason,
+    UnsafeName,
+    check_name,
 )
-from mainsdk.errors import INVALID_OPTION, NO_SESSION, OUTPUT, SandboxError
-from mainsdk.out_dir import UnsafeName, check_name, write_under
 
 DRAIN_SECONDS = 2.0  # after the command's group is killed: how long a pipe held by an escaped process is waited for
 # Bounds on collecting the out folder, the local driver's (its README's "Out files"): past one, the run stops
@@ -274,6 +277,52 @@ class HostBox:
     def remove(self) -> None:
         """Delete the box's folder and everything in it (never following a link out of it)."""
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def write_under(directory: str | os.PathLike[str], name: str, data: bytes, *, make: bool = True) -> Path:
+    """Write ``data`` to ``directory/name`` (its folders made as needed) and return that path.
+
+    ``UnsafeName`` when the name is not a plain relative path, or when a part of
+    it on disk is a symlink or not a folder; nothing is then written.
+    ``make=False``: ``directory`` must already exist and is itself opened without
+    following a link (a box's folder, which code in the box could have replaced).
+    """
+    parts = check_name(name)
+    root = Path(directory)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    if make:
+        root.mkdir(parents=True, exist_ok=True)
+    else:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(root, flags)
+    except OSError as exc:
+        raise UnsafeName(f"the folder is a symlink or not a folder ({exc.strerror})") from None
+    try:
+        for part in parts[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                raise UnsafeName(f"{part!r} in the folder is a symlink or not a folder ({exc.strerror})") from None
+            os.close(fd)
+            fd = child
+        # O_NONBLOCK: a fifo already there fails at once rather than waiting for a reader; truncated only once
+        # known to be a regular file.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            out = os.open(parts[-1], flags, 0o644, dir_fd=fd)
+        except OSError as exc:
+            raise UnsafeName(f"it is a symlink or not a regular file in the folder ({exc.strerror})") from None
+        with os.fdopen(out, "wb") as file:
+            if not stat.S_ISREG(os.fstat(out).st_mode):
+                raise UnsafeName("it is not a regular file in the folder")
+            os.ftruncate(out, 0)
+            file.write(data)
+    finally:
+        os.close(fd)
+    return root.joinpath(*parts)
 
 
 @contextlib.contextmanager

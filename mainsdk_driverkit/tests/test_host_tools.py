@@ -7,7 +7,7 @@ import stat
 
 import pytest
 from mainsdk.errors import INVALID_OPTION, SandboxError
-from mainsdk.host_tools import INDEX_VARIABLES, private_folder, tool_environment
+from mainsdk_driverkit.host_tools import INDEX_VARIABLES, private_folder, tool_environment
 
 
 def test_the_tools_environment_keeps_the_index_settings_and_nothing_else_of_pip_uv_or_python() -> None:

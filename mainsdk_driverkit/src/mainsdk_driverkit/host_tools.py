@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from mainsdk.errors import INVALID_OPTION, SandboxError
+from mainsdk.driver import INVALID_OPTION, SandboxError
 
 # The only installer settings honoured, each read by its own installer from the app's environment.
 PIP_INDEX_VARIABLES = (

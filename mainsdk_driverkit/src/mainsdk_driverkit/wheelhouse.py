@@ -10,7 +10,7 @@ is built once, under a file lock, in a temporary folder renamed into place when 
 every later box of the same interpreter and pins. The driver uploads the wheels with the box's files and
 installs them there with ``--no-index``: nothing in the box asks an index.
 
-pip runs as every tool the host runs for a box does (``mainsdk.host_tools``): ``python -I`` in a fresh
+pip runs as every tool the host runs for a box does (``mainsdk_driverkit.host_tools``): ``python -I`` in a fresh
 private folder, reading no configuration file and only the index settings of ``INDEX_VARIABLES`` from
 the app's environment, so nothing a box wrote into the app's folder is read or run.
 
@@ -37,10 +37,9 @@ from typing import Protocol
 
 import attrs
 from attrs import AttrsInstance
+from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, canonical_name, parse_pin
 
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
-from mainsdk.host_tools import private_folder, tool_environment
-from mainsdk.packages import canonical_name, parse_pin
+from mainsdk_driverkit.host_tools import private_folder, tool_environment
 
 FORMAT = 1  # bumped when the layout of a wheelhouse folder changes
 MANIFEST = "mainsdk-wheels.json"

@@ -1,4 +1,4 @@
-"""``mainsdk.hostbox``: the subprocess, folder and out-folder helpers a host-folder driver builds on.
+"""``mainsdk_driverkit.hostbox``: the subprocess, folder and out-folder helpers a host-folder driver builds on.
 
 Every test runs real processes and real files: hostile code is played by bash and python doing what
 hostile code does (never reading stdin, escaping the process group, leaving links, fifos, deep trees).
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from mainsdk.driver import BoxSpec, Command, Folder, RunLimits
 from mainsdk.errors import INVALID_OPTION, NO_SESSION, OUTPUT, SandboxError
-from mainsdk.hostbox import (
+from mainsdk_driverkit.hostbox import (
     DRAIN_SECONDS,
     MAX_OUT_DEPTH,
     MAX_OUT_FILES,

@@ -14,7 +14,7 @@ from pathlib import Path
 import attrs
 import pytest
 from mainsdk.errors import INVALID_OPTION, SandboxError
-from mainsdk.wheelhouse import Wheelhouse, failure_message, manylinux_platforms, wheels_key
+from mainsdk_driverkit.wheelhouse import Wheelhouse, failure_message, manylinux_platforms, wheels_key
 
 INICONFIG = "iniconfig==2.0.0"  # a small pure-Python wheel
 
