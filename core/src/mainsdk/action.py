@@ -129,7 +129,7 @@ class CodeRunAction:
         self.languages = tuple(languages)
         self.risk = risk
         self.feature = feature or name
-        self.sandbox = sandbox  # what it runs in
+        self.sandbox = sandbox  # what it runs in (an MCP server opens its kept session there)
         self.session = session
         self._conversations: ConversationSessions | None = None
         if session:
@@ -139,11 +139,6 @@ class CodeRunAction:
                     f"action {name!r}: session=True keeps a Python interpreter; languages must be ['python']",
                 )
             self._conversations = ConversationSessions(sandbox, self.feature)
-
-    @property
-    def sandbox(self) -> AsyncSandbox:
-        """The sandbox the action runs in (an MCP server opens its kept session there)."""
-        return self._sandbox
 
     @property
     def input_schema(self) -> dict[str, Any]:
