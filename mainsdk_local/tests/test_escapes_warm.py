@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from pool_forcing import force_warm, pool_works
-from test_escapes import *  # noqa: F403 - the same tests, collected again under the fixture below
+from test_guarantee_filesystem import *  # noqa: F403 - the same tests, collected again under the fixture below
 
 pytestmark = pytest.mark.skipif(
     not pool_works(), reason="the warm pool needs namespaces and memory and pids cgroups (root): not here"
