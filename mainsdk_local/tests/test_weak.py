@@ -103,7 +103,7 @@ def test_python_and_node_run_under_weak_mode_rules(make_net_sandbox: Callable[..
 def test_weak_code_gets_the_same_socket_family_allowlist(make_net_sandbox: Callable[..., Any]) -> None:
     # Must hold in weak mode too: the seccomp filter refuses every address family but AF_INET, AF_INET6 and
     # NETLINK_ROUTE (vsock, packet, Unix, netlink uevents, ...), while TCP and socketpair still work.
-    from test_guarantee_filesystem import SOCKET_PROBE, check_socket_families
+    from escape_probes import SOCKET_PROBE, check_socket_families
 
     if not os.path.exists("/usr/bin/python3"):
         pytest.skip("needs /usr/bin/python3")  # a box's uid cannot enter an interpreter under root's home
