@@ -1,7 +1,7 @@
 """Weak mode (no namespaces): the same proxy, and Landlock where the kernel has it. The result says weak.
 
 Weak mode runs the code on the host. These tests force it (``force_weak``) and
-check what still holds there; the namespace path is covered by test_escapes.py.
+check what still holds there; the namespace path is covered by the test_guarantee_*.py modules.
 """
 
 from __future__ import annotations
