@@ -28,7 +28,7 @@ from mainsdk.errors import (
     TIMEOUT,
 )
 from mainsdk.redact import REDACTED
-from memory_driver import MemoryDriver, script, typed
+from memory_driver import MemoryDriver, script
 
 SECRET = "s3cr3t-Value-0f-the-app"
 CONFIG = """
@@ -69,10 +69,6 @@ def events() -> list[AuditEvent]:
 @pytest.fixture
 def sandbox(driver: MemoryDriver, events: list[AuditEvent]) -> AsyncSandbox:
     return AsyncSandbox(deps(driver, events))
-
-
-def test_the_memory_driver_is_a_session_driver_by_the_contracts_types() -> None:
-    assert typed(MemoryDriver()) is not None  # mypy --strict checks the hooks' signatures here
 
 
 # -- a run, start to stop ------------------------------------------------------------------------------------
