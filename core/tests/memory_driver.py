@@ -56,6 +56,7 @@ CAPABILITIES = Capabilities(
     memory_limit=True,
     memory_limit_scope="tree",
     sessions=True,
+    background=True,  # execs run at once in a box, each cancelled on its own
     reports_signals=True,
     outage_remedy="check the memory driver's fail= argument (a test made it fail)",
 )

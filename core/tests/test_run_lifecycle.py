@@ -1,17 +1,20 @@
 """Core's run lifecycle on the in-memory driver (``memory_driver``): what core guarantees whatever the driver.
 
 Checks before anything starts, the output limit, the time limit and core's own backstop deadline,
-redaction across chunk borders, the audit event, files, sessions, and the one boundary that turns a
-driver's failures into the seed's codes; through the async API and the sync one. Nothing here starts a
-process, so it all runs in the ``core`` tox env, where no driver is installed, in well under a second.
+redaction across chunk borders, the audit event, files, sessions and their background processes, and the
+one boundary that turns a driver's failures into the seed's codes; through the async API and the sync one.
+Nothing here starts a process, so it all runs in the ``core`` tox env, where no driver is installed, in
+about a second.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from typing import Any
 
+import attrs
 import pytest
 from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError, secret
 from mainsdk import limits as core_limits
@@ -28,7 +31,7 @@ from mainsdk.errors import (
     TIMEOUT,
 )
 from mainsdk.redact import REDACTED
-from memory_driver import MemoryDriver, script
+from memory_driver import CAPABILITIES, MemoryDriver, script
 
 SECRET = "s3cr3t-Value-0f-the-app"
 CONFIG = """
@@ -390,6 +393,49 @@ async def test_a_session_the_driver_cannot_open_is_refused_and_audited(events: l
         await sandbox.create()
     assert caught.value.code == DRIVER_UNAVAILABLE and caught.value.retryable
     assert [(e.kind, e.error) for e in events] == [("refused", DRIVER_UNAVAILABLE)]
+
+
+async def test_a_background_process_runs_beside_commands_and_is_killed_whole(
+    sandbox: AsyncSandbox, driver: MemoryDriver, events: list[AuditEvent]
+) -> None:
+    async with sandbox.create(env={"TOKEN": secret("TOKEN")}) as session:
+        process = session.start("bash", ["-c", script('out "up "', "env TOKEN", 'out " "', "sleep 30")])
+        beside = await session.run("bash", ["-c", 'out "beside"'])
+        await asyncio.sleep(0.01)
+        assert process.running and process.output() == ("up " + REDACTED.decode() + " ", "")
+        killed = await process.kill()
+    assert beside.stdout == "beside"
+    assert (killed.exit_code, killed.signal, killed.stop, killed.stdout) == (137, "SIGKILL", None, process.output()[0])
+    (box,) = driver.boxes
+    assert box.cancelled == 1 and box.stopped
+    assert sorted(e.id for e in events if e.kind == "command") == sorted([beside.id, process.id])
+
+
+async def test_at_most_sixteen_background_processes_run_at_once_and_all_die_with_the_session(
+    sandbox: AsyncSandbox, driver: MemoryDriver
+) -> None:
+    session = await sandbox.create()
+    processes = [session.start("bash", ["-c", "sleep 30"]) for _ in range(16)]
+    await asyncio.sleep(0.01)  # each in the driver's exec
+    with pytest.raises(SandboxError) as caught:
+        session.start("bash", ["-c", "sleep 30"])
+    assert caught.value.code == INVALID_OPTION and "already runs 16 background processes" in caught.value.message
+    await processes[0].kill()
+    replacement = session.start("bash", ["-c", "sleep 30"])  # a place was freed
+    await asyncio.sleep(0.01)
+    await session.close()
+    assert not replacement.running and not any(p.running for p in processes)
+    assert driver.boxes[0].cancelled == 17 and driver.boxes[0].stopped
+
+
+async def test_a_driver_without_background_processes_refuses_them_and_nothing_runs(events: list[AuditEvent]) -> None:
+    driver = MemoryDriver(capabilities=attrs.evolve(CAPABILITIES, background=False))
+    async with AsyncSandbox(deps(driver, events)).create() as session:
+        with pytest.raises(SandboxError) as caught:
+            session.start("bash", ["-c", "out x"])
+    assert caught.value.code == INVALID_OPTION and "Capabilities.background" in caught.value.message
+    assert "mainsdk_driver_exec" not in driver.calls
+    assert [(e.kind, e.error) for e in events] == [("refused", INVALID_OPTION)]
 
 
 # -- the sync API: the same lifecycle ----------------------------------------------------------------------------
