@@ -13,7 +13,6 @@ from mainsdk import AsyncSandbox, Sandbox, SandboxDeps
 from mainsdk.audit import AuditEvent
 from mainsdk.config import load_config_text
 from mainsdk_local.config import LocalPrograms
-from pool_forcing import force_warm, pool_works
 
 from mainsdk_local import local_sandbox_driver
 
@@ -170,6 +169,9 @@ def cold_and_warm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     if request.param == "cold":
         yield
         return
+    # Imported here: only a warm run needs the launcher's pool internals, so no other test's collection does.
+    from pool_forcing import force_warm, pool_works
+
     if not pool_works():
         pytest.skip("the warm pool needs namespaces and memory and pids cgroups (root): not here")
     seen = force_warm(monkeypatch)
