@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from e2b_replay import KEY, provider
 from mainsdk.driver import BoxSpec, Command, InputStream, RunLimits
 from mainsdk_conformance.replay import ReplayServer
-from test_packages import KEY, provider
 
 from mainsdk_e2b import e2b_sandbox_driver
 

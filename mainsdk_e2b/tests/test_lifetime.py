@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2b_replay import KEY, provider
 from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION, NO_SESSION, ConfigError
 from mainsdk_conformance.replay import ReplayServer
 from mainsdk_e2b.config import E2BConfig
 from mainsdk_e2b.driver import E2BBox
-from test_packages import KEY, provider
 
 from mainsdk_e2b import e2b_sandbox_driver
 

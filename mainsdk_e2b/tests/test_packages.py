@@ -11,22 +11,20 @@ fails the replay.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import os
 import urllib.parse
 import urllib.request
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from e2b_replay import KEY, provider
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION
-from mainsdk_conformance.plugin import seeded_cell_tokens
-from mainsdk_conformance.profiles import E2B
 from mainsdk_conformance.replay import ReplayServer
 from mainsdk_driverkit.wheelhouse import Wheelhouse
 from mainsdk_e2b.packages import BoxPython
@@ -35,7 +33,6 @@ from mainsdk_e2b import e2b_sandbox_driver
 
 HERE = Path(__file__).parent
 CASSETTES = HERE / "cassettes" / "packages"
-KEY = "e2b_" + "5eed" * 10  # what replay sends (conformance/conftest.py)
 # A tiny pure-Python wheel this module makes (``made_wheel``) and serves from a find-links folder with no index
 # (``offline_index``): the runs-and-session and unresolvable-set tests need no network and no cache.
 MADE = "mainsdk-e2b-made==1.0"
@@ -57,26 +54,6 @@ print(len(df))
 """
 CSV = "item,count\na,1\nb,2\nc,3\n"
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-@contextlib.contextmanager
-def provider(
-    name: str, upstreams: dict[str, str] | None = None, key: str = KEY, folder: Path = CASSETTES
-) -> Iterator[ReplayServer]:
-    """Replay ``<folder>/<name>.json``; with ``upstreams``, record it from them instead (authoring)."""
-    path = folder / f"{name}.json"
-    if upstreams is None:
-        server = ReplayServer.replayer(E2B, path)
-    else:
-        server = ReplayServer.recorder(E2B, path, upstreams=upstreams, secrets=[key])
-    server.start()
-    try:
-        with seeded_cell_tokens(name):  # the suite's own seeding: the kernel's frames match what was recorded
-            yield server
-    finally:
-        server.stop()
-    if upstreams is not None:
-        server.save()
 
 
 def made_wheel(folder: Path) -> Path:

@@ -147,3 +147,34 @@ def net_sandbox_given_localhost() -> Iterator[Built]:
     sandbox = Sandbox(SandboxDeps(config=config, driver=driver, log=events.append, load_entrypoints=False))
     yield Built(sandbox, events)
     sandbox.close()
+
+
+# -- every escape attempt, cold and warm ------------------------------------------------------------------
+# The escape attempts pass with the pool on, but most of their runs find no entry ready and run cold (6 of 37
+# python runs were warm, when only Python had a pool). A test marked ``@pytest.mark.usefixtures("cold_and_warm")``
+# runs twice: ``[cold]`` as it is, and ``[warm]`` with ``pool_forcing`` making entries of each run's kind ready
+# first, so each such run (python, bash, node) must have taken one: the escape is tried from inside a warm
+# interpreter or a pre-exec box, whose box was made before the run.
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run each test that uses ``cold_and_warm`` once cold and once on warm pool entries."""
+    if "cold_and_warm" in metafunc.fixturenames:
+        metafunc.parametrize("cold_and_warm", ["cold", "warm"], indirect=True)
+
+
+@pytest.fixture
+def cold_and_warm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Cold: nothing. Warm: every run the pool can take must take a pool entry (``pool_forcing.force_warm``)."""
+    if request.param == "cold":
+        yield
+        return
+    # Imported here: only a warm run needs the launcher's pool internals, so no other test's collection does.
+    from pool_forcing import force_warm, pool_works
+
+    if not pool_works():
+        pytest.skip("the warm pool needs namespaces and memory and pids cgroups (root): not here")
+    seen = force_warm(monkeypatch)
+    yield
+    assert not seen.cold, f"{len(seen.cold)} runs the pool could take ran cold ({seen.warm} warm): {seen.cold}"
+    assert not seen.unpooled, f"{seen.unpooled} python runs had no warm pool (is sandbox.local.pool 0?)"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from as_nobody import readable_copy_of_imports
 
 from mainsdk_local import local_sandbox_driver
 
@@ -76,8 +77,6 @@ print(json.dumps({"scope": segv.memory_limit_scope, "segv": [segv.exit_code, seg
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running the app as another user needs root")
 def test_a_crash_under_a_per_process_memory_limit_is_not_called_a_memory_stop() -> None:
-    from test_isolation_choice import readable_copy_of_imports
-
     if not os.path.exists(SYSTEM_PYTHON) or shutil.which("setpriv") is None:
         pytest.skip(f"needs {SYSTEM_PYTHON} and setpriv")
     version = subprocess.run(

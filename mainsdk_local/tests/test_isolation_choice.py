@@ -6,16 +6,15 @@ the app sees, never a silent switch to weak isolation.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 
 import pytest
+from as_nobody import readable_copy_of_imports
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/user"), reason="needs Linux namespaces")
 
@@ -127,46 +126,6 @@ sandbox.close()
 print(json.dumps({"caps": [caps.isolation, caps.memory_limit_scope], "scope": tree.memory_limit_scope,
                   "tree": tree.stdout.strip(), "one": [one.stdout, one.exit_code], "sockets": sockets}))
 """
-
-
-def readable_copy_of_imports(purelib: str, *modules: str) -> str:
-    """A world-readable copy of the third-party packages that importing ``modules`` loads, with their metadata.
-
-    tox makes its envs mode 0700, a CI clone may sit under root's home, and editable installs live in the
-    checkout: nobody can read none of them. The copy sits in a fresh folder under /tmp, removed at exit.
-    """
-    stdlib = sysconfig.get_paths()["stdlib"]
-    listing = subprocess.run(
-        [sys.executable, "-c",
-         "import sys, importlib\n"
-         f"for name in {list(modules)!r}: importlib.import_module(name)\n"
-         "for name, m in list(sys.modules.items()):\n"
-         "    where = getattr(m, '__file__', None) or next(iter(getattr(m, '__path__', None) or ()), None)\n"
-         "    if '.' not in name and where: print(name, where)"],
-        capture_output=True, text=True, check=True,
-    ).stdout.splitlines()  # fmt: skip
-    target = tempfile.mkdtemp(prefix="mainsdk-nobody-")
-    atexit.register(shutil.rmtree, target, True)
-    names = set()
-    for line in listing:
-        name, path = line.split(" ", 1)
-        if path.startswith(stdlib + os.sep) and not path.startswith(purelib + os.sep):
-            continue
-        names.add(name.lower())
-        if os.path.isdir(path):  # a namespace package (ruamel)
-            shutil.copytree(path, os.path.join(target, name), dirs_exist_ok=True)
-        elif os.path.basename(path) == "__init__.py":
-            shutil.copytree(os.path.dirname(path), os.path.join(target, name), dirs_exist_ok=True)
-        else:
-            shutil.copy(path, target)
-    for entry in os.listdir(purelib):
-        if entry.endswith(".dist-info") and entry.split("-")[0].lower().replace(".", "_") in names:
-            shutil.copytree(os.path.join(purelib, entry), os.path.join(target, entry))
-    for folder, _dirs, files in os.walk(target):
-        os.chmod(folder, 0o755)
-        for file in files:
-            os.chmod(os.path.join(folder, file), 0o644)
-    return target
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running the app as another user needs root")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,13 +22,12 @@ from mainsdk_local.config import DEFAULT_POOL, LocalPrograms
 from mainsdk_local.launcher_client import Box, ExecResult, ExecSpec, Launcher
 from mainsdk_local.packages import EnvBuilder
 from mainsdk_local.programs import Program, resolve_program
-from pool_runs import MiB, Ran, pooled_launcher, run_in_box, stats, wait_ready
+from pool_runs import MiB, Ran, pooled_launcher, stats
+from warm_python_runs import FLAGS, run, until_ready, warm_run
 
 from mainsdk_local import local_sandbox_driver
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
-
-FLAGS = ("-E", "-s", "-c")  # what core runs python code with
 
 
 @pytest.fixture(scope="module")
@@ -39,56 +38,6 @@ def python() -> Program:
 @pytest.fixture
 def launcher() -> Iterator[Launcher]:
     yield from pooled_launcher(2)
-
-
-async def run(
-    launcher: Launcher,
-    python: Program,
-    code: str,
-    *,
-    warm: bool = True,
-    args: tuple[str, ...] = (),
-    env: Mapping[str, str] | None = None,
-    files: Mapping[str, bytes] | None = None,
-    memory: int = 256 * MiB,
-    timeout: float = 20.0,
-    max_processes: int = 64,
-    disk: int = 16 * MiB,
-    session: bool = False,
-    flags: tuple[str, ...] = FLAGS,
-    overlays: tuple[tuple[str, str], ...] = (),
-) -> Ran:
-    """One run in a fresh box, as the driver does it: open, write files, exec python -E -s -c, close."""
-    spec = ExecSpec(
-        argv=(python.executable, *flags, code, *args),
-        env=dict(env or {}),
-        timeout=timeout,
-        memory_bytes=memory,
-        max_processes=max_processes,
-        readonly_paths=python.readonly_paths,
-        hidden_paths=python.hidden_paths,
-        overlays=overlays,
-        warm="python" if warm else None,
-    )
-    return await run_in_box(launcher, spec, files=files, disk=disk, session=session)
-
-
-async def until_ready(
-    launcher: Launcher,
-    python: Program,
-    env: Mapping[str, str] | None = None,
-    overlays: tuple[tuple[str, str], ...] = (),
-) -> None:
-    """Ask for a warm interpreter of this shape once (a run), then wait until one is ready."""
-    await wait_ready(launcher, "python", lambda: run(launcher, python, "pass", env=env, overlays=overlays), 60)
-
-
-async def warm_run(launcher: Launcher, python: Program, code: str, **kwargs: object) -> Ran:
-    """``code`` on a warm interpreter (asserted): waits for one to be ready first."""
-    await until_ready(launcher, python, kwargs.get("env"), kwargs.get("overlays", ()))  # type: ignore[arg-type]
-    ran = await run(launcher, python, code, **kwargs)  # type: ignore[arg-type]
-    assert ran.result.warm_kind == "python", f"expected a run on a warm interpreter: {ran.result} {ran.seen()}"
-    return ran
 
 
 # What a run sees of Python itself. Each is run cold and warm in the same server and must match byte for byte.

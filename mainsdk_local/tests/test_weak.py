@@ -1,7 +1,7 @@
 """Weak mode (no namespaces): the same proxy, and Landlock where the kernel has it. The result says weak.
 
 Weak mode runs the code on the host. These tests force it (``force_weak``) and
-check what still holds there; the namespace path is covered by test_escapes.py.
+check what still holds there; the namespace path is covered by the test_guarantee_*.py modules.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def test_python_and_node_run_under_weak_mode_rules(make_net_sandbox: Callable[..
 def test_weak_code_gets_the_same_socket_family_allowlist(make_net_sandbox: Callable[..., Any]) -> None:
     # Must hold in weak mode too: the seccomp filter refuses every address family but AF_INET, AF_INET6 and
     # NETLINK_ROUTE (vsock, packet, Unix, netlink uevents, ...), while TCP and socketpair still work.
-    from test_escapes import SOCKET_PROBE, check_socket_families
+    from escape_probes import SOCKET_PROBE, check_socket_families
 
     if not os.path.exists("/usr/bin/python3"):
         pytest.skip("needs /usr/bin/python3")  # a box's uid cannot enter an interpreter under root's home

@@ -2,7 +2,7 @@
 or the pool's own bounds. Real launcher, real namespaces, real CPython; no mocks.
 
 Each test says whether it caught a hole (it failed on the code before its fix) or guards a guarantee that
-already held (it would catch a regression). The helpers come from ``test_warm_pool``.
+already held (it would catch a regression). The helpers come from ``warm_python_runs`` and ``pool_runs``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from mainsdk_local.launcher_client import ExecSpec, Launcher
 from mainsdk_local.programs import Program, resolve_program
 from pool_runs import MiB, Ran, run_in_box, stats
-from test_warm_pool import run, until_ready, warm_run
+from warm_python_runs import run, until_ready, warm_run
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
 
