@@ -16,7 +16,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_BYTES = 25_000
 DOCS = sorted(
-    [ROOT / "README.md", ROOT / "benchmarks" / "README.md", ROOT / "mainsdk_local" / "README.md", *(ROOT / "docs").glob("*.md")]
+    [
+        ROOT / "README.md",
+        ROOT / "benchmarks" / "README.md",
+        ROOT / "mainsdk_local" / "README.md",
+        *(ROOT / "docs").glob("*.md"),
+    ]
 )
 
 # [text](target) outside code; an image's ![alt](target) too. Fenced blocks and inline code are removed first.
@@ -62,7 +67,7 @@ def broken_links(doc: Path, root: Path = ROOT) -> list[str]:
 
 def test_the_readme_is_at_most_25_000_bytes() -> None:
     size = len((ROOT / "README.md").read_bytes())
-    assert size <= README_MAX_BYTES, f"README.md is {size:,} bytes; move detail into docs/ (at most {README_MAX_BYTES:,})"
+    assert size <= README_MAX_BYTES, f"README.md is {size:,} bytes (at most {README_MAX_BYTES:,}): move detail to docs/"
 
 
 def test_the_guides_the_readme_sends_users_to_exist() -> None:
