@@ -70,6 +70,18 @@ def test_the_readme_is_at_most_25_000_bytes() -> None:
     assert size <= README_MAX_BYTES, f"README.md is {size:,} bytes (at most {README_MAX_BYTES:,}): move detail to docs/"
 
 
+def test_the_two_commands_come_first_and_ci_runs_the_test_command() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert re.findall(r"^## (.+)$", readme, re.MULTILINE)[0] == "Two commands"
+    block = FENCE.search(readme[readme.index("\n## Two commands\n") :])
+    assert block is not None
+    install, test = [line for line in block.group(0).splitlines()[1:-1] if line and not line.startswith("#")]
+    assert "mainsdk sandbox run" in install
+    # .ci/run is the README's test command on a fresh clone: the same line, word for word (pip may be quiet there).
+    ci_lines = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert [w for w in test.split() if w != "-q"] in [[w for w in line.split() if w != "-q"] for line in ci_lines]
+
+
 def test_the_guides_the_readme_sends_users_to_exist() -> None:
     for name in ("driver-authors.md", "internals.md"):
         assert (ROOT / "docs" / name).is_file(), name
