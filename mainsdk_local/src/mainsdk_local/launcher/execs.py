@@ -19,18 +19,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import cgroups as G
-from . import common as C
-from . import landlock as LL
-from . import protocol as P
-from . import server_setup as SU
-from . import stages as S
-from . import weak as W
+from . import cgroups, common, landlock, protocol, server_setup, stages, weak
+from .cgroups import Cgroups, Limits, RunCgroup
 from .runs import ExecSpec, Run, Worker, describe_failure
 from .spares import FAILED_SPARE_PAUSE, Spares
 
 if TYPE_CHECKING:
-    from . import rootfs as R
+    from . import rootfs
     from .boxes import Box
     from .pool import Pool
 
@@ -48,8 +43,8 @@ class RunExecution:
     self_pidfd: int
     node_preload: str
     landlock_abi: int
-    cgroups: G.Cgroups
-    templates: R.Templates
+    cgroups: Cgroups
+    templates: rootfs.Templates
     spares: Spares
     pool: Pool
     workers: dict[int, Worker]
@@ -64,15 +59,15 @@ class RunExecution:
         def _maybe_finish_close(self, box: Box) -> None: ...
 
         def _start_warm(
-            self, box: Box, run: Run, ctx: S.ChildContext, spec: ExecSpec, root: tuple[Any, ...], has_cgroups: bool
+            self, box: Box, run: Run, ctx: stages.ChildContext, spec: ExecSpec, root: tuple[Any, ...], has_cgroups: bool
         ) -> bool: ...
 
         def _collect_after(self, run: Run) -> None: ...
 
     def _spawn_worker(
         self,
-        limits: G.Limits,
-        bound: S.ChildContext | None = None,
+        limits: Limits,
+        bound: stages.ChildContext | None = None,
         *,
         child: Callable[[int, int], NoReturn] | None = None,
         keep: frozenset[int] = frozenset(),
@@ -80,16 +75,16 @@ class RunExecution:
         """Fork B into a new pid namespace and fresh cgroups; it prepares itself and waits for a job.
 
         B writes ``limits`` ahead; a ``bound`` C also enters that box's sandbox ahead; ``child``
-        and ``keep``: what C runs instead and the descriptors it needs (see ``S.worker_main``).
+        and ``keep``: what C runs instead and the descriptors it needs (see ``stages.worker_main``).
         """
         cgroup = self.cgroups.plan(bound.box_memory if bound is not None else None, one_shot=child is not None)
         doomed = self.cgroups.take_doomed()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            pid = SU.fork_in_new_pidns(self.own_pidns)
+            pid = server_setup.fork_in_new_pidns(self.own_pidns)
             if pid == 0:
                 ours.close()
-                S.worker_main(
+                stages.worker_main(
                     theirs, self.self_pidfd, cgroup, limits, doomed, bound.job() if bound else None, child, keep
                 )
         except BaseException:
@@ -112,7 +107,7 @@ class RunExecution:
         return worker
 
     def _start_run(self, box: Box, rid: int, spec: ExecSpec, fds: list[int], stdin: bytes) -> None:
-        ctx = S.ChildContext()
+        ctx = stages.ChildContext()
         ctx.namespaces = self.isolation == "namespace"
         ctx.box_dir = box.path
         ctx.uid, ctx.gid = box.uid, box.gid
@@ -124,11 +119,11 @@ class RunExecution:
         run = Run(rid, box, spec)
         box.execs += 1
         stdin_r: int | None = None
-        weak_cgroup: G.RunCgroup | None = None
+        weak_cgroup: RunCgroup | None = None
         key = (spec.readonly, spec.hidden, spec.overlays)
         # In namespace mode B, the namespace's init, is in the pids cgroup too.
         has_cgroups = self.cgroups.memory is not None or self.cgroups.pids is not None
-        limits: G.Limits = (spec.memory_bytes, spec.max_processes + 1) if has_cgroups else None
+        limits: Limits = (spec.memory_bytes, spec.max_processes + 1) if has_cgroups else None
         try:
             if len(fds) == 3:
                 ctx.stdin = fds[2]  # a live stdin: the client's pipe, which the client feeds
@@ -153,7 +148,7 @@ class RunExecution:
                         self._send_job(worker, ctx)
                     except OSError:
                         if attempt == 1:
-                            raise C.RequestError("launcher", self._worker_failure(worker)) from None
+                            raise common.RequestError("launcher", self._worker_failure(worker)) from None
                         self.spares.discard(worker)
                         continue
                     run.worker, worker.run = worker, run
@@ -161,14 +156,16 @@ class RunExecution:
                     break
             else:
                 if self.landlock_abi:
-                    ctx.landlock = LL.weak_rules(box.path, list(spec.readonly), self.node_preload, spec.proxy_port)
+                    ctx.landlock = landlock.weak_rules(
+                        box.path, list(spec.readonly), self.node_preload, spec.proxy_port
+                    )
                 weak_cgroup = self.cgroups.make(box.memory_cgroup)
                 weak_cgroup = self._box_cgroup(box, weak_cgroup, made=True)
                 ctx.cgroup_fds = weak_cgroup.procs_fds if weak_cgroup is not None else []
                 self._set_limits(ctx, run, weak_cgroup, spec)
                 if weak_cgroup is not None:
                     try:
-                        G.configure_cgroup(
+                        cgroups.configure_cgroup(
                             weak_cgroup.memory_dir,
                             weak_cgroup.memory_version,
                             weak_cgroup.pids_dir,
@@ -176,7 +173,7 @@ class RunExecution:
                             spec.max_processes,
                         )
                     except OSError as exc:
-                        raise C.launch_error("cgroup limits", exc) from None
+                        raise common.launch_error("cgroup limits", exc) from None
                 run.started = time.monotonic()
                 run.worker = worker = self._fork_weak(ctx)
                 worker.run, worker.cgroup = run, weak_cgroup
@@ -187,12 +184,12 @@ class RunExecution:
                 self.cgroups.remove(weak_cgroup)
             self._close_stdin(run)
             if isinstance(exc, OSError):
-                raise C.launch_error("start", exc) from None
+                raise common.launch_error("start", exc) from None
             raise
         finally:
             # Our copies of the child's ends must go, or the code's EOFs never come.
             for fd in [*fds, stdin_r]:
-                C.close_fd(fd)
+                common.close_fd(fd)
             if run.cgroup is not None:
                 run.cgroup.close_fds()
         run.deadline = run.started + spec.timeout
@@ -201,7 +198,7 @@ class RunExecution:
         if run.stdin_w is not None:
             self._feed_stdin(run)
 
-    def _box_cgroup(self, box: Box, cgroup: G.RunCgroup | None, *, made: bool) -> G.RunCgroup | None:
+    def _box_cgroup(self, box: Box, cgroup: RunCgroup | None, *, made: bool) -> RunCgroup | None:
         """A session box's exec: its memory cgroup beneath the box's.
 
         The box's is its first exec's box-level cgroup when that one is ``made`` already (a ready spare:
@@ -216,14 +213,14 @@ class RunExecution:
                 if box.memory_cgroup is None:
                     box.memory_cgroup = self.cgroups.make_box(box.memory_limit)
             except OSError as exc:
-                raise C.launch_error("box cgroup", exc) from None
+                raise common.launch_error("box cgroup", exc) from None
         if os.path.dirname(cgroup.memory_dir) != box.memory_cgroup:
             # Made before its box was known (a generic spare, the box's first one taken): C moves itself.
             return self.cgroups.rehome(cgroup, box.memory_cgroup)
         return cgroup
 
     @staticmethod
-    def _set_limits(ctx: S.ChildContext, run: Run, cgroup: G.RunCgroup | None, spec: ExecSpec) -> None:
+    def _set_limits(ctx: stages.ChildContext, run: Run, cgroup: RunCgroup | None, spec: ExecSpec) -> None:
         """Where the exec's limits go: its cgroups, or rlimits for what has no cgroup."""
         run.cgroup = cgroup
         ctx.memory_dir = cgroup.memory_dir if cgroup else None
@@ -232,7 +229,7 @@ class RunExecution:
         ctx.joins = list(cgroup.joins) if cgroup else []
         ctx.memory_bytes = spec.memory_bytes
         if ctx.namespaces and ctx.memory_dir is not None and spec.memory_bytes is not None:
-            ctx.memory_bytes = G.session_allowance(spec.memory_bytes, ctx.box_dir)  # the box's files are RAM
+            ctx.memory_bytes = cgroups.session_allowance(spec.memory_bytes, ctx.box_dir)  # the box's files are RAM
         ctx.max_processes = spec.max_processes + (1 if ctx.namespaces else 0)
         ctx.memory_rlimit = spec.memory_bytes if ctx.memory_dir is None else None
         ctx.nproc_rlimit = spec.max_processes if ctx.pids_dir is None else None
@@ -246,7 +243,7 @@ class RunExecution:
         if run.spec.proxy and not run.done:
             self._send(run.box, {"id": run.rid, "op": "listener", "fds": 1}, fds=[fd])
         else:
-            C.close_fd(fd)
+            common.close_fd(fd)
 
     def _worker_failure(self, worker: Worker) -> str:
         """Why a worker stopped taking jobs: wait for it and read its report."""
@@ -261,10 +258,10 @@ class RunExecution:
         return f"the worker exited before taking the job (status {worker.status})"
 
     @staticmethod
-    def _send_job(worker: Worker, ctx: S.ChildContext) -> None:
+    def _send_job(worker: Worker, ctx: stages.ChildContext) -> None:
         fds = [ctx.stdout, ctx.stderr, *([ctx.stdin] if ctx.stdin is not None else [])]
         limits_set = worker.limits == (ctx.memory_bytes, ctx.max_processes) and not ctx.joins
-        frame = P.encode(dict(ctx.job(), fds=len(fds), limits_set=limits_set))
+        frame = protocol.encode(dict(ctx.job(), fds=len(fds), limits_set=limits_set))
         worker.sock.setblocking(True)  # the worker reads at once; a large argv may need a moment
         try:
             sent = socket.send_fds(worker.sock, [frame], fds)
@@ -273,13 +270,13 @@ class RunExecution:
         finally:
             worker.sock.setblocking(False)
 
-    def _fork_weak(self, ctx: S.ChildContext) -> Worker:
+    def _fork_weak(self, ctx: stages.ChildContext) -> Worker:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             ctx.report_fd = theirs.fileno()
             pid = os.fork()
             if pid == 0:
-                S.weak_child_main(ctx)
+                stages.weak_child_main(ctx)
         finally:
             theirs.close()
         return self._adopt(pid, ours)
@@ -306,7 +303,7 @@ class RunExecution:
             return
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(run.stdin_w)
-        C.close_fd(run.stdin_w)
+        common.close_fd(run.stdin_w)
         run.stdin_w = None
         run.stdin_data = memoryview(b"")
 
@@ -333,10 +330,10 @@ class RunExecution:
         """Read what B or C reported: setup errors, and C's wait status."""
         while worker.sock_open:
             try:
-                data, fds = P.receive(worker.sock)
+                data, fds = protocol.receive(worker.sock)
             except BlockingIOError:
                 return
-            except (OSError, P.ProtocolError):
+            except (OSError, protocol.ProtocolError):
                 data, fds = b"", []
             if not data and not fds:
                 worker.sock_open = False
@@ -348,7 +345,7 @@ class RunExecution:
             worker.decoder.feed(data, fds)
             try:
                 frames = worker.decoder.frames()
-            except P.ProtocolError:
+            except protocol.ProtocolError:
                 frames = []
             run = worker.run
             for frame in frames:
@@ -394,8 +391,8 @@ class RunExecution:
             worker.decoder.close()
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(worker.pidfd)
-        C.close_fd(worker.pidfd)
-        C.close_fd(worker.listener)
+        common.close_fd(worker.pidfd)
+        common.close_fd(worker.listener)
         worker.listener = None
         self.workers.pop(worker.pid, None)
         self.spares.forget(worker)
@@ -435,11 +432,11 @@ class RunExecution:
         session = run.worker.pid if run.worker is not None else 0
         while True:
             if run.cgroup is not None and run.cgroup.pids_dir is not None:
-                pids = G.Cgroups.members(run.cgroup.pids_dir)
+                pids = cgroups.Cgroups.members(run.cgroup.pids_dir)
             elif self.root:
-                pids = W.pids_of_uid(run.box.uid)
+                pids = weak.pids_of_uid(run.box.uid)
             else:
-                pids = W.pids_of_session(session)
+                pids = weak.pids_of_session(session)
             for pid in pids:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
@@ -459,7 +456,7 @@ class RunExecution:
         if run.pool_key is not None:
             self.pool.finished(run.pool_key)
         self._close_stdin(run)
-        oom = run.cgroup is not None and G.Cgroups.oom_killed(run.cgroup)
+        oom = run.cgroup is not None and cgroups.Cgroups.oom_killed(run.cgroup)
         if reply and not (run.killed and run.box.closing):
             error = run.error
             if error is not None and not (run.killed or run.timed_out):

@@ -48,17 +48,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import cgroups as G
-from . import common as C
-from . import linux as L
-from . import stages as S
+from . import cgroups, common, linux, stages
 from .spares import FAILED_SPARE_PAUSE
 
 if TYPE_CHECKING:
-    from . import rootfs as R
-    from . import sockets as SK
+    from . import rootfs
     from .boxes import Box
     from .runs import ExecSpec, Run, Worker
+    from .sockets import SocketBound
     from .spares import Spares
 
 # A one-shot box's files are given to the pooled interpreter's uid one by one: past this many, run cold.
@@ -102,10 +99,12 @@ class Kind:
         """
         raise NotImplementedError
 
-    def configure(self, ctx: S.ChildContext, key: PoolKey) -> None:
+    def configure(self, ctx: stages.ChildContext, key: PoolKey) -> None:
         """Fill in what C needs beyond the root, the pool folder and the uid (set already), before the fork."""
 
-    def start(self, ctx: S.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]) -> NoReturn:
+    def start(
+        self, ctx: stages.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]
+    ) -> NoReturn:
         """C, once in the pool folder's box as the code's C would be (``warm_main``): wait for the job.
 
         ``control_fd``: the control socket; ``report_fd``: B's report socket (close-on-exec, above 9);
@@ -113,7 +112,7 @@ class Kind:
         """
         raise NotImplementedError
 
-    def job(self, ctx: S.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
+    def job(self, ctx: stages.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
         """The bytes and descriptors sent on the control socket at hand-off, from the run's ``ctx``."""
         raise NotImplementedError
 
@@ -320,8 +319,8 @@ class Pool:
         entry = Entry(self.by_name[key[0]], key, slot, uid, gid, folder)
         os.mkdir(folder, 0o711)
         try:
-            L.mount(folder, folder, None, L.MS_BIND)
-            L.mount(None, folder, None, L.MS_SHARED)
+            linux.mount(folder, folder, None, linux.MS_BIND)
+            linux.mount(None, folder, None, linux.MS_SHARED)
             for name in ("work", "out"):
                 os.mkdir(os.path.join(folder, name), 0o755)
         except OSError:
@@ -371,7 +370,7 @@ class Pool:
                 return entry
         return None
 
-    def hand_off(self, entry: Entry, box: Box, ctx: S.ChildContext, plan: Any, has_cgroups: bool) -> None:
+    def hand_off(self, entry: Entry, box: Box, ctx: stages.ChildContext, plan: Any, has_cgroups: bool) -> None:
         """Give ``entry`` the run: box, limits, job. OSError: it cannot (then run cold)."""
         if box.uid != entry.uid:
             rehome(box, entry.uid, entry.gid)
@@ -379,10 +378,12 @@ class Pool:
             box.pool_slot, entry.given = entry.slot, True  # the box holds the slot (its uid) until destroyed
         for name in ("work", "out"):
             target = os.path.join(entry.folder, name)
-            L.mount(os.path.join(box.path, name), target, None, L.MS_BIND)
+            linux.mount(os.path.join(box.path, name), target, None, linux.MS_BIND)
             entry.bound.append(target)
         if has_cgroups:
-            G.configure_cgroup(ctx.memory_dir, ctx.memory_version, ctx.pids_dir, ctx.memory_bytes, ctx.max_processes)
+            cgroups.configure_cgroup(
+                ctx.memory_dir, ctx.memory_version, ctx.pids_dir, ctx.memory_bytes, ctx.max_processes
+            )
         if entry.kind.own_output and (len(entry.output) != 2 or any(unread(fd) for fd in entry.output)):
             self.mark_broken(entry.key)  # it printed while starting: no cold run shows that
             raise OSError(errno.EPROTO, f"a pool entry of kind {entry.kind.name} printed before its run; it runs cold")
@@ -415,7 +416,7 @@ class Pool:
         self.entries.remove(entry)
         self._close_control(entry)
         for fd in self.take_output(entry):
-            C.close_fd(fd)
+            common.close_fd(fd)
         if not entry.given:
             self.held.discard(entry.slot)  # no box holds its uid
         # Its unmounts (four, of shared mounts) wait for the pool's next idle pass: B's exit often comes in the
@@ -440,7 +441,7 @@ class Pool:
                 entry.control.close()
                 entry.control = None
             for fd in self.take_output(entry):
-                C.close_fd(fd)
+                common.close_fd(fd)
             self._remove_folder(entry)
         self.entries.clear()
 
@@ -460,7 +461,7 @@ class Pool:
     def _remove_folder(entry: Entry) -> None:
         for target in [*entry.bound, entry.folder]:
             with contextlib.suppress(OSError):
-                L.umount(target)
+                linux.umount(target)
         entry.bound = []
         for name in ("work", "out", ""):
             with contextlib.suppress(OSError):
@@ -491,7 +492,7 @@ def rehome(box: Box, uid: int, gid: int) -> None:
         os.chown(path, uid, gid, follow_symlinks=False)
 
 
-def warm_main(ctx: S.ChildContext, kind: Kind, control_fd: int, report_fd: int, timeout_w: int) -> NoReturn:
+def warm_main(ctx: stages.ChildContext, kind: Kind, control_fd: int, report_fd: int, timeout_w: int) -> NoReturn:
     """C of a pool entry (after B forked it): enter the pool folder's box as the code's C would, then the kind's part.
 
     ``ctx`` holds the root, the pool folder (as ``box_dir``), uid and gid and what the kind set in
@@ -501,15 +502,15 @@ def warm_main(ctx: S.ChildContext, kind: Kind, control_fd: int, report_fd: int, 
     stage = ["prepare"]
     try:
         report_fd = fcntl.fcntl(report_fd, fcntl.F_DUPFD_CLOEXEC, 10)  # out of the low numbers a kind may use
-        S._code_prepare()
-        S._code_enter_root(ctx, stage)
+        stages._code_prepare()
+        stages._code_enter_root(ctx, stage)
         stage[0] = "pool mounts"
         for name in ("/work", "/out"):
-            L.mount(None, name, None, L.MS_SLAVE)  # receive the run's box from the server; send nothing back
-        S._code_enter_user(ctx, stage)
+            linux.mount(None, name, None, linux.MS_SLAVE)  # receive the run's box from the server; send nothing back
+        stages._code_enter_user(ctx, stage)
         kind.start(ctx, control_fd, report_fd, timeout_w, stage)
     except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
-        S.report_failure(report_fd, stage[0], exc)
+        stages.report_failure(report_fd, stage[0], exc)
     os._exit(127)
 
 
@@ -520,24 +521,26 @@ class WarmExecution:
     root: bool
     uid_base: int
     boxes: dict[int, Box]
-    templates: R.Templates
+    templates: rootfs.Templates
     spares: Spares
     pool: Pool
-    sockets: SK.SocketBound | None
+    sockets: SocketBound | None
 
     if TYPE_CHECKING:  # the loop's and the runs', in server.py and execs.py
 
         def _spawn_worker(
             self,
-            limits: G.Limits,
-            bound: S.ChildContext | None = None,
+            limits: cgroups.Limits,
+            bound: stages.ChildContext | None = None,
             *,
             child: Callable[[int, int], NoReturn] | None = None,
             keep: frozenset[int] = frozenset(),
         ) -> Worker: ...
 
         @staticmethod
-        def _set_limits(ctx: S.ChildContext, run: Run, cgroup: G.RunCgroup | None, spec: ExecSpec) -> None: ...
+        def _set_limits(
+            ctx: stages.ChildContext, run: Run, cgroup: cgroups.RunCgroup | None, spec: ExecSpec
+        ) -> None: ...
 
         def _hand_listener(self, run: Run) -> None: ...
 
@@ -556,20 +559,21 @@ class WarmExecution:
         self.pool.refills = max(0, self.pool.refills - 1)
         try:
             self.pool.warm(key, slot, uid, gid)
-        except (OSError, C.RequestError) as exc:
+        except (OSError, common.RequestError) as exc:
             print(f"mainsdk-local launcher: pool entry: {exc}", file=sys.stderr)
             self.spares.not_before = time.monotonic() + FAILED_SPARE_PAUSE
 
     def _free_pool_slot(self) -> int | None:
         """A box slot for a pool entry (its uid), from the top: boxes take theirs from the bottom."""
         return next(
-            (s for s in range(C.SLOTS_PER_SERVER - 1, -1, -1) if s not in self.boxes and s not in self.pool.held), None
+            (s for s in range(common.SLOTS_PER_SERVER - 1, -1, -1) if s not in self.boxes and s not in self.pool.held),
+            None,
         )
 
     def _spawn_pooled(self, entry: Entry) -> Worker:
         """Fork a worker whose C enters a box on ``entry``'s pool folder and runs its kind (see ``warm_main``)."""
         kind, root = entry.kind, entry.key[1]
-        ctx = S.ChildContext()
+        ctx = stages.ChildContext()
         ctx.template = self.templates.get(*root)
         ctx.box_dir = entry.folder
         ctx.uid, ctx.gid = entry.uid, entry.gid
@@ -580,8 +584,8 @@ class WarmExecution:
             try:
                 err_r, err_w = os.pipe2(os.O_CLOEXEC)
             except OSError:
-                C.close_fd(out_r)
-                C.close_fd(out_w)
+                common.close_fd(out_r)
+                common.close_fd(out_w)
                 raise
             output = [out_r, err_r, out_w, err_w]
             ctx.stdout, ctx.stderr = out_w, err_w
@@ -602,12 +606,12 @@ class WarmExecution:
         except BaseException:
             ours.close()
             for end in output[:2]:
-                C.close_fd(end)
+                common.close_fd(end)
             raise
         finally:
             theirs.close()
             for end in output[2:]:
-                C.close_fd(end)  # C holds the only write ends: EOF once it and whatever it started are gone
+                common.close_fd(end)  # C holds the only write ends: EOF once it and whatever it started are gone
         ours.setblocking(False)
         entry.control = ours
         entry.output = output[:2]
@@ -630,7 +634,7 @@ class WarmExecution:
             self.sel.unregister(sock)
 
     def _start_warm(
-        self, box: Box, run: Run, ctx: S.ChildContext, spec: ExecSpec, root: tuple[Any, ...], has_cgroups: bool
+        self, box: Box, run: Run, ctx: stages.ChildContext, spec: ExecSpec, root: tuple[Any, ...], has_cgroups: bool
     ) -> bool:
         """Hand the exec, the first of a one-shot box, to a ready pool entry if one fits; False: it runs cold.
 

@@ -32,8 +32,7 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import protocol as P
-from . import stages as S
+from . import protocol, stages
 from .pool import Kind, PoolKey
 
 if TYPE_CHECKING:
@@ -50,24 +49,26 @@ class PreExec(Kind):
             return None
         return (self.name, root, ()), None
 
-    def start(self, ctx: S.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]) -> NoReturn:
+    def start(
+        self, ctx: stages.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]
+    ) -> NoReturn:
         """Say ready, wait for the job, then do exactly what the cold path's C does with one."""
         stage[0] = "job"
         control = socket.socket(fileno=control_fd)
         # A dry run of the job's decoding, before saying ready: C is a fork of the server, and the first use of
         # each of the server's objects copies its page (reference counts); this way those copies happen now,
         # not on the run's path (C's work from the job to execve went from 0.31 to 0.14 ms at the median).
-        dry = P.Decoder()
-        dry.feed(P.encode(dict(S.ChildContext().job(), fds=0)), [])
-        S.ChildContext.from_job(dry.frames()[0].header, [-1, -1], report_fd)
-        S._TIMEOUT.pack(0.0)
+        dry = protocol.Decoder()
+        dry.feed(protocol.encode(dict(stages.ChildContext().job(), fds=0)), [])
+        stages.ChildContext.from_job(dry.frames()[0].header, [-1, -1], report_fd)
+        stages._TIMEOUT.pack(0.0)
         control.sendall(b"R")
-        job, _ = S.receive_job(control, report_fd, timeout_w)  # B's timer starts now: time counts from hand-off
+        job, _ = stages.receive_job(control, report_fd, timeout_w)  # B's timer starts now: time counts from hand-off
         control.close()
         stage[0] = "chdir"
         os.chdir("/work")  # the run's box, mounted over the pool folder's /work at hand-off
-        S._code_launch(job, stage)
+        stages._code_launch(job, stage)
 
-    def job(self, ctx: S.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
+    def job(self, ctx: stages.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
         fds = [ctx.stdout, ctx.stderr, *([ctx.stdin] if ctx.stdin is not None else [])]
-        return P.encode(dict(ctx.job(), fds=len(fds))), fds
+        return protocol.encode(dict(ctx.job(), fds=len(fds))), fds

@@ -29,11 +29,11 @@ import os
 import struct
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import common as C
+from . import common
 from .pool import MAX_KIND_BYTES, MAX_KINDS, Entry, Kind, PoolKey
 
 if TYPE_CHECKING:
-    from . import stages as S
+    from . import stages
     from .runs import ExecSpec
 
 # Python flags a pooled interpreter may start with (the pool key holds the exact ones). Flags that print at
@@ -260,14 +260,16 @@ class PythonStub(Kind):
         other run could find it in the interpreter's memory (a pooled run sees nothing of another run)."""
         return not entry.ahead or entry.ahead == spec.argv[plan].encode("utf-8")
 
-    def configure(self, ctx: S.ChildContext, key: PoolKey) -> None:
+    def configure(self, ctx: stages.ChildContext, key: PoolKey) -> None:
         command, startup = key[2]
         ctx.argv = list(command)  # the interpreter and its flags, up to -c
         ctx.env = dict(startup)
         text, again = self.texts.get(key, ("", False))
         ctx.ahead = text.encode("utf-8") if again else b""
 
-    def start(self, ctx: S.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]) -> NoReturn:
+    def start(
+        self, ctx: stages.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]
+    ) -> NoReturn:
         """Exec the stub with: 0 /dev/null, 1 and 2 a pipe whose other end is 5 (the stub checks that start-up
         printed nothing), 3 the control socket, 4 the deadline pipe to B, 6 (if ``ctx.ahead``) a pipe holding
         the text to compile ahead. All else is closed; B's report socket is close-on-exec."""
@@ -289,7 +291,7 @@ class PythonStub(Kind):
         for target, fd in zip(targets, moved, strict=True):
             os.dup2(fd, target, inheritable=True)
         os.dup2(1, 2, inheritable=True)
-        C.close_all_except({*targets, 2, report_fd})
+        common.close_all_except({*targets, 2, report_fd})
         stage[0] = "execve"
         os.execve(ctx.argv[0], [*ctx.argv, STUB], ctx.env)
 
@@ -304,7 +306,7 @@ class PythonStub(Kind):
         """``ahead``: ready entries holding their key's ``-c`` text compiled."""
         return {"ahead": sum(1 for entry in idle if entry.ready and entry.said == b"P")}
 
-    def job(self, ctx: S.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
+    def job(self, ctx: stages.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
         job = marshal.dumps(
             {
                 "argv": [os.fsencode(a) for a in ctx.argv],

@@ -60,18 +60,20 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import boxes as B
-from . import cgroups as G
-from . import common as C
-from . import landlock as LL
-from . import linux as L
-from . import node_proxy as N
-from . import protocol as P
-from . import rootfs as R
-from . import seccomp as SC
-from . import server_setup as SU
-from . import sockets as SK
-from . import weak as W
+from . import (
+    boxes,
+    cgroups,
+    common,
+    landlock,
+    linux,
+    node_proxy,
+    protocol,
+    rootfs,
+    seccomp,
+    server_setup,
+    sockets,
+    weak,
+)
 from .boxes import Box
 from .execs import RunExecution
 from .pool import Pool, WarmExecution
@@ -103,28 +105,28 @@ class Server(RunExecution, WarmExecution):
         self.root = os.geteuid() == 0
         self.isolation = "weak"
         self.sel = selectors.DefaultSelector()
-        self.boot_decoder = P.Decoder()
+        self.boot_decoder = protocol.Decoder()
         self.boxes: dict[int, Box] = {}
         self.workers: dict[int, Worker] = {}
         self.spares = Spares(self._spawn_worker, self._kill_worker, drop_uid=self.root)
-        self.pool = Pool(pool, C.MOUNT_BASE, self._spawn_pooled, self._kill_worker, self._unwatch, KINDS)
+        self.pool = Pool(pool, common.MOUNT_BASE, self._spawn_pooled, self._kill_worker, self._unwatch, KINDS)
         if pool_idle is not None:
             self.pool.idle_seconds = pool_idle
         self.deadlines: list[tuple[float, int, Run]] = []
-        self.collecting: dict[tuple[int, int], tuple[Box, int, B.OutCollector]] = {}  # (slot, id): unfinished
+        self.collecting: dict[tuple[int, int], tuple[Box, int, boxes.OutCollector]] = {}  # (slot, id): unfinished
         # Closed boxes whose files are still to be removed: done between requests, never before one (loop).
         self.doomed: collections.deque[Box] = collections.deque()
-        self.base = C.MOUNT_BASE
+        self.base = common.MOUNT_BASE
         self.mounted_base = False
         self.own_pidns = -1
         self.self_pidfd = -1
         self.parent_pidfd = -1
-        self.uid_base = C.UID_BASE + (os.getpid() % 4_000_000) * C.SLOTS_PER_SERVER
-        self.cgroups = G.Cgroups("")
-        self.sockets: SK.SocketBound | None = None  # the per-box socket bound, where this machine has it
+        self.uid_base = common.UID_BASE + (os.getpid() % 4_000_000) * common.SLOTS_PER_SERVER
+        self.cgroups = cgroups.Cgroups("")
+        self.sockets: sockets.SocketBound | None = None  # the per-box socket bound, where this machine has it
         self.sockets_why = ""  # why not, where it has not
-        self.templates = R.Templates(C.MOUNT_BASE)
-        self.node_preload = N.IN_ROOT  # where a run finds the Node proxy preload (weak mode: on the host)
+        self.templates = rootfs.Templates(common.MOUNT_BASE)
+        self.node_preload = node_proxy.IN_ROOT  # where a run finds the Node proxy preload (weak mode: on the host)
         self.landlock_abi = 0  # weak mode: the kernel's Landlock ABI, 0 when it has none
         self.stopping = False
         self.last_box_closed = -SPARE_LINGER  # monotonic time the last box was destroyed (see _spare_wanted)
@@ -142,25 +144,25 @@ class Server(RunExecution, WarmExecution):
         if not self.force_weak:
             try:
                 if not self.root:
-                    SU.enter_own_namespaces()
+                    server_setup.enter_own_namespaces()
                 self._setup_namespaces()
                 self.isolation = "namespace"
             except OSError as exc:
-                if not SU.means_no_namespaces(exc):
+                if not server_setup.means_no_namespaces(exc):
                     # A transient failure (a full /tmp, no memory): an error, never a quieter sandbox.
                     raise OSError(exc.errno, f"namespace isolation failed to set up: {exc}") from None
                 print(f"mainsdk-local launcher: namespaces unavailable, weak isolation: {exc}", file=sys.stderr)
                 self.isolation = "weak"
         self.self_pidfd = os.pidfd_open(os.getpid())
-        host_pid = C.host_pid()
-        self.cgroups.tag = f"{G.CGROUP_PREFIX}{host_pid}-{C.proc_starttime('self') or '0'}"
+        host_pid = common.host_pid()
+        self.cgroups.tag = f"{cgroups.CGROUP_PREFIX}{host_pid}-{common.proc_starttime('self') or '0'}"
         if self.isolation == "weak":
             # Orphans of a weak run are re-parented to us so we can reap what we kill.
-            L.prctl(L.PR_SET_CHILD_SUBREAPER, 1)
-            self.base = W.weak_base()
+            linux.prctl(linux.PR_SET_CHILD_SUBREAPER, 1)
+            self.base = weak.weak_base()
             self.node_preload = os.path.join(self.base, "node-proxy.cjs")
-            R.write_node_preload(self.node_preload)
-            self.landlock_abi = LL.abi()
+            rootfs.write_node_preload(self.node_preload)
+            self.landlock_abi = landlock.abi()
         if self.root or self.isolation == "namespace":
             self.cgroups.setup(delegated=not self.root)
         self._setup_socket_bound()
@@ -186,33 +188,33 @@ class Server(RunExecution, WarmExecution):
             # BPF sees uids as the initial user namespace does: not the boxes' uids as we name them.
             self.sockets_why = "the launcher runs in a user namespace"
             return
-        bound: SK.SocketBound | None = None
+        bound: sockets.SocketBound | None = None
         try:
-            bound = SK.SocketBound(self.uid_base, C.SLOTS_PER_SERVER)
+            bound = sockets.SocketBound(self.uid_base, common.SLOTS_PER_SERVER)
             bound.attach(self.cgroups.socket_dir())
         except OSError as exc:
             if bound is not None:
                 bound.close()
-            if exc.errno not in SK.UNAVAILABLE:
+            if exc.errno not in sockets.UNAVAILABLE:
                 raise OSError(exc.errno, f"socket bound setup failed: {exc.strerror}") from None
             self.sockets_why = f"no cgroup2 or BPF here: {exc.strerror}"
             return
         self.sockets = bound
 
     def _setup_namespaces(self) -> None:
-        SU.mount_private_base(new_mount_namespace=self.root)
+        server_setup.mount_private_base(new_mount_namespace=self.root)
         self.mounted_base = True
         self.templates.setup()
         self.own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         uid = self.uid_base if self.root else os.geteuid()
-        SU.probe(self.own_pidns, self.templates.empty_dir, uid, drop_uid=self.root)
+        server_setup.probe(self.own_pidns, self.templates.empty_dir, uid, drop_uid=self.root)
 
     # -- loop ----------------------------------------------------------------
 
     def hello(self) -> None:
         """Tell the client what isolation it gets."""
         self.boot.sendall(
-            P.encode(
+            protocol.encode(
                 {
                     "op": "hello",
                     "isolation": self.isolation,
@@ -220,10 +222,10 @@ class Server(RunExecution, WarmExecution):
                     "pids": "cgroup" if self.cgroups.pids else "rlimit",
                     "sockets": "bpf" if self.sockets is not None else "none",
                     "sockets_why": self.sockets_why,
-                    "pid": C.host_pid(),
+                    "pid": common.host_pid(),
                     "node_preload": self.node_preload,
                     "landlock": self.landlock_abi,
-                    "seccomp": SC.FILTER is not None,
+                    "seccomp": seccomp.FILTER is not None,
                     "pool": self.pool.size,
                 }
             )
@@ -319,10 +321,10 @@ class Server(RunExecution, WarmExecution):
 
     def _on_boot(self, mask: int) -> None:
         try:
-            data, fds = P.receive(self.boot)
+            data, fds = protocol.receive(self.boot)
         except BlockingIOError:
             return
-        except (OSError, P.ProtocolError):
+        except (OSError, protocol.ProtocolError):
             self.stopping = True
             return
         if not data and not fds:
@@ -331,7 +333,7 @@ class Server(RunExecution, WarmExecution):
         self.boot_decoder.feed(data, fds)
         try:
             frames = self.boot_decoder.frames()
-        except P.ProtocolError:
+        except protocol.ProtocolError:
             self.stopping = True
             return
         for frame in frames:
@@ -363,8 +365,8 @@ class Server(RunExecution, WarmExecution):
         self.cgroups.shutdown()
         if self.mounted_base:
             with contextlib.suppress(OSError):
-                L.umount(C.MOUNT_BASE)
-        if self.isolation == "weak" and self.base != C.MOUNT_BASE:
+                linux.umount(common.MOUNT_BASE)
+        if self.isolation == "weak" and self.base != common.MOUNT_BASE:
             with contextlib.suppress(OSError):
                 os.unlink(self.node_preload)
             with contextlib.suppress(OSError):
@@ -376,10 +378,12 @@ class Server(RunExecution, WarmExecution):
         disk_bytes, session, max_files = header.get("disk_bytes"), header.get("session", True), header.get("max_files")
         memory_bytes, max_sockets = header.get("memory_bytes"), header.get("max_sockets")
         sock.setblocking(False)
-        slot = next((s for s in range(C.SLOTS_PER_SERVER) if s not in self.boxes and s not in self.pool.held), None)
+        slot = next(
+            (s for s in range(common.SLOTS_PER_SERVER) if s not in self.boxes and s not in self.pool.held), None
+        )
         if slot is None:
             with contextlib.suppress(OSError):
-                sock.send(P.encode({"id": 0, "ok": False, "kind": "launcher", "error": "too many open boxes"}))
+                sock.send(protocol.encode({"id": 0, "ok": False, "kind": "launcher", "error": "too many open boxes"}))
             sock.close()
             return
         uid = self.uid_base + slot if self.root else self.uid_base
@@ -391,22 +395,22 @@ class Server(RunExecution, WarmExecution):
             if not isinstance(disk_bytes, int) or isinstance(disk_bytes, bool) or not 4096 <= disk_bytes <= MAX_DISK:
                 # Above MAX_DISK no RLIMIT_FSIZE can hold it: refused here, before anything runs, not by C's setrlimit
                 # (the cold path's setup error) or a warm interpreter's (which looked like the code's exit 1).
-                raise C.RequestError("value", f"disk_bytes must be an integer from 4096 to {MAX_DISK}")
+                raise common.RequestError("value", f"disk_bytes must be an integer from 4096 to {MAX_DISK}")
             box.disk_bytes = disk_bytes
             if not isinstance(session, bool):
-                raise C.RequestError("value", "session must be true or false")
+                raise common.RequestError("value", "session must be true or false")
             box.session = session
             if max_files is not None and (
                 not isinstance(max_files, int) or isinstance(max_files, bool) or max_files < 64
             ):
-                raise C.RequestError("value", "max_files must be null or an integer of at least 64")
+                raise common.RequestError("value", "max_files must be null or an integer of at least 64")
             box.max_files = max_files
             for name, value in (("memory_bytes", memory_bytes), ("max_sockets", max_sockets)):
                 if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                    raise C.RequestError("value", f"{name} must be null or a positive integer")
-            B.make_box_fs(box, self.base, tmpfs=self.isolation == "namespace")
+                    raise common.RequestError("value", f"{name} must be null or a positive integer")
+            boxes.make_box_fs(box, self.base, tmpfs=self.isolation == "namespace")
             self._box_limits(box, memory_bytes, max_sockets)
-        except C.RequestError as exc:
+        except common.RequestError as exc:
             self._reply_error(box, 0, exc)
             box.closing = True
             self._destroy_box(box)
@@ -423,7 +427,7 @@ class Server(RunExecution, WarmExecution):
             if self.sockets is not None:
                 self.sockets.set_bound(box.slot, box.max_sockets)
         except OSError as exc:
-            raise C.launch_error("box limits", exc) from None
+            raise common.launch_error("box limits", exc) from None
 
     def _destroy_box(self, box: Box) -> None:
         """Last step of a box: every run is dead; remove its files and free the slot."""
@@ -434,7 +438,7 @@ class Server(RunExecution, WarmExecution):
             # After its commands' cgroups: in namespace mode the next worker removes them all, in that order.
             self.cgroups.remove_box(box.memory_cgroup, defer=self.isolation == "namespace" and not self.stopping)
             box.memory_cgroup = None
-        B.remove_box_fs(box, tmpfs=self.isolation == "namespace")
+        boxes.remove_box_fs(box, tmpfs=self.isolation == "namespace")
         self.pool.box_destroyed(box)
         box.decoder.close()
         box.destroyed = True
@@ -450,10 +454,10 @@ class Server(RunExecution, WarmExecution):
         if not (mask & selectors.EVENT_READ) or not box.channel_open:
             return
         try:
-            data, fds = P.receive(box.sock)
+            data, fds = protocol.receive(box.sock)
         except BlockingIOError:
             return
-        except (OSError, P.ProtocolError):
+        except (OSError, protocol.ProtocolError):
             data, fds = b"", []
         if not data and not fds:
             self._close_channel(box)
@@ -462,7 +466,7 @@ class Server(RunExecution, WarmExecution):
         box.decoder.feed(data, fds)
         try:
             frames = box.decoder.frames()
-        except P.ProtocolError as exc:
+        except protocol.ProtocolError as exc:
             print(f"mainsdk-local launcher: protocol error on box {box.slot}: {exc}", file=sys.stderr)
             self._close_channel(box)
             self._begin_close(box)
@@ -470,40 +474,42 @@ class Server(RunExecution, WarmExecution):
         for frame in frames:
             try:
                 self._handle(box, frame)
-            except C.RequestError as exc:
+            except common.RequestError as exc:
                 box.failed = True
                 self._reply_error(box, frame.header.get("id"), exc)
             except Exception as exc:  # noqa: BLE001 - a bug in one request must not take the server down
                 box.failed = True
                 traceback.print_exc()
-                self._reply_error(box, frame.header.get("id"), C.RequestError("launcher", f"internal error: {exc!r}"))
+                self._reply_error(
+                    box, frame.header.get("id"), common.RequestError("launcher", f"internal error: {exc!r}")
+                )
             finally:
                 frame.close_fds()
 
-    def _handle(self, box: Box, frame: P.Frame) -> None:
+    def _handle(self, box: Box, frame: protocol.Frame) -> None:
         h = frame.header
         op = h.get("op")
         rid = h.get("id")
         if not isinstance(rid, int):
-            raise C.RequestError("launcher", "request without an id")
+            raise common.RequestError("launcher", "request without an id")
         if box.closing and op != "close":
-            raise C.RequestError("launcher", "box is closing")
+            raise common.RequestError("launcher", "box is closing")
         if op == "write":
-            B.write_file(box, h.get("path"), frame.payload)
+            boxes.write_file(box, h.get("path"), frame.payload)
             self._send(box, {"id": rid, "ok": True})
         elif op == "read":
-            data = B.read_file(box, h.get("path"))
+            data = boxes.read_file(box, h.get("path"))
             self._send(box, {"id": rid, "ok": True}, data)
         elif op == "collect":
             if (box.slot, rid) in self.collecting:
-                raise C.RequestError("launcher", f"collect id {rid} already running")
-            self._collect_slice(box, rid, B.OutCollector(box, h.get("max_bytes")))
+                raise common.RequestError("launcher", f"collect id {rid} already running")
+            self._collect_slice(box, rid, boxes.OutCollector(box, h.get("max_bytes")))
         elif op == "exec":
             if rid in box.runs:
-                raise C.RequestError("launcher", f"exec id {rid} already running")
+                raise common.RequestError("launcher", f"exec id {rid} already running")
             # A live stdin (``"stdin": "live"``): the client's pipe read end comes third, and it feeds the pipe.
             if len(frame.fds) != (3 if h.get("stdin") == "live" else 2):
-                raise C.RequestError("launcher", "exec needs stdout and stderr descriptors, and stdin's when live")
+                raise common.RequestError("launcher", "exec needs stdout and stderr descriptors, and stdin's when live")
             spec = ExecSpec(h.get("spec"), bool(h.get("stdin")))
             then = self._then_collect(box, rid, h.get("then"))
             fds, frame.fds = frame.fds, []
@@ -523,7 +529,7 @@ class Server(RunExecution, WarmExecution):
             box.close_id = rid
             self._begin_close(box)
         else:
-            raise C.RequestError("launcher", f"unknown op {op!r}")
+            raise common.RequestError("launcher", f"unknown op {op!r}")
 
     @staticmethod
     def _then_collect(box: Box, rid: int, then: object) -> tuple[int, int] | None:
@@ -535,14 +541,16 @@ class Server(RunExecution, WarmExecution):
         if then is None:
             return None
         if not isinstance(then, dict):
-            raise C.RequestError("value", "then must be an object")
+            raise common.RequestError("value", "then must be an object")
         collect_id, max_bytes = then.get("collect_id"), then.get("max_bytes")
         if not isinstance(collect_id, int) or isinstance(collect_id, bool) or collect_id in (0, rid):
-            raise C.RequestError("value", "then.collect_id must be an integer other than 0 and the exec's id")
+            raise common.RequestError("value", "then.collect_id must be an integer other than 0 and the exec's id")
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
-            raise C.RequestError("value", "then.max_bytes must be a non-negative integer")
+            raise common.RequestError("value", "then.max_bytes must be a non-negative integer")
         if box.failed:
-            raise C.RequestError("launcher", "an earlier request on this box failed: the one-shot exec does not run")
+            raise common.RequestError(
+                "launcher", "an earlier request on this box failed: the one-shot exec does not run"
+            )
         return collect_id, max_bytes
 
     def _collect_after(self, run: Run) -> None:
@@ -551,22 +559,22 @@ class Server(RunExecution, WarmExecution):
             return
         collect_id, max_bytes = run.then
         run.box.close_after = collect_id
-        self._collect_slice(run.box, collect_id, B.OutCollector(run.box, max_bytes))
+        self._collect_slice(run.box, collect_id, boxes.OutCollector(run.box, max_bytes))
 
-    def _collect_slice(self, box: Box, rid: int, collector: B.OutCollector) -> None:
+    def _collect_slice(self, box: Box, rid: int, collector: boxes.OutCollector) -> None:
         """Collect for one slice (the first one at once: a small /out is done in it); reply when done.
 
         Never more than COLLECT_SLICE at a time, so a huge or deep /out delays no other
         box's requests; deadlines do not wait for it either (B keeps them, see stages.py).
         """
         try:
-            with B.AsBox(box):
+            with boxes.AsBox(box):
                 done = collector.step(time.monotonic() + COLLECT_SLICE)
         except Exception as exc:  # noqa: BLE001 - a bug in one collection must not take the server down
             traceback.print_exc()
             collector.close()
             self.collecting.pop((box.slot, rid), None)
-            self._reply_error(box, rid, C.RequestError("launcher", f"internal error: {exc!r}"))
+            self._reply_error(box, rid, common.RequestError("launcher", f"internal error: {exc!r}"))
             if box.close_after == rid:
                 self._begin_close(box)
             return
@@ -613,12 +621,12 @@ class Server(RunExecution, WarmExecution):
         """Queue a frame to the client; ``fds`` (ours: closed once sent) go with its first byte."""
         if not box.channel_open:
             for fd in fds or []:
-                C.close_fd(fd)
+                common.close_fd(fd)
             return
-        box.outq.append((memoryview(P.encode(header, payload)), list(fds or [])))
+        box.outq.append((memoryview(protocol.encode(header, payload)), list(fds or [])))
         self._flush(box)
 
-    def _reply_error(self, box: Box, rid: object, exc: C.RequestError) -> None:
+    def _reply_error(self, box: Box, rid: object, exc: common.RequestError) -> None:
         # A request refused with a RequestError did nothing: for an exec, no code ran.
         self._send(box, {"id": rid, "ok": False, "kind": exc.kind, "error": str(exc), "errno": exc.errno, "ran": False})
 
@@ -634,7 +642,7 @@ class Server(RunExecution, WarmExecution):
                 self._begin_close(box)
                 return
             for fd in fds:  # the client holds its own reference now
-                C.close_fd(fd)
+                common.close_fd(fd)
             if n == len(chunk):
                 box.outq.popleft()
             else:
@@ -655,7 +663,7 @@ class Server(RunExecution, WarmExecution):
         box.channel_open = False
         for _, fds in box.outq:
             for fd in fds:
-                C.close_fd(fd)
+                common.close_fd(fd)
         box.outq.clear()
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(box.sock)
@@ -665,7 +673,7 @@ class Server(RunExecution, WarmExecution):
 def main(argv: list[str]) -> int:
     """Entry point (see ``__main__.py``): ``--fd N --parent PID [--weak] [--pool N] [--pool-idle SECONDS]``."""
     fd = parent = -1
-    weak = False
+    force_weak = False
     pool = 0
     pool_idle: float | None = None
     args = iter(argv)
@@ -675,19 +683,19 @@ def main(argv: list[str]) -> int:
         elif arg == "--parent":
             parent = int(next(args))
         elif arg == "--weak":
-            weak = True
+            force_weak = True
         elif arg == "--pool":
             pool = int(next(args))
         elif arg == "--pool-idle":
             pool_idle = float(next(args))
     os.set_inheritable(fd, False)
     boot = socket.socket(fileno=fd)
-    server = Server(boot, parent, weak, pool, pool_idle)
+    server = Server(boot, parent, force_weak, pool, pool_idle)
     try:
         server.setup()
     except Exception as exc:  # noqa: BLE001 - tell the client why, whatever it is
         with contextlib.suppress(OSError):
-            boot.sendall(P.encode({"op": "fatal", "error": f"{type(exc).__name__}: {exc}"}))
+            boot.sendall(protocol.encode({"op": "fatal", "error": f"{type(exc).__name__}: {exc}"}))
         server.shutdown()
         return 1
     server.hello()
