@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from mainsdk import Sandbox, SandboxError
 from mainsdk.errors import INVALID_OPTION
-from mainsdk_local.launcher import linux as L
+from mainsdk_local.launcher import linux
 from mainsdk_local.launcher_client import Launcher
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/ns/user"), reason="needs Linux namespaces")
@@ -230,11 +230,11 @@ def writable_mount_under_usr() -> Iterator[str]:
     path = f"/usr/share/mainsdk-rw-{secrets.token_hex(4)}"
     os.mkdir(path)
     try:
-        L.mount("tmpfs", path, "tmpfs", 0, "size=1m,mode=1777")
+        linux.mount("tmpfs", path, "tmpfs", 0, "size=1m,mode=1777")
         try:
             yield path
         finally:
-            L.umount(path)
+            linux.umount(path)
     finally:
         os.rmdir(path)
 
@@ -264,23 +264,23 @@ def test_a_writable_mount_under_a_read_only_tree_is_read_only_nosuid_nodev_in_th
 
 REMOUNT_FALLBACK = """
 import errno, json, os, tempfile
-from mainsdk_local.launcher import linux as L
-L.unshare(L.CLONE_NEWNS)
-L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
+from mainsdk_local.launcher import linux
+linux.unshare(linux.CLONE_NEWNS)
+linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
 base = tempfile.mkdtemp()
 src, dst = os.path.join(base, "src"), os.path.join(base, "dst")
 os.mkdir(src); os.mkdir(dst)
-L.mount("tmpfs", src, "tmpfs", 0, "size=1m")
+linux.mount("tmpfs", src, "tmpfs", 0, "size=1m")
 os.mkdir(os.path.join(src, "sub"))
-L.mount("tmpfs", os.path.join(src, "sub"), "tmpfs", L.MS_NOEXEC, "size=1m")  # a writable submount
+linux.mount("tmpfs", os.path.join(src, "sub"), "tmpfs", linux.MS_NOEXEC, "size=1m")  # a writable submount
 
 
 def no_mount_setattr(target, attr_set, *, recursive):  # a kernel before 5.12
     raise OSError(errno.ENOSYS, "mount_setattr: Function not implemented")
 
 
-L.mount_setattr = no_mount_setattr
-L.bind_readonly(src, dst)
+linux.mount_setattr = no_mount_setattr
+linux.bind_readonly(src, dst)
 out = {}
 for line in open("/proc/self/mountinfo"):
     fields = line.split()
