@@ -66,7 +66,7 @@ async def _prime(launcher: launcher_client.Launcher, spec: launcher_client.ExecS
 
 
 _OPEN = launcher_client.Launcher.open_box
-_EXEC = launcher_client.Box.exec
+_EXEC = launcher_client.LauncherBox.exec
 
 
 def pool_works() -> bool:
@@ -81,18 +81,18 @@ def pool_works() -> bool:
 def force_warm(monkeypatch: pytest.MonkeyPatch) -> WarmRuns:
     """Patch the launcher client so that every run the pool can take finds an entry of its kind ready."""
     seen = WarmRuns()
-    opened: weakref.WeakKeyDictionary[launcher_client.Box, tuple[launcher_client.Launcher, bool, int]] = (
+    opened: weakref.WeakKeyDictionary[launcher_client.LauncherBox, tuple[launcher_client.Launcher, bool, int]] = (
         weakref.WeakKeyDictionary()
     )
 
-    async def open_box(self: launcher_client.Launcher, **options: Any) -> launcher_client.Box:
+    async def open_box(self: launcher_client.Launcher, **options: Any) -> launcher_client.LauncherBox:
         box = await _OPEN(self, **options)
         session = bool(options.get("session", True)) and not options.get("one_shot", False)
         opened[box] = (self, session, int(options.get("disk_bytes", 0)))
         return box
 
     async def exec_(
-        self: launcher_client.Box, spec: launcher_client.ExecSpec, **options: Any
+        self: launcher_client.LauncherBox, spec: launcher_client.ExecSpec, **options: Any
     ) -> launcher_client.ExecResult:
         launcher, session, disk_bytes = opened.get(self, (None, True, 0))
         shaped = launcher is not None and not session and spec.warm is not None and self.namespaces
@@ -111,5 +111,5 @@ def force_warm(monkeypatch: pytest.MonkeyPatch) -> WarmRuns:
         return result
 
     monkeypatch.setattr(launcher_client.Launcher, "open_box", open_box)
-    monkeypatch.setattr(launcher_client.Box, "exec", exec_)
+    monkeypatch.setattr(launcher_client.LauncherBox, "exec", exec_)
     return seen

@@ -129,7 +129,7 @@ class ExecResult:
 
 
 @attrs.frozen
-class OutFile:
+class LauncherOutFile:
     """A regular file found under /out: its path relative to /out (posix) and its bytes."""
 
     name: str
@@ -137,10 +137,10 @@ class OutFile:
 
 
 @attrs.frozen
-class Collected:
+class LauncherCollected:
     """What ``collect_out`` found: files within the byte budget, and what it skipped and why."""
 
-    files: tuple[OutFile, ...]
+    files: tuple[LauncherOutFile, ...]
     truncated: bool
     skipped: tuple[tuple[str, str], ...]
 
@@ -340,7 +340,7 @@ class Launcher:
         max_sockets: int | None = None,
         one_shot: bool = False,
         files: Mapping[str, bytes] | None = None,
-    ) -> Box:
+    ) -> LauncherBox:
         """Open a box: a private tmpfs of ``disk_bytes`` holding /work and /out, and its own host uid.
 
         ``max_files``: the most files and folders the tmpfs holds (its ``nr_inodes``; None: the kernel's
@@ -359,7 +359,7 @@ class Launcher:
         ``one_shot``: the box runs one exec and closes (implies ``session=False``), all in one exchange
         with the server: this returns without waiting for the open, ``files`` (path to bytes, written
         into the box first) follow it unanswered, and the exec sends its command behind them and asks
-        for /out and the close in the same request (``Box.exec``'s ``then_collect``). The exec then
+        for /out and the close in the same request (``LauncherBox.exec``'s ``then_collect``). The exec then
         raises ``OpenFailed`` if the open or a file failed, and nothing ran. Paths are checked here.
         """
         if isinstance(disk_bytes, bool) or not isinstance(disk_bytes, int) or disk_bytes < 4096:
@@ -421,7 +421,7 @@ class Launcher:
             if owner is not None:
                 owner._drop_stalled(server)
 
-        box = Box(
+        box = LauncherBox(
             ours,
             asyncio.get_running_loop(),
             rlimit_memory=self._hello.get("memory") == "rlimit",
@@ -482,7 +482,7 @@ class _Exec:
         self.stdin_waiting = False  # the loop watches stdin_fd for room
 
 
-class Box:
+class LauncherBox:
     """A box opened by ``Launcher.open_box``; use it from the event loop that opened it."""
 
     def __init__(
@@ -774,7 +774,7 @@ class Box:
         found.update((k, v) for k, v in reply.header.items() if k.endswith(per_kind) and type(v) is int)
         return found
 
-    async def collect_out(self, *, max_bytes: int) -> Collected:
+    async def collect_out(self, *, max_bytes: int) -> LauncherCollected:
         """Regular files under /out, in name order, until ``max_bytes``; other entries are skipped with a reason."""
         work = protocol.COLLECT_SECONDS + max(max_bytes, 0) / _TRANSFER_RATE
         if self._then is not None:
@@ -793,13 +793,13 @@ class Box:
         h = reply.header
         if not h.get("ok"):
             raise _error_from(h, "collect /out")
-        files: list[OutFile] = []
+        files: list[LauncherOutFile] = []
         pos = 0
         for name, size in h.get("files", []):
-            files.append(OutFile(str(name), reply.payload[pos : pos + int(size)]))
+            files.append(LauncherOutFile(str(name), reply.payload[pos : pos + int(size)]))
             pos += int(size)
         skipped = tuple((str(n), str(r)) for n, r in h.get("skipped", []))
-        return Collected(tuple(files), bool(h.get("truncated")), skipped)
+        return LauncherCollected(tuple(files), bool(h.get("truncated")), skipped)
 
     async def exec(
         self,
@@ -1101,7 +1101,7 @@ class Box:
         # the server closes it after its /out: closing our end is all that is left, and no wait.
         self._teardown(error)
 
-    async def __aenter__(self) -> Box:
+    async def __aenter__(self) -> LauncherBox:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

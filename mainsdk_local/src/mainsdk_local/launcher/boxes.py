@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .runs import Run
 
 
-class Box:
+class ServerBox:
     """One box: its tmpfs (or private directory in weak mode), host uid and channel."""
 
     def __init__(self, slot: int, uid: int, gid: int, sock: socket.socket, *, drop_fsids: bool) -> None:
@@ -65,7 +65,7 @@ class Box:
 class AsBox:
     """File operations as the box's user: permissions are checked as for the code itself."""
 
-    def __init__(self, box: Box) -> None:
+    def __init__(self, box: ServerBox) -> None:
         self.box = box
 
     def __enter__(self) -> None:
@@ -77,7 +77,7 @@ class AsBox:
             linux.setfsids(0, 0)
 
 
-def make_box_fs(box: Box, base: str, *, tmpfs: bool) -> None:
+def make_box_fs(box: ServerBox, base: str, *, tmpfs: bool) -> None:
     """Create the box's directory (a tmpfs of its disk size in namespace mode) with work/ and out/ in it."""
     path = os.path.join(base, f"box-{box.slot}")
     try:
@@ -98,7 +98,7 @@ def make_box_fs(box: Box, base: str, *, tmpfs: bool) -> None:
         raise common.launch_error("box", exc) from None
 
 
-def remove_box_fs(box: Box, *, tmpfs: bool) -> None:
+def remove_box_fs(box: ServerBox, *, tmpfs: bool) -> None:
     """Remove the box's files: unmount its tmpfs, or delete its directory (weak mode)."""
     common.close_fd(box.work_fd)
     common.close_fd(box.out_fd)
@@ -144,7 +144,7 @@ def split_box_path(path: object) -> tuple[bool, list[str]]:
     return in_out, parts
 
 
-def _open_parent(box: Box, path: object, create: bool) -> tuple[int, str]:
+def _open_parent(box: ServerBox, path: object, create: bool) -> tuple[int, str]:
     """A descriptor of the directory holding ``path`` (made on the way when ``create``), and the last name."""
     in_out, parts = split_box_path(path)
     fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=box.out_fd if in_out else box.work_fd)
@@ -163,7 +163,7 @@ def _open_parent(box: Box, path: object, create: bool) -> tuple[int, str]:
     return fd, parts[-1]
 
 
-def write_file(box: Box, path: object, data: bytes) -> None:
+def write_file(box: ServerBox, path: object, data: bytes) -> None:
     """Write ``data`` at ``path``, replacing whatever entry is there without writing through it."""
     try:
         with AsBox(box):
@@ -187,7 +187,7 @@ def write_file(box: Box, path: object, data: bytes) -> None:
         raise common.RequestError("os", f"write {path}: {exc.strerror or exc}", exc.errno) from None
 
 
-def read_file(box: Box, path: object) -> bytes:
+def read_file(box: ServerBox, path: object) -> bytes:
     """The bytes of the regular file at ``path``; anything else (a link, a FIFO) is an error."""
     try:
         with AsBox(box):
@@ -229,7 +229,7 @@ class OutCollector:
     its files come in name order, then its subfolders, each in name order.
     """
 
-    def __init__(self, box: Box, max_bytes: object) -> None:
+    def __init__(self, box: ServerBox, max_bytes: object) -> None:
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
             raise common.RequestError("value", "max_bytes must be a non-negative integer")
         self.box = box

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import cgroups, common, landlock, protocol, server_setup, stages, weak
 from .cgroups import Cgroups, Limits, RunCgroup
-from .runs import ExecSpec, Run, Worker, describe_failure
+from .runs import ExecRequest, Run, Worker, describe_failure
 from .spares import FAILED_SPARE_PAUSE, Spares
 
 if TYPE_CHECKING:
     from . import rootfs
-    from .boxes import Box
+    from .boxes import ServerBox
     from .pool import Pool
 
 WEAK_SWEEP_SECONDS = 2.0
@@ -53,13 +53,19 @@ class RunExecution:
     if TYPE_CHECKING:  # the loop's, in server.py
 
         def _send(
-            self, box: Box, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
+            self, box: ServerBox, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
         ) -> None: ...
 
-        def _maybe_finish_close(self, box: Box) -> None: ...
+        def _maybe_finish_close(self, box: ServerBox) -> None: ...
 
         def _start_warm(
-            self, box: Box, run: Run, ctx: stages.ChildContext, spec: ExecSpec, root: tuple[Any, ...], has_cgroups: bool
+            self,
+            box: ServerBox,
+            run: Run,
+            ctx: stages.ChildContext,
+            spec: ExecRequest,
+            root: tuple[Any, ...],
+            has_cgroups: bool,
         ) -> bool: ...
 
         def _collect_after(self, run: Run) -> None: ...
@@ -106,7 +112,7 @@ class RunExecution:
         self.sel.register(sock, selectors.EVENT_READ, lambda mask: self._on_worker_sock(worker))
         return worker
 
-    def _start_run(self, box: Box, rid: int, spec: ExecSpec, fds: list[int], stdin: bytes) -> None:
+    def _start_run(self, box: ServerBox, rid: int, spec: ExecRequest, fds: list[int], stdin: bytes) -> None:
         ctx = stages.ChildContext()
         ctx.namespaces = self.isolation == "namespace"
         ctx.box_dir = box.path
@@ -198,7 +204,7 @@ class RunExecution:
         if run.stdin_w is not None:
             self._feed_stdin(run)
 
-    def _box_cgroup(self, box: Box, cgroup: RunCgroup | None, *, made: bool) -> RunCgroup | None:
+    def _box_cgroup(self, box: ServerBox, cgroup: RunCgroup | None, *, made: bool) -> RunCgroup | None:
         """A session box's exec: its memory cgroup beneath the box's.
 
         The box's is its first exec's box-level cgroup when that one is ``made`` already (a ready spare:
@@ -220,7 +226,7 @@ class RunExecution:
         return cgroup
 
     @staticmethod
-    def _set_limits(ctx: stages.ChildContext, run: Run, cgroup: RunCgroup | None, spec: ExecSpec) -> None:
+    def _set_limits(ctx: stages.ChildContext, run: Run, cgroup: RunCgroup | None, spec: ExecRequest) -> None:
         """Where the exec's limits go: its cgroups, or rlimits for what has no cgroup."""
         run.cgroup = cgroup
         ctx.memory_dir = cgroup.memory_dir if cgroup else None

@@ -42,7 +42,7 @@ from .pool import MAX_KINDS, Entry, Kind, PoolKey
 
 if TYPE_CHECKING:
     from . import stages
-    from .runs import ExecSpec
+    from .runs import ExecRequest
 
 # Variables node, libuv, OpenSSL, ICU or the C library read while node starts (HOME: the global module
 # folders): a run must have the values its warm node started with, or it runs cold.
@@ -138,7 +138,7 @@ class NodeStub(Kind):
     def __init__(self) -> None:
         self.probes: dict[PoolKey, str] = {}
 
-    def key(self, spec: ExecSpec, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
+    def key(self, spec: ExecRequest, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
         """The key of a ``node -e CODE`` exec and its code (the plan), or None: it runs cold."""
         if spec.warm != "node" or spec.has_stdin or spec.proxy or len(spec.argv) != 3 or spec.argv[1] != "-e":
             return None

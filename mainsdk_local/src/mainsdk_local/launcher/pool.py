@@ -53,8 +53,8 @@ from .spares import FAILED_SPARE_PAUSE
 
 if TYPE_CHECKING:
     from . import rootfs
-    from .boxes import Box
-    from .runs import ExecSpec, Run, Worker
+    from .boxes import ServerBox
+    from .runs import ExecRequest, Run, Worker
     from .sockets import SocketBound
     from .spares import Spares
 
@@ -91,7 +91,7 @@ class Kind:
     it runs cold), and sends them to the app in an ``output`` frame before the run's reply. ``configure`` finds
     their write ends in ``ctx.stdout`` and ``ctx.stderr``, for C."""
 
-    def key(self, spec: ExecSpec, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
+    def key(self, spec: ExecRequest, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
         """``(key, plan)`` for an exec this kind can take (``plan``: what ``job`` needs of it); None otherwise.
 
         The key's first two items are ``self.name`` and ``root``; the third holds everything else C's setup
@@ -129,7 +129,7 @@ class Kind:
         """The kind's own figures about its idle entries ``idle``, for ``Pool.stats`` (prefixed with its name)."""
         return {}
 
-    def fits(self, entry: Entry, spec: ExecSpec, plan: Any) -> bool:
+    def fits(self, entry: Entry, spec: ExecRequest, plan: Any) -> bool:
         """Whether ``entry`` may serve this exec (its key matches already). An entry given something of earlier
         runs ahead (``entry.ahead``, from ``ctx.ahead``) holds it in its memory: it may serve only a run that
         brings exactly that itself, or the run could read another run's data."""
@@ -200,7 +200,7 @@ class Pool:
         self.misses = 0
         self._count = 0
 
-    def keys(self, spec: ExecSpec, root: tuple[Any, ...]) -> list[tuple[PoolKey, Any]]:
+    def keys(self, spec: ExecRequest, root: tuple[Any, ...]) -> list[tuple[PoolKey, Any]]:
         """``(key, plan)`` of each kind that can take ``spec``, most preferred first, broken keys left out."""
         found = (kind.key(spec, root) for kind in self.kinds)
         return [
@@ -370,7 +370,7 @@ class Pool:
                 return entry
         return None
 
-    def hand_off(self, entry: Entry, box: Box, ctx: stages.ChildContext, plan: Any, has_cgroups: bool) -> None:
+    def hand_off(self, entry: Entry, box: ServerBox, ctx: stages.ChildContext, plan: Any, has_cgroups: bool) -> None:
         """Give ``entry`` the run: box, limits, job. OSError: it cannot (then run cold)."""
         if box.uid != entry.uid:
             rehome(box, entry.uid, entry.gid)
@@ -429,7 +429,7 @@ class Pool:
         while self.dead:
             self._remove_folder(self.dead.pop())
 
-    def box_destroyed(self, box: Box) -> None:
+    def box_destroyed(self, box: ServerBox) -> None:
         if box.pool_slot is not None:
             self.held.discard(box.pool_slot)
             box.pool_slot = None
@@ -473,7 +473,7 @@ def unread(fd: int) -> int:
     return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
 
 
-def rehome(box: Box, uid: int, gid: int) -> None:
+def rehome(box: ServerBox, uid: int, gid: int) -> None:
     """Give ``box``'s work/ and out/ and everything in them to ``uid``; OSError past MAX_REHOMED_ENTRIES.
 
     Only for a box no code has run in: what is there the app wrote. Links are changed, never followed.
@@ -520,7 +520,7 @@ class WarmExecution:
     sel: selectors.BaseSelector
     root: bool
     uid_base: int
-    boxes: dict[int, Box]
+    boxes: dict[int, ServerBox]
     templates: rootfs.Templates
     spares: Spares
     pool: Pool
@@ -539,13 +539,13 @@ class WarmExecution:
 
         @staticmethod
         def _set_limits(
-            ctx: stages.ChildContext, run: Run, cgroup: cgroups.RunCgroup | None, spec: ExecSpec
+            ctx: stages.ChildContext, run: Run, cgroup: cgroups.RunCgroup | None, spec: ExecRequest
         ) -> None: ...
 
         def _hand_listener(self, run: Run) -> None: ...
 
         def _send(
-            self, box: Box, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
+            self, box: ServerBox, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
         ) -> None: ...
 
     def _warm_one(self) -> None:
@@ -634,7 +634,13 @@ class WarmExecution:
             self.sel.unregister(sock)
 
     def _start_warm(
-        self, box: Box, run: Run, ctx: stages.ChildContext, spec: ExecSpec, root: tuple[Any, ...], has_cgroups: bool
+        self,
+        box: ServerBox,
+        run: Run,
+        ctx: stages.ChildContext,
+        spec: ExecRequest,
+        root: tuple[Any, ...],
+        has_cgroups: bool,
     ) -> bool:
         """Hand the exec, the first of a one-shot box, to a ready pool entry if one fits; False: it runs cold.
 

@@ -18,7 +18,7 @@ the run's ``/work``, so what it sees is the cold path's run: argv, ``$0``,
 shows the pool folder under ``/work`` and ``/out``, and the box's host uid is the entry's
 (``id`` inside shows the same 1000).
 
-It takes any exec the client marked as poolable (``ExecSpec.warm`` not None): bash, node,
+It takes any exec the client marked as poolable (``ExecRequest.warm`` not None): bash, node,
 and the Python shapes the stub refuses (code on stdin, other flags, other start-up
 variables). Its key is the root alone: nothing else of the run reaches C before hand-off.
 Session boxes never take one (see ``WarmExecution._start_warm``): their files were written
@@ -36,7 +36,7 @@ from . import protocol, stages
 from .pool import Kind, PoolKey
 
 if TYPE_CHECKING:
-    from .runs import ExecSpec
+    from .runs import ExecRequest
 
 
 class PreExec(Kind):
@@ -44,7 +44,7 @@ class PreExec(Kind):
 
     name = "exec"
 
-    def key(self, spec: ExecSpec, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
+    def key(self, spec: ExecRequest, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
         if spec.warm is None:
             return None
         return (self.name, root, ()), None

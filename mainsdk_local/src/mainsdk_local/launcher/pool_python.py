@@ -34,7 +34,7 @@ from .pool import MAX_KIND_BYTES, MAX_KINDS, Entry, Kind, PoolKey
 
 if TYPE_CHECKING:
     from . import stages
-    from .runs import ExecSpec
+    from .runs import ExecRequest
 
 # Python flags a pooled interpreter may start with (the pool key holds the exact ones). Flags that print at
 # start (-X importtime, -v), read a script (-m, a file) or change what runs after (-i) are not here.
@@ -235,7 +235,7 @@ class PythonStub(Kind):
         # Per key: the last run's -c text and whether the run before had it too (then entries compile it ahead).
         self.texts: dict[PoolKey, tuple[str, bool]] = {}
 
-    def key(self, spec: ExecSpec, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
+    def key(self, spec: ExecRequest, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
         """The pool key of a ``python <POOL_FLAGS> -c CODE`` exec and the index of its code in argv."""
         if spec.warm != "python" or spec.has_stdin:
             return None
@@ -255,7 +255,7 @@ class PythonStub(Kind):
                 del self.texts[next(iter(self.texts))]  # the key seen least recently
         return key, index
 
-    def fits(self, entry: Entry, spec: ExecSpec, plan: Any) -> bool:
+    def fits(self, entry: Entry, spec: ExecRequest, plan: Any) -> bool:
         """An interpreter given a ``-c`` text ahead (an earlier run's) serves only a run of that very text: any
         other run could find it in the interpreter's memory (a pooled run sees nothing of another run)."""
         return not entry.ahead or entry.ahead == spec.argv[plan].encode("utf-8")

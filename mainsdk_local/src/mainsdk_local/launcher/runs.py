@@ -1,4 +1,4 @@
-"""What the server keeps of an exec: the validated request (``ExecSpec``), the run, and the worker serving it."""
+"""What the server keeps of an exec: the validated request (``ExecRequest``), the run, and the worker serving it."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 from . import cgroups, common, protocol, rootfs
 
 if TYPE_CHECKING:
-    from .boxes import Box
+    from .boxes import ServerBox
 
 # No exec may bind these, or anything under them, read-only from the host.
 FORBIDDEN_READONLY = ("/proc", "/sys", "/dev", "/work", "/out")
 
 
-class ExecSpec:
+class ExecRequest:
     """The server's validated copy of the client's ExecSpec."""
 
     def __init__(self, raw: object, has_stdin: bool) -> None:
@@ -83,7 +83,7 @@ class ExecSpec:
             raise common.RequestError("value", "overlays must be a list of [source, hidden path] pairs")
         pairs: dict[str, str] = {}
         for source, target in value:
-            ExecSpec._paths([source, target], "overlays")
+            ExecRequest._paths([source, target], "overlays")
             if target not in hidden:
                 raise common.RequestError("value", f"overlay target {target} is not one of the hidden paths")
             if target in pairs:
@@ -121,7 +121,7 @@ class Worker:
         self.limits: cgroups.Limits = None  # the limits B wrote ahead (a guess: the last exec's)
         self.ready = False  # C said it waits for its job
         self.discarded = False  # an unused spare we killed on purpose
-        self.bound: tuple[Box, rootfs.TemplateKey] | None = None  # a hot spare's box and root
+        self.bound: tuple[ServerBox, rootfs.TemplateKey] | None = None  # a hot spare's box and root
         self.error: dict[str, Any] | None = None  # what it reported before dying
         self.reaped = False
         self.status: int | None = None  # the worker's own wait status
@@ -132,7 +132,7 @@ class Worker:
 class Run:
     """One exec: its worker, stdin pipe, cgroups, deadline and what the worker reported."""
 
-    def __init__(self, rid: int, box: Box, spec: ExecSpec) -> None:
+    def __init__(self, rid: int, box: ServerBox, spec: ExecRequest) -> None:
         self.rid = rid
         self.box = box
         self.spec = spec

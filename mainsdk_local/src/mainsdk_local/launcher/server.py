@@ -74,11 +74,11 @@ from . import (
     sockets,
     weak,
 )
-from .boxes import Box
+from .boxes import ServerBox
 from .execs import RunExecution
 from .pool import Pool, WarmExecution
 from .pool_kinds import KINDS
-from .runs import ExecSpec, Run, Worker
+from .runs import ExecRequest, Run, Worker
 from .spares import Spares
 
 # A spare is prepared only once every run started this long ago (or earlier) or has reported; see _spare_wanted.
@@ -106,16 +106,16 @@ class Server(RunExecution, WarmExecution):
         self.isolation = "weak"
         self.sel = selectors.DefaultSelector()
         self.boot_decoder = protocol.Decoder()
-        self.boxes: dict[int, Box] = {}
+        self.boxes: dict[int, ServerBox] = {}
         self.workers: dict[int, Worker] = {}
         self.spares = Spares(self._spawn_worker, self._kill_worker, drop_uid=self.root)
         self.pool = Pool(pool, common.MOUNT_BASE, self._spawn_pooled, self._kill_worker, self._unwatch, KINDS)
         if pool_idle is not None:
             self.pool.idle_seconds = pool_idle
         self.deadlines: list[tuple[float, int, Run]] = []
-        self.collecting: dict[tuple[int, int], tuple[Box, int, boxes.OutCollector]] = {}  # (slot, id): unfinished
+        self.collecting: dict[tuple[int, int], tuple[ServerBox, int, boxes.OutCollector]] = {}  # (slot, id): unfinished
         # Closed boxes whose files are still to be removed: done between requests, never before one (loop).
-        self.doomed: collections.deque[Box] = collections.deque()
+        self.doomed: collections.deque[ServerBox] = collections.deque()
         self.base = common.MOUNT_BASE
         self.mounted_base = False
         self.own_pidns = -1
@@ -388,7 +388,7 @@ class Server(RunExecution, WarmExecution):
             return
         uid = self.uid_base + slot if self.root else self.uid_base
         gid = uid if self.root else (0 if self.isolation == "namespace" else os.getegid())
-        box = Box(slot, uid, gid, sock, drop_fsids=self.root and uid != 0)
+        box = ServerBox(slot, uid, gid, sock, drop_fsids=self.root and uid != 0)
         self.boxes[slot] = box
         self.sel.register(sock, selectors.EVENT_READ, lambda mask, b=box: self._on_channel(b, mask))
         try:
@@ -417,7 +417,7 @@ class Server(RunExecution, WarmExecution):
             return
         self._send(box, {"id": 0, "ok": True, "uid": box.uid, "isolation": self.isolation})
 
-    def _box_limits(self, box: Box, memory_bytes: int | None, max_sockets: int | None) -> None:
+    def _box_limits(self, box: ServerBox, memory_bytes: int | None, max_sockets: int | None) -> None:
         """What the box holds at most, whatever runs in it: sockets; for a session's box, memory too."""
         if box.session:
             box.memory_limit = memory_bytes  # its cgroup is its first exec's box-level one (RunExecution)
@@ -429,7 +429,7 @@ class Server(RunExecution, WarmExecution):
         except OSError as exc:
             raise common.launch_error("box limits", exc) from None
 
-    def _destroy_box(self, box: Box) -> None:
+    def _destroy_box(self, box: ServerBox) -> None:
         """Last step of a box: every run is dead; remove its files and free the slot."""
         if box.destroyed:
             return
@@ -448,7 +448,7 @@ class Server(RunExecution, WarmExecution):
         if not box.outq:
             self._close_channel(box)
 
-    def _on_channel(self, box: Box, mask: int) -> None:
+    def _on_channel(self, box: ServerBox, mask: int) -> None:
         if mask & selectors.EVENT_WRITE:
             self._flush(box)
         if not (mask & selectors.EVENT_READ) or not box.channel_open:
@@ -486,7 +486,7 @@ class Server(RunExecution, WarmExecution):
             finally:
                 frame.close_fds()
 
-    def _handle(self, box: Box, frame: protocol.Frame) -> None:
+    def _handle(self, box: ServerBox, frame: protocol.Frame) -> None:
         h = frame.header
         op = h.get("op")
         rid = h.get("id")
@@ -510,7 +510,7 @@ class Server(RunExecution, WarmExecution):
             # A live stdin (``"stdin": "live"``): the client's pipe read end comes third, and it feeds the pipe.
             if len(frame.fds) != (3 if h.get("stdin") == "live" else 2):
                 raise common.RequestError("launcher", "exec needs stdout and stderr descriptors, and stdin's when live")
-            spec = ExecSpec(h.get("spec"), bool(h.get("stdin")))
+            spec = ExecRequest(h.get("spec"), bool(h.get("stdin")))
             then = self._then_collect(box, rid, h.get("then"))
             fds, frame.fds = frame.fds, []
             self._start_run(box, rid, spec, fds, frame.payload)  # owns (and closes) fds
@@ -532,7 +532,7 @@ class Server(RunExecution, WarmExecution):
             raise common.RequestError("launcher", f"unknown op {op!r}")
 
     @staticmethod
-    def _then_collect(box: Box, rid: int, then: object) -> tuple[int, int] | None:
+    def _then_collect(box: ServerBox, rid: int, then: object) -> tuple[int, int] | None:
         """An exec's ``then`` (a one-shot box): collect /out as (id, max_bytes) after it, then close the box.
 
         Its open and files were sent ahead without waiting for their answers: if one of them (or any
@@ -561,7 +561,7 @@ class Server(RunExecution, WarmExecution):
         run.box.close_after = collect_id
         self._collect_slice(run.box, collect_id, boxes.OutCollector(run.box, max_bytes))
 
-    def _collect_slice(self, box: Box, rid: int, collector: boxes.OutCollector) -> None:
+    def _collect_slice(self, box: ServerBox, rid: int, collector: boxes.OutCollector) -> None:
         """Collect for one slice (the first one at once: a small /out is done in it); reply when done.
 
         Never more than COLLECT_SLICE at a time, so a huge or deep /out delays no other
@@ -587,14 +587,14 @@ class Server(RunExecution, WarmExecution):
         if box.close_after == rid:
             self._begin_close(box)  # a one-shot box: its exec asked for /out, and that was all
 
-    def _stop_collecting(self, box: Box) -> None:
+    def _stop_collecting(self, box: ServerBox) -> None:
         """Drop the box's unfinished collections (it is closing): their descriptors must not pin its tmpfs."""
         for key, (owner, _, collector) in list(self.collecting.items()):
             if owner is box:
                 collector.close()
                 del self.collecting[key]
 
-    def _begin_close(self, box: Box) -> None:
+    def _begin_close(self, box: ServerBox) -> None:
         box.closing = True
         self._stop_collecting(box)
         self.spares.box_closing(box)
@@ -603,7 +603,7 @@ class Server(RunExecution, WarmExecution):
             self._kill(run)
         self._maybe_finish_close(box)
 
-    def _maybe_finish_close(self, box: Box) -> None:
+    def _maybe_finish_close(self, box: ServerBox) -> None:
         if not box.closing or box.runs or box.destroyed or box.doomed:
             return
         if box.close_id is not None and box.channel_open:
@@ -617,7 +617,7 @@ class Server(RunExecution, WarmExecution):
 
     # -- channel output ------------------------------------------------------
 
-    def _send(self, box: Box, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
+    def _send(self, box: ServerBox, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
         """Queue a frame to the client; ``fds`` (ours: closed once sent) go with its first byte."""
         if not box.channel_open:
             for fd in fds or []:
@@ -626,11 +626,11 @@ class Server(RunExecution, WarmExecution):
         box.outq.append((memoryview(protocol.encode(header, payload)), list(fds or [])))
         self._flush(box)
 
-    def _reply_error(self, box: Box, rid: object, exc: common.RequestError) -> None:
+    def _reply_error(self, box: ServerBox, rid: object, exc: common.RequestError) -> None:
         # A request refused with a RequestError did nothing: for an exec, no code ran.
         self._send(box, {"id": rid, "ok": False, "kind": exc.kind, "error": str(exc), "errno": exc.errno, "ran": False})
 
-    def _flush(self, box: Box) -> None:
+    def _flush(self, box: ServerBox) -> None:
         while box.outq and box.channel_open:
             chunk, fds = box.outq[0]
             try:
@@ -657,7 +657,7 @@ class Server(RunExecution, WarmExecution):
             want = selectors.EVENT_READ | (selectors.EVENT_WRITE if box.outq else 0)
             self.sel.modify(box.sock, want, lambda mask, b=box: self._on_channel(b, mask))
 
-    def _close_channel(self, box: Box) -> None:
+    def _close_channel(self, box: ServerBox) -> None:
         if not box.channel_open:
             return
         box.channel_open = False

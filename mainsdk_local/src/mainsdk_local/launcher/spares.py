@@ -21,7 +21,7 @@ from . import common, stages
 
 if TYPE_CHECKING:
     from . import cgroups, rootfs
-    from .boxes import Box
+    from .boxes import ServerBox
     from .runs import Worker
 
 # Generic spares kept ready, besides the hot one.
@@ -49,7 +49,9 @@ class Spares:
         self._drop_uid = drop_uid
         self.generic: collections.deque[Worker] = collections.deque()
         self.hot: Worker | None = None
-        self.hot_want: tuple[Box, rootfs.TemplateKey, cgroups.Limits, str] | None = None  # box, key, limits, template
+        self.hot_want: tuple[ServerBox, rootfs.TemplateKey, cgroups.Limits, str] | None = (
+            None  # box, key, limits, template
+        )
         self.not_before = 0.0  # after a spare failed, wait a moment before the next one
         self.last_start = 0.0
         self.last_limits: cgroups.Limits = None
@@ -108,7 +110,7 @@ class Spares:
         if worker in self.generic:
             self.generic.remove(worker)
 
-    def take(self, box: Box, key: rootfs.TemplateKey, limits: cgroups.Limits) -> Worker:
+    def take(self, box: ServerBox, key: rootfs.TemplateKey, limits: cgroups.Limits) -> Worker:
         """The worker for an exec: the hot spare if it was made for exactly this, else a generic one.
 
         Ready spares first: one still preparing may be waiting out a cgroup join (an RCU
@@ -127,7 +129,7 @@ class Spares:
             choice = self._spawn(limits, None)  # with this exec's limits: C need not write them
         return choice
 
-    def box_closing(self, box: Box) -> None:
+    def box_closing(self, box: ServerBox) -> None:
         """``box`` is closing: drop the hot spare bound to it (it holds the box's files in its mounts)."""
         if self.hot is not None and self.hot.bound is not None and self.hot.bound[0] is box:
             self.discard(self.hot)
