@@ -10,12 +10,10 @@ anything outside the box, or anything the code itself could not.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import errno
 import json
 import os
-import socket
 import stat
 import time
 from collections.abc import Generator
@@ -24,42 +22,7 @@ from typing import TYPE_CHECKING, Any
 from . import common, linux, protocol
 
 if TYPE_CHECKING:
-    from .runs import Run
-
-
-class ServerBox:
-    """One box: its tmpfs (or private directory in weak mode), host uid and channel."""
-
-    def __init__(self, slot: int, uid: int, gid: int, sock: socket.socket, *, drop_fsids: bool) -> None:
-        self.slot = slot
-        self.uid = uid
-        self.gid = gid
-        self.drop_fsids = drop_fsids  # file operations switch to the box's uid (the server is root)
-        self.sock = sock
-        self.decoder = protocol.Decoder()
-        self.outq: collections.deque[tuple[memoryview, list[int]]] = collections.deque()  # frames and their fds
-        self.writing = False
-        self.path = ""
-        self.work_fd = -1
-        self.out_fd = -1
-        self.disk_bytes = 0
-        self.max_files: int | None = None  # the tmpfs's nr_inodes; None: the kernel's default
-        self.runs: dict[int, Run] = {}  # running execs by request id
-        self.destroyed = False
-        self.doomed = False  # closed: its files are removed when the server's loop has a moment
-        self.failed = False  # a request on it failed: a one-shot exec sent behind it does not run
-        self.close_after: int | None = None  # a one-shot box closes once the collection with this id is sent
-        self.closing = False
-        self.close_id: int | None = None
-        self.channel_open = True
-        # A session's box: its next exec is likely, so a hot spare is prepared for it. A one-shot run's box
-        # runs one exec and closes: a spare made for it would be thrown away unused.
-        self.session = False
-        self.memory_cgroup: str | None = None  # a session box's memory cgroup: its commands' go beneath it
-        self.memory_limit: int | None = None  # a session box's: the limit its memory cgroup gets
-        self.execs = 0  # execs started in it: only a one-shot box's first may take a warm interpreter
-        self.max_sockets = 0  # the box's socket bound (sockets.py), set at open
-        self.pool_slot: int | None = None  # a warm interpreter's slot whose uid the box took (held until destroyed)
+    from .runs import ServerBox
 
 
 class AsBox:

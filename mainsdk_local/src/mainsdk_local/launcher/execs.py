@@ -21,12 +21,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import cgroups, common, landlock, protocol, server_setup, stages, weak
 from .cgroups import Cgroups, Limits, RunCgroup
-from .runs import ExecRequest, Run, Worker, describe_failure
+from .runs import ExecRequest, Run, ServerBox, Worker, describe_failure
 from .spares import FAILED_SPARE_PAUSE, Spares
 
 if TYPE_CHECKING:
     from . import rootfs
-    from .boxes import ServerBox
     from .pool import Pool
 
 WEAK_SWEEP_SECONDS = 2.0

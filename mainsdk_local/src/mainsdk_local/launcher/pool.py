@@ -53,8 +53,7 @@ from .spares import FAILED_SPARE_PAUSE
 
 if TYPE_CHECKING:
     from . import rootfs
-    from .boxes import ServerBox
-    from .runs import ExecRequest, Run, Worker
+    from .runs import ExecRequest, Run, ServerBox, Worker
     from .sockets import SocketBound
     from .spares import Spares
 
@@ -502,12 +501,12 @@ def warm_main(ctx: stages.ChildContext, kind: Kind, control_fd: int, report_fd: 
     stage = ["prepare"]
     try:
         report_fd = fcntl.fcntl(report_fd, fcntl.F_DUPFD_CLOEXEC, 10)  # out of the low numbers a kind may use
-        stages._code_prepare()
-        stages._code_enter_root(ctx, stage)
+        stages.code_prepare()
+        stages.code_enter_root(ctx, stage)
         stage[0] = "pool mounts"
         for name in ("/work", "/out"):
             linux.mount(None, name, None, linux.MS_SLAVE)  # receive the run's box from the server; send nothing back
-        stages._code_enter_user(ctx, stage)
+        stages.code_enter_user(ctx, stage)
         kind.start(ctx, control_fd, report_fd, timeout_w, stage)
     except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
         stages.report_failure(report_fd, stage[0], exc)

@@ -1,7 +1,7 @@
 """The kind "exec" of the warm pool: a box made ahead whose C waits just before ``execve``.
 
 C enters the pool folder's box exactly as the cold path's C does, with the cold path's own
-functions (``pool.warm_main``: ``_code_prepare``, ``_code_enter_root``, ``_code_enter_user``):
+functions (``pool.warm_main``: ``code_prepare``, ``code_enter_root``, ``code_enter_user``):
 a fresh B with its pid namespace and cgroups, C in its own mount, net, ipc, uts and user
 namespaces, root pivoted, uid dropped, keyring, no_new_privs, seccomp, capabilities gone. It
 is a fork of the server, like the cold path's C before its exec, and runs no code of anyone's
@@ -11,7 +11,7 @@ At hand-off it gets the cold path's own job (``ChildContext.job``, with the run'
 stderr and stdin descriptors), tells B the run's timeout (B's timer starts now: the time
 limit counts from hand-off), closes the control socket, changes into ``/work`` again (the
 run's box is now mounted over the pool folder's), and finishes as the cold path's C does
-(``_code_launch``): the run's rlimits, its descriptors on 0-2, every other descriptor
+(``code_launch``): the run's rlimits, its descriptors on 0-2, every other descriptor
 closed, ``execve`` of the run's argv with the run's env. The program starts only then, in
 the run's ``/work``, so what it sees is the cold path's run: argv, ``$0``,
 ``/proc/self/cmdline``, environment, locale, tracebacks. What differs: ``/proc/self/mountinfo``
@@ -61,13 +61,13 @@ class PreExec(Kind):
         dry = protocol.Decoder()
         dry.feed(protocol.encode(dict(stages.ChildContext().job(), fds=0)), [])
         stages.ChildContext.from_job(dry.frames()[0].header, [-1, -1], report_fd)
-        stages._TIMEOUT.pack(0.0)
+        stages.TIMEOUT_STRUCT.pack(0.0)
         control.sendall(b"R")
         job, _ = stages.receive_job(control, report_fd, timeout_w)  # B's timer starts now: time counts from hand-off
         control.close()
         stage[0] = "chdir"
         os.chdir("/work")  # the run's box, mounted over the pool folder's /work at hand-off
-        stages._code_launch(job, stage)
+        stages.code_launch(job, stage)
 
     def job(self, ctx: stages.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
         fds = [ctx.stdout, ctx.stderr, *([ctx.stdin] if ctx.stdin is not None else [])]

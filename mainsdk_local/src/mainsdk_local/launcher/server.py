@@ -35,7 +35,7 @@ removed on a later turn of the loop, after the replies and any request already w
 This module is the event loop. Forking, feeding and reporting runs is in ``execs.py``; the
 stages B and C are in ``stages.py``; the rest of a run's pieces each have their module:
 ``cgroups`` (limits), ``rootfs`` (root templates), ``boxes`` (box folders and file transfer),
-``runs`` (what the server keeps of an exec), ``spares`` (workers prepared ahead),
+``runs`` (what the server keeps of a box and its execs), ``spares`` (workers prepared ahead),
 ``server_setup`` and ``weak``.
 
 B reaps everything until C exits, then SIGKILLs whatever is left in its pid
@@ -74,11 +74,10 @@ from . import (
     sockets,
     weak,
 )
-from .boxes import ServerBox
 from .execs import RunExecution
 from .pool import Pool, WarmExecution
 from .pool_kinds import KINDS
-from .runs import ExecRequest, Run, Worker
+from .runs import ExecRequest, Run, ServerBox, Worker
 from .spares import Spares
 
 # A spare is prepared only once every run started this long ago (or earlier) or has reported; see _spare_wanted.

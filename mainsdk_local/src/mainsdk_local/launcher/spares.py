@@ -21,8 +21,7 @@ from . import common, stages
 
 if TYPE_CHECKING:
     from . import cgroups, rootfs
-    from .boxes import ServerBox
-    from .runs import Worker
+    from .runs import ServerBox, Worker
 
 # Generic spares kept ready, besides the hot one.
 SPARES = 1

@@ -41,7 +41,7 @@ from . import cgroups, common, landlock, linux, protocol, seccomp
 NOFILE_LIMIT = 4096
 TCP_INITIAL_RCVBUF = 16384  # the box's net.ipv4.tcp_rmem default (the kernel's is 128 KiB)
 CODE_OOM_SCORE_ADJ = 500
-_TIMEOUT = struct.Struct("d")  # C to B: the job's timeout in seconds
+TIMEOUT_STRUCT = struct.Struct("d")  # C to B: the job's timeout in seconds
 MAX_TIMER_SECONDS = 1e8  # setitimer takes no more; a timeout beyond it is no deadline anyway
 
 # Signals the server ignores (Python ignores SIGPIPE and SIGXFSZ; the app may have ignored
@@ -248,15 +248,15 @@ def _arm_deadline(timeout_r: int) -> list[bool]:
     """
     fired: list[bool] = []
     raw = b""
-    while len(raw) < _TIMEOUT.size:
-        chunk = os.read(timeout_r, _TIMEOUT.size - len(raw))
+    while len(raw) < TIMEOUT_STRUCT.size:
+        chunk = os.read(timeout_r, TIMEOUT_STRUCT.size - len(raw))
         if not chunk:
             break
         raw += chunk
     os.close(timeout_r)
-    if len(raw) < _TIMEOUT.size:
+    if len(raw) < TIMEOUT_STRUCT.size:
         return fired
-    (timeout,) = _TIMEOUT.unpack(raw)
+    (timeout,) = TIMEOUT_STRUCT.unpack(raw)
     if not 0 < timeout < float("inf"):
         return fired  # the server validates it; should it not, its own deadline still holds
 
@@ -282,10 +282,10 @@ def code_main(report_fd: int, bound: dict[str, Any] | None, timeout_w: int) -> N
     gc.disable()
     stage = ["prepare"]
     try:
-        _code_prepare()
+        code_prepare()
         rooted = bound is not None
         if bound is not None:
-            _code_enter_root(ChildContext.from_job(bound, [-1, -1], report_fd), stage)
+            code_enter_root(ChildContext.from_job(bound, [-1, -1], report_fd), stage)
         stage[0] = "job"
         sock = socket.socket(fileno=os.dup(report_fd))
         with contextlib.suppress(OSError):  # tell the server we are ready; only a hint
@@ -301,9 +301,9 @@ def code_main(report_fd: int, bound: dict[str, Any] | None, timeout_w: int) -> N
                 cgroups.configure_cgroup(
                     ctx.memory_dir, ctx.memory_version, ctx.pids_dir, ctx.memory_bytes, ctx.max_processes
                 )
-            _code_enter_root(ctx, stage)
-        _code_enter_user(ctx, stage)
-        _code_launch(ctx, stage)
+            code_enter_root(ctx, stage)
+        code_enter_user(ctx, stage)
+        code_launch(ctx, stage)
     except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
         report_failure(report_fd, stage[0], exc)
     os._exit(127)
@@ -324,7 +324,7 @@ def receive_job(sock: socket.socket, report_fd: int, timeout_w: int) -> tuple[Ch
         decoder.feed(data, fds)
         frames = decoder.frames()
     ctx = ChildContext.from_job(frames[0].header, frames[0].fds, report_fd)
-    os.write(timeout_w, _TIMEOUT.pack(float(ctx.timeout)))  # 8 bytes into an empty pipe: never blocks
+    os.write(timeout_w, TIMEOUT_STRUCT.pack(float(ctx.timeout)))  # 8 bytes into an empty pipe: never blocks
     os.close(timeout_w)
     return ctx, frames[0].header
 
@@ -337,16 +337,16 @@ def weak_child_main(ctx: ChildContext) -> NoReturn:
         for fd in ctx.cgroup_fds:
             os.write(fd, b"0")
         stage[0] = "prepare"
-        _code_prepare()
-        _code_enter_root(ctx, stage)
-        _code_enter_user(ctx, stage)
-        _code_launch(ctx, stage)
+        code_prepare()
+        code_enter_root(ctx, stage)
+        code_enter_user(ctx, stage)
+        code_launch(ctx, stage)
     except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
         report_failure(ctx.report_fd, stage[0], exc)
     os._exit(127)
 
 
-def _code_prepare() -> None:
+def code_prepare() -> None:
     """C's setup that does not depend on the job."""
     # Raising is always allowed: in the run's cgroup the code is the OOM victim rather than
     # B, and on the host it goes before the app.
@@ -363,7 +363,7 @@ def _code_prepare() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
 
-def _code_enter_root(ctx: ChildContext, stage: list[str]) -> None:
+def code_enter_root(ctx: ChildContext, stage: list[str]) -> None:
     """Into the sandbox's root (namespace mode; nothing to do when weak), still as root."""
     if ctx.namespaces:
         stage[0] = "mounts"
@@ -385,7 +385,7 @@ def _code_enter_root(ctx: ChildContext, stage: list[str]) -> None:
         os.chdir("/")
 
 
-def _code_enter_user(ctx: ChildContext, stage: list[str]) -> None:
+def code_enter_user(ctx: ChildContext, stage: list[str]) -> None:
     """Become the box's user: credentials, user namespace, keyring, no privileges, /work."""
     if not ctx.namespaces and ctx.drop_uid:
         # Weak mode as root: drop the bounding set while we still may (below we lose CAP_SETPCAP).
@@ -428,7 +428,7 @@ def _code_enter_user(ctx: ChildContext, stage: list[str]) -> None:
     os.chdir("/work" if ctx.namespaces else os.path.join(ctx.box_dir, "work"))
 
 
-def _code_launch(ctx: ChildContext, stage: list[str]) -> NoReturn:
+def code_launch(ctx: ChildContext, stage: list[str]) -> NoReturn:
     """The job's own part: rlimits, stdio, execve."""
     stage[0] = "rlimits"
     resource.setrlimit(resource.RLIMIT_FSIZE, (ctx.disk_bytes, ctx.disk_bytes))
