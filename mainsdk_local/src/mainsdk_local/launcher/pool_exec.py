@@ -21,7 +21,7 @@ shows the pool folder under ``/work`` and ``/out``, and the box's host uid is th
 It takes any exec the client marked as poolable (``ExecRequest.warm`` not None): bash, node,
 and the Python shapes the stub refuses (code on stdin, other flags, other start-up
 variables). Its key is the root alone: nothing else of the run reaches C before hand-off.
-Session boxes never take one (see ``WarmExecution._start_warm``): their files were written
+Session boxes never take one (see ``WarmPool.hand_over``): their files were written
 by earlier commands, and giving them to the entry's uid would chown paths code can change
 under the server's feet; their hot spare already waits in the box with its uid.
 """

@@ -4,12 +4,18 @@ the run, and the worker serving it. The box's files and their transfer are in ``
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
+import signal
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from . import cgroups, common, protocol, rootfs
+
+if TYPE_CHECKING:
+    from . import stages
 
 # No exec may bind these, or anything under them, read-only from the host.
 FORBIDDEN_READONLY = ("/proc", "/sys", "/dev", "/work", "/out")
@@ -162,6 +168,25 @@ class Worker:
         self.sock_open = True
         self.listener: int | None = None  # B's proxy listener, until a run takes it or the worker goes
 
+    def kill(self) -> None:
+        """SIGKILL the worker unless it is reaped: B is pid 1 of the run, and its death takes the tree."""
+        if not self.reaped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+class SpawnWorker(Protocol):
+    """Forks a worker (``execs.Executor.spawn_worker``): what spares and the warm pool get to make theirs."""
+
+    def __call__(
+        self,
+        limits: cgroups.Limits,
+        bound: stages.ChildContext | None = None,
+        *,
+        child: Callable[[int, int], NoReturn] | None = None,
+        keep: frozenset[int] = frozenset(),
+    ) -> Worker: ...
+
 
 class Run:
     """One exec: its worker, stdin pipe, cgroups, deadline and what the worker reported."""
@@ -185,6 +210,21 @@ class Run:
         self.cgroup: cgroups.RunCgroup | None = None
         self.done = False
         self.then: tuple[int, int] | None = None  # a one-shot exec: (collect id, max_bytes) of /out after it
+
+
+def set_limits(ctx: stages.ChildContext, run: Run, cgroup: cgroups.RunCgroup | None, spec: ExecRequest) -> None:
+    """Where the exec's limits go: its cgroups, or rlimits for what has no cgroup."""
+    run.cgroup = cgroup
+    ctx.memory_dir = cgroup.memory_dir if cgroup else None
+    ctx.memory_version = cgroup.memory_version if cgroup else 0
+    ctx.pids_dir = cgroup.pids_dir if cgroup else None
+    ctx.joins = list(cgroup.joins) if cgroup else []
+    ctx.memory_bytes = spec.memory_bytes
+    if ctx.namespaces and ctx.memory_dir is not None and spec.memory_bytes is not None:
+        ctx.memory_bytes = cgroups.session_allowance(spec.memory_bytes, ctx.box_dir)  # the box's files are RAM
+    ctx.max_processes = spec.max_processes + (1 if ctx.namespaces else 0)
+    ctx.memory_rlimit = spec.memory_bytes if ctx.memory_dir is None else None
+    ctx.nproc_rlimit = spec.max_processes if ctx.pids_dir is None else None
 
 
 def describe_failure(error: dict[str, Any]) -> str:

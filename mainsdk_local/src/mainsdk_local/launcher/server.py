@@ -49,10 +49,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import heapq
 import os
 import selectors
-import signal
 import socket
 import sys
 import time
@@ -74,11 +72,11 @@ from . import (
     sockets,
     weak,
 )
-from .execs import RunExecution
-from .pool import Pool, WarmExecution
+from .execs import Executor
+from .pool import WarmPool
 from .pool_kinds import KINDS
-from .runs import ExecRequest, Run, ServerBox, Worker
-from .spares import Spares
+from .runs import ExecRequest, Run, ServerBox
+from .spares import FAILED_SPARE_PAUSE
 
 # A spare is prepared only once every run started this long ago (or earlier) or has reported; see _spare_wanted.
 SPARE_QUIET = 0.25
@@ -92,8 +90,12 @@ DEFAULT_MAX_SOCKETS = 4096
 MAX_DISK = (1 << 63) - 1  # a box's disk size in bytes: what RLIMIT_FSIZE (a C long) can hold
 
 
-class Server(RunExecution, WarmExecution):
-    """The event loop: bootstrap socket, box channels, deadlines, /out collection; runs are in ``execs.py``."""
+class Server:
+    """The event loop: bootstrap socket, box channels, deadlines, /out collection.
+
+    It has an ``Executor`` (``execs.py``: the workers, spares and runs) and a ``WarmPool`` (``pool.py``: the
+    entries made ahead); each is given what it needs of the server, and the server calls their public methods.
+    """
 
     def __init__(
         self, boot: socket.socket, parent: int, force_weak: bool, pool: int = 0, pool_idle: float | None = None
@@ -106,12 +108,6 @@ class Server(RunExecution, WarmExecution):
         self.sel = selectors.DefaultSelector()
         self.boot_decoder = protocol.Decoder()
         self.boxes: dict[int, ServerBox] = {}
-        self.workers: dict[int, Worker] = {}
-        self.spares = Spares(self._spawn_worker, self._kill_worker, drop_uid=self.root)
-        self.pool = Pool(pool, common.MOUNT_BASE, self._spawn_pooled, self._kill_worker, self._unwatch, KINDS)
-        if pool_idle is not None:
-            self.pool.idle_seconds = pool_idle
-        self.deadlines: list[tuple[float, int, Run]] = []
         self.collecting: dict[tuple[int, int], tuple[ServerBox, int, boxes.OutCollector]] = {}  # (slot, id): unfinished
         # Closed boxes whose files are still to be removed: done between requests, never before one (loop).
         self.doomed: collections.deque[ServerBox] = collections.deque()
@@ -129,6 +125,28 @@ class Server(RunExecution, WarmExecution):
         self.landlock_abi = 0  # weak mode: the kernel's Landlock ABI, 0 when it has none
         self.stopping = False
         self.last_box_closed = -SPARE_LINGER  # monotonic time the last box was destroyed (see _spare_wanted)
+        self.pool = WarmPool(
+            pool,
+            common.MOUNT_BASE,
+            KINDS,
+            selector=self.sel,
+            templates=self.templates,
+            boxes=self.boxes,
+            root=self.root,
+        )
+        if pool_idle is not None:
+            self.pool.idle_seconds = pool_idle
+        self.executor = Executor(
+            self.sel,
+            self.cgroups,
+            self.templates,
+            self.pool,
+            root=self.root,
+            send=self._send,
+            finish_close=self._maybe_finish_close,
+            collect_after=self._collect_after,
+            stopping=lambda: self.stopping,
+        )
 
     # -- setup ---------------------------------------------------------------
 
@@ -170,6 +188,14 @@ class Server(RunExecution, WarmExecution):
             self.uid_base = 0 if self.isolation == "namespace" else os.geteuid()
         if self.isolation != "namespace" or self.cgroups.memory is None or self.cgroups.pids is None:
             self.pool.size = 0  # a warm interpreter's limits are rewritten from outside: it needs cgroups
+        self.pool.sockets = self.sockets  # a box that takes an entry's uid takes its socket bound along
+        self.executor.configure(
+            isolation=self.isolation,
+            own_pidns=self.own_pidns,
+            self_pidfd=self.self_pidfd,
+            node_preload=self.node_preload,
+            landlock_abi=self.landlock_abi,
+        )
         self.sel.register(self.boot, selectors.EVENT_READ, self._on_boot)
         self.sel.register(self.parent_pidfd, selectors.EVENT_READ, self._on_parent_exit)
 
@@ -239,7 +265,7 @@ class Server(RunExecution, WarmExecution):
         SPARE_QUIET ago has not reported: preparing one forks and sets up namespaces, which
         would compete with that run's own start and report for the CPUs. A short run gets its
         replacement after its result is sent. The one exception: each run of a pooled kind that
-        reported may warm one interpreter at once (``Pool.refills``), so steady concurrency, where
+        reported may warm one interpreter at once (``WarmPool.refills``), so steady concurrency, where
         the loop is never quiet, does not drain the pool.
         """
         if self.stopping or self.isolation != "namespace":
@@ -247,14 +273,15 @@ class Server(RunExecution, WarmExecution):
         # Spares while boxes are open, and for SPARE_LINGER after the last one closed: one-shot runs keep no
         # box open between them, and without a spare each would fork and set up its worker on its own path.
         spares_wanted = bool(self.boxes) or time.monotonic() <= self.last_box_closed + SPARE_LINGER
-        wanted = self.spares.wanted() if spares_wanted else None
-        pool = self.pool.size > 0 and self.pool.wanted(self._free_pool_slot) is not None
-        soon = max(0.0, self.spares.not_before - time.monotonic())
+        spares = self.executor.spares
+        wanted = spares.wanted() if spares_wanted else None
+        pool = self.pool.size > 0 and self.pool.wanted() is not None
+        soon = max(0.0, spares.not_before - time.monotonic())
         if pool and self.pool.refills:
-            return (soon, "pool")  # one warm interpreter per run that reported, even while others run (Pool.refills)
+            return (soon, "pool")  # one warm interpreter per run that reported, even while others run (refills)
         # Otherwise a generic spare first when there is none (a run that finds no warm interpreter takes it:
         # without it, that run forks its worker itself), then warm interpreters, then a session's hot spare.
-        first_spare = wanted is not None and wanted[1] == "generic" and not self.spares.generic
+        first_spare = wanted is not None and wanted[1] == "generic" and not spares.generic
         if pool and not first_spare:
             wanted = (soon, "pool")
         if wanted is None:
@@ -274,19 +301,33 @@ class Server(RunExecution, WarmExecution):
         if wanted is not None and wanted[1] == "pool":
             self._warm_one()
         elif wanted is not None:
-            self.spares.prepare(wanted[1])
+            self.executor.spares.prepare(wanted[1])
+
+    def _warm_one(self) -> None:
+        """Start one warm pool entry for the key the pool wants most, in a free slot and with its uid."""
+        key = self.pool.wanted()
+        slot = self.pool.free_slot()
+        if key is None or slot is None:
+            return
+        uid = self.uid_base + slot if self.root else self.uid_base
+        gid = uid if self.root else 0
+        self.pool.refills = max(0, self.pool.refills - 1)
+        try:
+            self.pool.warm(key, slot, uid, gid, self.executor.spawn_worker)
+        except (OSError, common.RequestError) as exc:
+            print(f"mainsdk-local launcher: pool entry: {exc}", file=sys.stderr)
+            self.executor.spares.not_before = time.monotonic() + FAILED_SPARE_PAUSE
 
     def loop(self) -> None:
         """Serve until the app closes the bootstrap socket or exits."""
         while not self.stopping:
             timeout: float | None = None
-            while self.deadlines and self.deadlines[0][2].done:
-                heapq.heappop(self.deadlines)
-            if self.deadlines:
-                timeout = max(0.0, self.deadlines[0][0] - time.monotonic())
+            deadline = self.executor.next_deadline()
+            if deadline is not None:
+                timeout = max(0.0, deadline - time.monotonic())
             if self.cgroups.retry():
                 timeout = 0.05 if timeout is None else min(timeout, 0.05)
-            if self.isolation == "weak" and self.workers:
+            if self.isolation == "weak" and self.executor.workers:
                 timeout = 0.2 if timeout is None else min(timeout, 0.2)
             expiry = self.pool.next_expiry()
             if expiry is not None:  # wake to drop an interpreter idle too long
@@ -306,14 +347,9 @@ class Server(RunExecution, WarmExecution):
                 self._destroy_box(self.doomed.popleft())  # a closed box's umount and rmdir
             elif self._idle_work_pending():
                 self._idle_work()
-            now = time.monotonic()
-            while self.deadlines and (self.deadlines[0][2].done or self.deadlines[0][0] <= now):
-                _, _, run = heapq.heappop(self.deadlines)
-                if not run.done:
-                    run.timed_out = True
-                    self._kill(run)
+            self.executor.expire_deadlines(time.monotonic())
             if self.isolation == "weak":
-                self._reap_orphans()
+                self.executor.reap_orphans()
 
     def _on_parent_exit(self, mask: int) -> None:
         self.stopping = True
@@ -344,16 +380,7 @@ class Server(RunExecution, WarmExecution):
 
     def shutdown(self) -> None:
         """Kill every run and worker, wait for them, remove boxes, roots and cgroups."""
-        for worker in self.workers.values():
-            if not worker.reaped:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(worker.pid, signal.SIGKILL)
-        for worker in list(self.workers.values()):
-            if not worker.reaped:
-                with contextlib.suppress(ChildProcessError):
-                    _, worker.status = os.waitpid(worker.pid, 0)
-                worker.reaped = True
-            self._worker_gone(worker, reply=False)
+        self.executor.shutdown()
         for box in list(self.boxes.values()):
             self._close_channel(box)
             self._destroy_box(box)
@@ -419,7 +446,7 @@ class Server(RunExecution, WarmExecution):
     def _box_limits(self, box: ServerBox, memory_bytes: int | None, max_sockets: int | None) -> None:
         """What the box holds at most, whatever runs in it: sockets; for a session's box, memory too."""
         if box.session:
-            box.memory_limit = memory_bytes  # its cgroup is its first exec's box-level one (RunExecution)
+            box.memory_limit = memory_bytes  # its cgroup is its first exec's box-level one (Executor)
             self.cgroups.wrap = True
         try:
             box.max_sockets = DEFAULT_MAX_SOCKETS if max_sockets is None else max_sockets
@@ -512,13 +539,13 @@ class Server(RunExecution, WarmExecution):
             spec = ExecRequest(h.get("spec"), bool(h.get("stdin")))
             then = self._then_collect(box, rid, h.get("then"))
             fds, frame.fds = frame.fds, []
-            self._start_run(box, rid, spec, fds, frame.payload)  # owns (and closes) fds
+            self.executor.start_run(box, rid, spec, fds, frame.payload)  # owns (and closes) fds
             box.runs[rid].then = then
         elif op == "kill":
             run = box.runs.get(rid)
             if run is not None and not run.done:
                 run.killed = True
-                self._kill(run)
+                self.executor.kill(run)
         elif op == "pool":
             self._send(box, dict(self.pool.stats(), id=rid, ok=True))
         elif op == "close":
@@ -596,10 +623,10 @@ class Server(RunExecution, WarmExecution):
     def _begin_close(self, box: ServerBox) -> None:
         box.closing = True
         self._stop_collecting(box)
-        self.spares.box_closing(box)
+        self.executor.spares.box_closing(box)
         for run in list(box.runs.values()):
             run.killed = True
-            self._kill(run)
+            self.executor.kill(run)
         self._maybe_finish_close(box)
 
     def _maybe_finish_close(self, box: ServerBox) -> None:

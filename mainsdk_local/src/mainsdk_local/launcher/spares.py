@@ -38,13 +38,12 @@ class Spares:
     """The spare workers of a server, and what the next one should be.
 
     ``spawn(limits, bound)`` forks a worker (B writes ``limits`` ahead; a ``bound``
-    C enters that box's root ahead); ``kill(worker)`` kills one. ``drop_uid``: the
+    C enters that box's root ahead; the executor's ``spawn_worker``). ``drop_uid``: the
     server is root, so C switches to the box's uid.
     """
 
-    def __init__(self, spawn: Spawn, kill: Callable[[Worker], None], *, drop_uid: bool) -> None:
+    def __init__(self, spawn: Spawn, *, drop_uid: bool) -> None:
         self._spawn = spawn
-        self._kill = kill
         self._drop_uid = drop_uid
         self.generic: collections.deque[Worker] = collections.deque()
         self.hot: Worker | None = None
@@ -100,7 +99,7 @@ class Spares:
         """Drop an unused spare: it exits when its socket closes, or is killed."""
         self.forget(worker)
         worker.discarded = True
-        self._kill(worker)
+        worker.kill()
 
     def forget(self, worker: Worker) -> None:
         """``worker`` is no spare any more (taken, discarded or dead)."""
