@@ -1,4 +1,5 @@
-"""The launcher's modules import each other without a circle, and none calls another's private names.
+"""The launcher's modules import each other without a circle, none calls another's private names, and the server
+has its parts (an executor, a warm pool) instead of mixing them in.
 
 Read from the source with ``ast``, so every import counts: at the top, under ``TYPE_CHECKING`` and inside
 functions. A circle (``boxes`` importing ``runs`` for a type while ``runs`` imports ``boxes``) means two
@@ -129,3 +130,26 @@ def test_siblings_are_imported_by_their_full_name() -> None:
         for name in MODULES
     }
     assert {name: aliases for name, aliases in renamed.items() if aliases} == {}
+
+
+def _stub_blocks(tree: ast.Module) -> list[str]:
+    """Classes whose body holds an ``if TYPE_CHECKING:`` block: methods of another class re-declared (a mixin's)."""
+    return sorted(
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and any(
+            isinstance(item, ast.If) and isinstance(item.test, ast.Name) and item.test.id == "TYPE_CHECKING"
+            for item in node.body
+        )
+    )
+
+
+def test_the_server_has_its_parts_instead_of_mixing_them_in() -> None:
+    """``Server`` has an executor and a warm pool; no class stands in for another's methods with stubs."""
+    assert _stub_blocks(ast.parse("class A:\n    if TYPE_CHECKING:\n        def f(self) -> None: ...\n")) == ["A"]
+    server = next(
+        node for node in ast.walk(_tree("server")) if isinstance(node, ast.ClassDef) and node.name == "Server"
+    )
+    assert [ast.unparse(base) for base in server.bases] == []
+    assert {name: found for name in MODULES if (found := _stub_blocks(_tree(name)))} == {}
