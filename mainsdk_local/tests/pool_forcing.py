@@ -17,7 +17,7 @@ import attrs
 import pytest
 from mainsdk_local.launcher.pool_python import code_index
 
-from mainsdk_local import launcher_client as LC
+from mainsdk_local import launcher_client
 
 READY_WITHIN = 60.0  # seconds a warm interpreter of the run's kind gets to become ready
 
@@ -32,7 +32,7 @@ class WarmRuns:
         self.kinds: dict[str, int] = {}  # warm runs by the kind of entry that served them
 
 
-async def _stats(launcher: LC.Launcher) -> dict[str, int]:
+async def _stats(launcher: launcher_client.Launcher) -> dict[str, int]:
     probe = await _OPEN(launcher, disk_bytes=1 << 20, session=False)
     try:
         return await probe.pool_stats()
@@ -40,7 +40,7 @@ async def _stats(launcher: LC.Launcher) -> dict[str, int]:
         await probe.close()
 
 
-def _primers(spec: LC.ExecSpec) -> list[LC.ExecSpec]:
+def _primers(spec: launcher_client.ExecSpec) -> list[launcher_client.ExecSpec]:
     """Execs that make the pool warm what ``spec`` can take: a pre-exec box of its root (any exec), and, for a
     shape an interpreter kind takes, that interpreter with a no-op for code (its key: argv up to the code, env)."""
     primers = [attrs.evolve(spec, argv=("/usr/bin/true",), warm="exec", stdin=None, proxy=False)]
@@ -51,7 +51,7 @@ def _primers(spec: LC.ExecSpec) -> list[LC.ExecSpec]:
     return primers
 
 
-async def _prime(launcher: LC.Launcher, spec: LC.ExecSpec, disk_bytes: int) -> None:
+async def _prime(launcher: launcher_client.Launcher, spec: launcher_client.ExecSpec, disk_bytes: int) -> None:
     """Run each primer once, so the pool warms an entry of its kind, then wait until the pool is idle again."""
     for primer in _primers(spec):
         box = await _OPEN(launcher, disk_bytes=disk_bytes, session=False)  # a warm node's key holds the disk size
@@ -65,13 +65,13 @@ async def _prime(launcher: LC.Launcher, spec: LC.ExecSpec, disk_bytes: int) -> N
         await asyncio.sleep(0.02)
 
 
-_OPEN = LC.Launcher.open_box
-_EXEC = LC.Box.exec
+_OPEN = launcher_client.Launcher.open_box
+_EXEC = launcher_client.LauncherBox.exec
 
 
 def pool_works() -> bool:
     """Whether a launcher here gets a warm pool (namespaces, and memory and pids cgroups: root)."""
-    launcher = LC.Launcher(pool=1)
+    launcher = launcher_client.Launcher(pool=1)
     try:
         return launcher.isolation == "namespace" and launcher._hello.get("pool") == 1
     finally:
@@ -81,15 +81,19 @@ def pool_works() -> bool:
 def force_warm(monkeypatch: pytest.MonkeyPatch) -> WarmRuns:
     """Patch the launcher client so that every run the pool can take finds an entry of its kind ready."""
     seen = WarmRuns()
-    opened: weakref.WeakKeyDictionary[LC.Box, tuple[LC.Launcher, bool, int]] = weakref.WeakKeyDictionary()
+    opened: weakref.WeakKeyDictionary[launcher_client.LauncherBox, tuple[launcher_client.Launcher, bool, int]] = (
+        weakref.WeakKeyDictionary()
+    )
 
-    async def open_box(self: LC.Launcher, **options: Any) -> LC.Box:
+    async def open_box(self: launcher_client.Launcher, **options: Any) -> launcher_client.LauncherBox:
         box = await _OPEN(self, **options)
         session = bool(options.get("session", True)) and not options.get("one_shot", False)
         opened[box] = (self, session, int(options.get("disk_bytes", 0)))
         return box
 
-    async def exec_(self: LC.Box, spec: LC.ExecSpec, **options: Any) -> LC.ExecResult:
+    async def exec_(
+        self: launcher_client.LauncherBox, spec: launcher_client.ExecSpec, **options: Any
+    ) -> launcher_client.ExecResult:
         launcher, session, disk_bytes = opened.get(self, (None, True, 0))
         shaped = launcher is not None and not session and spec.warm is not None and self.namespaces
         takes = shaped and launcher is not None and launcher._hello.get("pool", 0) > 0
@@ -106,6 +110,6 @@ def force_warm(monkeypatch: pytest.MonkeyPatch) -> WarmRuns:
                 seen.cold.append(spec.argv[-1][:80])  # the code (the figures wrapper passes it last)
         return result
 
-    monkeypatch.setattr(LC.Launcher, "open_box", open_box)
-    monkeypatch.setattr(LC.Box, "exec", exec_)
+    monkeypatch.setattr(launcher_client.Launcher, "open_box", open_box)
+    monkeypatch.setattr(launcher_client.LauncherBox, "exec", exec_)
     return seen

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from mainsdk_local.launcher import protocol
-from mainsdk_local.launcher_client import Box, ExecSpec, Launcher, OpenFailed
+from mainsdk_local.launcher_client import ExecSpec, Launcher, LauncherBox, OpenFailed
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
 
@@ -51,7 +51,7 @@ def _workers(launcher: Launcher) -> set[int]:
     return pids
 
 
-async def _exec_true(box: Box) -> None:
+async def _exec_true(box: LauncherBox) -> None:
     result = await box.exec(
         ExecSpec(argv=("/bin/true",), env={}, timeout=20.0, memory_bytes=64 * MiB),
         on_stdout=lambda chunk: None,
@@ -109,7 +109,7 @@ def test_core_opens_a_one_shot_box_for_a_run_and_a_session_box_for_a_session() -
     opened: list[bool] = []
     real_open = driver._launcher.open_box
 
-    async def recording_open(*, session: bool = True, **options: Any) -> Box:
+    async def recording_open(*, session: bool = True, **options: Any) -> LauncherBox:
         opened.append(session and not options.get("one_shot", False))  # a spy on the real call, run unchanged
         return await real_open(session=session, **options)
 
@@ -162,9 +162,9 @@ def test_a_one_shot_run_is_one_exchange_with_the_launcher(monkeypatch: pytest.Mo
     try:
         assert sandbox.run("print(1 + 1)").stdout == "2\n"  # the launcher is up: its hello is not part of a run
         log: list[str] = []
-        real_send, real_receive = Box._send, protocol.receive
+        real_send, real_receive = LauncherBox._send, protocol.receive
 
-        def send(box: Box, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
+        def send(box: LauncherBox, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
             log.append(f"send {header.get('op')}")  # spies on the real calls, which run unchanged
             real_send(box, header, payload, fds)
 
@@ -174,7 +174,7 @@ def test_a_one_shot_run_is_one_exchange_with_the_launcher(monkeypatch: pytest.Mo
                 log.append("receive")
             return data, fds
 
-        monkeypatch.setattr(Box, "_send", send)
+        monkeypatch.setattr(LauncherBox, "_send", send)
         monkeypatch.setattr(protocol, "receive", receive)
         code = "import pathlib; print(pathlib.Path('in.txt').read_text()); pathlib.Path('../out/o.txt').write_text('x')"
         result = sandbox.run(code, files={"in.txt": "hello"})

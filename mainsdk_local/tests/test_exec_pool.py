@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 
 import pytest
-from mainsdk_local.launcher_client import Box, ExecResult, ExecSpec, Launcher, LauncherError
+from mainsdk_local.launcher_client import ExecResult, ExecSpec, Launcher, LauncherBox, LauncherError
 from mainsdk_local.programs import Program, resolve_program
 from pool_runs import MiB, Ran, pooled_launcher, run_in_box, stats, wait_ready
 
@@ -350,7 +350,7 @@ async def test_all_kinds_together_are_bounded_by_the_pool_size(
         await asyncio.sleep(0.1)
 
 
-async def _exec(box: Box, program: Program, args: tuple[str, ...]) -> ExecResult:
+async def _exec(box: LauncherBox, program: Program, args: tuple[str, ...]) -> ExecResult:
     return await box.exec(_spec(program, args), on_stdout=lambda chunk: None, on_stderr=lambda chunk: None)
 
 

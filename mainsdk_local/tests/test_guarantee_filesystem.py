@@ -23,7 +23,7 @@ import pytest
 from escape_probes import SECRET, launcher_server_pids
 from mainsdk import Sandbox, SandboxError
 from mainsdk.errors import INVALID_OPTION
-from mainsdk_local.launcher import linux as L
+from mainsdk_local.launcher import linux
 from requires import NAMESPACES
 
 
@@ -71,34 +71,34 @@ def writable_mount_under_usr() -> Iterator[str]:
     path = f"/usr/share/mainsdk-rw-{secrets.token_hex(4)}"
     os.mkdir(path)
     try:
-        L.mount("tmpfs", path, "tmpfs", 0, "size=1m,mode=1777")
+        linux.mount("tmpfs", path, "tmpfs", 0, "size=1m,mode=1777")
         try:
             yield path
         finally:
-            L.umount(path)
+            linux.umount(path)
     finally:
         os.rmdir(path)
 
 
 REMOUNT_FALLBACK = """
 import errno, json, os, tempfile
-from mainsdk_local.launcher import linux as L
-L.unshare(L.CLONE_NEWNS)
-L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
+from mainsdk_local.launcher import linux
+linux.unshare(linux.CLONE_NEWNS)
+linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
 base = tempfile.mkdtemp()
 src, dst = os.path.join(base, "src"), os.path.join(base, "dst")
 os.mkdir(src); os.mkdir(dst)
-L.mount("tmpfs", src, "tmpfs", 0, "size=1m")
+linux.mount("tmpfs", src, "tmpfs", 0, "size=1m")
 os.mkdir(os.path.join(src, "sub"))
-L.mount("tmpfs", os.path.join(src, "sub"), "tmpfs", L.MS_NOEXEC, "size=1m")  # a writable submount
+linux.mount("tmpfs", os.path.join(src, "sub"), "tmpfs", linux.MS_NOEXEC, "size=1m")  # a writable submount
 
 
 def no_mount_setattr(target, attr_set, *, recursive):  # a kernel before 5.12
     raise OSError(errno.ENOSYS, "mount_setattr: Function not implemented")
 
 
-L.mount_setattr = no_mount_setattr
-L.bind_readonly(src, dst)
+linux.mount_setattr = no_mount_setattr
+linux.bind_readonly(src, dst)
 out = {}
 for line in open("/proc/self/mountinfo"):
     fields = line.split()

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import collect_model
 import pytest
-from mainsdk_local.launcher_client import Box, ExecResult, ExecSpec, Launcher, LauncherError
+from mainsdk_local.launcher_client import ExecResult, ExecSpec, Launcher, LauncherBox, LauncherError
 from mainsdk_local.programs import resolve_program
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
@@ -76,7 +76,7 @@ class Output:
         self.err += chunk
 
 
-async def run(box: Box, spec: ExecSpec) -> tuple[ExecResult, Output]:
+async def run(box: LauncherBox, spec: ExecSpec) -> tuple[ExecResult, Output]:
     """Exec ``spec`` and return the result and its output."""
     output = Output()
     result = await box.exec(spec, on_stdout=output.on_out, on_stderr=output.on_err)
@@ -113,7 +113,7 @@ def launcher() -> Iterator[Launcher]:
 
 
 @pytest.fixture
-async def box(launcher: Launcher) -> AsyncIterator[Box]:
+async def box(launcher: Launcher) -> AsyncIterator[LauncherBox]:
     """A fresh 64 MiB box, closed after the test."""
     opened = await launcher.open_box(disk_bytes=64 * MiB)
     yield opened
@@ -123,7 +123,7 @@ async def box(launcher: Launcher) -> AsyncIterator[Box]:
 # -- basics ------------------------------------------------------------------
 
 
-async def test_print(box: Box, launcher: Launcher) -> None:
+async def test_print(box: LauncherBox, launcher: Launcher) -> None:
     result, output = await run(box, py("print(1 + 1)"))
     assert bytes(output.out) == b"2\n"
     assert result.exit_code == 0 and result.signal is None and result.stop is None
@@ -131,7 +131,7 @@ async def test_print(box: Box, launcher: Launcher) -> None:
     assert launcher.memory_enforcement in ("cgroup-v1", "cgroup-v2", "rlimit")
 
 
-async def test_identity_without_privileges(box: Box) -> None:
+async def test_identity_without_privileges(box: LauncherBox) -> None:
     code = (
         "import os, json\n"
         "status = dict(l.split(':', 1) for l in open('/proc/self/status'))\n"
@@ -151,7 +151,7 @@ async def test_identity_without_privileges(box: Box) -> None:
     assert box.host_uid >= 1_500_000_000 or os.geteuid() != 0
 
 
-async def test_own_pid_namespace(box: Box) -> None:
+async def test_own_pid_namespace(box: LauncherBox) -> None:
     code = (
         "import os, json; print(json.dumps([os.getpid(), sorted(int(p) for p in os.listdir('/proc') if p.isdigit())]))"
     )
@@ -162,14 +162,14 @@ async def test_own_pid_namespace(box: Box) -> None:
     assert pids == [pid]  # init is root on the host: hidden (hidepid=2), like everything outside
 
 
-async def test_environment_is_exactly_what_was_passed(box: Box) -> None:
+async def test_environment_is_exactly_what_was_passed(box: LauncherBox) -> None:
     env = {"LC_ALL": "C.UTF-8", "FOO": "bar", "EMPTY": ""}
     result, output = await run(box, py("import os, json; print(json.dumps(dict(os.environ)))", env=env))
     assert result.exit_code == 0, output.err
     assert json.loads(output.out) == env
 
 
-async def test_stdin_is_fed_then_closed(box: Box) -> None:
+async def test_stdin_is_fed_then_closed(box: LauncherBox) -> None:
     data = os.urandom(300_000)  # larger than a pipe buffer
     code = "import sys, hashlib; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"
     result, output = await run(box, py(code, stdin=data))
@@ -184,7 +184,7 @@ async def test_stdin_is_fed_then_closed(box: Box) -> None:
 # -- what the code cannot see or change ---------------------------------------
 
 
-async def test_host_files_are_not_visible(box: Box) -> None:
+async def test_host_files_are_not_visible(box: LauncherBox) -> None:
     marker = f"/root/.mainsdk-launcher-test-{uuid.uuid4().hex}"
     with open(marker, "w") as fh:
         fh.write("secret")
@@ -216,7 +216,7 @@ async def test_host_files_are_not_visible(box: Box) -> None:
         os.unlink(marker)
 
 
-async def test_site_packages_are_hidden(box: Box) -> None:
+async def test_site_packages_are_hidden(box: LauncherBox) -> None:
     if not SITE:
         pytest.skip("the interpreter has no site-packages")
     code = "import os, sys, json; print(json.dumps([os.listdir(p) for p in sys.argv[1:]]))"
@@ -225,7 +225,7 @@ async def test_site_packages_are_hidden(box: Box) -> None:
     assert all(listing == [] for listing in json.loads(output.out))
 
 
-async def test_only_work_and_out_are_writable(box: Box) -> None:
+async def test_only_work_and_out_are_writable(box: LauncherBox) -> None:
     code = r"""
 import json, os
 res = {}
@@ -257,7 +257,7 @@ print(json.dumps([res, ro, st]))
     assert await box.read_file("../out/probe") == b"x"
 
 
-async def test_no_nested_namespaces_and_own_keyring(box: Box) -> None:
+async def test_no_nested_namespaces_and_own_keyring(box: LauncherBox) -> None:
     if os.uname().machine != "x86_64":
         pytest.skip("keyctl syscall number is for x86_64")
     code = (
@@ -274,7 +274,7 @@ async def test_no_nested_namespaces_and_own_keyring(box: Box) -> None:
     assert (keyring, err) == (-1, 1)
 
 
-async def test_no_network(box: Box) -> None:
+async def test_no_network(box: LauncherBox) -> None:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
@@ -301,14 +301,14 @@ async def test_no_network(box: Box) -> None:
 # -- limits ------------------------------------------------------------------
 
 
-async def test_timeout(box: Box) -> None:
+async def test_timeout(box: LauncherBox) -> None:
     result, _ = await run(box, py("while True: pass", timeout=1.0))
     assert result.stop == "timeout"
     assert result.exit_code is None and result.signal == 9
     assert 0.9 <= result.duration < 3.0
 
 
-async def test_memory_limit(box: Box, launcher: Launcher) -> None:
+async def test_memory_limit(box: LauncherBox, launcher: Launcher) -> None:
     code = "x = b'x' * (200 * 1024 * 1024); print(len(x))"
     result, output = await run(box, py(code, memory_bytes=64 * MiB))
     assert result.stop == "memory", (result, output.err[-500:])
@@ -316,7 +316,7 @@ async def test_memory_limit(box: Box, launcher: Launcher) -> None:
     assert output.out == b""
 
 
-async def test_limits_change_between_execs(box: Box) -> None:
+async def test_limits_change_between_execs(box: LauncherBox) -> None:
     # Spares are prepared with the last exec's limits; a different limit must still apply.
     code = "x = b'x' * (150 * 1024 * 1024); print('ok')"
     for memory, fits in ((64 * MiB, False), (256 * MiB, True), (64 * MiB, False), (256 * MiB, True)):
@@ -326,7 +326,7 @@ async def test_limits_change_between_execs(box: Box) -> None:
         assert (output.out == b"ok\n") == fits
 
 
-async def test_fork_bomb_is_contained(box: Box) -> None:
+async def test_fork_bomb_is_contained(box: LauncherBox) -> None:
     start = time.monotonic()
     # The shell itself stays, so the bomb runs against pids.max until the deadline.
     result, _ = await run(box, sh(":(){ :|:& };:; sleep 30", max_processes=64, timeout=2.0))
@@ -337,7 +337,7 @@ async def test_fork_bomb_is_contained(box: Box) -> None:
     assert output.out == b"still fine\n"
 
 
-async def test_process_limit(box: Box) -> None:
+async def test_process_limit(box: LauncherBox) -> None:
     code = r"""
 import os, time
 n = 0
@@ -357,7 +357,7 @@ except OSError as exc:
     assert host_pids_of_uid(box.host_uid) == []
 
 
-async def test_nothing_survives_a_run(box: Box) -> None:
+async def test_nothing_survives_a_run(box: LauncherBox) -> None:
     background = "sleep 1000 & setsid sleep 1000 & (sleep 1000 &) ; echo started"
     result, output = await run(box, sh(background))
     assert output.out == b"started\n" and result.exit_code == 0
@@ -378,7 +378,7 @@ print('parent done')
     assert host_pids_of_uid(box.host_uid) == []
 
 
-async def test_large_output_arrives_complete(box: Box) -> None:
+async def test_large_output_arrives_complete(box: LauncherBox) -> None:
     size = 10 * MiB
     code = f"import sys; sys.stdout.buffer.write(b'x' * {size}); sys.stderr.write('done')"
     chunks: list[int] = []
@@ -390,14 +390,14 @@ async def test_large_output_arrives_complete(box: Box) -> None:
     assert err == b"done"
 
 
-async def test_closed_stdout_is_still_waited_for(box: Box) -> None:
+async def test_closed_stdout_is_still_waited_for(box: LauncherBox) -> None:
     code = "import os, time; os.close(1); time.sleep(0.5); raise SystemExit(3)"
     result, _ = await run(box, py(code))
     assert result.exit_code == 3
     assert result.duration >= 0.5
 
 
-async def test_cancel_kills_the_tree(box: Box) -> None:
+async def test_cancel_kills_the_tree(box: LauncherBox) -> None:
     started = asyncio.Event()
     code = (
         "import subprocess, time; subprocess.Popen(['/usr/bin/sleep', '1000']);"
@@ -414,7 +414,7 @@ async def test_cancel_kills_the_tree(box: Box) -> None:
     assert output.out == b"again\n"
 
 
-async def test_callback_error_kills_and_propagates(box: Box) -> None:
+async def test_callback_error_kills_and_propagates(box: LauncherBox) -> None:
     def explode(chunk: bytes) -> None:
         raise RuntimeError("output limit")
 
@@ -427,7 +427,7 @@ async def test_callback_error_kills_and_propagates(box: Box) -> None:
     assert host_pids_of_uid(box.host_uid) == []
 
 
-async def test_setup_failure_is_an_error(box: Box) -> None:
+async def test_setup_failure_is_an_error(box: LauncherBox) -> None:
     with pytest.raises(LauncherError, match="execve"):
         await run(box, py("", argv=("/usr/bin/does-not-exist",)))
     with pytest.raises(ValueError, match="absolute"):
@@ -437,7 +437,7 @@ async def test_setup_failure_is_an_error(box: Box) -> None:
 # -- files -------------------------------------------------------------------
 
 
-async def test_files_in_and_out(box: Box) -> None:
+async def test_files_in_and_out(box: LauncherBox) -> None:
     await box.write_file("data/in.txt", b"hello")
     await box.write_file("data/in.txt", b"replaced")
     code = "print(open('data/in.txt').read()); open('../out/result.txt', 'w').write('done')"
@@ -449,7 +449,7 @@ async def test_files_in_and_out(box: Box) -> None:
 
 
 @pytest.mark.parametrize("path", ["../x", "/abs", "a\0b", "", "a//b", "a/./b", "a/../b", "../out/../x", "../out/"])
-async def test_write_file_refuses_bad_paths(box: Box, path: str) -> None:
+async def test_write_file_refuses_bad_paths(box: LauncherBox, path: str) -> None:
     with pytest.raises(ValueError):
         await box.write_file(path, b"x")
     # The server enforces the same rule on its own.
@@ -457,7 +457,7 @@ async def test_write_file_refuses_bad_paths(box: Box, path: str) -> None:
     assert reply.header["ok"] is False and reply.header["kind"] == "value"
 
 
-async def test_files_never_follow_symlinks(box: Box, tmp_path: object) -> None:
+async def test_files_never_follow_symlinks(box: LauncherBox, tmp_path: object) -> None:
     code = "import os; os.symlink('/etc', 'etc'); os.symlink('/etc/passwd', 'passwd'); os.mkfifo('fifo')"
     result, output = await run(box, py(code))
     assert result.exit_code == 0, output.err
@@ -472,7 +472,7 @@ async def test_files_never_follow_symlinks(box: Box, tmp_path: object) -> None:
     assert await box.read_file("passwd") == b"mine"
 
 
-async def test_collect_out(box: Box) -> None:
+async def test_collect_out(box: LauncherBox) -> None:
     code = r"""
 import os
 os.makedirs('../out/sub')
@@ -670,7 +670,7 @@ async def test_stale_cgroups_are_removed(launcher: Launcher) -> None:
             os.rmdir(stale)
 
 
-async def test_signals_are_default_inside(box: Box) -> None:
+async def test_signals_are_default_inside(box: LauncherBox) -> None:
     # The server (Python) ignores SIGPIPE; the code must not inherit that.
     result, output = await run(box, sh("yes | head -c 1 >/dev/null; echo ${PIPESTATUS[0]}"))
     assert result.exit_code == 0
@@ -762,7 +762,7 @@ def _stopped(pid: int) -> bool:
         return fh.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
-async def _spin(box: Box, timeout: float) -> tuple[asyncio.Future[ExecResult], float]:
+async def _spin(box: LauncherBox, timeout: float) -> tuple[asyncio.Future[ExecResult], float]:
     """Start code that spins with a background child; return once it runs, with its start time."""
     up = asyncio.Event()
     started = time.monotonic()
@@ -872,7 +872,7 @@ async def test_a_stopped_server_fails_every_call_within_a_grace(call: str) -> No
 # -- /out collection is bounded: depth, entries, files, header ----------------------------
 
 
-async def test_collect_stops_at_the_depth_cap(box: Box) -> None:
+async def test_collect_stops_at_the_depth_cap(box: LauncherBox) -> None:
     code = DEEP_TREE.format(depth=100) + "os.chdir('/out'); open('top', 'w').write('t')\n"
     result, output = await run(box, py(code))
     assert result.exit_code == 0, output.err
@@ -881,7 +881,7 @@ async def test_collect_stops_at_the_depth_cap(box: Box) -> None:
     assert [(f.name, f.data) for f in found.files] == [("top", b"t")]
 
 
-async def test_collect_stops_at_the_file_cap_in_name_order(box: Box) -> None:
+async def test_collect_stops_at_the_file_cap_in_name_order(box: LauncherBox) -> None:
     code = "for i in range(5000): open(f'../out/f{i:05d}', 'w').write(str(i))"
     result, output = await run(box, py(code))
     assert result.exit_code == 0, output.err
@@ -892,7 +892,7 @@ async def test_collect_stops_at_the_file_cap_in_name_order(box: Box) -> None:
     assert found.files[-1].data == str(OUT_FILES_CAP - 1).encode()
 
 
-async def test_collect_keeps_its_header_bounded(box: Box) -> None:
+async def test_collect_keeps_its_header_bounded(box: LauncherBox) -> None:
     # 900 names of 250 control characters: each is 1.5 KB of JSON; all of them would pass the 1 MiB frame limit.
     code = (
         "import os\n"
@@ -911,7 +911,7 @@ async def test_collect_keeps_its_header_bounded(box: Box) -> None:
 
 
 @pytest.mark.parametrize("seed", range(12))
-async def test_collect_matches_the_model_on_random_trees(box: Box, seed: int) -> None:
+async def test_collect_matches_the_model_on_random_trees(box: LauncherBox, seed: int) -> None:
     # A fixed-seed slice of benchmarks/fuzz_collect.py: names with spaces, tabs, control characters and
     # non-ASCII, 255-byte names, links, FIFOs, chains past the depth bound, byte budgets that cut.
     rng = random.Random(seed)

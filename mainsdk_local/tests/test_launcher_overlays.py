@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from mainsdk_local.launcher.common import MOUNT_BASE
-from mainsdk_local.launcher_client import Box, ExecSpec, Launcher
+from mainsdk_local.launcher_client import ExecSpec, Launcher, LauncherBox
 from mainsdk_local.programs import resolve_program
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher is Linux only")
@@ -36,7 +36,7 @@ def py(code: str, overlays: tuple[tuple[str, str], ...] = ()) -> ExecSpec:
     )
 
 
-async def run(box: Box, spec: ExecSpec) -> tuple[int | None, str, str]:
+async def run(box: LauncherBox, spec: ExecSpec) -> tuple[int | None, str, str]:
     out, err = bytearray(), bytearray()
     result = await box.exec(spec, on_stdout=out.extend, on_stderr=err.extend)
     return result.exit_code, out.decode(), err.decode()
@@ -53,7 +53,7 @@ def launcher() -> Iterator[Launcher]:
 
 
 @pytest.fixture
-async def box(launcher: Launcher) -> AsyncIterator[Box]:
+async def box(launcher: Launcher) -> AsyncIterator[LauncherBox]:
     opened = await launcher.open_box(disk_bytes=64 * MiB)
     yield opened
     await opened.close()
@@ -86,7 +86,7 @@ CHECK = (
 )
 
 
-async def test_an_overlay_is_importable_read_only_and_only_where_asked(box: Box, env_dir: str) -> None:
+async def test_an_overlay_is_importable_read_only_and_only_where_asked(box: LauncherBox, env_dir: str) -> None:
     site = PROGRAM.hidden_paths[0]
     code = CHECK.format(site=site)
     exit_code, out, err = await run(box, py(code, overlays=((env_dir, site),)))
@@ -98,18 +98,20 @@ async def test_an_overlay_is_importable_read_only_and_only_where_asked(box: Box,
     assert json.loads(out)[0] is None
 
 
-async def test_an_overlay_target_must_be_a_hidden_path(box: Box, env_dir: str) -> None:
+async def test_an_overlay_target_must_be_a_hidden_path(box: LauncherBox, env_dir: str) -> None:
     with pytest.raises(ValueError, match="is not one of the hidden paths"):
         await run(box, py("print(1)", overlays=((env_dir, "/usr/lib"),)))
 
 
 @pytest.mark.parametrize("source", ["/proc/self", "/sys/kernel", "/dev", "/", "/etc", MOUNT_BASE])
-async def test_an_overlay_source_that_would_show_the_box_the_host_is_refused(box: Box, source: str) -> None:
+async def test_an_overlay_source_that_would_show_the_box_the_host_is_refused(box: LauncherBox, source: str) -> None:
     with pytest.raises(ValueError, match="overlay source"):
         await run(box, py("print(1)", overlays=((source, PROGRAM.hidden_paths[0]),)))
 
 
-async def test_an_overlay_source_must_be_a_canonical_existing_folder(box: Box, env_dir: str, tmp_path: Path) -> None:
+async def test_an_overlay_source_must_be_a_canonical_existing_folder(
+    box: LauncherBox, env_dir: str, tmp_path: Path
+) -> None:
     link = tmp_path / "link"
     link.symlink_to(env_dir)
     for source in (str(link), str(tmp_path / "missing"), os.path.join(env_dir, "overlaid_module.py")):

@@ -20,7 +20,7 @@ import subprocess
 from collections.abc import Mapping
 
 import pytest
-from mainsdk_local.launcher import node_stub as N
+from mainsdk_local.launcher import node_stub
 
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
@@ -37,9 +37,9 @@ def cold(code: str, env: Mapping[str, str] = ENV, cwd: str = "/tmp") -> Seen:
 
 @pytest.fixture(scope="module")
 def probe() -> str:
-    status, out, err = cold(N.PROBE_CODE, cwd="/")
+    status, out, err = cold(node_stub.PROBE_CODE, cwd="/")
     assert status == 0 and not err
-    assert N.usable_probe(out.decode())
+    assert node_stub.usable_probe(out.decode())
     return out.decode()
 
 
@@ -53,27 +53,27 @@ class Warm:
         self.deadline_r, deadline_w = os.pipe2(os.O_CLOEXEC)
         self.out_r, out_w = os.pipe2(os.O_CLOEXEC)
         self.err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        for target, fd in ((N.CONTROL_FD, theirs.fileno()), (N.DEADLINE_FD, deadline_w)):
+        for target, fd in ((node_stub.CONTROL_FD, theirs.fileno()), (node_stub.DEADLINE_FD, deadline_w)):
             with pytest.raises(OSError):
                 os.fstat(target)  # free here: the stub knows its descriptors by number
             os.dup2(fd, target)
         self.proc = subprocess.Popen(
-            N.stub_argv(NODE, probe),
+            node_stub.stub_argv(NODE, probe),
             env=dict(env),
             cwd="/",
             stdin=subprocess.DEVNULL,
             stdout=out_w,
             stderr=err_w,
-            pass_fds=(N.CONTROL_FD, N.DEADLINE_FD),
+            pass_fds=(node_stub.CONTROL_FD, node_stub.DEADLINE_FD),
         )
-        for fd in (deadline_w, out_w, err_w, N.CONTROL_FD, N.DEADLINE_FD):
+        for fd in (deadline_w, out_w, err_w, node_stub.CONTROL_FD, node_stub.DEADLINE_FD):
             os.close(fd)
         theirs.close()
         self.state = ours.recv(1)
 
     def run(self, code: str, env: Mapping[str, str] = ENV, cwd: str = "/tmp", timeout: float = 30.0) -> Seen:
         assert self.state == b"R", self.state
-        self.control.sendall(N.encode_job(code, dict(env), cwd, timeout))
+        self.control.sendall(node_stub.encode_job(code, dict(env), cwd, timeout))
         self.control.close()
         out, err = b"", b""
         sel = selectors.DefaultSelector()
@@ -238,7 +238,7 @@ def test_usable_probe_accepts_only_an_anonymous_bottom_frame_in_node() -> None:
         "Error\n    at [eval]:1:28\n    at evalScript (node:internal/process/execution:133:3)\n"
         "    at node:internal/main/eval_string:51:3"
     )
-    assert N.usable_probe(good)
-    assert not N.usable_probe(good.replace("at node:internal/main/eval_string:51:3", "at main (node:x:1:1)"))
-    assert not N.usable_probe("Error\n    at [eval]:1:28")
-    assert not N.usable_probe("")
+    assert node_stub.usable_probe(good)
+    assert not node_stub.usable_probe(good.replace("at node:internal/main/eval_string:51:3", "at main (node:x:1:1)"))
+    assert not node_stub.usable_probe("Error\n    at [eval]:1:28")
+    assert not node_stub.usable_probe("")

@@ -19,7 +19,7 @@ from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION, ConfigError, SandboxError
 from mainsdk.figures import WRAPPER
 from mainsdk_local.config import DEFAULT_POOL, LocalPrograms
-from mainsdk_local.launcher_client import Box, ExecResult, ExecSpec, Launcher
+from mainsdk_local.launcher_client import ExecResult, ExecSpec, Launcher, LauncherBox
 from mainsdk_local.packages import EnvBuilder
 from mainsdk_local.programs import Program, resolve_program
 from pool_runs import MiB, Ran, pooled_launcher, stats
@@ -342,7 +342,7 @@ async def test_only_the_first_exec_of_a_one_shot_box_runs_warm(launcher: Launche
         assert result.warm_kind != "python", shape  # the stub refuses it (a pre-exec box may take it)
 
 
-async def _exec(box: Box, python: Program, code: str, argv: tuple[str, ...] | None = None) -> ExecResult:
+async def _exec(box: LauncherBox, python: Program, code: str, argv: tuple[str, ...] | None = None) -> ExecResult:
     return await box.exec(
         ExecSpec(
             argv=argv or (python.executable, *FLAGS, code),

@@ -43,8 +43,7 @@ from mainsdk.plugins import DriverHookError
 from mainsdk_local.config import DEFAULT_POOL, MAX_POOL, LocalPrograms
 from mainsdk_local.egress_proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
 from mainsdk_local.launcher.protocol import MAX_HEADER, PROXY_PORT
-from mainsdk_local.launcher_client import Box as LauncherBox
-from mainsdk_local.launcher_client import ExecSpec, Launcher, LauncherError, OpenFailed
+from mainsdk_local.launcher_client import ExecSpec, Launcher, LauncherBox, LauncherError, OpenFailed
 from mainsdk_local.packages import EnvBuilder
 from mainsdk_local.programs import Program, ProgramCache
 

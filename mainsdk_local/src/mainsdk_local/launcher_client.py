@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import attrs
 
-from mainsdk_local.launcher import protocol as P
+from mainsdk_local.launcher import protocol
 from mainsdk_local.launcher.common import MAX_POOL
 
 # The server is started by path (see launcher/__main__.py), never imported into the app.
@@ -129,7 +129,7 @@ class ExecResult:
 
 
 @attrs.frozen
-class OutFile:
+class LauncherOutFile:
     """A regular file found under /out: its path relative to /out (posix) and its bytes."""
 
     name: str
@@ -137,10 +137,10 @@ class OutFile:
 
 
 @attrs.frozen
-class Collected:
+class LauncherCollected:
     """What ``collect_out`` found: files within the byte budget, and what it skipped and why."""
 
-    files: tuple[OutFile, ...]
+    files: tuple[LauncherOutFile, ...]
     truncated: bool
     skipped: tuple[tuple[str, str], ...]
 
@@ -274,14 +274,14 @@ class Launcher:
 
     def _read_hello(self, sock: socket.socket) -> dict[str, Any]:
         sock.settimeout(_START_TIMEOUT)
-        decoder = P.Decoder()
+        decoder = protocol.Decoder()
         try:
             while True:
                 try:
-                    data, fds = P.receive(sock)
+                    data, fds = protocol.receive(sock)
                 except TimeoutError:
                     raise LauncherError(f"launcher server sent nothing in {_START_TIMEOUT:.0f}s") from None
-                except (OSError, P.ProtocolError) as exc:
+                except (OSError, protocol.ProtocolError) as exc:
                     raise LauncherError(f"launcher server bootstrap failed: {exc}") from exc
                 if not data and not fds:
                     raise LauncherError("launcher server exited during startup (see its stderr)")
@@ -340,7 +340,7 @@ class Launcher:
         max_sockets: int | None = None,
         one_shot: bool = False,
         files: Mapping[str, bytes] | None = None,
-    ) -> Box:
+    ) -> LauncherBox:
         """Open a box: a private tmpfs of ``disk_bytes`` holding /work and /out, and its own host uid.
 
         ``max_files``: the most files and folders the tmpfs holds (its ``nr_inodes``; None: the kernel's
@@ -359,7 +359,7 @@ class Launcher:
         ``one_shot``: the box runs one exec and closes (implies ``session=False``), all in one exchange
         with the server: this returns without waiting for the open, ``files`` (path to bytes, written
         into the box first) follow it unanswered, and the exec sends its command behind them and asks
-        for /out and the close in the same request (``Box.exec``'s ``then_collect``). The exec then
+        for /out and the close in the same request (``LauncherBox.exec``'s ``then_collect``). The exec then
         raises ``OpenFailed`` if the open or a file failed, and nothing ran. Paths are checked here.
         """
         if isinstance(disk_bytes, bool) or not isinstance(disk_bytes, int) or disk_bytes < 4096:
@@ -395,7 +395,7 @@ class Launcher:
                 "max_sockets": max_sockets,
                 "fds": 1,
             }
-            frame = P.encode(request)
+            frame = protocol.encode(request)
             with self._lock:
                 self._check_usable()
                 boot, server = self._boot, self._proc
@@ -421,7 +421,7 @@ class Launcher:
             if owner is not None:
                 owner._drop_stalled(server)
 
-        box = Box(
+        box = LauncherBox(
             ours,
             asyncio.get_running_loop(),
             rlimit_memory=self._hello.get("memory") == "rlimit",
@@ -482,7 +482,7 @@ class _Exec:
         self.stdin_waiting = False  # the loop watches stdin_fd for room
 
 
-class Box:
+class LauncherBox:
     """A box opened by ``Launcher.open_box``; use it from the event loop that opened it."""
 
     def __init__(
@@ -508,8 +508,8 @@ class Box:
         self._running: dict[int, _Exec] = {}  # execs waiting for their reply, for an "output" frame
         self._sock = sock
         self._loop = loop
-        self._decoder = P.Decoder()
-        self._pending: dict[int, asyncio.Future[P.Frame]] = {}
+        self._decoder = protocol.Decoder()
+        self._pending: dict[int, asyncio.Future[protocol.Frame]] = {}
         self._next_id = 1
         self._outq: list[tuple[memoryview, list[int]]] = []
         self._writing = False
@@ -517,10 +517,12 @@ class Box:
         self._closed = False
         self.host_uid = -1
         # A one-shot box: the requests sent ahead of its exec (the open, id 0, and its files), not yet checked.
-        self._opening: list[tuple[int, asyncio.Future[P.Frame], str, int]] = []  # (id, reply, what, payload bytes)
+        self._opening: list[
+            tuple[int, asyncio.Future[protocol.Frame], str, int]
+        ] = []  # (id, reply, what, payload bytes)
         self._one_shot = False
         # The exec's pipelined /out collection: its reply and max_bytes (the server sends it unasked).
-        self._then: tuple[asyncio.Future[P.Frame], int] | None = None
+        self._then: tuple[asyncio.Future[protocol.Frame], int] | None = None
         self._exec_done = False  # the one-shot exec got its reply: the tree is gone
         sock.setblocking(False)
         self._pending[0] = loop.create_future()
@@ -545,7 +547,7 @@ class Box:
         for path, data in files.items():
             rid = self._next_id
             self._next_id += 1
-            fut: asyncio.Future[P.Frame] = self._loop.create_future()
+            fut: asyncio.Future[protocol.Frame] = self._loop.create_future()
             self._pending[rid] = fut
             self._send({"op": "write", "path": path, "id": rid}, bytes(data))
             self._opening.append((rid, fut, f"write {path}", len(data)))
@@ -577,10 +579,10 @@ class Box:
     def _on_readable(self) -> None:
         while not self._closed:
             try:
-                data, fds = P.receive(self._sock)
+                data, fds = protocol.receive(self._sock)
             except BlockingIOError:
                 return
-            except (OSError, P.ProtocolError) as exc:
+            except (OSError, protocol.ProtocolError) as exc:
                 self._teardown(LauncherError(f"box channel failed: {exc}"))
                 return
             if not data and not fds:
@@ -589,7 +591,7 @@ class Box:
             self._decoder.feed(data, fds)
             try:
                 frames = self._decoder.frames()
-            except P.ProtocolError as exc:
+            except protocol.ProtocolError as exc:
                 self._teardown(LauncherError(f"protocol error from the launcher server: {exc}"))
                 return
             for frame in frames:
@@ -605,7 +607,7 @@ class Box:
                 if fut is not None and not fut.done():
                     fut.set_result(frame)
 
-    def _take_listener(self, frame: P.Frame, rid: object) -> None:
+    def _take_listener(self, frame: protocol.Frame, rid: object) -> None:
         """An exec's proxy listener arrived: give it to that exec's handler, or close it."""
         handler = self._listener_handlers.pop(rid, None) if isinstance(rid, int) else None
         if handler is None or len(frame.fds) != 1:
@@ -617,7 +619,7 @@ class Box:
         except Exception:  # noqa: BLE001 - a handler that failed has not taken it; the code then reaches nothing
             listener.close()
 
-    def _take_output(self, frame: P.Frame, rid: object) -> None:
+    def _take_output(self, frame: protocol.Frame, rid: object) -> None:
         """A run's output comes on other pipes (a warm node's, made before the run; see launcher/node_pool.py).
 
         The server sends their read ends before the run's reply; the pipes this exec made are
@@ -642,7 +644,7 @@ class Box:
             for fd in fds or []:
                 os.close(fd)
             raise self._error
-        self._outq.append((memoryview(P.encode(header, payload)), list(fds or [])))
+        self._outq.append((memoryview(protocol.encode(header, payload)), list(fds or [])))
         self._flush()
 
     def _flush(self) -> None:
@@ -694,7 +696,7 @@ class Box:
                 fut.exception()  # retrieved: no "never retrieved" warning for abandoned requests
         self._pending.clear()
 
-    async def _within(self, fut: asyncio.Future[P.Frame], seconds: float, what: str) -> P.Frame:
+    async def _within(self, fut: asyncio.Future[protocol.Frame], seconds: float, what: str) -> protocol.Frame:
         """Await a reply, at most ``seconds``: past that the server is stalled (see the module's docstring)."""
         timer = self._loop.call_later(seconds, self._stall, what, seconds)
         try:
@@ -724,11 +726,11 @@ class Box:
 
     async def _request(
         self, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None, *, work: float = 0.0
-    ) -> P.Frame:
+    ) -> protocol.Frame:
         """Send a request and await its reply, within ``_CALL_GRACE`` plus ``work`` seconds (the backstop)."""
         rid = self._next_id
         self._next_id += 1
-        fut: asyncio.Future[P.Frame] = self._loop.create_future()
+        fut: asyncio.Future[protocol.Frame] = self._loop.create_future()
         self._pending[rid] = fut
         try:
             self._send(dict(header, id=rid), payload, fds)
@@ -772,9 +774,9 @@ class Box:
         found.update((k, v) for k, v in reply.header.items() if k.endswith(per_kind) and type(v) is int)
         return found
 
-    async def collect_out(self, *, max_bytes: int) -> Collected:
+    async def collect_out(self, *, max_bytes: int) -> LauncherCollected:
         """Regular files under /out, in name order, until ``max_bytes``; other entries are skipped with a reason."""
-        work = P.COLLECT_SECONDS + max(max_bytes, 0) / _TRANSFER_RATE
+        work = protocol.COLLECT_SECONDS + max(max_bytes, 0) / _TRANSFER_RATE
         if self._then is not None:
             # The exec asked for it already: the server collects as soon as the run ends and sends it, then
             # closes the box (so the channel may be closed by now, after the reply came: not an error).
@@ -791,13 +793,13 @@ class Box:
         h = reply.header
         if not h.get("ok"):
             raise _error_from(h, "collect /out")
-        files: list[OutFile] = []
+        files: list[LauncherOutFile] = []
         pos = 0
         for name, size in h.get("files", []):
-            files.append(OutFile(str(name), reply.payload[pos : pos + int(size)]))
+            files.append(LauncherOutFile(str(name), reply.payload[pos : pos + int(size)]))
             pos += int(size)
         skipped = tuple((str(n), str(r)) for n, r in h.get("skipped", []))
-        return Collected(tuple(files), bool(h.get("truncated")), skipped)
+        return LauncherCollected(tuple(files), bool(h.get("truncated")), skipped)
 
     async def exec(
         self,
@@ -839,7 +841,7 @@ class Box:
                 raise ValueError("then_collect is for the one exec of a box opened with one_shot=True")
             collect_id = self._next_id
             self._next_id += 1
-            collected: asyncio.Future[P.Frame] = self._loop.create_future()
+            collected: asyncio.Future[protocol.Frame] = self._loop.create_future()
             self._pending[collect_id] = collected
             self._then = (collected, then_collect)
             then = {"collect_id": collect_id, "max_bytes": then_collect}
@@ -866,7 +868,7 @@ class Box:
             self._close_stdin(state)
             self._close_streams(state)
             raise
-        fut: asyncio.Future[P.Frame] = self._loop.create_future()
+        fut: asyncio.Future[protocol.Frame] = self._loop.create_future()
         self._pending[rid] = fut
         self._running[rid] = state
         live = stdin_stream is not None
@@ -965,7 +967,7 @@ class Box:
         state.stdin_waiting = False
         os.close(fd)
 
-    async def _opened_before(self, state: _Exec, fut: asyncio.Future[P.Frame]) -> None:
+    async def _opened_before(self, state: _Exec, fut: asyncio.Future[protocol.Frame]) -> None:
         """A one-shot box: check its open and files (sent ahead of this exec) before waiting for the run."""
         try:
             await self._check_opened()
@@ -975,7 +977,9 @@ class Box:
             await self._wait_confirmed(fut)
             raise
 
-    async def _await_exit(self, state: _Exec, fut: asyncio.Future[P.Frame], seconds: float) -> P.Frame | None:
+    async def _await_exit(
+        self, state: _Exec, fut: asyncio.Future[protocol.Frame], seconds: float
+    ) -> protocol.Frame | None:
         timer = self._loop.call_later(seconds, self._stall_exec, state, seconds)
         try:
             return await asyncio.shield(fut)
@@ -1002,7 +1006,7 @@ class Box:
         with contextlib.suppress(LauncherError):  # no server, no tree: it died with the server
             self._send({"op": "kill", "id": state.rid})
 
-    async def _wait_confirmed(self, fut: asyncio.Future[P.Frame]) -> None:
+    async def _wait_confirmed(self, fut: asyncio.Future[protocol.Frame]) -> None:
         # Bounded too: a server that cannot confirm is killed, and the tree dies with it.
         timer = self._loop.call_later(_CALL_GRACE, self._stall, "a kill", _CALL_GRACE)
         try:
@@ -1097,7 +1101,7 @@ class Box:
         # the server closes it after its /out: closing our end is all that is left, and no wait.
         self._teardown(error)
 
-    async def __aenter__(self) -> Box:
+    async def __aenter__(self) -> LauncherBox:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -1109,7 +1113,7 @@ def _set_once(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-def _answered_ok(fut: asyncio.Future[P.Frame]) -> bool:
+def _answered_ok(fut: asyncio.Future[protocol.Frame]) -> bool:
     """Whether an exec's reply came and says the run ended (rather than an error, or no reply at all)."""
     return fut.done() and not fut.cancelled() and fut.exception() is None and bool(fut.result().header.get("ok"))
 

@@ -15,5 +15,5 @@ Which module runs where:
   ``weak``;
 - in a run's forked stages B and C, until ``execve``: ``stages``, ``seccomp``, ``landlock``, ``linux``;
 - shared by every side: ``common`` (constants), ``protocol`` (the wire format), ``runs`` (what the server
-  keeps of an exec), ``node_proxy`` (a preload written into every root).
+  keeps of a box and its execs), ``node_proxy`` (a preload written into every root).
 """

@@ -10,76 +10,37 @@ anything outside the box, or anything the code itself could not.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import errno
 import json
 import os
-import socket
 import stat
 import time
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-from . import common as C
-from . import linux as L
-from . import protocol as P
+from . import common, linux, protocol
 
 if TYPE_CHECKING:
-    from .runs import Run
-
-
-class Box:
-    """One box: its tmpfs (or private directory in weak mode), host uid and channel."""
-
-    def __init__(self, slot: int, uid: int, gid: int, sock: socket.socket, *, drop_fsids: bool) -> None:
-        self.slot = slot
-        self.uid = uid
-        self.gid = gid
-        self.drop_fsids = drop_fsids  # file operations switch to the box's uid (the server is root)
-        self.sock = sock
-        self.decoder = P.Decoder()
-        self.outq: collections.deque[tuple[memoryview, list[int]]] = collections.deque()  # frames and their fds
-        self.writing = False
-        self.path = ""
-        self.work_fd = -1
-        self.out_fd = -1
-        self.disk_bytes = 0
-        self.max_files: int | None = None  # the tmpfs's nr_inodes; None: the kernel's default
-        self.runs: dict[int, Run] = {}  # running execs by request id
-        self.destroyed = False
-        self.doomed = False  # closed: its files are removed when the server's loop has a moment
-        self.failed = False  # a request on it failed: a one-shot exec sent behind it does not run
-        self.close_after: int | None = None  # a one-shot box closes once the collection with this id is sent
-        self.closing = False
-        self.close_id: int | None = None
-        self.channel_open = True
-        # A session's box: its next exec is likely, so a hot spare is prepared for it. A one-shot run's box
-        # runs one exec and closes: a spare made for it would be thrown away unused.
-        self.session = False
-        self.memory_cgroup: str | None = None  # a session box's memory cgroup: its commands' go beneath it
-        self.memory_limit: int | None = None  # a session box's: the limit its memory cgroup gets
-        self.execs = 0  # execs started in it: only a one-shot box's first may take a warm interpreter
-        self.max_sockets = 0  # the box's socket bound (sockets.py), set at open
-        self.pool_slot: int | None = None  # a warm interpreter's slot whose uid the box took (held until destroyed)
+    from .runs import ServerBox
 
 
 class AsBox:
     """File operations as the box's user: permissions are checked as for the code itself."""
 
-    def __init__(self, box: Box) -> None:
+    def __init__(self, box: ServerBox) -> None:
         self.box = box
 
     def __enter__(self) -> None:
         if self.box.drop_fsids:
-            L.setfsids(self.box.uid, self.box.gid)
+            linux.setfsids(self.box.uid, self.box.gid)
 
     def __exit__(self, *exc: object) -> None:
         if self.box.drop_fsids:
-            L.setfsids(0, 0)
+            linux.setfsids(0, 0)
 
 
-def make_box_fs(box: Box, base: str, *, tmpfs: bool) -> None:
+def make_box_fs(box: ServerBox, base: str, *, tmpfs: bool) -> None:
     """Create the box's directory (a tmpfs of its disk size in namespace mode) with work/ and out/ in it."""
     path = os.path.join(base, f"box-{box.slot}")
     try:
@@ -87,7 +48,9 @@ def make_box_fs(box: Box, base: str, *, tmpfs: bool) -> None:
         box.path = path
         if tmpfs:
             inodes = f",nr_inodes={box.max_files}" if box.max_files is not None else ""
-            L.mount("tmpfs", path, "tmpfs", L.MS_NOSUID | L.MS_NODEV, f"size={box.disk_bytes}{inodes},mode=0755")
+            linux.mount(
+                "tmpfs", path, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, f"size={box.disk_bytes}{inodes},mode=0755"
+            )
         for name in ("work", "out"):
             sub = os.path.join(path, name)
             os.mkdir(sub, 0o755)
@@ -95,19 +58,19 @@ def make_box_fs(box: Box, base: str, *, tmpfs: bool) -> None:
         box.work_fd = os.open(os.path.join(path, "work"), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         box.out_fd = os.open(os.path.join(path, "out"), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        raise C.launch_error("box", exc) from None
+        raise common.launch_error("box", exc) from None
 
 
-def remove_box_fs(box: Box, *, tmpfs: bool) -> None:
+def remove_box_fs(box: ServerBox, *, tmpfs: bool) -> None:
     """Remove the box's files: unmount its tmpfs, or delete its directory (weak mode)."""
-    C.close_fd(box.work_fd)
-    C.close_fd(box.out_fd)
+    common.close_fd(box.work_fd)
+    common.close_fd(box.out_fd)
     box.work_fd = box.out_fd = -1
     if not box.path:
         return
     if tmpfs:
         with contextlib.suppress(OSError):
-            L.umount(box.path)
+            linux.umount(box.path)
         with contextlib.suppress(OSError):
             os.rmdir(box.path)
     else:
@@ -130,21 +93,21 @@ def remove_box_fs(box: Box, *, tmpfs: bool) -> None:
 def split_box_path(path: object) -> tuple[bool, list[str]]:
     """Split a box path into (in_out, segments); ``../out/x`` names /out, the rest /work."""
     if not isinstance(path, str):
-        raise C.RequestError("value", "path must be a string")
+        raise common.RequestError("value", "path must be a string")
     in_out = path.startswith("../out/")
     rel = path[len("../out/") :] if in_out else path
     if "\0" in path:
-        raise C.RequestError("value", f"path {path!r} contains NUL")
+        raise common.RequestError("value", f"path {path!r} contains NUL")
     if rel.startswith("/") or not rel:
-        raise C.RequestError("value", f"path {path!r} must be relative to /work (or ../out/...)")
+        raise common.RequestError("value", f"path {path!r} must be relative to /work (or ../out/...)")
     parts = rel.split("/")
     for part in parts:
         if part in ("", ".", ".."):
-            raise C.RequestError("value", f"path {path!r} has an empty, '.' or '..' segment")
+            raise common.RequestError("value", f"path {path!r} has an empty, '.' or '..' segment")
     return in_out, parts
 
 
-def _open_parent(box: Box, path: object, create: bool) -> tuple[int, str]:
+def _open_parent(box: ServerBox, path: object, create: bool) -> tuple[int, str]:
     """A descriptor of the directory holding ``path`` (made on the way when ``create``), and the last name."""
     in_out, parts = split_box_path(path)
     fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=box.out_fd if in_out else box.work_fd)
@@ -163,7 +126,7 @@ def _open_parent(box: Box, path: object, create: bool) -> tuple[int, str]:
     return fd, parts[-1]
 
 
-def write_file(box: Box, path: object, data: bytes) -> None:
+def write_file(box: ServerBox, path: object, data: bytes) -> None:
     """Write ``data`` at ``path``, replacing whatever entry is there without writing through it."""
     try:
         with AsBox(box):
@@ -184,10 +147,10 @@ def write_file(box: Box, path: object, data: bytes) -> None:
             finally:
                 os.close(dfd)
     except OSError as exc:
-        raise C.RequestError("os", f"write {path}: {exc.strerror or exc}", exc.errno) from None
+        raise common.RequestError("os", f"write {path}: {exc.strerror or exc}", exc.errno) from None
 
 
-def read_file(box: Box, path: object) -> bytes:
+def read_file(box: ServerBox, path: object) -> bytes:
     """The bytes of the regular file at ``path``; anything else (a link, a FIFO) is an error."""
     try:
         with AsBox(box):
@@ -198,12 +161,12 @@ def read_file(box: Box, path: object) -> bytes:
                 os.close(dfd)
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise C.RequestError("os", f"read {path}: not a regular file", errno.EINVAL)
+                    raise common.RequestError("os", f"read {path}: not a regular file", errno.EINVAL)
                 return read_all(fd, box.disk_bytes + 1)
             finally:
                 os.close(fd)
     except OSError as exc:
-        raise C.RequestError("os", f"read {path}: {exc.strerror or exc}", exc.errno) from None
+        raise common.RequestError("os", f"read {path}: {exc.strerror or exc}", exc.errno) from None
 
 
 # Bounds on collecting out/ (the README's "Out files" says them). A cut sets ``truncated``: the
@@ -215,7 +178,7 @@ MAX_OUT_DEPTH = 32  # folders below out/ that are entered
 MAX_OUT_NAME_BYTES = 512 * 1024  # the returned names, as JSON
 MAX_OUT_SKIPPED = 100  # skipped entries listed (then one more saying how many were not)
 SKIPPED_NAME_CHARS = 200  # a skipped entry's name is cut to this
-COLLECT_SECONDS = P.COLLECT_SECONDS  # wall time for one collection, across its slices
+COLLECT_SECONDS = protocol.COLLECT_SECONDS  # wall time for one collection, across its slices
 _READ_STEP = 1 << 20  # a file is read in steps of this, so a large one does not hold the loop
 
 
@@ -229,9 +192,9 @@ class OutCollector:
     its files come in name order, then its subfolders, each in name order.
     """
 
-    def __init__(self, box: Box, max_bytes: object) -> None:
+    def __init__(self, box: ServerBox, max_bytes: object) -> None:
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
-            raise C.RequestError("value", "max_bytes must be a non-negative integer")
+            raise common.RequestError("value", "max_bytes must be a non-negative integer")
         self.box = box
         self.max_bytes = max_bytes
         self.files: list[list[Any]] = []

@@ -13,8 +13,7 @@ import os
 import signal
 import time
 
-from . import common as C
-from . import linux as L
+from . import common, linux
 
 CGROUP_PREFIX = "mainsdk-local-"
 
@@ -78,7 +77,7 @@ class RunCgroup:
         os.mkdir(self.wrapper, 0o755)
         if self.memory_version == 2:  # its children need the controllers
             controllers = "+memory +pids" if self.wrapper_pids else "+memory"
-            L.write_file(os.path.join(self.wrapper, "cgroup.subtree_control"), controllers)
+            linux.write_file(os.path.join(self.wrapper, "cgroup.subtree_control"), controllers)
 
     def removable(self) -> list[str]:
         """Every directory to remove once the exec's worker is reaped, children first."""
@@ -86,7 +85,7 @@ class RunCgroup:
 
     def close_fds(self) -> None:
         for fd in self.procs_fds:
-            C.close_fd(fd)
+            common.close_fd(fd)
         self.procs_fds = []
 
 
@@ -102,13 +101,13 @@ def configure_cgroup(
             knobs = [memory, memsw] if os.path.exists(memsw) else [memory]
             try:
                 for knob in knobs:
-                    L.write_file(knob, str(memory_bytes))
+                    linux.write_file(knob, str(memory_bytes))
             except OSError as exc:
                 if exc.errno != errno.EINVAL or len(knobs) == 1:
                     raise
                 # memory may never exceed memory+swap: raising both, memory+swap goes first.
                 for knob in reversed(knobs):
-                    L.write_file(knob, str(memory_bytes))
+                    linux.write_file(knob, str(memory_bytes))
             # v1 does not charge socket buffers to memory.limit_in_bytes (300 loopback connections held
             # 1.18 GiB under 64 MiB): they have their own counter, live once a limit is written, before the
             # code makes a socket. Past it, sends wait and receives drop, as under global TCP pressure.
@@ -116,14 +115,14 @@ def configure_cgroup(
             # Linux 5.x; memory.kmem.limit_in_bytes no longer does anything.)
             tcp = os.path.join(memory_dir, "memory.kmem.tcp.limit_in_bytes")
             if os.path.exists(tcp):
-                L.write_file(tcp, str(memory_bytes))
+                linux.write_file(tcp, str(memory_bytes))
         else:
             # v2 charges socket buffers and kernel memory to memory.max itself.
-            L.write_file(os.path.join(memory_dir, "memory.max"), str(memory_bytes))
+            linux.write_file(os.path.join(memory_dir, "memory.max"), str(memory_bytes))
             if os.path.exists(os.path.join(memory_dir, "memory.swap.max")):
-                L.write_file(os.path.join(memory_dir, "memory.swap.max"), "0")
+                linux.write_file(os.path.join(memory_dir, "memory.swap.max"), "0")
     if pids_dir is not None:
-        L.write_file(os.path.join(pids_dir, "pids.max"), str(max_processes))
+        linux.write_file(os.path.join(pids_dir, "pids.max"), str(max_processes))
 
 
 class Cgroups:
@@ -214,12 +213,12 @@ class Cgroups:
                 if not enabled:
                     # Only possible where our cgroup has no processes of its own (a delegated
                     # subtree or the root of a container); elsewhere this fails and we fall back.
-                    L.write_file(os.path.join(parent, "cgroup.subtree_control"), f"+{controller}")
+                    linux.write_file(os.path.join(parent, "cgroup.subtree_control"), f"+{controller}")
             if path not in self._made:
                 os.mkdir(path, 0o755)
                 self._made.append(path)
             if version == 2:
-                L.write_file(os.path.join(path, "cgroup.subtree_control"), f"+{controller}")
+                linux.write_file(os.path.join(path, "cgroup.subtree_control"), f"+{controller}")
             knob = {"memory": "memory.limit_in_bytes", "pids": "pids.max"}[controller]
             if version == 2:
                 knob = {"memory": "memory.max", "pids": "pids.max"}[controller]
@@ -271,7 +270,7 @@ class Cgroups:
         pid = os.fork()
         if pid == 0:
             try:
-                L.write_file(os.path.join(probe, "cgroup.procs"), "0")
+                linux.write_file(os.path.join(probe, "cgroup.procs"), "0")
                 os._exit(0)
             except BaseException:  # noqa: BLE001 - a forked probe never returns into the server
                 os._exit(1)
@@ -294,7 +293,7 @@ class Cgroups:
                 pid = int(pid_text)
             except ValueError:
                 continue
-            if C.proc_starttime(pid) == start:
+            if common.proc_starttime(pid) == start:
                 continue  # that server is alive
             Cgroups._remove_tree(os.path.join(parent, name))
 
@@ -438,7 +437,7 @@ class Cgroups:
         path = os.path.join(parent, self.tag)
         os.mkdir(path, 0o755)
         self._made.append(path)
-        L.write_file(os.path.join(path, "cgroup.procs"), "0")
+        linux.write_file(os.path.join(path, "cgroup.procs"), "0")
         self._joined = parent
         return path
 
@@ -454,7 +453,7 @@ class Cgroups:
                 run.procs_fds.append(os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
         except OSError as exc:
             self.remove(run)
-            raise C.launch_error("cgroup", exc) from None
+            raise common.launch_error("cgroup", exc) from None
         return run
 
     def take_doomed(self) -> list[str]:
@@ -527,7 +526,7 @@ class Cgroups:
         if self._joined is not None:
             # Out of our own directory first: removing it kills what is still in it.
             with contextlib.suppress(OSError):
-                L.write_file(os.path.join(self._joined, "cgroup.procs"), "0")
+                linux.write_file(os.path.join(self._joined, "cgroup.procs"), "0")
             self._joined = None
         for path in reversed(self._made):
             self._remove_tree(path)

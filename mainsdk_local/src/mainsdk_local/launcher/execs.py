@@ -1,9 +1,11 @@
 """Runs in the server: forking or taking a worker, handing it the job, feeding stdin, reaping, reporting.
 
-The server's event loop (``server.py``) owns the boxes' channels and decides when; this part owns the
-workers (B+C pairs, see ``stages.py``) and the runs on them: what is forked, what the job carries, and
-what the client is told when a run ends. It is a mixin of ``Server``: the attributes declared below are
-the loop's state that runs read and change, set in ``Server.__init__``.
+The server's event loop (``server.py``) owns the boxes' channels and decides when; its ``Executor`` owns the
+workers (B+C pairs, see ``stages.py``), the spares prepared ahead (``spares.py``) and the runs on them: what
+is forked, what the job carries, and what the client is told when a run ends. What it needs of the server
+it is given: the selector its workers are watched on, the cgroups and root templates, the warm pool a run
+may take an entry of, and three callbacks (``send`` a frame to a box's client, ``finish_close`` a box whose
+runs are over, ``collect_after`` a one-shot box's run).
 """
 
 from __future__ import annotations
@@ -17,62 +19,108 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
-from . import cgroups as G
-from . import common as C
-from . import landlock as LL
-from . import protocol as P
-from . import server_setup as SU
-from . import stages as S
-from . import weak as W
-from .runs import ExecSpec, Run, Worker, describe_failure
+from . import cgroups, common, landlock, node_proxy, protocol, rootfs, server_setup, stages, weak
+from .pool import WarmPool
+from .runs import ExecRequest, Run, ServerBox, Worker, describe_failure, set_limits
 from .spares import FAILED_SPARE_PAUSE, Spares
-
-if TYPE_CHECKING:
-    from . import rootfs as R
-    from .boxes import Box
-    from .pool import Pool
 
 WEAK_SWEEP_SECONDS = 2.0
 
 
-class RunExecution:
-    """The workers and runs of one server (a mixin of ``server.Server``)."""
+class Send(Protocol):
+    """``Server._send``: queue a frame to the box's client; ``fds`` (closed once sent) go with its first byte."""
 
-    sel: selectors.BaseSelector
-    root: bool
-    isolation: str
-    stopping: bool
-    own_pidns: int
-    self_pidfd: int
-    node_preload: str
-    landlock_abi: int
-    cgroups: G.Cgroups
-    templates: R.Templates
-    spares: Spares
-    pool: Pool
-    workers: dict[int, Worker]
-    deadlines: list[tuple[float, int, Run]]
+    def __call__(
+        self, box: ServerBox, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
+    ) -> None: ...
 
-    if TYPE_CHECKING:  # the loop's, in server.py
 
-        def _send(
-            self, box: Box, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
-        ) -> None: ...
+class Executor:
+    """The workers and runs of one server (``server.Server`` has one).
 
-        def _maybe_finish_close(self, box: Box) -> None: ...
+    ``root``: the server runs as root (C switches to the box's uid). ``stopping()``: the server is
+    shutting down (nothing is deferred to a next worker then). ``configure`` sets what the server's setup
+    found (isolation, its pid namespace and pidfd, where runs find the Node preload, Landlock) before the
+    first run.
+    """
 
-        def _start_warm(
-            self, box: Box, run: Run, ctx: S.ChildContext, spec: ExecSpec, root: tuple[Any, ...], has_cgroups: bool
-        ) -> bool: ...
-
-        def _collect_after(self, run: Run) -> None: ...
-
-    def _spawn_worker(
+    def __init__(
         self,
-        limits: G.Limits,
-        bound: S.ChildContext | None = None,
+        selector: selectors.BaseSelector,
+        cgroup_tree: cgroups.Cgroups,
+        templates: rootfs.Templates,
+        pool: WarmPool,
+        *,
+        root: bool,
+        send: Send,
+        finish_close: Callable[[ServerBox], None],
+        collect_after: Callable[[Run], None],
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.sel = selector
+        self.cgroups = cgroup_tree
+        self.templates = templates
+        self.pool = pool
+        self.root = root
+        self._send = send
+        self._maybe_finish_close = finish_close
+        self._collect_after = collect_after
+        self._stopping = stopping
+        self.isolation = "weak"
+        self.own_pidns = -1
+        self.self_pidfd = -1
+        self.node_preload = node_proxy.IN_ROOT
+        self.landlock_abi = 0
+        self.workers: dict[int, Worker] = {}
+        self.deadlines: list[tuple[float, int, Run]] = []
+        self.spares = Spares(self.spawn_worker, drop_uid=root)
+
+    def configure(
+        self, *, isolation: str, own_pidns: int, self_pidfd: int, node_preload: str, landlock_abi: int
+    ) -> None:
+        """What the server's setup found: ``isolation`` ("namespace" or "weak"), the server's own pid namespace
+        and pidfd (B's parent check), where a run finds the Node proxy preload, the kernel's Landlock ABI (weak)."""
+        self.isolation = isolation
+        self.own_pidns = own_pidns
+        self.self_pidfd = self_pidfd
+        self.node_preload = node_preload
+        self.landlock_abi = landlock_abi
+
+    # -- the loop's questions --------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of a run still going (monotonic), or None."""
+        while self.deadlines and self.deadlines[0][2].done:
+            heapq.heappop(self.deadlines)
+        return self.deadlines[0][0] if self.deadlines else None
+
+    def expire_deadlines(self, now: float) -> None:
+        """Kill every run whose deadline is past (``now``, monotonic); B keeps each deadline itself first."""
+        while self.deadlines and (self.deadlines[0][2].done or self.deadlines[0][0] <= now):
+            _, _, run = heapq.heappop(self.deadlines)
+            if not run.done:
+                run.timed_out = True
+                self.kill(run)
+
+    def shutdown(self) -> None:
+        """Kill every worker and wait for it; its run, if any, ends without a reply."""
+        for worker in self.workers.values():
+            worker.kill()
+        for worker in list(self.workers.values()):
+            if not worker.reaped:
+                with contextlib.suppress(ChildProcessError):
+                    _, worker.status = os.waitpid(worker.pid, 0)
+                worker.reaped = True
+            self._worker_gone(worker, reply=False)
+
+    # -- workers and runs ------------------------------------------------------
+
+    def spawn_worker(
+        self,
+        limits: cgroups.Limits,
+        bound: stages.ChildContext | None = None,
         *,
         child: Callable[[int, int], NoReturn] | None = None,
         keep: frozenset[int] = frozenset(),
@@ -80,16 +128,16 @@ class RunExecution:
         """Fork B into a new pid namespace and fresh cgroups; it prepares itself and waits for a job.
 
         B writes ``limits`` ahead; a ``bound`` C also enters that box's sandbox ahead; ``child``
-        and ``keep``: what C runs instead and the descriptors it needs (see ``S.worker_main``).
+        and ``keep``: what C runs instead and the descriptors it needs (see ``stages.worker_main``).
         """
         cgroup = self.cgroups.plan(bound.box_memory if bound is not None else None, one_shot=child is not None)
         doomed = self.cgroups.take_doomed()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            pid = SU.fork_in_new_pidns(self.own_pidns)
+            pid = server_setup.fork_in_new_pidns(self.own_pidns)
             if pid == 0:
                 ours.close()
-                S.worker_main(
+                stages.worker_main(
                     theirs, self.self_pidfd, cgroup, limits, doomed, bound.job() if bound else None, child, keep
                 )
         except BaseException:
@@ -111,8 +159,8 @@ class RunExecution:
         self.sel.register(sock, selectors.EVENT_READ, lambda mask: self._on_worker_sock(worker))
         return worker
 
-    def _start_run(self, box: Box, rid: int, spec: ExecSpec, fds: list[int], stdin: bytes) -> None:
-        ctx = S.ChildContext()
+    def start_run(self, box: ServerBox, rid: int, spec: ExecRequest, fds: list[int], stdin: bytes) -> None:
+        ctx = stages.ChildContext()
         ctx.namespaces = self.isolation == "namespace"
         ctx.box_dir = box.path
         ctx.uid, ctx.gid = box.uid, box.gid
@@ -124,11 +172,11 @@ class RunExecution:
         run = Run(rid, box, spec)
         box.execs += 1
         stdin_r: int | None = None
-        weak_cgroup: G.RunCgroup | None = None
+        weak_cgroup: cgroups.RunCgroup | None = None
         key = (spec.readonly, spec.hidden, spec.overlays)
         # In namespace mode B, the namespace's init, is in the pids cgroup too.
         has_cgroups = self.cgroups.memory is not None or self.cgroups.pids is not None
-        limits: G.Limits = (spec.memory_bytes, spec.max_processes + 1) if has_cgroups else None
+        limits: cgroups.Limits = (spec.memory_bytes, spec.max_processes + 1) if has_cgroups else None
         try:
             if len(fds) == 3:
                 ctx.stdin = fds[2]  # a live stdin: the client's pipe, which the client feeds
@@ -145,15 +193,15 @@ class RunExecution:
                 self._start_warm(box, run, ctx, spec, key, has_cgroups)
                 for attempt in range(0 if run.warm else 2):
                     # A spare may have died since it was made: then once more with a new worker.
-                    worker = self.spares.take(box, key, limits) if attempt == 0 else self._spawn_worker(limits)
+                    worker = self.spares.take(box, key, limits) if attempt == 0 else self.spawn_worker(limits)
                     worker.cgroup = self._box_cgroup(box, worker.cgroup, made=worker.ready)
-                    self._set_limits(ctx, run, worker.cgroup, spec)
+                    set_limits(ctx, run, worker.cgroup, spec)
                     run.started = time.monotonic()
                     try:
                         self._send_job(worker, ctx)
                     except OSError:
                         if attempt == 1:
-                            raise C.RequestError("launcher", self._worker_failure(worker)) from None
+                            raise common.RequestError("launcher", self._worker_failure(worker)) from None
                         self.spares.discard(worker)
                         continue
                     run.worker, worker.run = worker, run
@@ -161,14 +209,16 @@ class RunExecution:
                     break
             else:
                 if self.landlock_abi:
-                    ctx.landlock = LL.weak_rules(box.path, list(spec.readonly), self.node_preload, spec.proxy_port)
+                    ctx.landlock = landlock.weak_rules(
+                        box.path, list(spec.readonly), self.node_preload, spec.proxy_port
+                    )
                 weak_cgroup = self.cgroups.make(box.memory_cgroup)
                 weak_cgroup = self._box_cgroup(box, weak_cgroup, made=True)
                 ctx.cgroup_fds = weak_cgroup.procs_fds if weak_cgroup is not None else []
-                self._set_limits(ctx, run, weak_cgroup, spec)
+                set_limits(ctx, run, weak_cgroup, spec)
                 if weak_cgroup is not None:
                     try:
-                        G.configure_cgroup(
+                        cgroups.configure_cgroup(
                             weak_cgroup.memory_dir,
                             weak_cgroup.memory_version,
                             weak_cgroup.pids_dir,
@@ -176,7 +226,7 @@ class RunExecution:
                             spec.max_processes,
                         )
                     except OSError as exc:
-                        raise C.launch_error("cgroup limits", exc) from None
+                        raise common.launch_error("cgroup limits", exc) from None
                 run.started = time.monotonic()
                 run.worker = worker = self._fork_weak(ctx)
                 worker.run, worker.cgroup = run, weak_cgroup
@@ -187,12 +237,12 @@ class RunExecution:
                 self.cgroups.remove(weak_cgroup)
             self._close_stdin(run)
             if isinstance(exc, OSError):
-                raise C.launch_error("start", exc) from None
+                raise common.launch_error("start", exc) from None
             raise
         finally:
             # Our copies of the child's ends must go, or the code's EOFs never come.
             for fd in [*fds, stdin_r]:
-                C.close_fd(fd)
+                common.close_fd(fd)
             if run.cgroup is not None:
                 run.cgroup.close_fds()
         run.deadline = run.started + spec.timeout
@@ -201,7 +251,28 @@ class RunExecution:
         if run.stdin_w is not None:
             self._feed_stdin(run)
 
-    def _box_cgroup(self, box: Box, cgroup: G.RunCgroup | None, *, made: bool) -> G.RunCgroup | None:
+    def _start_warm(
+        self,
+        box: ServerBox,
+        run: Run,
+        ctx: stages.ChildContext,
+        spec: ExecRequest,
+        root: tuple[Any, ...],
+        has_cgroups: bool,
+    ) -> None:
+        """Hand the run to a ready warm pool entry if one fits (``WarmPool.hand_over``); else it runs cold."""
+        entry = self.pool.hand_over(box, run, ctx, spec, root, has_cgroups)
+        if entry is None or entry.worker is None:
+            return
+        worker = entry.worker
+        if entry.output:
+            # The run's output is on the entry's own pipes: their read ends go to the app, before the reply.
+            self._send(box, {"id": run.rid, "op": "output", "fds": 2}, fds=self.pool.take_output(entry))
+        run.warm, run.warm_kind = True, entry.kind.name
+        run.worker, worker.run = worker, run
+        self._hand_listener(run)
+
+    def _box_cgroup(self, box: ServerBox, cgroup: cgroups.RunCgroup | None, *, made: bool) -> cgroups.RunCgroup | None:
         """A session box's exec: its memory cgroup beneath the box's.
 
         The box's is its first exec's box-level cgroup when that one is ``made`` already (a ready spare:
@@ -216,26 +287,11 @@ class RunExecution:
                 if box.memory_cgroup is None:
                     box.memory_cgroup = self.cgroups.make_box(box.memory_limit)
             except OSError as exc:
-                raise C.launch_error("box cgroup", exc) from None
+                raise common.launch_error("box cgroup", exc) from None
         if os.path.dirname(cgroup.memory_dir) != box.memory_cgroup:
             # Made before its box was known (a generic spare, the box's first one taken): C moves itself.
             return self.cgroups.rehome(cgroup, box.memory_cgroup)
         return cgroup
-
-    @staticmethod
-    def _set_limits(ctx: S.ChildContext, run: Run, cgroup: G.RunCgroup | None, spec: ExecSpec) -> None:
-        """Where the exec's limits go: its cgroups, or rlimits for what has no cgroup."""
-        run.cgroup = cgroup
-        ctx.memory_dir = cgroup.memory_dir if cgroup else None
-        ctx.memory_version = cgroup.memory_version if cgroup else 0
-        ctx.pids_dir = cgroup.pids_dir if cgroup else None
-        ctx.joins = list(cgroup.joins) if cgroup else []
-        ctx.memory_bytes = spec.memory_bytes
-        if ctx.namespaces and ctx.memory_dir is not None and spec.memory_bytes is not None:
-            ctx.memory_bytes = G.session_allowance(spec.memory_bytes, ctx.box_dir)  # the box's files are RAM
-        ctx.max_processes = spec.max_processes + (1 if ctx.namespaces else 0)
-        ctx.memory_rlimit = spec.memory_bytes if ctx.memory_dir is None else None
-        ctx.nproc_rlimit = spec.max_processes if ctx.pids_dir is None else None
 
     def _hand_listener(self, run: Run) -> None:
         """Give the run's proxy listener to the client if the exec has hosts; otherwise close it."""
@@ -246,11 +302,11 @@ class RunExecution:
         if run.spec.proxy and not run.done:
             self._send(run.box, {"id": run.rid, "op": "listener", "fds": 1}, fds=[fd])
         else:
-            C.close_fd(fd)
+            common.close_fd(fd)
 
     def _worker_failure(self, worker: Worker) -> str:
         """Why a worker stopped taking jobs: wait for it and read its report."""
-        self._kill_worker(worker)
+        worker.kill()
         if not worker.reaped:
             with contextlib.suppress(ChildProcessError):
                 _, worker.status = os.waitpid(worker.pid, 0)
@@ -261,10 +317,10 @@ class RunExecution:
         return f"the worker exited before taking the job (status {worker.status})"
 
     @staticmethod
-    def _send_job(worker: Worker, ctx: S.ChildContext) -> None:
+    def _send_job(worker: Worker, ctx: stages.ChildContext) -> None:
         fds = [ctx.stdout, ctx.stderr, *([ctx.stdin] if ctx.stdin is not None else [])]
         limits_set = worker.limits == (ctx.memory_bytes, ctx.max_processes) and not ctx.joins
-        frame = P.encode(dict(ctx.job(), fds=len(fds), limits_set=limits_set))
+        frame = protocol.encode(dict(ctx.job(), fds=len(fds), limits_set=limits_set))
         worker.sock.setblocking(True)  # the worker reads at once; a large argv may need a moment
         try:
             sent = socket.send_fds(worker.sock, [frame], fds)
@@ -273,13 +329,13 @@ class RunExecution:
         finally:
             worker.sock.setblocking(False)
 
-    def _fork_weak(self, ctx: S.ChildContext) -> Worker:
+    def _fork_weak(self, ctx: stages.ChildContext) -> Worker:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             ctx.report_fd = theirs.fileno()
             pid = os.fork()
             if pid == 0:
-                S.weak_child_main(ctx)
+                stages.weak_child_main(ctx)
         finally:
             theirs.close()
         return self._adopt(pid, ours)
@@ -306,22 +362,17 @@ class RunExecution:
             return
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(run.stdin_w)
-        C.close_fd(run.stdin_w)
+        common.close_fd(run.stdin_w)
         run.stdin_w = None
         run.stdin_data = memoryview(b"")
 
-    def _kill(self, run: Run) -> None:
+    def kill(self, run: Run) -> None:
+        """Kill the run's worker (a timeout, a kill or its box closing); its report or exit ends the run."""
         if run.done or run.worker is None:
             return
-        self._kill_worker(run.worker)
+        run.worker.kill()
         if self.isolation == "weak":
             self._sweep_weak(run, wait=False)
-
-    @staticmethod
-    def _kill_worker(worker: Worker) -> None:
-        if not worker.reaped:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker.pid, signal.SIGKILL)  # B: pid 1 of the run; its death takes the tree
 
     def _on_worker_sock(self, worker: Worker) -> None:
         self._read_worker(worker)
@@ -333,10 +384,10 @@ class RunExecution:
         """Read what B or C reported: setup errors, and C's wait status."""
         while worker.sock_open:
             try:
-                data, fds = P.receive(worker.sock)
+                data, fds = protocol.receive(worker.sock)
             except BlockingIOError:
                 return
-            except (OSError, P.ProtocolError):
+            except (OSError, protocol.ProtocolError):
                 data, fds = b"", []
             if not data and not fds:
                 worker.sock_open = False
@@ -348,7 +399,7 @@ class RunExecution:
             worker.decoder.feed(data, fds)
             try:
                 frames = worker.decoder.frames()
-            except P.ProtocolError:
+            except protocol.ProtocolError:
                 frames = []
             run = worker.run
             for frame in frames:
@@ -394,13 +445,13 @@ class RunExecution:
             worker.decoder.close()
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(worker.pidfd)
-        C.close_fd(worker.pidfd)
-        C.close_fd(worker.listener)
+        common.close_fd(worker.pidfd)
+        common.close_fd(worker.listener)
         worker.listener = None
         self.workers.pop(worker.pid, None)
         self.spares.forget(worker)
         self.pool.gone(worker)
-        if worker.run is None and not worker.discarded and not self.stopping:
+        if worker.run is None and not worker.discarded and not self._stopping():
             self.spares.not_before = time.monotonic() + FAILED_SPARE_PAUSE  # a spare died unused: do not spin
             if worker.error is not None:
                 print(f"mainsdk-local launcher: spare worker failed: {describe_failure(worker.error)}", file=sys.stderr)
@@ -412,10 +463,10 @@ class RunExecution:
         if worker.cgroup is not None:
             # Empty now: the worker and all it forked are reaped. In namespace mode the next
             # worker removes it (see Cgroups.take_doomed).
-            self.cgroups.remove(worker.cgroup, defer=self.isolation == "namespace" and not self.stopping)
+            self.cgroups.remove(worker.cgroup, defer=self.isolation == "namespace" and not self._stopping())
             worker.cgroup = None
 
-    def _reap_orphans(self) -> None:
+    def reap_orphans(self) -> None:
         """Weak mode: we are the subreaper of what runs leave behind; keep our workers' statuses."""
         while True:
             try:
@@ -435,15 +486,15 @@ class RunExecution:
         session = run.worker.pid if run.worker is not None else 0
         while True:
             if run.cgroup is not None and run.cgroup.pids_dir is not None:
-                pids = G.Cgroups.members(run.cgroup.pids_dir)
+                pids = cgroups.Cgroups.members(run.cgroup.pids_dir)
             elif self.root:
-                pids = W.pids_of_uid(run.box.uid)
+                pids = weak.pids_of_uid(run.box.uid)
             else:
-                pids = W.pids_of_session(session)
+                pids = weak.pids_of_session(session)
             for pid in pids:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-            self._reap_orphans()
+            self.reap_orphans()
             if not pids or time.monotonic() > end:
                 return
             time.sleep(0.002)
@@ -459,7 +510,7 @@ class RunExecution:
         if run.pool_key is not None:
             self.pool.finished(run.pool_key)
         self._close_stdin(run)
-        oom = run.cgroup is not None and G.Cgroups.oom_killed(run.cgroup)
+        oom = run.cgroup is not None and cgroups.Cgroups.oom_killed(run.cgroup)
         if reply and not (run.killed and run.box.closing):
             error = run.error
             if error is not None and not (run.killed or run.timed_out):

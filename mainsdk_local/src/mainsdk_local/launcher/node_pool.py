@@ -37,13 +37,12 @@ import signal
 import struct
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import common as C
-from . import node_stub as NS
+from . import common, node_stub
 from .pool import MAX_KINDS, Entry, Kind, PoolKey
 
 if TYPE_CHECKING:
-    from . import stages as S
-    from .runs import ExecSpec
+    from . import stages
+    from .runs import ExecRequest
 
 # Variables node, libuv, OpenSSL, ICU or the C library read while node starts (HOME: the global module
 # folders): a run must have the values its warm node started with, or it runs cold.
@@ -103,8 +102,8 @@ def _run_probe(node: str, env: dict[str, str]) -> str | None:
             os.dup2(write_end, 1)
             null = os.open("/dev/null", os.O_WRONLY)
             os.dup2(null, 2)
-            C.close_all_except({0, 1, 2})
-            os.execve(node, [node, "-e", NS.PROBE_CODE], env)
+            common.close_all_except({0, 1, 2})
+            os.execve(node, [node, "-e", node_stub.PROBE_CODE], env)
         finally:
             os._exit(127)
     os.close(write_end)
@@ -121,7 +120,7 @@ def _run_probe(node: str, env: dict[str, str]) -> str | None:
         os.kill(pid, signal.SIGKILL)  # it would block on a pipe nobody reads
     _, status = os.waitpid(pid, 0)
     text = b"".join(chunks).decode("utf-8", "replace")
-    if status != 0 or size > _PROBE_LIMIT or not NS.usable_probe(text):
+    if status != 0 or size > _PROBE_LIMIT or not node_stub.usable_probe(text):
         return None
     return text
 
@@ -139,7 +138,7 @@ class NodeStub(Kind):
     def __init__(self) -> None:
         self.probes: dict[PoolKey, str] = {}
 
-    def key(self, spec: ExecSpec, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
+    def key(self, spec: ExecRequest, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
         """The key of a ``node -e CODE`` exec and its code (the plan), or None: it runs cold."""
         if spec.warm != "node" or spec.has_stdin or spec.proxy or len(spec.argv) != 3 or spec.argv[1] != "-e":
             return None
@@ -151,45 +150,48 @@ class NodeStub(Kind):
             return None  # a Worker thread inherits the node's own start-up options and argv: the stub's
         return (self.name, root, (spec.argv[0], spec.disk_bytes, startup_environment(spec.env))), spec.argv[2]
 
-    def configure(self, ctx: S.ChildContext, key: PoolKey) -> None:
+    def configure(self, ctx: stages.ChildContext, key: PoolKey) -> None:
         node, disk, startup = key[2]
         probe = self.probes.get(key)
-        ctx.argv = NS.stub_argv(node, probe) if probe is not None else [node]
+        ctx.argv = node_stub.stub_argv(node, probe) if probe is not None else [node]
         ctx.env = dict(startup)
         ctx.disk_bytes = disk
 
-    def start(self, ctx: S.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]) -> NoReturn:
+    def start(
+        self, ctx: stages.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]
+    ) -> NoReturn:
         """Exec the stub with 0 /dev/null, 1 and 2 the pipes whose read ends the server holds, the control
-        socket and B's deadline pipe at ``NS.CONTROL_FD`` and ``NS.DEADLINE_FD``, and ``RLIMIT_FSIZE`` the box's
-        disk size, as the cold path's C sets it. All else is closed (the report socket is close-on-exec). With
-        no probe for its key yet, C first runs it here, cold, and sends it to the server (``P``, length, text)."""
+        socket and B's deadline pipe at ``node_stub.CONTROL_FD`` and ``node_stub.DEADLINE_FD``, and
+        ``RLIMIT_FSIZE`` the box's disk size, as the cold path's C sets it. All else is closed (the report
+        socket is close-on-exec). With no probe for its key yet, C first runs it here, cold, and sends it to
+        the server (``P``, length, text)."""
         stage[0] = "pool descriptors"
         os.chdir("/")  # an empty box: the run's files arrive at hand-off
         null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
         sources = (null, ctx.stdout, ctx.stderr, control_fd, timeout_w)
         moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD) for fd in sources]
-        for target, fd in zip((0, 1, 2, NS.CONTROL_FD, NS.DEADLINE_FD), moved, strict=True):
+        for target, fd in zip((0, 1, 2, node_stub.CONTROL_FD, node_stub.DEADLINE_FD), moved, strict=True):
             os.dup2(fd, target, inheritable=True)
-        C.close_all_except({0, 1, 2, NS.CONTROL_FD, NS.DEADLINE_FD, report_fd})
+        common.close_all_except({0, 1, 2, node_stub.CONTROL_FD, node_stub.DEADLINE_FD, report_fd})
         resource.setrlimit(resource.RLIMIT_FSIZE, (ctx.disk_bytes, ctx.disk_bytes))
         argv = ctx.argv
         if len(argv) == 1:
             stage[0] = "probe"
             probe = _run_probe(argv[0], ctx.env)
             if probe is None:
-                os.write(NS.CONTROL_FD, b"D")
+                os.write(node_stub.CONTROL_FD, b"D")
                 os._exit(0)
             data = probe.encode()
-            os.write(NS.CONTROL_FD, b"P" + _LENGTH.pack(len(data)) + data)
-            argv = NS.stub_argv(argv[0], probe)
+            os.write(node_stub.CONTROL_FD, b"P" + _LENGTH.pack(len(data)) + data)
+            argv = node_stub.stub_argv(argv[0], probe)
         stage[0] = "execve"
         os.execve(argv[0], argv, ctx.env)
 
-    def job(self, ctx: S.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
+    def job(self, ctx: stages.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
         """The code, the run's environment, its folder and timeout; no descriptor (the output pipes are the node's)."""
         if ctx.memory_rlimit is not None or ctx.nproc_rlimit is not None:
             raise OSError(errno.ENOTSUP, "a warm node's limits are cgroups")  # the pool is off without cgroups
-        return NS.encode_job(str(plan), ctx.env, "/work", float(ctx.timeout)), []
+        return node_stub.encode_job(str(plan), ctx.env, "/work", float(ctx.timeout)), []
 
     def feed(self, entry: Entry, data: bytes) -> str:
         """``P`` (length, the key's cold probe: kept for the next warm nodes), then ``R`` or ``D``."""
@@ -206,7 +208,7 @@ class NodeStub(Kind):
                 return "wait"
             text = entry.said[1 + _LENGTH.size : 1 + _LENGTH.size + size].decode("utf-8", "replace")
             entry.said = entry.said[1 + _LENGTH.size + size :]
-            if not NS.usable_probe(text):
+            if not node_stub.usable_probe(text):
                 return "dirty"
             self.probes.setdefault(entry.key, text)
             while len(self.probes) > MAX_KINDS:

@@ -9,11 +9,12 @@ the code. Each entry is its own worker, never a fork of a shared zygote, and ser
 its box is destroyed with that run. The kinds a server offers, in order of preference, are
 ``pool_kinds.KINDS``.
 
-The server's part is the mixin ``WarmExecution`` (a run takes an entry, a new one is warmed
-when the loop is idle); ``Pool`` keeps the entries and the demand for each key, whatever the
-kind: sizing, demand, idle shrinking and slot accounting are shared by all kinds.
+The server has one ``WarmPool``: it keeps the entries and the demand for each key, whatever the
+kind (sizing, demand, idle shrinking and slot accounting are shared by all kinds), warms a new
+entry when the server's loop is idle (``warm``, with the executor's ``spawn_worker``), and hands a
+run over to a ready one (``hand_over``, called by the executor as a run starts).
 
-How a run takes one (``Pool.hand_off``, the same for every kind):
+How a run takes one (``WarmPool.hand_off``, the same for every kind):
 
 - Its ``/work`` and ``/out`` are mount points of a pool folder made *shared* in the server's
   mount namespace (C's copies are slaves of it). The server binds the run's box folders over
@@ -45,21 +46,16 @@ import struct
 import sys
 import termios
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import cgroups as G
-from . import common as C
-from . import linux as L
-from . import stages as S
-from .spares import FAILED_SPARE_PAUSE
+from . import cgroups, common, linux, stages
+from .runs import set_limits
 
 if TYPE_CHECKING:
-    from . import rootfs as R
-    from . import sockets as SK
-    from .boxes import Box
-    from .runs import ExecSpec, Run, Worker
-    from .spares import Spares
+    from . import rootfs
+    from .runs import ExecRequest, Run, ServerBox, SpawnWorker, Worker
+    from .sockets import SocketBound
 
 # A one-shot box's files are given to the pooled interpreter's uid one by one: past this many, run cold.
 MAX_REHOMED_ENTRIES = 256
@@ -94,7 +90,7 @@ class Kind:
     it runs cold), and sends them to the app in an ``output`` frame before the run's reply. ``configure`` finds
     their write ends in ``ctx.stdout`` and ``ctx.stderr``, for C."""
 
-    def key(self, spec: ExecSpec, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
+    def key(self, spec: ExecRequest, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
         """``(key, plan)`` for an exec this kind can take (``plan``: what ``job`` needs of it); None otherwise.
 
         The key's first two items are ``self.name`` and ``root``; the third holds everything else C's setup
@@ -102,10 +98,12 @@ class Kind:
         """
         raise NotImplementedError
 
-    def configure(self, ctx: S.ChildContext, key: PoolKey) -> None:
+    def configure(self, ctx: stages.ChildContext, key: PoolKey) -> None:
         """Fill in what C needs beyond the root, the pool folder and the uid (set already), before the fork."""
 
-    def start(self, ctx: S.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]) -> NoReturn:
+    def start(
+        self, ctx: stages.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]
+    ) -> NoReturn:
         """C, once in the pool folder's box as the code's C would be (``warm_main``): wait for the job.
 
         ``control_fd``: the control socket; ``report_fd``: B's report socket (close-on-exec, above 9);
@@ -113,7 +111,7 @@ class Kind:
         """
         raise NotImplementedError
 
-    def job(self, ctx: S.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
+    def job(self, ctx: stages.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
         """The bytes and descriptors sent on the control socket at hand-off, from the run's ``ctx``."""
         raise NotImplementedError
 
@@ -127,10 +125,10 @@ class Kind:
         return "dirty" if data == b"D" else "gone"
 
     def stats(self, idle: list[Entry]) -> dict[str, int]:
-        """The kind's own figures about its idle entries ``idle``, for ``Pool.stats`` (prefixed with its name)."""
+        """The kind's own figures about its idle entries ``idle``, for ``WarmPool.stats`` (prefixed with its name)."""
         return {}
 
-    def fits(self, entry: Entry, spec: ExecSpec, plan: Any) -> bool:
+    def fits(self, entry: Entry, spec: ExecRequest, plan: Any) -> bool:
         """Whether ``entry`` may serve this exec (its key matches already). An entry given something of earlier
         runs ahead (``entry.ahead``, from ``ctx.ahead``) holds it in its memory: it may serve only a run that
         brings exactly that itself, or the run could read another run's data."""
@@ -159,32 +157,38 @@ class Entry:
         self.ahead = b""  # what its C was given of earlier runs before any run (``ChildContext.ahead``)
 
 
-class Pool:
-    """The entries of a server, of every kind, keyed by kind, root and what else the kind's C depends on.
+class WarmPool:
+    """The warm pool of a server: its entries, of every kind, keyed by kind, root and what else the kind's C
+    depends on; the demand for each key; and the server's side of it (an entry warmed, a run handed over).
 
     ``size`` caps the idle entries kept at once, all kinds together (0: no pool). ``kinds``: the
-    kinds offered, most preferred first. ``spawn(entry)`` forks a worker whose C enters the pool
-    folder's box and runs ``entry.kind.start``; ``kill(worker)`` kills one; ``unwatch(sock)``
-    stops the server's loop watching a control socket before it is closed.
+    kinds offered, most preferred first. ``selector``: the server's, on which entries' control sockets are
+    watched; ``templates``: its root templates; ``boxes``: its open boxes by slot (an entry takes a free slot,
+    from the top); ``root``: the server runs as root (C switches to the entry's uid). ``sockets``, the
+    per-box socket bound where this machine has one, is set by the server's setup.
     """
 
     def __init__(
         self,
         size: int,
         base: str,
-        spawn: Callable[[Entry], Worker],
-        kill: Callable[[Worker], None],
-        unwatch: Callable[[socket.socket], None],
-        kinds: tuple[Kind, ...] = (),
+        kinds: tuple[Kind, ...],
+        *,
+        selector: selectors.BaseSelector,
+        templates: rootfs.Templates,
+        boxes: Mapping[int, ServerBox],
+        root: bool,
     ) -> None:
         self.size = size
         self.kinds = kinds
         self.by_name = {kind.name: kind for kind in kinds}
         self.idle_seconds = IDLE_SECONDS
         self.base = base
-        self._spawn = spawn
-        self._kill = kill
-        self._unwatch = unwatch
+        self.sel = selector
+        self.templates = templates
+        self.boxes = boxes
+        self.root = root
+        self.sockets: SocketBound | None = None
         self.entries: list[Entry] = []
         self.dead: list[Entry] = []  # reaped entries whose folders are still to be unmounted and removed
         self.held: set[int] = set()  # slots of entries, and of boxes that took one (until they close)
@@ -201,7 +205,7 @@ class Pool:
         self.misses = 0
         self._count = 0
 
-    def keys(self, spec: ExecSpec, root: tuple[Any, ...]) -> list[tuple[PoolKey, Any]]:
+    def keys(self, spec: ExecRequest, root: tuple[Any, ...]) -> list[tuple[PoolKey, Any]]:
         """``(key, plan)`` of each kind that can take ``spec``, most preferred first, broken keys left out."""
         found = (kind.key(spec, root) for kind in self.kinds)
         return [
@@ -245,7 +249,7 @@ class Pool:
             seen[1] -= 1
         self.refills = min(self.size, self.refills + 1)
 
-    def wanted(self, free_slot: Callable[[], int | None]) -> PoolKey | None:
+    def wanted(self) -> PoolKey | None:
         """The key of the next interpreter to warm, or None. Drops idle ones first."""
         self.remove_dead()  # called as the loop turns, never while a turn's replies are still to go out
         if self.size <= 0:
@@ -282,7 +286,7 @@ class Pool:
                 victim = min(older, key=lambda e: (asked[e.key], e.born))
                 self.discard(victim)
                 idle.remove(victim)
-            return key if free_slot() is not None else None
+            return key if self.free_slot() is not None else None
         return None
 
     def next_expiry(self) -> float | None:
@@ -313,15 +317,15 @@ class Pool:
 
     # -- entries -------------------------------------------------------------
 
-    def warm(self, key: PoolKey, slot: int, uid: int, gid: int) -> Entry:
-        """Start warming an entry for ``key`` in box slot ``slot``."""
+    def warm(self, key: PoolKey, slot: int, uid: int, gid: int, spawn_worker: SpawnWorker) -> Entry:
+        """Start warming an entry for ``key`` in box slot ``slot`` (uid ``uid``), forked by ``spawn_worker``."""
         self._count += 1
         folder = os.path.join(self.base, f"pool-{self._count}")
         entry = Entry(self.by_name[key[0]], key, slot, uid, gid, folder)
         os.mkdir(folder, 0o711)
         try:
-            L.mount(folder, folder, None, L.MS_BIND)
-            L.mount(None, folder, None, L.MS_SHARED)
+            linux.mount(folder, folder, None, linux.MS_BIND)
+            linux.mount(None, folder, None, linux.MS_SHARED)
             for name in ("work", "out"):
                 os.mkdir(os.path.join(folder, name), 0o755)
         except OSError:
@@ -329,7 +333,7 @@ class Pool:
             raise
         self.held.add(slot)
         try:
-            entry.worker = self._spawn(entry)
+            entry.worker = self._spawn_entry(entry, spawn_worker)
         except BaseException:
             self.held.discard(slot)
             self._remove_folder(entry)
@@ -371,7 +375,7 @@ class Pool:
                 return entry
         return None
 
-    def hand_off(self, entry: Entry, box: Box, ctx: S.ChildContext, plan: Any, has_cgroups: bool) -> None:
+    def hand_off(self, entry: Entry, box: ServerBox, ctx: stages.ChildContext, plan: Any, has_cgroups: bool) -> None:
         """Give ``entry`` the run: box, limits, job. OSError: it cannot (then run cold)."""
         if box.uid != entry.uid:
             rehome(box, entry.uid, entry.gid)
@@ -379,10 +383,12 @@ class Pool:
             box.pool_slot, entry.given = entry.slot, True  # the box holds the slot (its uid) until destroyed
         for name in ("work", "out"):
             target = os.path.join(entry.folder, name)
-            L.mount(os.path.join(box.path, name), target, None, L.MS_BIND)
+            linux.mount(os.path.join(box.path, name), target, None, linux.MS_BIND)
             entry.bound.append(target)
         if has_cgroups:
-            G.configure_cgroup(ctx.memory_dir, ctx.memory_version, ctx.pids_dir, ctx.memory_bytes, ctx.max_processes)
+            cgroups.configure_cgroup(
+                ctx.memory_dir, ctx.memory_version, ctx.pids_dir, ctx.memory_bytes, ctx.max_processes
+            )
         if entry.kind.own_output and (len(entry.output) != 2 or any(unread(fd) for fd in entry.output)):
             self.mark_broken(entry.key)  # it printed while starting: no cold run shows that
             raise OSError(errno.EPROTO, f"a pool entry of kind {entry.kind.name} printed before its run; it runs cold")
@@ -405,7 +411,7 @@ class Pool:
         self._close_control(entry)
         if entry.worker is not None:
             entry.worker.discarded = entry.worker.run is None
-            self._kill(entry.worker)
+            entry.worker.kill()
 
     def gone(self, worker: Worker) -> Entry | None:
         """``worker`` was reaped: if it was an entry's, unmount and remove its folder."""
@@ -415,7 +421,7 @@ class Pool:
         self.entries.remove(entry)
         self._close_control(entry)
         for fd in self.take_output(entry):
-            C.close_fd(fd)
+            common.close_fd(fd)
         if not entry.given:
             self.held.discard(entry.slot)  # no box holds its uid
         # Its unmounts (four, of shared mounts) wait for the pool's next idle pass: B's exit often comes in the
@@ -428,7 +434,7 @@ class Pool:
         while self.dead:
             self._remove_folder(self.dead.pop())
 
-    def box_destroyed(self, box: Box) -> None:
+    def box_destroyed(self, box: ServerBox) -> None:
         if box.pool_slot is not None:
             self.held.discard(box.pool_slot)
             box.pool_slot = None
@@ -440,7 +446,7 @@ class Pool:
                 entry.control.close()
                 entry.control = None
             for fd in self.take_output(entry):
-                C.close_fd(fd)
+                common.close_fd(fd)
             self._remove_folder(entry)
         self.entries.clear()
 
@@ -460,11 +466,142 @@ class Pool:
     def _remove_folder(entry: Entry) -> None:
         for target in [*entry.bound, entry.folder]:
             with contextlib.suppress(OSError):
-                L.umount(target)
+                linux.umount(target)
         entry.bound = []
         for name in ("work", "out", ""):
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(entry.folder, name) if name else entry.folder)
+
+    def free_slot(self) -> int | None:
+        """A box slot for a pool entry (its uid), from the top: boxes take theirs from the bottom."""
+        return next(
+            (s for s in range(common.SLOTS_PER_SERVER - 1, -1, -1) if s not in self.boxes and s not in self.held),
+            None,
+        )
+
+    def _spawn_entry(self, entry: Entry, spawn_worker: SpawnWorker) -> Worker:
+        """Fork a worker whose C enters a box on ``entry``'s pool folder and runs its kind (see ``warm_main``)."""
+        kind, root = entry.kind, entry.key[1]
+        ctx = stages.ChildContext()
+        ctx.template = self.templates.get(*root)
+        ctx.box_dir = entry.folder
+        ctx.uid, ctx.gid = entry.uid, entry.gid
+        ctx.drop_uid = self.root
+        output: list[int] = []  # own_output: stdout's and stderr's read ends, then their write ends
+        if kind.own_output:
+            out_r, out_w = os.pipe2(os.O_CLOEXEC)
+            try:
+                err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            except OSError:
+                common.close_fd(out_r)
+                common.close_fd(out_w)
+                raise
+            output = [out_r, err_r, out_w, err_w]
+            ctx.stdout, ctx.stderr = out_w, err_w
+        kind.configure(ctx, entry.key)
+        entry.ahead = ctx.ahead
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fd = theirs.fileno()
+        try:
+            # No limits while it warms (B writes none: the fresh cgroups' own, unlimited), never the last run's:
+            # those may be too tight for the entry's own start (a node under pids.max 2 cannot make its threads,
+            # and the pool warmed, lost and rewarmed it without end, 40% of a CPU, until another run came). Only
+            # the server's own program runs in it before hand-off, and hand-off writes the run's limits.
+            worker = spawn_worker(
+                None,
+                child=lambda report_fd, timeout_w: warm_main(ctx, kind, fd, report_fd, timeout_w),
+                keep=frozenset({fd, *output[2:]}),
+            )
+        except BaseException:
+            ours.close()
+            for end in output[:2]:
+                common.close_fd(end)
+            raise
+        finally:
+            theirs.close()
+            for end in output[2:]:
+                common.close_fd(end)  # C holds the only write ends: EOF once it and whatever it started are gone
+        ours.setblocking(False)
+        entry.control = ours
+        entry.output = output[:2]
+        self.sel.register(ours, selectors.EVENT_READ, lambda mask: self._on_control_readable(entry))
+        return worker
+
+    def _on_control_readable(self, entry: Entry) -> None:
+        state = self.on_control(entry)
+        if state == "dirty":
+            print(
+                f"mainsdk-local launcher: a pool entry of kind {entry.kind.name} cannot be made for this key; "
+                "it runs cold",
+                file=sys.stderr,
+            )
+        if state in ("dirty", "gone"):
+            self.discard(entry)
+
+    def _unwatch(self, sock: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(sock)
+
+    def hand_over(
+        self,
+        box: ServerBox,
+        run: Run,
+        ctx: stages.ChildContext,
+        spec: ExecRequest,
+        root: tuple[Any, ...],
+        has_cgroups: bool,
+    ) -> Entry | None:
+        """Hand the exec, the first of a one-shot box, to a ready pool entry if one fits; None: it runs cold.
+
+        The kinds that can take it are tried in order of preference; the demand counts for the first. The
+        entry returned has the run's job; the caller makes its worker the run's (the executor).
+        """
+        spec.disk_bytes = box.disk_bytes  # what the cold path's C sets as RLIMIT_FSIZE: part of some kinds' keys
+        found = self.keys(spec, root) if self.size and not box.session and box.execs == 1 else []
+        if not found:
+            return None
+        preferred = found[0][0]
+        self.asked(preferred)
+        run.pool_key = preferred
+        entry: Entry | None = None
+        plan: Any = None
+        for key, plan in found:
+
+            def fits(e: Entry, plan: Any = plan) -> bool:
+                return e.kind.fits(e, spec, plan)
+
+            if (entry := self.take(key, fits)) is not None:
+                break
+        if entry is None:
+            # Ready entries of these keys that do not fit hold an earlier run's text (``Kind.fits``) this run has not:
+            # that streak ended, so they go, and the refills hold nothing of anyone's.
+            for key, plan in found:
+                for e in [e for e in self.entries if e.key == key and e.ready and not e.taken]:
+                    if not e.kind.fits(e, spec, plan):
+                        self.discard(e)
+        if entry is None or entry.worker is None:
+            self.misses += 1
+            self.missed(preferred)
+            return None
+        set_limits(ctx, run, entry.worker.cgroup, spec)
+        run.started = time.monotonic()
+        try:
+            if self.sockets is not None and box.uid != entry.uid:
+                self.sockets.set_bound(entry.slot, box.max_sockets)  # the bound follows the box to its new uid
+            self.hand_off(entry, box, ctx, plan, has_cgroups)
+        except OSError as exc:
+            if exc.errno:  # errno 0: too many files in the box to give to the entry's uid, an expected cold run
+                print(f"mainsdk-local launcher: warm hand-off failed, running cold: {exc}", file=sys.stderr)
+            self.discard(entry)
+            self.misses += 1
+            ctx.uid, ctx.gid = box.uid, box.gid  # the box may have taken the interpreter's uid before it failed
+            return None
+        except BaseException:
+            self.discard(entry)  # taken and never handed a run: it must not wait forever
+            raise
+        self.hits += 1
+        self.kind_hits[entry.kind.name] = self.kind_hits.get(entry.kind.name, 0) + 1
+        return entry
 
 
 def unread(fd: int) -> int:
@@ -472,7 +609,7 @@ def unread(fd: int) -> int:
     return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
 
 
-def rehome(box: Box, uid: int, gid: int) -> None:
+def rehome(box: ServerBox, uid: int, gid: int) -> None:
     """Give ``box``'s work/ and out/ and everything in them to ``uid``; OSError past MAX_REHOMED_ENTRIES.
 
     Only for a box no code has run in: what is there the app wrote. Links are changed, never followed.
@@ -491,7 +628,7 @@ def rehome(box: Box, uid: int, gid: int) -> None:
         os.chown(path, uid, gid, follow_symlinks=False)
 
 
-def warm_main(ctx: S.ChildContext, kind: Kind, control_fd: int, report_fd: int, timeout_w: int) -> NoReturn:
+def warm_main(ctx: stages.ChildContext, kind: Kind, control_fd: int, report_fd: int, timeout_w: int) -> NoReturn:
     """C of a pool entry (after B forked it): enter the pool folder's box as the code's C would, then the kind's part.
 
     ``ctx`` holds the root, the pool folder (as ``box_dir``), uid and gid and what the kind set in
@@ -501,191 +638,13 @@ def warm_main(ctx: S.ChildContext, kind: Kind, control_fd: int, report_fd: int, 
     stage = ["prepare"]
     try:
         report_fd = fcntl.fcntl(report_fd, fcntl.F_DUPFD_CLOEXEC, 10)  # out of the low numbers a kind may use
-        S._code_prepare()
-        S._code_enter_root(ctx, stage)
+        stages.code_prepare()
+        stages.code_enter_root(ctx, stage)
         stage[0] = "pool mounts"
         for name in ("/work", "/out"):
-            L.mount(None, name, None, L.MS_SLAVE)  # receive the run's box from the server; send nothing back
-        S._code_enter_user(ctx, stage)
+            linux.mount(None, name, None, linux.MS_SLAVE)  # receive the run's box from the server; send nothing back
+        stages.code_enter_user(ctx, stage)
         kind.start(ctx, control_fd, report_fd, timeout_w, stage)
     except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
-        S.report_failure(report_fd, stage[0], exc)
+        stages.report_failure(report_fd, stage[0], exc)
     os._exit(127)
-
-
-class WarmExecution:
-    """The server's side of the warm pool (a mixin of ``server.Server``, beside ``execs.RunExecution``)."""
-
-    sel: selectors.BaseSelector
-    root: bool
-    uid_base: int
-    boxes: dict[int, Box]
-    templates: R.Templates
-    spares: Spares
-    pool: Pool
-    sockets: SK.SocketBound | None
-
-    if TYPE_CHECKING:  # the loop's and the runs', in server.py and execs.py
-
-        def _spawn_worker(
-            self,
-            limits: G.Limits,
-            bound: S.ChildContext | None = None,
-            *,
-            child: Callable[[int, int], NoReturn] | None = None,
-            keep: frozenset[int] = frozenset(),
-        ) -> Worker: ...
-
-        @staticmethod
-        def _set_limits(ctx: S.ChildContext, run: Run, cgroup: G.RunCgroup | None, spec: ExecSpec) -> None: ...
-
-        def _hand_listener(self, run: Run) -> None: ...
-
-        def _send(
-            self, box: Box, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
-        ) -> None: ...
-
-    def _warm_one(self) -> None:
-        """Start one entry for the key the pool wants most."""
-        key = self.pool.wanted(self._free_pool_slot)
-        slot = self._free_pool_slot()
-        if key is None or slot is None:
-            return
-        uid = self.uid_base + slot if self.root else self.uid_base
-        gid = uid if self.root else 0
-        self.pool.refills = max(0, self.pool.refills - 1)
-        try:
-            self.pool.warm(key, slot, uid, gid)
-        except (OSError, C.RequestError) as exc:
-            print(f"mainsdk-local launcher: pool entry: {exc}", file=sys.stderr)
-            self.spares.not_before = time.monotonic() + FAILED_SPARE_PAUSE
-
-    def _free_pool_slot(self) -> int | None:
-        """A box slot for a pool entry (its uid), from the top: boxes take theirs from the bottom."""
-        return next(
-            (s for s in range(C.SLOTS_PER_SERVER - 1, -1, -1) if s not in self.boxes and s not in self.pool.held), None
-        )
-
-    def _spawn_pooled(self, entry: Entry) -> Worker:
-        """Fork a worker whose C enters a box on ``entry``'s pool folder and runs its kind (see ``warm_main``)."""
-        kind, root = entry.kind, entry.key[1]
-        ctx = S.ChildContext()
-        ctx.template = self.templates.get(*root)
-        ctx.box_dir = entry.folder
-        ctx.uid, ctx.gid = entry.uid, entry.gid
-        ctx.drop_uid = self.root
-        output: list[int] = []  # own_output: stdout's and stderr's read ends, then their write ends
-        if kind.own_output:
-            out_r, out_w = os.pipe2(os.O_CLOEXEC)
-            try:
-                err_r, err_w = os.pipe2(os.O_CLOEXEC)
-            except OSError:
-                C.close_fd(out_r)
-                C.close_fd(out_w)
-                raise
-            output = [out_r, err_r, out_w, err_w]
-            ctx.stdout, ctx.stderr = out_w, err_w
-        kind.configure(ctx, entry.key)
-        entry.ahead = ctx.ahead
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        fd = theirs.fileno()
-        try:
-            # No limits while it warms (B writes none: the fresh cgroups' own, unlimited), never the last run's:
-            # those may be too tight for the entry's own start (a node under pids.max 2 cannot make its threads,
-            # and the pool warmed, lost and rewarmed it without end, 40% of a CPU, until another run came). Only
-            # the server's own program runs in it before hand-off, and hand-off writes the run's limits.
-            worker = self._spawn_worker(
-                None,
-                child=lambda report_fd, timeout_w: warm_main(ctx, kind, fd, report_fd, timeout_w),
-                keep=frozenset({fd, *output[2:]}),
-            )
-        except BaseException:
-            ours.close()
-            for end in output[:2]:
-                C.close_fd(end)
-            raise
-        finally:
-            theirs.close()
-            for end in output[2:]:
-                C.close_fd(end)  # C holds the only write ends: EOF once it and whatever it started are gone
-        ours.setblocking(False)
-        entry.control = ours
-        entry.output = output[:2]
-        self.sel.register(ours, selectors.EVENT_READ, lambda mask: self._on_pool_control(entry))
-        return worker
-
-    def _on_pool_control(self, entry: Entry) -> None:
-        state = self.pool.on_control(entry)
-        if state == "dirty":
-            print(
-                f"mainsdk-local launcher: a pool entry of kind {entry.kind.name} cannot be made for this key; "
-                "it runs cold",
-                file=sys.stderr,
-            )
-        if state in ("dirty", "gone"):
-            self.pool.discard(entry)
-
-    def _unwatch(self, sock: socket.socket) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            self.sel.unregister(sock)
-
-    def _start_warm(
-        self, box: Box, run: Run, ctx: S.ChildContext, spec: ExecSpec, root: tuple[Any, ...], has_cgroups: bool
-    ) -> bool:
-        """Hand the exec, the first of a one-shot box, to a ready pool entry if one fits; False: it runs cold.
-
-        The kinds that can take it are tried in order of preference; the demand counts for the first.
-        """
-        spec.disk_bytes = box.disk_bytes  # what the cold path's C sets as RLIMIT_FSIZE: part of some kinds' keys
-        found = self.pool.keys(spec, root) if self.pool.size and not box.session and box.execs == 1 else []
-        if not found:
-            return False
-        preferred = found[0][0]
-        self.pool.asked(preferred)
-        run.pool_key = preferred
-        entry: Entry | None = None
-        plan: Any = None
-        for key, plan in found:
-
-            def fits(e: Entry, plan: Any = plan) -> bool:
-                return e.kind.fits(e, spec, plan)
-
-            if (entry := self.pool.take(key, fits)) is not None:
-                break
-        if entry is None:
-            # Ready entries of these keys that do not fit hold an earlier run's text (``Kind.fits``) this run has not:
-            # that streak ended, so they go, and the refills hold nothing of anyone's.
-            for key, plan in found:
-                for e in [e for e in self.pool.entries if e.key == key and e.ready and not e.taken]:
-                    if not e.kind.fits(e, spec, plan):
-                        self.pool.discard(e)
-        if entry is None or entry.worker is None:
-            self.pool.misses += 1
-            self.pool.missed(preferred)
-            return False
-        worker = entry.worker
-        self._set_limits(ctx, run, worker.cgroup, spec)
-        run.started = time.monotonic()
-        try:
-            if self.sockets is not None and box.uid != entry.uid:
-                self.sockets.set_bound(entry.slot, box.max_sockets)  # the bound follows the box to its new uid
-            self.pool.hand_off(entry, box, ctx, plan, has_cgroups)
-        except OSError as exc:
-            if exc.errno:  # errno 0: too many files in the box to give to the entry's uid, an expected cold run
-                print(f"mainsdk-local launcher: warm hand-off failed, running cold: {exc}", file=sys.stderr)
-            self.pool.discard(entry)
-            self.pool.misses += 1
-            ctx.uid, ctx.gid = box.uid, box.gid  # the box may have taken the interpreter's uid before it failed
-            return False
-        except BaseException:
-            self.pool.discard(entry)  # taken and never handed a run: it must not wait forever
-            raise
-        self.pool.hits += 1
-        self.pool.kind_hits[entry.kind.name] = self.pool.kind_hits.get(entry.kind.name, 0) + 1
-        if entry.output:
-            # The run's output is on the entry's own pipes: their read ends go to the app, before the reply.
-            self._send(box, {"id": run.rid, "op": "output", "fds": 2}, fds=self.pool.take_output(entry))
-        run.warm, run.warm_kind = True, entry.kind.name
-        run.worker, worker.run = worker, run
-        self._hand_listener(run)
-        return True

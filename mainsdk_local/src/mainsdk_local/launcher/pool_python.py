@@ -29,12 +29,12 @@ import os
 import struct
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import common as C
+from . import common
 from .pool import MAX_KIND_BYTES, MAX_KINDS, Entry, Kind, PoolKey
 
 if TYPE_CHECKING:
-    from . import stages as S
-    from .runs import ExecSpec
+    from . import stages
+    from .runs import ExecRequest
 
 # Python flags a pooled interpreter may start with (the pool key holds the exact ones). Flags that print at
 # start (-X importtime, -v), read a script (-m, a file) or change what runs after (-i) are not here.
@@ -235,7 +235,7 @@ class PythonStub(Kind):
         # Per key: the last run's -c text and whether the run before had it too (then entries compile it ahead).
         self.texts: dict[PoolKey, tuple[str, bool]] = {}
 
-    def key(self, spec: ExecSpec, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
+    def key(self, spec: ExecRequest, root: tuple[Any, ...]) -> tuple[PoolKey, Any] | None:
         """The pool key of a ``python <POOL_FLAGS> -c CODE`` exec and the index of its code in argv."""
         if spec.warm != "python" or spec.has_stdin:
             return None
@@ -255,19 +255,21 @@ class PythonStub(Kind):
                 del self.texts[next(iter(self.texts))]  # the key seen least recently
         return key, index
 
-    def fits(self, entry: Entry, spec: ExecSpec, plan: Any) -> bool:
+    def fits(self, entry: Entry, spec: ExecRequest, plan: Any) -> bool:
         """An interpreter given a ``-c`` text ahead (an earlier run's) serves only a run of that very text: any
         other run could find it in the interpreter's memory (a pooled run sees nothing of another run)."""
         return not entry.ahead or entry.ahead == spec.argv[plan].encode("utf-8")
 
-    def configure(self, ctx: S.ChildContext, key: PoolKey) -> None:
+    def configure(self, ctx: stages.ChildContext, key: PoolKey) -> None:
         command, startup = key[2]
         ctx.argv = list(command)  # the interpreter and its flags, up to -c
         ctx.env = dict(startup)
         text, again = self.texts.get(key, ("", False))
         ctx.ahead = text.encode("utf-8") if again else b""
 
-    def start(self, ctx: S.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]) -> NoReturn:
+    def start(
+        self, ctx: stages.ChildContext, control_fd: int, report_fd: int, timeout_w: int, stage: list[str]
+    ) -> NoReturn:
         """Exec the stub with: 0 /dev/null, 1 and 2 a pipe whose other end is 5 (the stub checks that start-up
         printed nothing), 3 the control socket, 4 the deadline pipe to B, 6 (if ``ctx.ahead``) a pipe holding
         the text to compile ahead. All else is closed; B's report socket is close-on-exec."""
@@ -289,7 +291,7 @@ class PythonStub(Kind):
         for target, fd in zip(targets, moved, strict=True):
             os.dup2(fd, target, inheritable=True)
         os.dup2(1, 2, inheritable=True)
-        C.close_all_except({*targets, 2, report_fd})
+        common.close_all_except({*targets, 2, report_fd})
         stage[0] = "execve"
         os.execve(ctx.argv[0], [*ctx.argv, STUB], ctx.env)
 
@@ -304,7 +306,7 @@ class PythonStub(Kind):
         """``ahead``: ready entries holding their key's ``-c`` text compiled."""
         return {"ahead": sum(1 for entry in idle if entry.ready and entry.said == b"P")}
 
-    def job(self, ctx: S.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
+    def job(self, ctx: stages.ChildContext, plan: Any) -> tuple[bytes, list[int]]:
         job = marshal.dumps(
             {
                 "argv": [os.fsencode(a) for a in ctx.argv],

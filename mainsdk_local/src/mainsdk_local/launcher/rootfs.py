@@ -15,9 +15,7 @@ import os
 import signal
 import time
 
-from . import common as C
-from . import linux as L
-from . import node_proxy as N
+from . import common, linux, node_proxy
 
 TEMPLATE_CACHE = 8
 # (readonly_paths, hidden_paths, overlays): which root template an exec uses.
@@ -51,10 +49,10 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 
 PASSWD = (
     "root:x:0:0:root:/root:/usr/sbin/nologin\n"
-    f"sandbox:x:{C.INSIDE_ID}:{C.INSIDE_ID}:sandbox:/work:/bin/sh\n"
+    f"sandbox:x:{common.INSIDE_ID}:{common.INSIDE_ID}:sandbox:/work:/bin/sh\n"
     "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 )
-GROUP = f"root:x:0:\nsandbox:x:{C.INSIDE_ID}:\nnogroup:x:65534:\n"
+GROUP = f"root:x:0:\nsandbox:x:{common.INSIDE_ID}:\nnogroup:x:65534:\n"
 HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n"
 
 
@@ -83,7 +81,7 @@ def write_node_preload(path: str) -> None:
     """Write the Node proxy preload at ``path`` (readable by everyone), making its directory."""
     os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
     with open(path, "w") as fh:
-        fh.write(N.SOURCE)
+        fh.write(node_proxy.SOURCE)
     os.chmod(path, 0o644)
 
 
@@ -103,9 +101,9 @@ def build_font_cache(base: str) -> str | None:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child execs or exits at once
         try:
-            L.unshare(L.CLONE_NEWNS)
-            L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
-            L.mount(target, FONT_CACHE, None, L.MS_BIND)
+            linux.unshare(linux.CLONE_NEWNS)
+            linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+            linux.mount(target, FONT_CACHE, None, linux.MS_BIND)
             os.chdir(target)
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
@@ -178,9 +176,9 @@ class Templates:
             return path
         for ro in readonly:  # checked once per template, not per exec
             if os.path.realpath(ro) != ro:
-                raise C.RequestError("value", f"readonly path {ro} must be canonical (no symlinks)")
+                raise common.RequestError("value", f"readonly path {ro} must be canonical (no symlinks)")
             if not os.path.exists(ro):
-                raise C.RequestError("value", f"readonly path {ro} does not exist")
+                raise common.RequestError("value", f"readonly path {ro} does not exist")
         self._count += 1
         path = os.path.join(self.base, f"root-{self._count}")
         os.mkdir(path, 0o755)
@@ -188,7 +186,7 @@ class Templates:
             self._build(path, readonly, hidden, overlays)
         except OSError as exc:
             self._drop(path)
-            raise C.launch_error("root", exc) from None
+            raise common.launch_error("root", exc) from None
         self._cache[key] = path
         while len(self._cache) > TEMPLATE_CACHE:
             _, old = self._cache.popitem(last=False)
@@ -198,17 +196,17 @@ class Templates:
     @staticmethod
     def _drop(path: str) -> None:
         with contextlib.suppress(OSError):
-            L.umount(path)
+            linux.umount(path)
         with contextlib.suppress(OSError):
             os.rmdir(path)
 
     def _build(
         self, root: str, readonly: tuple[str, ...], hidden: tuple[str, ...], overlays: tuple[tuple[str, str], ...]
     ) -> None:
-        L.mount("tmpfs", root, "tmpfs", L.MS_NOSUID | L.MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
+        linux.mount("tmpfs", root, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
         for name in ("usr", "etc", "proc", "dev", "work", "out"):
             os.mkdir(os.path.join(root, name), 0o755)
-        L.bind_readonly("/usr", os.path.join(root, "usr"))
+        linux.bind_readonly("/usr", os.path.join(root, "usr"))
         # /bin, /lib, ... as the host has them: symlinks into /usr on merged-/usr systems.
         for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             host = "/" + name
@@ -216,7 +214,7 @@ class Templates:
                 os.symlink(os.readlink(host), os.path.join(root, name))
             elif os.path.isdir(host):
                 os.mkdir(os.path.join(root, name), 0o755)
-                L.bind_readonly(host, os.path.join(root, name))
+                linux.bind_readonly(host, os.path.join(root, name))
         etc = os.path.join(root, "etc")
         for name in ETC_ENTRIES:
             host = os.path.join("/etc", name)
@@ -225,19 +223,19 @@ class Templates:
                 os.symlink(os.readlink(host), target)
             elif os.path.isdir(host) or os.path.isfile(host):
                 _mount_point_for(host, target)
-                L.bind_readonly(host, target)
+                linux.bind_readonly(host, target)
         for host in HOST_READONLY:
             if os.path.isdir(host) and not os.path.islink(host):
                 source = self.font_cache if host == FONT_CACHE and self.font_cache else host
-                L.bind_readonly(source, _mkdirs(root, host))
+                linux.bind_readonly(source, _mkdirs(root, host))
         for name, text in (("passwd", PASSWD), ("group", GROUP), ("hosts", HOSTS), ("hostname", "sandbox\n")):
             with open(os.path.join(etc, name), "w") as fh:
                 fh.write(text)
-        write_node_preload(root + N.IN_ROOT)
+        write_node_preload(root + node_proxy.IN_ROOT)
         for name in ETC_HIDDEN:
             target = os.path.join(etc, name)
             if os.path.isdir(target) and not os.path.islink(target):
-                L.bind_readonly(self.empty_dir, target, recursive=False)
+                linux.bind_readonly(self.empty_dir, target, recursive=False)
         dev = os.path.join(root, "dev")
         for name in DEVICES:
             host = os.path.join("/dev", name)
@@ -245,7 +243,7 @@ class Templates:
                 _mount_point_for(host, os.path.join(dev, name))
                 # Not read-only: writing /dev/null must work. Device nodes come from the
                 # host's /dev mount, which is not nodev.
-                L.mount(host, os.path.join(dev, name), None, L.MS_BIND)
+                linux.mount(host, os.path.join(dev, name), None, linux.MS_BIND)
         for name, target in (
             ("fd", "/proc/self/fd"),
             ("stdin", "/proc/self/fd/0"),
@@ -260,7 +258,7 @@ class Templates:
             target = _mkdirs(root, os.path.dirname(path)) if os.path.dirname(path) != "/" else root
             target = os.path.join(target, os.path.basename(path))
             _mount_point_for(path, target)
-            L.bind_readonly(path, target)
+            linux.bind_readonly(path, target)
             bound.append(path)
         over = {target: source for source, target in overlays}
         for path in hidden:
@@ -273,10 +271,12 @@ class Templates:
             source = self.empty_dir if os.path.isdir(real) else self.empty_file
             if path in over and os.path.isdir(real):
                 # A package env, read-only, where site already looks: no interpreter flag changes.
-                L.bind_readonly(over[path], target, recursive=False)
+                linux.bind_readonly(over[path], target, recursive=False)
                 continue
-            L.bind_readonly(source, target, recursive=False)
-        L.mount(None, root, None, L.MS_REMOUNT | L.MS_BIND | L.MS_RDONLY | L.MS_NOSUID | L.MS_NODEV)
+            linux.bind_readonly(source, target, recursive=False)
+        linux.mount(
+            None, root, None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV
+        )
 
     def shutdown(self) -> None:
         for path in self._cache.values():

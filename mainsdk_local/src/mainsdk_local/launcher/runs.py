@@ -1,59 +1,61 @@
-"""What the server keeps of an exec: the validated request (``ExecSpec``), the run, and the worker serving it."""
+"""What the server keeps of a box and its execs: the box (``ServerBox``), the validated request (``ExecRequest``),
+the run, and the worker serving it. The box's files and their transfer are in ``boxes``."""
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import math
 import os
+import signal
 import socket
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
-from . import cgroups as G
-from . import common as C
-from . import protocol as P
-from . import rootfs as R
+from . import cgroups, common, protocol, rootfs
 
 if TYPE_CHECKING:
-    from .boxes import Box
+    from . import stages
 
 # No exec may bind these, or anything under them, read-only from the host.
 FORBIDDEN_READONLY = ("/proc", "/sys", "/dev", "/work", "/out")
 
 
-class ExecSpec:
+class ExecRequest:
     """The server's validated copy of the client's ExecSpec."""
 
     def __init__(self, raw: object, has_stdin: bool) -> None:
         if not isinstance(raw, dict):
-            raise C.RequestError("value", "spec must be an object")
+            raise common.RequestError("value", "spec must be an object")
         argv = raw.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
-            raise C.RequestError("value", "argv must be a non-empty list of strings without NUL")
+            raise common.RequestError("value", "argv must be a non-empty list of strings without NUL")
         if not argv[0].startswith("/"):
-            raise C.RequestError("value", f"argv[0] must be an absolute path, got {argv[0]!r}")
+            raise common.RequestError("value", f"argv[0] must be an absolute path, got {argv[0]!r}")
         env = raw.get("env")
         if not isinstance(env, dict):
-            raise C.RequestError("value", "env must be an object")
+            raise common.RequestError("value", "env must be an object")
         for k, v in env.items():
             if not isinstance(v, str) or not k or "=" in k or "\0" in k or "\0" in v:
-                raise C.RequestError("value", f"invalid environment entry {k!r}")
+                raise common.RequestError("value", f"invalid environment entry {k!r}")
         timeout = raw.get("timeout")
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-            raise C.RequestError("value", "timeout must be a positive number of seconds")
+            raise common.RequestError("value", "timeout must be a positive number of seconds")
         if not math.isfinite(timeout):
-            raise C.RequestError("value", "timeout must be finite")
+            raise common.RequestError("value", "timeout must be finite")
         memory = raw.get("memory_bytes")
         if memory is not None and (not isinstance(memory, int) or isinstance(memory, bool) or memory < 1 << 20):
-            raise C.RequestError("value", "memory_bytes must be None or at least 1 MiB")
+            raise common.RequestError("value", "memory_bytes must be None or at least 1 MiB")
         procs = raw.get("max_processes")
         if not isinstance(procs, int) or isinstance(procs, bool) or procs < 1:
-            raise C.RequestError("value", "max_processes must be a positive integer")
+            raise common.RequestError("value", "max_processes must be a positive integer")
         readonly = self._paths(raw.get("readonly_paths", []), "readonly_paths")
         for path in readonly:
-            if path in ("/", "/etc") or any(R.within(path, f) for f in FORBIDDEN_READONLY):
-                raise C.RequestError("value", f"readonly path {path} is not allowed")
-            if R.within(C.MOUNT_BASE, path) or R.within(path, C.MOUNT_BASE):
+            if path in ("/", "/etc") or any(rootfs.within(path, f) for f in FORBIDDEN_READONLY):
+                raise common.RequestError("value", f"readonly path {path} is not allowed")
+            if rootfs.within(common.MOUNT_BASE, path) or rootfs.within(path, common.MOUNT_BASE):
                 # A recursive bind of an ancestor would carry every box's mount along.
-                raise C.RequestError("value", f"readonly path {path} would expose the launcher's boxes")
+                raise common.RequestError("value", f"readonly path {path} would expose the launcher's boxes")
         self.argv: list[str] = argv
         self.env: dict[str, str] = env
         self.timeout = float(timeout)
@@ -64,16 +66,16 @@ class ExecSpec:
         self.overlays = self._overlays(raw.get("overlays", []), self.hidden)
         proxy = raw.get("proxy", False)
         if not isinstance(proxy, bool):
-            raise C.RequestError("value", "proxy must be true or false")
+            raise common.RequestError("value", "proxy must be true or false")
         self.proxy = proxy  # the client wants the run's proxy listener (namespace mode)
         port = raw.get("proxy_port")
         if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
-            raise C.RequestError("value", "proxy_port must be None or a TCP port")
+            raise common.RequestError("value", "proxy_port must be None or a TCP port")
         self.proxy_port: int | None = port  # weak mode: the host port of the run's proxy, the one it may connect to
         self.has_stdin = has_stdin
         warm = raw.get("warm")
         if warm not in (None, "python", "node", "exec"):
-            raise C.RequestError("value", "warm must be null, 'python', 'node' or 'exec'")
+            raise common.RequestError("value", "warm must be null, 'python', 'node' or 'exec'")
         # The client lets the exec run on a pool entry: "python" or "node" (argv is that interpreter: a warm one
         # may take it, else a pre-exec box), "exec" (a pre-exec box only); None: always cold (see pool.py).
         self.warm: str | None = warm
@@ -83,32 +85,67 @@ class ExecSpec:
     def _overlays(value: object, hidden: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
         """(source, hidden path) pairs: a canonical host folder outside the launcher's boxes, over a hidden path."""
         if not isinstance(value, list) or not all(isinstance(p, list) and len(p) == 2 for p in value):
-            raise C.RequestError("value", "overlays must be a list of [source, hidden path] pairs")
+            raise common.RequestError("value", "overlays must be a list of [source, hidden path] pairs")
         pairs: dict[str, str] = {}
         for source, target in value:
-            ExecSpec._paths([source, target], "overlays")
+            ExecRequest._paths([source, target], "overlays")
             if target not in hidden:
-                raise C.RequestError("value", f"overlay target {target} is not one of the hidden paths")
+                raise common.RequestError("value", f"overlay target {target} is not one of the hidden paths")
             if target in pairs:
-                raise C.RequestError("value", f"overlay target {target} is given twice")
+                raise common.RequestError("value", f"overlay target {target} is given twice")
             if os.path.realpath(source) != source or not os.path.isdir(source):
-                raise C.RequestError("value", f"overlay source {source} must be a canonical, existing folder")
+                raise common.RequestError("value", f"overlay source {source} must be a canonical, existing folder")
             # Host paths: /work and /out mean nothing on the host (the box's are its own tmpfs), so only these.
-            if source in ("/", "/etc") or any(R.within(source, f) for f in ("/proc", "/sys", "/dev")):
-                raise C.RequestError("value", f"overlay source {source} is not allowed")
-            if R.within(C.MOUNT_BASE, source) or R.within(source, C.MOUNT_BASE):
-                raise C.RequestError("value", f"overlay source {source} would expose the launcher's boxes")
+            if source in ("/", "/etc") or any(rootfs.within(source, f) for f in ("/proc", "/sys", "/dev")):
+                raise common.RequestError("value", f"overlay source {source} is not allowed")
+            if rootfs.within(common.MOUNT_BASE, source) or rootfs.within(source, common.MOUNT_BASE):
+                raise common.RequestError("value", f"overlay source {source} would expose the launcher's boxes")
             pairs[target] = source
         return tuple(sorted((source, target) for target, source in pairs.items()))
 
     @staticmethod
     def _paths(value: object, what: str) -> list[str]:
         if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
-            raise C.RequestError("value", f"{what} must be a list of strings")
+            raise common.RequestError("value", f"{what} must be a list of strings")
         for p in value:
             if "\0" in p or not p.startswith("/") or os.path.normpath(p) != p:
-                raise C.RequestError("value", f"{what}: {p!r} must be an absolute, normalized path")
+                raise common.RequestError("value", f"{what}: {p!r} must be an absolute, normalized path")
         return list(value)
+
+
+class ServerBox:
+    """One box: its tmpfs (or private directory in weak mode), host uid and channel."""
+
+    def __init__(self, slot: int, uid: int, gid: int, sock: socket.socket, *, drop_fsids: bool) -> None:
+        self.slot = slot
+        self.uid = uid
+        self.gid = gid
+        self.drop_fsids = drop_fsids  # file operations switch to the box's uid (the server is root)
+        self.sock = sock
+        self.decoder = protocol.Decoder()
+        self.outq: collections.deque[tuple[memoryview, list[int]]] = collections.deque()  # frames and their fds
+        self.writing = False
+        self.path = ""
+        self.work_fd = -1
+        self.out_fd = -1
+        self.disk_bytes = 0
+        self.max_files: int | None = None  # the tmpfs's nr_inodes; None: the kernel's default
+        self.runs: dict[int, Run] = {}  # running execs by request id
+        self.destroyed = False
+        self.doomed = False  # closed: its files are removed when the server's loop has a moment
+        self.failed = False  # a request on it failed: a one-shot exec sent behind it does not run
+        self.close_after: int | None = None  # a one-shot box closes once the collection with this id is sent
+        self.closing = False
+        self.close_id: int | None = None
+        self.channel_open = True
+        # A session's box: its next exec is likely, so a hot spare is prepared for it. A one-shot run's box
+        # runs one exec and closes: a spare made for it would be thrown away unused.
+        self.session = False
+        self.memory_cgroup: str | None = None  # a session box's memory cgroup: its commands' go beneath it
+        self.memory_limit: int | None = None  # a session box's: the limit its memory cgroup gets
+        self.execs = 0  # execs started in it: only a one-shot box's first may take a warm interpreter
+        self.max_sockets = 0  # the box's socket bound (sockets.py), set at open
+        self.pool_slot: int | None = None  # a warm interpreter's slot whose uid the box took (held until destroyed)
 
 
 class Worker:
@@ -118,24 +155,43 @@ class Worker:
         self.pid = pid
         self.pidfd = pidfd
         self.sock = sock
-        self.decoder = P.Decoder()
+        self.decoder = protocol.Decoder()
         self.run: Run | None = None
-        self.cgroup: G.RunCgroup | None = None  # B sits in it; removed once B is reaped
-        self.limits: G.Limits = None  # the limits B wrote ahead (a guess: the last exec's)
+        self.cgroup: cgroups.RunCgroup | None = None  # B sits in it; removed once B is reaped
+        self.limits: cgroups.Limits = None  # the limits B wrote ahead (a guess: the last exec's)
         self.ready = False  # C said it waits for its job
         self.discarded = False  # an unused spare we killed on purpose
-        self.bound: tuple[Box, R.TemplateKey] | None = None  # a hot spare's box and root
+        self.bound: tuple[ServerBox, rootfs.TemplateKey] | None = None  # a hot spare's box and root
         self.error: dict[str, Any] | None = None  # what it reported before dying
         self.reaped = False
         self.status: int | None = None  # the worker's own wait status
         self.sock_open = True
         self.listener: int | None = None  # B's proxy listener, until a run takes it or the worker goes
 
+    def kill(self) -> None:
+        """SIGKILL the worker unless it is reaped: B is pid 1 of the run, and its death takes the tree."""
+        if not self.reaped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+class SpawnWorker(Protocol):
+    """Forks a worker (``execs.Executor.spawn_worker``): what spares and the warm pool get to make theirs."""
+
+    def __call__(
+        self,
+        limits: cgroups.Limits,
+        bound: stages.ChildContext | None = None,
+        *,
+        child: Callable[[int, int], NoReturn] | None = None,
+        keep: frozenset[int] = frozenset(),
+    ) -> Worker: ...
+
 
 class Run:
     """One exec: its worker, stdin pipe, cgroups, deadline and what the worker reported."""
 
-    def __init__(self, rid: int, box: Box, spec: ExecSpec) -> None:
+    def __init__(self, rid: int, box: ServerBox, spec: ExecRequest) -> None:
         self.rid = rid
         self.box = box
         self.spec = spec
@@ -151,9 +207,24 @@ class Run:
         self.error: dict[str, Any] | None = None
         self.stdin_w: int | None = None
         self.stdin_data = memoryview(b"")
-        self.cgroup: G.RunCgroup | None = None
+        self.cgroup: cgroups.RunCgroup | None = None
         self.done = False
         self.then: tuple[int, int] | None = None  # a one-shot exec: (collect id, max_bytes) of /out after it
+
+
+def set_limits(ctx: stages.ChildContext, run: Run, cgroup: cgroups.RunCgroup | None, spec: ExecRequest) -> None:
+    """Where the exec's limits go: its cgroups, or rlimits for what has no cgroup."""
+    run.cgroup = cgroup
+    ctx.memory_dir = cgroup.memory_dir if cgroup else None
+    ctx.memory_version = cgroup.memory_version if cgroup else 0
+    ctx.pids_dir = cgroup.pids_dir if cgroup else None
+    ctx.joins = list(cgroup.joins) if cgroup else []
+    ctx.memory_bytes = spec.memory_bytes
+    if ctx.namespaces and ctx.memory_dir is not None and spec.memory_bytes is not None:
+        ctx.memory_bytes = cgroups.session_allowance(spec.memory_bytes, ctx.box_dir)  # the box's files are RAM
+    ctx.max_processes = spec.max_processes + (1 if ctx.namespaces else 0)
+    ctx.memory_rlimit = spec.memory_bytes if ctx.memory_dir is None else None
+    ctx.nproc_rlimit = spec.max_processes if ctx.pids_dir is None else None
 
 
 def describe_failure(error: dict[str, Any]) -> str:

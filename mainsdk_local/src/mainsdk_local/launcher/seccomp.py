@@ -43,7 +43,7 @@ import errno
 import os
 import struct
 
-from . import linux as L
+from . import linux
 
 # struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6].
 _NR = 0
@@ -192,4 +192,4 @@ def build(machine: str) -> bytes | None:
 
 
 _program = build(os.uname().machine)
-FILTER = L.SeccompProgram(_program) if _program is not None else None  # None: no table for this machine
+FILTER = linux.SeccompProgram(_program) if _program is not None else None  # None: no table for this machine

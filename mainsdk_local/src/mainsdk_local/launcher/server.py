@@ -35,7 +35,7 @@ removed on a later turn of the loop, after the replies and any request already w
 This module is the event loop. Forking, feeding and reporting runs is in ``execs.py``; the
 stages B and C are in ``stages.py``; the rest of a run's pieces each have their module:
 ``cgroups`` (limits), ``rootfs`` (root templates), ``boxes`` (box folders and file transfer),
-``runs`` (what the server keeps of an exec), ``spares`` (workers prepared ahead),
+``runs`` (what the server keeps of a box and its execs), ``spares`` (workers prepared ahead),
 ``server_setup`` and ``weak``.
 
 B reaps everything until C exits, then SIGKILLs whatever is left in its pid
@@ -49,10 +49,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import heapq
 import os
 import selectors
-import signal
 import socket
 import sys
 import time
@@ -60,24 +58,25 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import boxes as B
-from . import cgroups as G
-from . import common as C
-from . import landlock as LL
-from . import linux as L
-from . import node_proxy as N
-from . import protocol as P
-from . import rootfs as R
-from . import seccomp as SC
-from . import server_setup as SU
-from . import sockets as SK
-from . import weak as W
-from .boxes import Box
-from .execs import RunExecution
-from .pool import Pool, WarmExecution
+from . import (
+    boxes,
+    cgroups,
+    common,
+    landlock,
+    linux,
+    node_proxy,
+    protocol,
+    rootfs,
+    seccomp,
+    server_setup,
+    sockets,
+    weak,
+)
+from .execs import Executor
+from .pool import WarmPool
 from .pool_kinds import KINDS
-from .runs import ExecSpec, Run, Worker
-from .spares import Spares
+from .runs import ExecRequest, Run, ServerBox
+from .spares import FAILED_SPARE_PAUSE
 
 # A spare is prepared only once every run started this long ago (or earlier) or has reported; see _spare_wanted.
 SPARE_QUIET = 0.25
@@ -91,8 +90,12 @@ DEFAULT_MAX_SOCKETS = 4096
 MAX_DISK = (1 << 63) - 1  # a box's disk size in bytes: what RLIMIT_FSIZE (a C long) can hold
 
 
-class Server(RunExecution, WarmExecution):
-    """The event loop: bootstrap socket, box channels, deadlines, /out collection; runs are in ``execs.py``."""
+class Server:
+    """The event loop: bootstrap socket, box channels, deadlines, /out collection.
+
+    It has an ``Executor`` (``execs.py``: the workers, spares and runs) and a ``WarmPool`` (``pool.py``: the
+    entries made ahead); each is given what it needs of the server, and the server calls their public methods.
+    """
 
     def __init__(
         self, boot: socket.socket, parent: int, force_weak: bool, pool: int = 0, pool_idle: float | None = None
@@ -103,31 +106,47 @@ class Server(RunExecution, WarmExecution):
         self.root = os.geteuid() == 0
         self.isolation = "weak"
         self.sel = selectors.DefaultSelector()
-        self.boot_decoder = P.Decoder()
-        self.boxes: dict[int, Box] = {}
-        self.workers: dict[int, Worker] = {}
-        self.spares = Spares(self._spawn_worker, self._kill_worker, drop_uid=self.root)
-        self.pool = Pool(pool, C.MOUNT_BASE, self._spawn_pooled, self._kill_worker, self._unwatch, KINDS)
-        if pool_idle is not None:
-            self.pool.idle_seconds = pool_idle
-        self.deadlines: list[tuple[float, int, Run]] = []
-        self.collecting: dict[tuple[int, int], tuple[Box, int, B.OutCollector]] = {}  # (slot, id): unfinished
+        self.boot_decoder = protocol.Decoder()
+        self.boxes: dict[int, ServerBox] = {}
+        self.collecting: dict[tuple[int, int], tuple[ServerBox, int, boxes.OutCollector]] = {}  # (slot, id): unfinished
         # Closed boxes whose files are still to be removed: done between requests, never before one (loop).
-        self.doomed: collections.deque[Box] = collections.deque()
-        self.base = C.MOUNT_BASE
+        self.doomed: collections.deque[ServerBox] = collections.deque()
+        self.base = common.MOUNT_BASE
         self.mounted_base = False
         self.own_pidns = -1
         self.self_pidfd = -1
         self.parent_pidfd = -1
-        self.uid_base = C.UID_BASE + (os.getpid() % 4_000_000) * C.SLOTS_PER_SERVER
-        self.cgroups = G.Cgroups("")
-        self.sockets: SK.SocketBound | None = None  # the per-box socket bound, where this machine has it
+        self.uid_base = common.UID_BASE + (os.getpid() % 4_000_000) * common.SLOTS_PER_SERVER
+        self.cgroups = cgroups.Cgroups("")
+        self.sockets: sockets.SocketBound | None = None  # the per-box socket bound, where this machine has it
         self.sockets_why = ""  # why not, where it has not
-        self.templates = R.Templates(C.MOUNT_BASE)
-        self.node_preload = N.IN_ROOT  # where a run finds the Node proxy preload (weak mode: on the host)
+        self.templates = rootfs.Templates(common.MOUNT_BASE)
+        self.node_preload = node_proxy.IN_ROOT  # where a run finds the Node proxy preload (weak mode: on the host)
         self.landlock_abi = 0  # weak mode: the kernel's Landlock ABI, 0 when it has none
         self.stopping = False
         self.last_box_closed = -SPARE_LINGER  # monotonic time the last box was destroyed (see _spare_wanted)
+        self.pool = WarmPool(
+            pool,
+            common.MOUNT_BASE,
+            KINDS,
+            selector=self.sel,
+            templates=self.templates,
+            boxes=self.boxes,
+            root=self.root,
+        )
+        if pool_idle is not None:
+            self.pool.idle_seconds = pool_idle
+        self.executor = Executor(
+            self.sel,
+            self.cgroups,
+            self.templates,
+            self.pool,
+            root=self.root,
+            send=self._send,
+            finish_close=self._maybe_finish_close,
+            collect_after=self._collect_after,
+            stopping=lambda: self.stopping,
+        )
 
     # -- setup ---------------------------------------------------------------
 
@@ -142,25 +161,25 @@ class Server(RunExecution, WarmExecution):
         if not self.force_weak:
             try:
                 if not self.root:
-                    SU.enter_own_namespaces()
+                    server_setup.enter_own_namespaces()
                 self._setup_namespaces()
                 self.isolation = "namespace"
             except OSError as exc:
-                if not SU.means_no_namespaces(exc):
+                if not server_setup.means_no_namespaces(exc):
                     # A transient failure (a full /tmp, no memory): an error, never a quieter sandbox.
                     raise OSError(exc.errno, f"namespace isolation failed to set up: {exc}") from None
                 print(f"mainsdk-local launcher: namespaces unavailable, weak isolation: {exc}", file=sys.stderr)
                 self.isolation = "weak"
         self.self_pidfd = os.pidfd_open(os.getpid())
-        host_pid = C.host_pid()
-        self.cgroups.tag = f"{G.CGROUP_PREFIX}{host_pid}-{C.proc_starttime('self') or '0'}"
+        host_pid = common.host_pid()
+        self.cgroups.tag = f"{cgroups.CGROUP_PREFIX}{host_pid}-{common.proc_starttime('self') or '0'}"
         if self.isolation == "weak":
             # Orphans of a weak run are re-parented to us so we can reap what we kill.
-            L.prctl(L.PR_SET_CHILD_SUBREAPER, 1)
-            self.base = W.weak_base()
+            linux.prctl(linux.PR_SET_CHILD_SUBREAPER, 1)
+            self.base = weak.weak_base()
             self.node_preload = os.path.join(self.base, "node-proxy.cjs")
-            R.write_node_preload(self.node_preload)
-            self.landlock_abi = LL.abi()
+            rootfs.write_node_preload(self.node_preload)
+            self.landlock_abi = landlock.abi()
         if self.root or self.isolation == "namespace":
             self.cgroups.setup(delegated=not self.root)
         self._setup_socket_bound()
@@ -169,6 +188,14 @@ class Server(RunExecution, WarmExecution):
             self.uid_base = 0 if self.isolation == "namespace" else os.geteuid()
         if self.isolation != "namespace" or self.cgroups.memory is None or self.cgroups.pids is None:
             self.pool.size = 0  # a warm interpreter's limits are rewritten from outside: it needs cgroups
+        self.pool.sockets = self.sockets  # a box that takes an entry's uid takes its socket bound along
+        self.executor.configure(
+            isolation=self.isolation,
+            own_pidns=self.own_pidns,
+            self_pidfd=self.self_pidfd,
+            node_preload=self.node_preload,
+            landlock_abi=self.landlock_abi,
+        )
         self.sel.register(self.boot, selectors.EVENT_READ, self._on_boot)
         self.sel.register(self.parent_pidfd, selectors.EVENT_READ, self._on_parent_exit)
 
@@ -186,33 +213,33 @@ class Server(RunExecution, WarmExecution):
             # BPF sees uids as the initial user namespace does: not the boxes' uids as we name them.
             self.sockets_why = "the launcher runs in a user namespace"
             return
-        bound: SK.SocketBound | None = None
+        bound: sockets.SocketBound | None = None
         try:
-            bound = SK.SocketBound(self.uid_base, C.SLOTS_PER_SERVER)
+            bound = sockets.SocketBound(self.uid_base, common.SLOTS_PER_SERVER)
             bound.attach(self.cgroups.socket_dir())
         except OSError as exc:
             if bound is not None:
                 bound.close()
-            if exc.errno not in SK.UNAVAILABLE:
+            if exc.errno not in sockets.UNAVAILABLE:
                 raise OSError(exc.errno, f"socket bound setup failed: {exc.strerror}") from None
             self.sockets_why = f"no cgroup2 or BPF here: {exc.strerror}"
             return
         self.sockets = bound
 
     def _setup_namespaces(self) -> None:
-        SU.mount_private_base(new_mount_namespace=self.root)
+        server_setup.mount_private_base(new_mount_namespace=self.root)
         self.mounted_base = True
         self.templates.setup()
         self.own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         uid = self.uid_base if self.root else os.geteuid()
-        SU.probe(self.own_pidns, self.templates.empty_dir, uid, drop_uid=self.root)
+        server_setup.probe(self.own_pidns, self.templates.empty_dir, uid, drop_uid=self.root)
 
     # -- loop ----------------------------------------------------------------
 
     def hello(self) -> None:
         """Tell the client what isolation it gets."""
         self.boot.sendall(
-            P.encode(
+            protocol.encode(
                 {
                     "op": "hello",
                     "isolation": self.isolation,
@@ -220,10 +247,10 @@ class Server(RunExecution, WarmExecution):
                     "pids": "cgroup" if self.cgroups.pids else "rlimit",
                     "sockets": "bpf" if self.sockets is not None else "none",
                     "sockets_why": self.sockets_why,
-                    "pid": C.host_pid(),
+                    "pid": common.host_pid(),
                     "node_preload": self.node_preload,
                     "landlock": self.landlock_abi,
-                    "seccomp": SC.FILTER is not None,
+                    "seccomp": seccomp.FILTER is not None,
                     "pool": self.pool.size,
                 }
             )
@@ -238,7 +265,7 @@ class Server(RunExecution, WarmExecution):
         SPARE_QUIET ago has not reported: preparing one forks and sets up namespaces, which
         would compete with that run's own start and report for the CPUs. A short run gets its
         replacement after its result is sent. The one exception: each run of a pooled kind that
-        reported may warm one interpreter at once (``Pool.refills``), so steady concurrency, where
+        reported may warm one interpreter at once (``WarmPool.refills``), so steady concurrency, where
         the loop is never quiet, does not drain the pool.
         """
         if self.stopping or self.isolation != "namespace":
@@ -246,14 +273,15 @@ class Server(RunExecution, WarmExecution):
         # Spares while boxes are open, and for SPARE_LINGER after the last one closed: one-shot runs keep no
         # box open between them, and without a spare each would fork and set up its worker on its own path.
         spares_wanted = bool(self.boxes) or time.monotonic() <= self.last_box_closed + SPARE_LINGER
-        wanted = self.spares.wanted() if spares_wanted else None
-        pool = self.pool.size > 0 and self.pool.wanted(self._free_pool_slot) is not None
-        soon = max(0.0, self.spares.not_before - time.monotonic())
+        spares = self.executor.spares
+        wanted = spares.wanted() if spares_wanted else None
+        pool = self.pool.size > 0 and self.pool.wanted() is not None
+        soon = max(0.0, spares.not_before - time.monotonic())
         if pool and self.pool.refills:
-            return (soon, "pool")  # one warm interpreter per run that reported, even while others run (Pool.refills)
+            return (soon, "pool")  # one warm interpreter per run that reported, even while others run (refills)
         # Otherwise a generic spare first when there is none (a run that finds no warm interpreter takes it:
         # without it, that run forks its worker itself), then warm interpreters, then a session's hot spare.
-        first_spare = wanted is not None and wanted[1] == "generic" and not self.spares.generic
+        first_spare = wanted is not None and wanted[1] == "generic" and not spares.generic
         if pool and not first_spare:
             wanted = (soon, "pool")
         if wanted is None:
@@ -273,19 +301,33 @@ class Server(RunExecution, WarmExecution):
         if wanted is not None and wanted[1] == "pool":
             self._warm_one()
         elif wanted is not None:
-            self.spares.prepare(wanted[1])
+            self.executor.spares.prepare(wanted[1])
+
+    def _warm_one(self) -> None:
+        """Start one warm pool entry for the key the pool wants most, in a free slot and with its uid."""
+        key = self.pool.wanted()
+        slot = self.pool.free_slot()
+        if key is None or slot is None:
+            return
+        uid = self.uid_base + slot if self.root else self.uid_base
+        gid = uid if self.root else 0
+        self.pool.refills = max(0, self.pool.refills - 1)
+        try:
+            self.pool.warm(key, slot, uid, gid, self.executor.spawn_worker)
+        except (OSError, common.RequestError) as exc:
+            print(f"mainsdk-local launcher: pool entry: {exc}", file=sys.stderr)
+            self.executor.spares.not_before = time.monotonic() + FAILED_SPARE_PAUSE
 
     def loop(self) -> None:
         """Serve until the app closes the bootstrap socket or exits."""
         while not self.stopping:
             timeout: float | None = None
-            while self.deadlines and self.deadlines[0][2].done:
-                heapq.heappop(self.deadlines)
-            if self.deadlines:
-                timeout = max(0.0, self.deadlines[0][0] - time.monotonic())
+            deadline = self.executor.next_deadline()
+            if deadline is not None:
+                timeout = max(0.0, deadline - time.monotonic())
             if self.cgroups.retry():
                 timeout = 0.05 if timeout is None else min(timeout, 0.05)
-            if self.isolation == "weak" and self.workers:
+            if self.isolation == "weak" and self.executor.workers:
                 timeout = 0.2 if timeout is None else min(timeout, 0.2)
             expiry = self.pool.next_expiry()
             if expiry is not None:  # wake to drop an interpreter idle too long
@@ -305,24 +347,19 @@ class Server(RunExecution, WarmExecution):
                 self._destroy_box(self.doomed.popleft())  # a closed box's umount and rmdir
             elif self._idle_work_pending():
                 self._idle_work()
-            now = time.monotonic()
-            while self.deadlines and (self.deadlines[0][2].done or self.deadlines[0][0] <= now):
-                _, _, run = heapq.heappop(self.deadlines)
-                if not run.done:
-                    run.timed_out = True
-                    self._kill(run)
+            self.executor.expire_deadlines(time.monotonic())
             if self.isolation == "weak":
-                self._reap_orphans()
+                self.executor.reap_orphans()
 
     def _on_parent_exit(self, mask: int) -> None:
         self.stopping = True
 
     def _on_boot(self, mask: int) -> None:
         try:
-            data, fds = P.receive(self.boot)
+            data, fds = protocol.receive(self.boot)
         except BlockingIOError:
             return
-        except (OSError, P.ProtocolError):
+        except (OSError, protocol.ProtocolError):
             self.stopping = True
             return
         if not data and not fds:
@@ -331,7 +368,7 @@ class Server(RunExecution, WarmExecution):
         self.boot_decoder.feed(data, fds)
         try:
             frames = self.boot_decoder.frames()
-        except P.ProtocolError:
+        except protocol.ProtocolError:
             self.stopping = True
             return
         for frame in frames:
@@ -343,16 +380,7 @@ class Server(RunExecution, WarmExecution):
 
     def shutdown(self) -> None:
         """Kill every run and worker, wait for them, remove boxes, roots and cgroups."""
-        for worker in self.workers.values():
-            if not worker.reaped:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(worker.pid, signal.SIGKILL)
-        for worker in list(self.workers.values()):
-            if not worker.reaped:
-                with contextlib.suppress(ChildProcessError):
-                    _, worker.status = os.waitpid(worker.pid, 0)
-                worker.reaped = True
-            self._worker_gone(worker, reply=False)
+        self.executor.shutdown()
         for box in list(self.boxes.values()):
             self._close_channel(box)
             self._destroy_box(box)
@@ -363,8 +391,8 @@ class Server(RunExecution, WarmExecution):
         self.cgroups.shutdown()
         if self.mounted_base:
             with contextlib.suppress(OSError):
-                L.umount(C.MOUNT_BASE)
-        if self.isolation == "weak" and self.base != C.MOUNT_BASE:
+                linux.umount(common.MOUNT_BASE)
+        if self.isolation == "weak" and self.base != common.MOUNT_BASE:
             with contextlib.suppress(OSError):
                 os.unlink(self.node_preload)
             with contextlib.suppress(OSError):
@@ -376,56 +404,58 @@ class Server(RunExecution, WarmExecution):
         disk_bytes, session, max_files = header.get("disk_bytes"), header.get("session", True), header.get("max_files")
         memory_bytes, max_sockets = header.get("memory_bytes"), header.get("max_sockets")
         sock.setblocking(False)
-        slot = next((s for s in range(C.SLOTS_PER_SERVER) if s not in self.boxes and s not in self.pool.held), None)
+        slot = next(
+            (s for s in range(common.SLOTS_PER_SERVER) if s not in self.boxes and s not in self.pool.held), None
+        )
         if slot is None:
             with contextlib.suppress(OSError):
-                sock.send(P.encode({"id": 0, "ok": False, "kind": "launcher", "error": "too many open boxes"}))
+                sock.send(protocol.encode({"id": 0, "ok": False, "kind": "launcher", "error": "too many open boxes"}))
             sock.close()
             return
         uid = self.uid_base + slot if self.root else self.uid_base
         gid = uid if self.root else (0 if self.isolation == "namespace" else os.getegid())
-        box = Box(slot, uid, gid, sock, drop_fsids=self.root and uid != 0)
+        box = ServerBox(slot, uid, gid, sock, drop_fsids=self.root and uid != 0)
         self.boxes[slot] = box
         self.sel.register(sock, selectors.EVENT_READ, lambda mask, b=box: self._on_channel(b, mask))
         try:
             if not isinstance(disk_bytes, int) or isinstance(disk_bytes, bool) or not 4096 <= disk_bytes <= MAX_DISK:
                 # Above MAX_DISK no RLIMIT_FSIZE can hold it: refused here, before anything runs, not by C's setrlimit
                 # (the cold path's setup error) or a warm interpreter's (which looked like the code's exit 1).
-                raise C.RequestError("value", f"disk_bytes must be an integer from 4096 to {MAX_DISK}")
+                raise common.RequestError("value", f"disk_bytes must be an integer from 4096 to {MAX_DISK}")
             box.disk_bytes = disk_bytes
             if not isinstance(session, bool):
-                raise C.RequestError("value", "session must be true or false")
+                raise common.RequestError("value", "session must be true or false")
             box.session = session
             if max_files is not None and (
                 not isinstance(max_files, int) or isinstance(max_files, bool) or max_files < 64
             ):
-                raise C.RequestError("value", "max_files must be null or an integer of at least 64")
+                raise common.RequestError("value", "max_files must be null or an integer of at least 64")
             box.max_files = max_files
             for name, value in (("memory_bytes", memory_bytes), ("max_sockets", max_sockets)):
                 if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                    raise C.RequestError("value", f"{name} must be null or a positive integer")
-            B.make_box_fs(box, self.base, tmpfs=self.isolation == "namespace")
+                    raise common.RequestError("value", f"{name} must be null or a positive integer")
+            boxes.make_box_fs(box, self.base, tmpfs=self.isolation == "namespace")
             self._box_limits(box, memory_bytes, max_sockets)
-        except C.RequestError as exc:
+        except common.RequestError as exc:
             self._reply_error(box, 0, exc)
             box.closing = True
             self._destroy_box(box)
             return
         self._send(box, {"id": 0, "ok": True, "uid": box.uid, "isolation": self.isolation})
 
-    def _box_limits(self, box: Box, memory_bytes: int | None, max_sockets: int | None) -> None:
+    def _box_limits(self, box: ServerBox, memory_bytes: int | None, max_sockets: int | None) -> None:
         """What the box holds at most, whatever runs in it: sockets; for a session's box, memory too."""
         if box.session:
-            box.memory_limit = memory_bytes  # its cgroup is its first exec's box-level one (RunExecution)
+            box.memory_limit = memory_bytes  # its cgroup is its first exec's box-level one (Executor)
             self.cgroups.wrap = True
         try:
             box.max_sockets = DEFAULT_MAX_SOCKETS if max_sockets is None else max_sockets
             if self.sockets is not None:
                 self.sockets.set_bound(box.slot, box.max_sockets)
         except OSError as exc:
-            raise C.launch_error("box limits", exc) from None
+            raise common.launch_error("box limits", exc) from None
 
-    def _destroy_box(self, box: Box) -> None:
+    def _destroy_box(self, box: ServerBox) -> None:
         """Last step of a box: every run is dead; remove its files and free the slot."""
         if box.destroyed:
             return
@@ -434,7 +464,7 @@ class Server(RunExecution, WarmExecution):
             # After its commands' cgroups: in namespace mode the next worker removes them all, in that order.
             self.cgroups.remove_box(box.memory_cgroup, defer=self.isolation == "namespace" and not self.stopping)
             box.memory_cgroup = None
-        B.remove_box_fs(box, tmpfs=self.isolation == "namespace")
+        boxes.remove_box_fs(box, tmpfs=self.isolation == "namespace")
         self.pool.box_destroyed(box)
         box.decoder.close()
         box.destroyed = True
@@ -444,16 +474,16 @@ class Server(RunExecution, WarmExecution):
         if not box.outq:
             self._close_channel(box)
 
-    def _on_channel(self, box: Box, mask: int) -> None:
+    def _on_channel(self, box: ServerBox, mask: int) -> None:
         if mask & selectors.EVENT_WRITE:
             self._flush(box)
         if not (mask & selectors.EVENT_READ) or not box.channel_open:
             return
         try:
-            data, fds = P.receive(box.sock)
+            data, fds = protocol.receive(box.sock)
         except BlockingIOError:
             return
-        except (OSError, P.ProtocolError):
+        except (OSError, protocol.ProtocolError):
             data, fds = b"", []
         if not data and not fds:
             self._close_channel(box)
@@ -462,7 +492,7 @@ class Server(RunExecution, WarmExecution):
         box.decoder.feed(data, fds)
         try:
             frames = box.decoder.frames()
-        except P.ProtocolError as exc:
+        except protocol.ProtocolError as exc:
             print(f"mainsdk-local launcher: protocol error on box {box.slot}: {exc}", file=sys.stderr)
             self._close_channel(box)
             self._begin_close(box)
@@ -470,50 +500,52 @@ class Server(RunExecution, WarmExecution):
         for frame in frames:
             try:
                 self._handle(box, frame)
-            except C.RequestError as exc:
+            except common.RequestError as exc:
                 box.failed = True
                 self._reply_error(box, frame.header.get("id"), exc)
             except Exception as exc:  # noqa: BLE001 - a bug in one request must not take the server down
                 box.failed = True
                 traceback.print_exc()
-                self._reply_error(box, frame.header.get("id"), C.RequestError("launcher", f"internal error: {exc!r}"))
+                self._reply_error(
+                    box, frame.header.get("id"), common.RequestError("launcher", f"internal error: {exc!r}")
+                )
             finally:
                 frame.close_fds()
 
-    def _handle(self, box: Box, frame: P.Frame) -> None:
+    def _handle(self, box: ServerBox, frame: protocol.Frame) -> None:
         h = frame.header
         op = h.get("op")
         rid = h.get("id")
         if not isinstance(rid, int):
-            raise C.RequestError("launcher", "request without an id")
+            raise common.RequestError("launcher", "request without an id")
         if box.closing and op != "close":
-            raise C.RequestError("launcher", "box is closing")
+            raise common.RequestError("launcher", "box is closing")
         if op == "write":
-            B.write_file(box, h.get("path"), frame.payload)
+            boxes.write_file(box, h.get("path"), frame.payload)
             self._send(box, {"id": rid, "ok": True})
         elif op == "read":
-            data = B.read_file(box, h.get("path"))
+            data = boxes.read_file(box, h.get("path"))
             self._send(box, {"id": rid, "ok": True}, data)
         elif op == "collect":
             if (box.slot, rid) in self.collecting:
-                raise C.RequestError("launcher", f"collect id {rid} already running")
-            self._collect_slice(box, rid, B.OutCollector(box, h.get("max_bytes")))
+                raise common.RequestError("launcher", f"collect id {rid} already running")
+            self._collect_slice(box, rid, boxes.OutCollector(box, h.get("max_bytes")))
         elif op == "exec":
             if rid in box.runs:
-                raise C.RequestError("launcher", f"exec id {rid} already running")
+                raise common.RequestError("launcher", f"exec id {rid} already running")
             # A live stdin (``"stdin": "live"``): the client's pipe read end comes third, and it feeds the pipe.
             if len(frame.fds) != (3 if h.get("stdin") == "live" else 2):
-                raise C.RequestError("launcher", "exec needs stdout and stderr descriptors, and stdin's when live")
-            spec = ExecSpec(h.get("spec"), bool(h.get("stdin")))
+                raise common.RequestError("launcher", "exec needs stdout and stderr descriptors, and stdin's when live")
+            spec = ExecRequest(h.get("spec"), bool(h.get("stdin")))
             then = self._then_collect(box, rid, h.get("then"))
             fds, frame.fds = frame.fds, []
-            self._start_run(box, rid, spec, fds, frame.payload)  # owns (and closes) fds
+            self.executor.start_run(box, rid, spec, fds, frame.payload)  # owns (and closes) fds
             box.runs[rid].then = then
         elif op == "kill":
             run = box.runs.get(rid)
             if run is not None and not run.done:
                 run.killed = True
-                self._kill(run)
+                self.executor.kill(run)
         elif op == "pool":
             self._send(box, dict(self.pool.stats(), id=rid, ok=True))
         elif op == "close":
@@ -523,10 +555,10 @@ class Server(RunExecution, WarmExecution):
             box.close_id = rid
             self._begin_close(box)
         else:
-            raise C.RequestError("launcher", f"unknown op {op!r}")
+            raise common.RequestError("launcher", f"unknown op {op!r}")
 
     @staticmethod
-    def _then_collect(box: Box, rid: int, then: object) -> tuple[int, int] | None:
+    def _then_collect(box: ServerBox, rid: int, then: object) -> tuple[int, int] | None:
         """An exec's ``then`` (a one-shot box): collect /out as (id, max_bytes) after it, then close the box.
 
         Its open and files were sent ahead without waiting for their answers: if one of them (or any
@@ -535,14 +567,16 @@ class Server(RunExecution, WarmExecution):
         if then is None:
             return None
         if not isinstance(then, dict):
-            raise C.RequestError("value", "then must be an object")
+            raise common.RequestError("value", "then must be an object")
         collect_id, max_bytes = then.get("collect_id"), then.get("max_bytes")
         if not isinstance(collect_id, int) or isinstance(collect_id, bool) or collect_id in (0, rid):
-            raise C.RequestError("value", "then.collect_id must be an integer other than 0 and the exec's id")
+            raise common.RequestError("value", "then.collect_id must be an integer other than 0 and the exec's id")
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
-            raise C.RequestError("value", "then.max_bytes must be a non-negative integer")
+            raise common.RequestError("value", "then.max_bytes must be a non-negative integer")
         if box.failed:
-            raise C.RequestError("launcher", "an earlier request on this box failed: the one-shot exec does not run")
+            raise common.RequestError(
+                "launcher", "an earlier request on this box failed: the one-shot exec does not run"
+            )
         return collect_id, max_bytes
 
     def _collect_after(self, run: Run) -> None:
@@ -551,22 +585,22 @@ class Server(RunExecution, WarmExecution):
             return
         collect_id, max_bytes = run.then
         run.box.close_after = collect_id
-        self._collect_slice(run.box, collect_id, B.OutCollector(run.box, max_bytes))
+        self._collect_slice(run.box, collect_id, boxes.OutCollector(run.box, max_bytes))
 
-    def _collect_slice(self, box: Box, rid: int, collector: B.OutCollector) -> None:
+    def _collect_slice(self, box: ServerBox, rid: int, collector: boxes.OutCollector) -> None:
         """Collect for one slice (the first one at once: a small /out is done in it); reply when done.
 
         Never more than COLLECT_SLICE at a time, so a huge or deep /out delays no other
         box's requests; deadlines do not wait for it either (B keeps them, see stages.py).
         """
         try:
-            with B.AsBox(box):
+            with boxes.AsBox(box):
                 done = collector.step(time.monotonic() + COLLECT_SLICE)
         except Exception as exc:  # noqa: BLE001 - a bug in one collection must not take the server down
             traceback.print_exc()
             collector.close()
             self.collecting.pop((box.slot, rid), None)
-            self._reply_error(box, rid, C.RequestError("launcher", f"internal error: {exc!r}"))
+            self._reply_error(box, rid, common.RequestError("launcher", f"internal error: {exc!r}"))
             if box.close_after == rid:
                 self._begin_close(box)
             return
@@ -579,23 +613,23 @@ class Server(RunExecution, WarmExecution):
         if box.close_after == rid:
             self._begin_close(box)  # a one-shot box: its exec asked for /out, and that was all
 
-    def _stop_collecting(self, box: Box) -> None:
+    def _stop_collecting(self, box: ServerBox) -> None:
         """Drop the box's unfinished collections (it is closing): their descriptors must not pin its tmpfs."""
         for key, (owner, _, collector) in list(self.collecting.items()):
             if owner is box:
                 collector.close()
                 del self.collecting[key]
 
-    def _begin_close(self, box: Box) -> None:
+    def _begin_close(self, box: ServerBox) -> None:
         box.closing = True
         self._stop_collecting(box)
-        self.spares.box_closing(box)
+        self.executor.spares.box_closing(box)
         for run in list(box.runs.values()):
             run.killed = True
-            self._kill(run)
+            self.executor.kill(run)
         self._maybe_finish_close(box)
 
-    def _maybe_finish_close(self, box: Box) -> None:
+    def _maybe_finish_close(self, box: ServerBox) -> None:
         if not box.closing or box.runs or box.destroyed or box.doomed:
             return
         if box.close_id is not None and box.channel_open:
@@ -609,20 +643,20 @@ class Server(RunExecution, WarmExecution):
 
     # -- channel output ------------------------------------------------------
 
-    def _send(self, box: Box, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
+    def _send(self, box: ServerBox, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
         """Queue a frame to the client; ``fds`` (ours: closed once sent) go with its first byte."""
         if not box.channel_open:
             for fd in fds or []:
-                C.close_fd(fd)
+                common.close_fd(fd)
             return
-        box.outq.append((memoryview(P.encode(header, payload)), list(fds or [])))
+        box.outq.append((memoryview(protocol.encode(header, payload)), list(fds or [])))
         self._flush(box)
 
-    def _reply_error(self, box: Box, rid: object, exc: C.RequestError) -> None:
+    def _reply_error(self, box: ServerBox, rid: object, exc: common.RequestError) -> None:
         # A request refused with a RequestError did nothing: for an exec, no code ran.
         self._send(box, {"id": rid, "ok": False, "kind": exc.kind, "error": str(exc), "errno": exc.errno, "ran": False})
 
-    def _flush(self, box: Box) -> None:
+    def _flush(self, box: ServerBox) -> None:
         while box.outq and box.channel_open:
             chunk, fds = box.outq[0]
             try:
@@ -634,7 +668,7 @@ class Server(RunExecution, WarmExecution):
                 self._begin_close(box)
                 return
             for fd in fds:  # the client holds its own reference now
-                C.close_fd(fd)
+                common.close_fd(fd)
             if n == len(chunk):
                 box.outq.popleft()
             else:
@@ -649,13 +683,13 @@ class Server(RunExecution, WarmExecution):
             want = selectors.EVENT_READ | (selectors.EVENT_WRITE if box.outq else 0)
             self.sel.modify(box.sock, want, lambda mask, b=box: self._on_channel(b, mask))
 
-    def _close_channel(self, box: Box) -> None:
+    def _close_channel(self, box: ServerBox) -> None:
         if not box.channel_open:
             return
         box.channel_open = False
         for _, fds in box.outq:
             for fd in fds:
-                C.close_fd(fd)
+                common.close_fd(fd)
         box.outq.clear()
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(box.sock)
@@ -665,7 +699,7 @@ class Server(RunExecution, WarmExecution):
 def main(argv: list[str]) -> int:
     """Entry point (see ``__main__.py``): ``--fd N --parent PID [--weak] [--pool N] [--pool-idle SECONDS]``."""
     fd = parent = -1
-    weak = False
+    force_weak = False
     pool = 0
     pool_idle: float | None = None
     args = iter(argv)
@@ -675,19 +709,19 @@ def main(argv: list[str]) -> int:
         elif arg == "--parent":
             parent = int(next(args))
         elif arg == "--weak":
-            weak = True
+            force_weak = True
         elif arg == "--pool":
             pool = int(next(args))
         elif arg == "--pool-idle":
             pool_idle = float(next(args))
     os.set_inheritable(fd, False)
     boot = socket.socket(fileno=fd)
-    server = Server(boot, parent, weak, pool, pool_idle)
+    server = Server(boot, parent, force_weak, pool, pool_idle)
     try:
         server.setup()
     except Exception as exc:  # noqa: BLE001 - tell the client why, whatever it is
         with contextlib.suppress(OSError):
-            boot.sendall(P.encode({"op": "fatal", "error": f"{type(exc).__name__}: {exc}"}))
+            boot.sendall(protocol.encode({"op": "fatal", "error": f"{type(exc).__name__}: {exc}"}))
         server.shutdown()
         return 1
     server.hello()

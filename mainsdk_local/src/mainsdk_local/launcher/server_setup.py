@@ -19,9 +19,7 @@ import os
 import signal
 import stat
 
-from . import common as C
-from . import linux as L
-from . import stages as S
+from . import common, linux, stages
 
 # What a kernel or a policy without namespaces answers (seccomp profiles of container runtimes: EPERM;
 # AppArmor and SELinux: EACCES; kernels built without them: EINVAL or ENOSYS).
@@ -57,14 +55,14 @@ def enter_own_namespaces() -> None:
     outside as a shim that only mirrors our exit, so the app's Popen sees us.
     """
     uid, gid = os.geteuid(), os.getegid()
-    L.unshare(L.CLONE_NEWUSER | L.CLONE_NEWNS | L.CLONE_NEWPID)
-    L.write_file("/proc/self/setgroups", "deny")
-    L.write_file("/proc/self/uid_map", f"0 {uid} 1")
-    L.write_file("/proc/self/gid_map", f"0 {gid} 1")
+    linux.unshare(linux.CLONE_NEWUSER | linux.CLONE_NEWNS | linux.CLONE_NEWPID)
+    linux.write_file("/proc/self/setgroups", "deny")
+    linux.write_file("/proc/self/uid_map", f"0 {uid} 1")
+    linux.write_file("/proc/self/gid_map", f"0 {gid} 1")
     pid = os.fork()
     if pid != 0:
         gc.disable()
-        C.close_all_except({2})
+        common.close_all_except({2})
         with contextlib.suppress(BaseException):
             while True:
                 _, status = os.waitpid(pid, 0)
@@ -72,35 +70,35 @@ def enter_own_namespaces() -> None:
         os._exit(1)
     # We are pid 1 of the new pid namespace. If the shim is killed (the app's Launcher
     # gives up waiting), we go too, and our workers with us.
-    L.prctl(L.PR_SET_PDEATHSIG, signal.SIGKILL)
+    linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def mount_private_base(*, new_mount_namespace: bool) -> None:
     """Mount the server's own tmpfs at MOUNT_BASE, in a mount namespace where nothing propagates."""
     if new_mount_namespace:
-        L.unshare(L.CLONE_NEWNS)
+        linux.unshare(linux.CLONE_NEWNS)
     # Private: box and root mounts stay in our namespace, host mounts do not leak in.
-    L.mount(None, "/", None, L.MS_REC | L.MS_PRIVATE)
+    linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
     with contextlib.suppress(FileExistsError):
-        os.mkdir(C.MOUNT_BASE, 0o700)
-    if not stat.S_ISDIR(os.lstat(C.MOUNT_BASE).st_mode):
-        raise OSError(errno.ENOTDIR, f"{C.MOUNT_BASE} is not a directory")
+        os.mkdir(common.MOUNT_BASE, 0o700)
+    if not stat.S_ISDIR(os.lstat(common.MOUNT_BASE).st_mode):
+        raise OSError(errno.ENOTDIR, f"{common.MOUNT_BASE} is not a directory")
     # Every server mounts its own tmpfs here in its own namespace; the host sees an
     # empty directory and there is nothing to clean after a crash.
-    L.mount("tmpfs", C.MOUNT_BASE, "tmpfs", L.MS_NOSUID | L.MS_NODEV, "size=1m,mode=0711")
+    linux.mount("tmpfs", common.MOUNT_BASE, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=1m,mode=0711")
 
 
 def fork_in_new_pidns(own_pidns: int) -> int:
     """fork(2) with the child as pid 1 of a new pid namespace; the parent stays in ``own_pidns``."""
-    L.unshare(L.CLONE_NEWPID)
+    linux.unshare(linux.CLONE_NEWPID)
     try:
         pid = os.fork()
     except BaseException:
-        L.setns(own_pidns, L.CLONE_NEWPID)
+        linux.setns(own_pidns, linux.CLONE_NEWPID)
         raise
     if pid != 0:
         # Back to our own pid namespace for children, so the next fork can unshare again.
-        L.setns(own_pidns, L.CLONE_NEWPID)
+        linux.setns(own_pidns, linux.CLONE_NEWPID)
     return pid
 
 
@@ -115,23 +113,25 @@ def probe(own_pidns: int, proc_dir: str, uid: int, *, drop_uid: bool) -> None:
     if pid == 0:
         gc.disable()
         try:
-            L.unshare(L.CLONE_NEWNS | L.CLONE_NEWNET | L.CLONE_NEWIPC | L.CLONE_NEWUTS | L.CLONE_NEWCGROUP)
-            L.mount("proc", proc_dir, "proc", L.MS_NOSUID | L.MS_NODEV | L.MS_NOEXEC)
-            L.loopback_up()
+            linux.unshare(
+                linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS | linux.CLONE_NEWCGROUP
+            )
+            linux.mount("proc", proc_dir, "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
+            linux.loopback_up()
             if drop_uid:
                 os.setresgid(uid, uid, uid)
                 os.setresuid(uid, uid, uid)
-                L.prctl(L.PR_SET_DUMPABLE, 1)
-            L.unshare(L.CLONE_NEWUSER)
-            L.write_file("/proc/self/setgroups", "deny")
-            L.write_file("/proc/self/uid_map", f"{C.INSIDE_ID} {uid} 1")
+                linux.prctl(linux.PR_SET_DUMPABLE, 1)
+            linux.unshare(linux.CLONE_NEWUSER)
+            linux.write_file("/proc/self/setgroups", "deny")
+            linux.write_file("/proc/self/uid_map", f"{common.INSIDE_ID} {uid} 1")
             os._exit(0)
         except BaseException as exc:  # noqa: BLE001 - report anything, never return into the server
-            S.report_failure(w, "probe", exc)
+            stages.report_failure(w, "probe", exc)
             os._exit(1)
     os.close(w)
     _, status = os.waitpid(pid, 0)
-    msg = os.read(r, C.REPORT_LIMIT * 2)
+    msg = os.read(r, common.REPORT_LIMIT * 2)
     os.close(r)
     if status != 0:
         # The child's own errno, so a transient failure (EAGAIN, ENOMEM, ENOSPC) is not taken for a refusal.

@@ -17,14 +17,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import common as C
-from . import stages as S
+from . import common, stages
 
 if TYPE_CHECKING:
-    from . import cgroups as G
-    from . import rootfs as R
-    from .boxes import Box
-    from .runs import Worker
+    from . import cgroups, rootfs
+    from .runs import ServerBox, Worker
 
 # Generic spares kept ready, besides the hot one.
 SPARES = 1
@@ -34,27 +31,28 @@ SPARE_DELAY = 0.03
 # After a spare failed or died unused, wait this long before preparing the next.
 FAILED_SPARE_PAUSE = 1.0
 
-Spawn = Callable[["G.Limits", "S.ChildContext | None"], "Worker"]
+Spawn = Callable[["cgroups.Limits", "stages.ChildContext | None"], "Worker"]
 
 
 class Spares:
     """The spare workers of a server, and what the next one should be.
 
     ``spawn(limits, bound)`` forks a worker (B writes ``limits`` ahead; a ``bound``
-    C enters that box's root ahead); ``kill(worker)`` kills one. ``drop_uid``: the
+    C enters that box's root ahead; the executor's ``spawn_worker``). ``drop_uid``: the
     server is root, so C switches to the box's uid.
     """
 
-    def __init__(self, spawn: Spawn, kill: Callable[[Worker], None], *, drop_uid: bool) -> None:
+    def __init__(self, spawn: Spawn, *, drop_uid: bool) -> None:
         self._spawn = spawn
-        self._kill = kill
         self._drop_uid = drop_uid
         self.generic: collections.deque[Worker] = collections.deque()
         self.hot: Worker | None = None
-        self.hot_want: tuple[Box, R.TemplateKey, G.Limits, str] | None = None  # box, key, limits, template
+        self.hot_want: tuple[ServerBox, rootfs.TemplateKey, cgroups.Limits, str] | None = (
+            None  # box, key, limits, template
+        )
         self.not_before = 0.0  # after a spare failed, wait a moment before the next one
         self.last_start = 0.0
-        self.last_limits: G.Limits = None
+        self.last_limits: cgroups.Limits = None
 
     def wanted(self) -> tuple[float, str] | None:
         """(seconds until, "hot" or "generic") for the next spare to prepare; None when none.
@@ -87,13 +85,13 @@ class Spares:
             box, key, limits, template = self.hot_want
             if self.hot is not None:
                 self.discard(self.hot)
-            bound = S.ChildContext()
+            bound = stages.ChildContext()
             bound.template, bound.box_dir, bound.uid, bound.gid = template, box.path, box.uid, box.gid
             bound.drop_uid, bound.disk_bytes = self._drop_uid, box.disk_bytes
             bound.box_memory = box.memory_cgroup  # its cgroups go beneath the box's, made ahead
             self.hot = self._spawn(limits, bound)
             self.hot.bound = (box, key)
-        except (OSError, C.RequestError) as exc:
+        except (OSError, common.RequestError) as exc:
             print(f"mainsdk-local launcher: spare worker: {exc}", file=sys.stderr)
             self.not_before = time.monotonic() + FAILED_SPARE_PAUSE
 
@@ -101,7 +99,7 @@ class Spares:
         """Drop an unused spare: it exits when its socket closes, or is killed."""
         self.forget(worker)
         worker.discarded = True
-        self._kill(worker)
+        worker.kill()
 
     def forget(self, worker: Worker) -> None:
         """``worker`` is no spare any more (taken, discarded or dead)."""
@@ -110,7 +108,7 @@ class Spares:
         if worker in self.generic:
             self.generic.remove(worker)
 
-    def take(self, box: Box, key: R.TemplateKey, limits: G.Limits) -> Worker:
+    def take(self, box: ServerBox, key: rootfs.TemplateKey, limits: cgroups.Limits) -> Worker:
         """The worker for an exec: the hot spare if it was made for exactly this, else a generic one.
 
         Ready spares first: one still preparing may be waiting out a cgroup join (an RCU
@@ -129,7 +127,7 @@ class Spares:
             choice = self._spawn(limits, None)  # with this exec's limits: C need not write them
         return choice
 
-    def box_closing(self, box: Box) -> None:
+    def box_closing(self, box: ServerBox) -> None:
         """``box`` is closing: drop the hot spare bound to it (it holds the box's files in its mounts)."""
         if self.hot is not None and self.hot.bound is not None and self.hot.bound[0] is box:
             self.discard(self.hot)

@@ -36,17 +36,12 @@ import struct
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from . import cgroups as G
-from . import common as C
-from . import landlock as LL
-from . import linux as L
-from . import protocol as P
-from . import seccomp as SC
+from . import cgroups, common, landlock, linux, protocol, seccomp
 
 NOFILE_LIMIT = 4096
 TCP_INITIAL_RCVBUF = 16384  # the box's net.ipv4.tcp_rmem default (the kernel's is 128 KiB)
 CODE_OOM_SCORE_ADJ = 500
-_TIMEOUT = struct.Struct("d")  # C to B: the job's timeout in seconds
+TIMEOUT_STRUCT = struct.Struct("d")  # C to B: the job's timeout in seconds
 MAX_TIMER_SECONDS = 1e8  # setitimer takes no more; a timeout beyond it is no deadline anyway
 
 # Signals the server ignores (Python ignores SIGPIPE and SIGXFSZ; the app may have ignored
@@ -138,16 +133,16 @@ def report_failure(fd: int, stage: str, exc: BaseException, *, ran: bool | None 
     ``ran``: False when the code cannot have run (C before execve, B before it forked C).
     """
     err = exc.errno if isinstance(exc, OSError) else None
-    message = f"{type(exc).__name__}: {exc}"[: C.REPORT_LIMIT]
+    message = f"{type(exc).__name__}: {exc}"[: common.REPORT_LIMIT]
     with contextlib.suppress(OSError):
-        os.write(fd, P.encode({"op": "error", "stage": stage, "errno": err, "message": message, "ran": ran}))
+        os.write(fd, protocol.encode({"op": "error", "stage": stage, "errno": err, "message": message, "ran": ran}))
 
 
 def worker_main(
     sock: socket.socket,
     server_pidfd: int,
-    cgroup: G.RunCgroup | None,
-    limits: G.Limits,
+    cgroup: cgroups.RunCgroup | None,
+    limits: cgroups.Limits,
     doomed: list[str],
     bound: dict[str, Any] | None,
     child: Callable[[int, int], NoReturn] | None = None,
@@ -163,11 +158,11 @@ def worker_main(
     stage = "worker"
     forked = False
     try:
-        L.prctl(L.PR_SET_PDEATHSIG, signal.SIGKILL)
+        linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
         if select.select([server_pidfd], [], [], 0)[0]:
             os._exit(1)  # the server died before PDEATHSIG was armed
         # Other runs' pipes, box channels, the bootstrap socket: none of it is ours.
-        C.close_all_except({0, 1, 2, report_fd, *keep})
+        common.close_all_except({0, 1, 2, report_fd, *keep})
         stage = "cgroup"
         # Empty cgroups of finished execs: removing them takes cgroup_mutex, so we do it here,
         # not the server. Whatever is still busy stays for the next worker.
@@ -179,32 +174,32 @@ def worker_main(
         # The OOM killer should pick the code, not us. Lowering needs CAP_SYS_RESOURCE, which
         # some roots lack (this machine's does); C raises its own score either way.
         with contextlib.suppress(PermissionError):
-            L.write_file("/proc/self/oom_score_adj", "-1000")
+            linux.write_file("/proc/self/oom_score_adj", "-1000")
         if cgroup is not None:
             cgroup.make_wrapper()
             for path in cgroup.dirs:
                 os.mkdir(path, 0o755)
-                L.write_file(os.path.join(path, "cgroup.procs"), "0")  # "0": the writer; its children follow
+                linux.write_file(os.path.join(path, "cgroup.procs"), "0")  # "0": the writer; its children follow
             if limits is not None:  # the last exec's limits: likely this one's too, then C skips this
-                G.configure_cgroup(cgroup.memory_dir, cgroup.memory_version, cgroup.pids_dir, *limits)
+                cgroups.configure_cgroup(cgroup.memory_dir, cgroup.memory_version, cgroup.pids_dir, *limits)
         stage = "namespaces"
-        L.unshare(L.CLONE_NEWNET | L.CLONE_NEWIPC | L.CLONE_NEWUTS | L.CLONE_NEWCGROUP)
+        linux.unshare(linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS | linux.CLONE_NEWCGROUP)
         socket.sethostname("sandbox")
-        # Socket buffers are charged to the run's cgroup (G.configure_cgroup), with two holes the
+        # Socket buffers are charged to the run's cgroup (cgroups.configure_cgroup), with two holes the
         # kernel leaves: each socket may take one packet past the limit (its minimum guarantee), and
         # a connection not yet accepted is charged to no cgroup until accept(). A 1500-byte MTU on lo
         # (not 64 KiB) makes that packet small, and a 16 KiB initial receive buffer (not 128 KiB)
         # bounds what an unaccepted connection holds; buffers of sockets that read still grow.
-        L.loopback_up(L.LOOPBACK_MTU)
-        low, _, high = L.read_file("/proc/sys/net/ipv4/tcp_rmem").split()
-        L.write_file("/proc/sys/net/ipv4/tcp_rmem", f"{low} {TCP_INITIAL_RCVBUF} {high}")
+        linux.loopback_up(linux.LOOPBACK_MTU)
+        low, _, high = linux.read_file("/proc/sys/net/ipv4/tcp_rmem").split()
+        linux.write_file("/proc/sys/net/ipv4/tcp_rmem", f"{low} {TCP_INITIAL_RCVBUF} {high}")
         stage = "proxy listener"
         # The egress proxy's port, bound in this namespace before any code can run in it, so
         # the code can never take it. The server hands it to the app's proxy when the exec
         # has hosts, and closes it otherwise (then a connection to it is refused).
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind(("127.0.0.1", P.PROXY_PORT))
-        listener.listen(P.PROXY_BACKLOG)
+        listener.bind(("127.0.0.1", protocol.PROXY_PORT))
+        listener.listen(protocol.PROXY_BACKLOG)
         stage = "fork"
         timeout_r, timeout_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
@@ -219,7 +214,7 @@ def worker_main(
             os.close(fd)
         os.close(timeout_w)
         stage = "proxy listener"
-        socket.send_fds(sock, [P.encode({"op": "listener", "fds": 1})], [listener.fileno()])
+        socket.send_fds(sock, [protocol.encode({"op": "listener", "fds": 1})], [listener.fileno()])
         listener.close()
         stage = "deadline"
         timed_out = _arm_deadline(timeout_r)  # once C has its job (or has died)
@@ -238,7 +233,7 @@ def worker_main(
         with contextlib.suppress(ChildProcessError):
             while True:
                 os.waitpid(-1, 0)
-        os.write(report_fd, P.encode({"op": "status", "status": status, "timeout": bool(timed_out)}))
+        os.write(report_fd, protocol.encode({"op": "status", "status": status, "timeout": bool(timed_out)}))
         os._exit(0)
     except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
         report_failure(report_fd, stage, exc, ran=None if forked else False)
@@ -253,15 +248,15 @@ def _arm_deadline(timeout_r: int) -> list[bool]:
     """
     fired: list[bool] = []
     raw = b""
-    while len(raw) < _TIMEOUT.size:
-        chunk = os.read(timeout_r, _TIMEOUT.size - len(raw))
+    while len(raw) < TIMEOUT_STRUCT.size:
+        chunk = os.read(timeout_r, TIMEOUT_STRUCT.size - len(raw))
         if not chunk:
             break
         raw += chunk
     os.close(timeout_r)
-    if len(raw) < _TIMEOUT.size:
+    if len(raw) < TIMEOUT_STRUCT.size:
         return fired
-    (timeout,) = _TIMEOUT.unpack(raw)
+    (timeout,) = TIMEOUT_STRUCT.unpack(raw)
     if not 0 < timeout < float("inf"):
         return fired  # the server validates it; should it not, its own deadline still holds
 
@@ -287,28 +282,28 @@ def code_main(report_fd: int, bound: dict[str, Any] | None, timeout_w: int) -> N
     gc.disable()
     stage = ["prepare"]
     try:
-        _code_prepare()
+        code_prepare()
         rooted = bound is not None
         if bound is not None:
-            _code_enter_root(ChildContext.from_job(bound, [-1, -1], report_fd), stage)
+            code_enter_root(ChildContext.from_job(bound, [-1, -1], report_fd), stage)
         stage[0] = "job"
         sock = socket.socket(fileno=os.dup(report_fd))
         with contextlib.suppress(OSError):  # tell the server we are ready; only a hint
-            sock.send(P.encode({"op": "ready"}))
+            sock.send(protocol.encode({"op": "ready"}))
         ctx, header = receive_job(sock, report_fd, timeout_w)
         if not rooted:
             stage[0] = "cgroup"
             for path in ctx.joins:  # beneath a session box's cgroup: made now, not ahead (see Cgroups.rehome)
                 os.mkdir(path, 0o755)
-                L.write_file(os.path.join(path, "cgroup.procs"), "0")
+                linux.write_file(os.path.join(path, "cgroup.procs"), "0")
             if not header.get("limits_set"):
                 stage[0] = "cgroup limits"
-                G.configure_cgroup(
+                cgroups.configure_cgroup(
                     ctx.memory_dir, ctx.memory_version, ctx.pids_dir, ctx.memory_bytes, ctx.max_processes
                 )
-            _code_enter_root(ctx, stage)
-        _code_enter_user(ctx, stage)
-        _code_launch(ctx, stage)
+            code_enter_root(ctx, stage)
+        code_enter_user(ctx, stage)
+        code_launch(ctx, stage)
     except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
         report_failure(report_fd, stage[0], exc)
     os._exit(127)
@@ -320,16 +315,16 @@ def receive_job(sock: socket.socket, report_fd: int, timeout_w: int) -> tuple[Ch
     From here B's timer runs: a run's time limit counts from the moment C has its job. Returns the job and
     its frame's header.
     """
-    decoder = P.Decoder()
-    frames: list[P.Frame] = []
+    decoder = protocol.Decoder()
+    frames: list[protocol.Frame] = []
     while not frames:
-        data, fds = P.receive(sock)
+        data, fds = protocol.receive(sock)
         if not data and not fds:
             os._exit(0)  # the server dropped this spare or pool entry
         decoder.feed(data, fds)
         frames = decoder.frames()
     ctx = ChildContext.from_job(frames[0].header, frames[0].fds, report_fd)
-    os.write(timeout_w, _TIMEOUT.pack(float(ctx.timeout)))  # 8 bytes into an empty pipe: never blocks
+    os.write(timeout_w, TIMEOUT_STRUCT.pack(float(ctx.timeout)))  # 8 bytes into an empty pipe: never blocks
     os.close(timeout_w)
     return ctx, frames[0].header
 
@@ -342,20 +337,20 @@ def weak_child_main(ctx: ChildContext) -> NoReturn:
         for fd in ctx.cgroup_fds:
             os.write(fd, b"0")
         stage[0] = "prepare"
-        _code_prepare()
-        _code_enter_root(ctx, stage)
-        _code_enter_user(ctx, stage)
-        _code_launch(ctx, stage)
+        code_prepare()
+        code_enter_root(ctx, stage)
+        code_enter_user(ctx, stage)
+        code_launch(ctx, stage)
     except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit
         report_failure(ctx.report_fd, stage[0], exc)
     os._exit(127)
 
 
-def _code_prepare() -> None:
+def code_prepare() -> None:
     """C's setup that does not depend on the job."""
     # Raising is always allowed: in the run's cgroup the code is the OOM victim rather than
     # B, and on the host it goes before the app.
-    L.write_file("/proc/self/oom_score_adj", str(CODE_OOM_SCORE_ADJ))
+    linux.write_file("/proc/self/oom_score_adj", str(CODE_OOM_SCORE_ADJ))
     os.setsid()  # also blocks the TIOCSTI terminal escape: no controlling terminal
     # Ignored signals survive execve (Python ignores SIGPIPE and SIGXFSZ); handlers do not.
     for sig in IGNORED_SIGNALS:
@@ -368,34 +363,34 @@ def _code_prepare() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
 
-def _code_enter_root(ctx: ChildContext, stage: list[str]) -> None:
+def code_enter_root(ctx: ChildContext, stage: list[str]) -> None:
     """Into the sandbox's root (namespace mode; nothing to do when weak), still as root."""
     if ctx.namespaces:
         stage[0] = "mounts"
         # Now, not when the spare was forked: the copy must hold the current boxes and roots.
-        L.unshare(L.CLONE_NEWNS)
+        linux.unshare(linux.CLONE_NEWNS)
         # Our copies receive mount events from the server's namespace and send none back: detaching the
         # old root below must not propagate to a shared mount there (the warm pool's folders, see pool.py).
-        L.mount(None, "/", None, L.MS_REC | L.MS_SLAVE)
+        linux.mount(None, "/", None, linux.MS_REC | linux.MS_SLAVE)
         root = ctx.template
         # hidepid=2: processes the code cannot ptrace are invisible. That is B, pid 1, which
         # stays in the server's mount namespace: its mountinfo and cmdline are not the code's business.
-        L.mount("proc", root + "/proc", "proc", L.MS_NOSUID | L.MS_NODEV | L.MS_NOEXEC, "hidepid=2")
+        linux.mount("proc", root + "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC, "hidepid=2")
         for name in ("work", "out"):
-            L.mount(os.path.join(ctx.box_dir, name), os.path.join(root, name), None, L.MS_BIND)
+            linux.mount(os.path.join(ctx.box_dir, name), os.path.join(root, name), None, linux.MS_BIND)
         stage[0] = "pivot_root"
         os.chdir(root)
-        L.pivot_root(".", ".")  # stacks the old root under the new one; detach it next
-        L.umount(".")
+        linux.pivot_root(".", ".")  # stacks the old root under the new one; detach it next
+        linux.umount(".")
         os.chdir("/")
 
 
-def _code_enter_user(ctx: ChildContext, stage: list[str]) -> None:
+def code_enter_user(ctx: ChildContext, stage: list[str]) -> None:
     """Become the box's user: credentials, user namespace, keyring, no privileges, /work."""
     if not ctx.namespaces and ctx.drop_uid:
         # Weak mode as root: drop the bounding set while we still may (below we lose CAP_SETPCAP).
         stage[0] = "capabilities"
-        L.drop_bounding_set()
+        linux.drop_bounding_set()
     stage[0] = "credentials"
     if ctx.drop_uid:
         os.setgroups([])
@@ -404,36 +399,36 @@ def _code_enter_user(ctx: ChildContext, stage: list[str]) -> None:
     if ctx.namespaces:
         stage[0] = "user namespace"
         # Changing uid made /proc/self root-owned; we must be able to write our own maps.
-        L.prctl(L.PR_SET_DUMPABLE, 1)
-        L.unshare(L.CLONE_NEWUSER)
+        linux.prctl(linux.PR_SET_DUMPABLE, 1)
+        linux.unshare(linux.CLONE_NEWUSER)
         # An unprivileged process may map exactly its own uid and gid (after denying
         # setgroups), so no help from B is needed.
-        L.write_file("/proc/self/setgroups", "deny")
-        L.write_file("/proc/self/uid_map", f"{C.INSIDE_ID} {ctx.uid} 1")
-        L.write_file("/proc/self/gid_map", f"{C.INSIDE_ID} {ctx.gid} 1")
+        linux.write_file("/proc/self/setgroups", "deny")
+        linux.write_file("/proc/self/uid_map", f"{common.INSIDE_ID} {ctx.uid} 1")
+        linux.write_file("/proc/self/gid_map", f"{common.INSIDE_ID} {ctx.gid} 1")
         # No nested user namespaces: without one the code can never hold a capability (to
         # mount, to make network namespaces, ...). The limit lives in this user namespace and
         # changing it needs CAP_SYS_RESOURCE here, which execve takes away.
-        L.write_file("/proc/sys/user/max_user_namespaces", "0")
+        linux.write_file("/proc/sys/user/max_user_namespaces", "0")
     stage[0] = "keyring"
-    L.join_new_session_keyring()
+    linux.join_new_session_keyring()
     stage[0] = "capabilities"
     if ctx.namespaces:
         # In the new user namespace we hold every capability of that namespace and a full
         # bounding set: empty the bounding set. execve as uid 1000 then clears the rest.
-        L.drop_bounding_set()
-    L.prctl(L.PR_SET_NO_NEW_PRIVS, 1)
+        linux.drop_bounding_set()
+    linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
     if ctx.landlock is not None:
         stage[0] = "landlock"
-        LL.restrict(ctx.landlock["readable"], ctx.landlock["writable"], ctx.landlock["connect"])
-    if SC.FILTER is not None:
+        landlock.restrict(ctx.landlock["readable"], ctx.landlock["writable"], ctx.landlock["connect"])
+    if seccomp.FILTER is not None:
         stage[0] = "seccomp"
-        SC.FILTER.install()
+        seccomp.FILTER.install()
     stage[0] = "chdir"
     os.chdir("/work" if ctx.namespaces else os.path.join(ctx.box_dir, "work"))
 
 
-def _code_launch(ctx: ChildContext, stage: list[str]) -> NoReturn:
+def code_launch(ctx: ChildContext, stage: list[str]) -> NoReturn:
     """The job's own part: rlimits, stdio, execve."""
     stage[0] = "rlimits"
     resource.setrlimit(resource.RLIMIT_FSIZE, (ctx.disk_bytes, ctx.disk_bytes))
@@ -446,6 +441,6 @@ def _code_launch(ctx: ChildContext, stage: list[str]) -> NoReturn:
     os.dup2(stdin, 0)
     os.dup2(ctx.stdout, 1)
     os.dup2(ctx.stderr, 2)
-    C.close_all_except({0, 1, 2, ctx.report_fd})  # the report socket is close-on-exec
+    common.close_all_except({0, 1, 2, ctx.report_fd})  # the report socket is close-on-exec
     stage[0] = "execve"
     os.execve(ctx.argv[0], ctx.argv, ctx.env)

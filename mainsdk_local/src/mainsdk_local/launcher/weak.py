@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from . import common as C
+from . import common
 
 WEAK_PREFIX = "mainsdk-local-weak-"
 
@@ -25,9 +25,12 @@ def weak_base() -> str:
             continue
         with contextlib.suppress(ValueError):
             pid_text, start = name[len(WEAK_PREFIX) :].split("-", 1)
-            if C.proc_starttime(int(pid_text)) != start and os.stat(os.path.join(tmp, name)).st_uid == os.geteuid():
+            if (
+                common.proc_starttime(int(pid_text)) != start
+                and os.stat(os.path.join(tmp, name)).st_uid == os.geteuid()
+            ):
                 shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
-    base = os.path.join(tmp, f"{WEAK_PREFIX}{C.host_pid()}-{C.proc_starttime('self')}")
+    base = os.path.join(tmp, f"{WEAK_PREFIX}{common.host_pid()}-{common.proc_starttime('self')}")
     os.mkdir(base, 0o711)  # box users must traverse it, not list it
     return base
 
