@@ -3,8 +3,8 @@
 A distribution names a plugin in the ``mainsdk.cli`` entry-point group; the plugin implements
 ``mainsdk_cli_commands`` and adds its commands to the registry it is given::
 
-    from mainsdk.cli_hooks import CliCommands
     from mainsdk.hookspecs import hookimpl
+    from mainsdk_cli.hooks import CliCommands
 
     @hookimpl
     def mainsdk_cli_commands(commands: CliCommands) -> None:
@@ -17,7 +17,8 @@ their commands in ``mainsdk --help``, whichever command then runs. A command may
 ``sandbox`` (``"sandbox mcp"``).
 
 The group is apart from ``mainsdk.plugins`` (audit sinks) so that a sandbox never imports these plugins:
-only the command line does. The apps this project ships (``mainsdk check``, ``mainsdk sandbox mcp``) are
+only the command line does. The group's name is older than this distribution (mainsdk-cli), and kept:
+installed plugins name it. The apps this project ships (``mainsdk check``, ``mainsdk sandbox mcp``) are
 such plugins; when one is not installed, its command says which distribution to install.
 """
 
@@ -29,7 +30,6 @@ from importlib import metadata
 
 import attrs
 import pluggy
-
 from mainsdk import hookspecs
 from mainsdk.errors import INVALID_OPTION, SandboxError
 
