@@ -1,4 +1,4 @@
-"""Tests across distributions: main.yaml end to end, the CLI, the tutorial."""
+"""The command line as a user runs it, in an app folder of its own."""
 
 from __future__ import annotations
 
