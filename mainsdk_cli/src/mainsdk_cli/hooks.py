@@ -30,7 +30,9 @@ from importlib import metadata
 
 import attrs
 import pluggy
-from mainsdk import hookspecs
+
+# The project's hookspec marker lives with the driver hooks' specs, in mainsdk.driver.
+from mainsdk.driver import PROJECT, hookspec
 from mainsdk.errors import INVALID_OPTION, SandboxError
 
 CLI_GROUP = "mainsdk.cli"
@@ -46,7 +48,7 @@ MISSING_EXIT = 2
 CommandMain = Callable[[list[str]], int]
 
 
-@hookspecs.hookspec
+@hookspec
 def mainsdk_cli_commands(commands: CliCommands) -> None:
     """Add subcommands to the ``mainsdk`` command line with ``commands.add(...)``; every plugin is called."""
 
@@ -93,7 +95,7 @@ def load_cli_commands(reserved: Sequence[tuple[str, ...]] = ()) -> dict[tuple[st
     ``reserved`` are the command line's own commands, which no plugin may replace. A plugin that fails to
     import is ``MAIN-SANDBOX-0001`` naming it.
     """
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(sys.modules[__name__])
     for entry in metadata.entry_points(group=CLI_GROUP):
         if pm.get_plugin(entry.name) is not None:
