@@ -32,7 +32,7 @@ STOP_EXIT = {"timeout": 124, "memory": 137, "output": 141, "cost": 142}
 ERROR_EXIT = 2
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what the shell reports for a command whose reader closed the pipe
 # The command line's own commands, which no plugin may replace.
-CORE_COMMANDS = (("sandbox", "run"), ("sandbox", "drivers"))
+OWN_COMMANDS = (("sandbox", "run"), ("sandbox", "drivers"))
 EXTENSIONS = {".py": "python", ".js": "node", ".mjs": "node", ".cjs": "node", ".sh": "bash", ".bash": "bash"}
 
 
@@ -303,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        plugin_commands = load_cli_commands(reserved=CORE_COMMANDS)
+        plugin_commands = load_cli_commands(reserved=OWN_COMMANDS)
         for words, command in plugin_commands.items():
             if tuple(argv[: len(words)]) == words:
                 return command.main(argv[len(words) :])
