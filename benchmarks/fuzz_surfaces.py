@@ -343,7 +343,7 @@ class McpServer:
     """``mainsdk sandbox mcp --session`` as a real process, spoken to in JSON-RPC lines."""
 
     def __init__(self, folder: Path) -> None:
-        command = [sys.executable, "-m", "mainsdk.cli", "sandbox", "mcp", "--language", "python", "--session"]
+        command = [sys.executable, "-m", "mainsdk_cli", "sandbox", "mcp", "--language", "python", "--session"]
         self.process = subprocess.Popen(
             command, cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
@@ -538,7 +538,7 @@ class Harness:
         detail = case.detail
         env = {k: v for k, v in os.environ.items() if not k.startswith("MAINSDK_")}
         done = subprocess.run(
-            [sys.executable, "-m", "mainsdk.cli", "sandbox", "run", *detail["argv"]],
+            [sys.executable, "-m", "mainsdk_cli", "sandbox", "run", *detail["argv"]],
             cwd=self.folder,
             env=env,
             capture_output=True,

@@ -1,4 +1,4 @@
-"""Tests across distributions: main.yaml end to end, the CLI, the tutorial."""
+"""Tests across distributions: main.yaml end to end, the tutorial, the README's examples."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def pyprojects() -> list[Path]:
 
 def test_mainsdk_version_prints_the_installed_version() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "mainsdk.cli", "--version"], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-m", "mainsdk_cli", "--version"], capture_output=True, text=True, timeout=60, check=False
     )
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == f"mainsdk {importlib.metadata.version('mainsdk')}\n"

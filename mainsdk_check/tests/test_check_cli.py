@@ -20,11 +20,11 @@ def run(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("entry", [["-m", "mainsdk"], ["-m", "mainsdk_check"]], ids=["mainsdk-check", "module"])
+@pytest.mark.parametrize("entry", [["-m", "mainsdk_cli"], ["-m", "mainsdk_check"]], ids=["mainsdk-check", "module"])
 def test_mainsdk_check_is_the_linter_with_its_own_options(tmp_path: Path, entry: list[str]) -> None:
     (tmp_path / "bad.py").write_text("eval(x)\n")
     (tmp_path / "main.yaml").write_text("sandbox:\n  driver: local\n")
-    command = [*entry, "check"] if entry == ["-m", "mainsdk"] else entry
+    command = [*entry, "check"] if entry == ["-m", "mainsdk_cli"] else entry
     done = run(*command, "--format", "json", "--env", "prod", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     codes = sorted(finding["code"] for finding in json.loads(done.stdout)["findings"])
@@ -36,3 +36,25 @@ def test_mainsdk_check_is_the_linter_with_its_own_options(tmp_path: Path, entry:
     assert (wrong.returncode, wrong.stdout) == (2, "")
     assert wrong.stderr.startswith("mainsdk check: argument --format: invalid choice: 'xml'")
     assert wrong.stderr.count("\n") == 1
+
+
+def test_check_does_not_hang_on_a_fifo_named_like_python(tmp_path: Path) -> None:
+    # Must hold: `mainsdk check` answers, whatever it is given. A FIFO named x.py on the command line
+    # blocked its open (no writer) for ever; now it is a file that could not be checked, as a binary one is.
+    os.mkfifo(tmp_path / "x.py")
+    done = run("-m", "mainsdk_cli", "check", str(tmp_path / "x.py"), cwd=tmp_path)
+    assert "x.py: not a regular file" in done.stderr + done.stdout, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+
+
+def test_the_linter_needs_no_command_line(tmp_path: Path) -> None:
+    # Only the plugin module (mainsdk_check.cli) is the command line's; the library and `python -m mainsdk_check`
+    # run without mainsdk-cli.
+    probe = (
+        "import sys, runpy\nimport mainsdk_check\nmainsdk_check.run_check\nsys.argv = ['x', '--format', 'json', '.']\n"
+        "try:\n    runpy.run_module('mainsdk_check', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'mainsdk_cli'), file=sys.stderr)"
+    )
+    done = run("-c", probe, cwd=tmp_path)
+    assert done.returncode == 0 and json.loads(done.stdout)["findings"] == [], done.stderr
+    assert done.stderr == "[]\n"

@@ -296,11 +296,12 @@ def test_the_pre_commit_hook_runs_on_python_files_and_main_yaml_files(
         assert CONFIG_FILE_NAME.fullmatch(filename.rsplit("/", 1)[-1])
 
 
-def test_pre_commit_installs_core_and_the_linter_only() -> None:
-    # pre-commit installs the repository's root for a `language: python` hook: no driver, no audit sinks.
+def test_pre_commit_installs_core_the_command_and_the_linter_only() -> None:
+    # pre-commit installs the repository's root for a `language: python` hook: no driver, no audit sinks;
+    # the hook's entry, `mainsdk check`, is the command line's (mainsdk-cli) with the linter's plugin.
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     names = sorted(Requirement(text).name for text in project["dependencies"])
-    assert names == ["mainsdk", "mainsdk-check"]
+    assert names == ["mainsdk", "mainsdk-check", "mainsdk-cli"]
     assert "optional-dependencies" not in project
 
 

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from mainsdk.out_dir import UnsafeName
+from mainsdk.driver import UnsafeName
 from mainsdk_driverkit.hostbox import write_under
 
 

@@ -50,7 +50,7 @@ print('drawn')
 async def mcp_client(*extra: str, logs: list[Any] | None = None) -> AsyncIterator[ClientSession]:
     server = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "mainsdk.cli", "sandbox", "mcp", "--language", "python", *extra],
+        args=["-m", "mainsdk_cli", "sandbox", "mcp", "--language", "python", *extra],
         cwd=str(Path.cwd()),
     )
 
@@ -201,7 +201,7 @@ def test_the_mcp_inspector_receives_the_png_as_an_image(app_dir: Callable[[str],
     app_dir(CONFIG)
     inspector = _inspector()
     assert inspector is not None
-    server = [sys.executable, "-m", "mainsdk.cli", "sandbox", "mcp"]
+    server = [sys.executable, "-m", "mainsdk_cli", "sandbox", "mcp"]
     call = ["--method", "tools/call", "--tool-name", "code_run", "--tool-arg", f"code={PNG_CODE}"]
     done = subprocess.run(
         [inspector, "--cli", *server, *call], capture_output=True, text=True, timeout=120, check=False

@@ -18,7 +18,7 @@ def mainsdk(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if key not in ("MAINSDK_CONFIG", "MAINSDK_ENV")}
     env["COLUMNS"] = "80"  # argparse wraps the usage to the terminal's width
     return subprocess.run(
-        [sys.executable, "-m", "mainsdk", *argv],
+        [sys.executable, "-m", "mainsdk_cli", *argv],
         capture_output=True,
         text=True,
         timeout=60,
@@ -51,9 +51,20 @@ def test_a_main_yaml_it_cannot_load_is_one_line_with_its_code_before_serving(tmp
 def test_another_command_does_not_import_mcp(tmp_path: Path) -> None:
     # Every mainsdk command loads this plugin to list `sandbox mcp`; mcp itself comes when the command runs.
     probe = (
-        "import sys, contextlib, io\nfrom mainsdk.cli import main\n"
+        "import sys, contextlib, io\nfrom mainsdk_cli.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n    main(['sandbox', 'drivers'])\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types', 'mainsdk_mcp', 'pydantic')))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     assert done.stdout == "['mainsdk_mcp', 'mainsdk_mcp.cli']\n", done.stderr
+
+
+def test_the_server_needs_no_command_line() -> None:
+    # Only the plugin module (mainsdk_mcp.cli) is the command line's; an app serving the action itself
+    # (mainsdk_mcp.server) runs without mainsdk-cli.
+    probe = (
+        "import sys\nimport mainsdk_mcp, mainsdk_mcp.server\nmainsdk_mcp.server.build_server\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'mainsdk_cli'))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr

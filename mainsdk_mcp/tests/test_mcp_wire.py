@@ -60,7 +60,7 @@ class Wire:
 @pytest.fixture
 def wire(app_dir: Callable[[str], Path]) -> Iterator[Wire]:
     app_dir(CONFIG)
-    command = [sys.executable, "-m", "mainsdk.cli", "sandbox", "mcp", "--session"]
+    command = [sys.executable, "-m", "mainsdk_cli", "sandbox", "mcp", "--session"]
     with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
         connection = Wire(proc)
         connection.send(

@@ -40,8 +40,8 @@ from mainsdk.errors import SandboxError as SandboxError
 from mainsdk.errors import before_command as before_command
 from mainsdk.hosts import host_covered as host_covered
 from mainsdk.hosts import validate_host_pattern as validate_host_pattern
-from mainsdk.out_dir import UnsafeName as UnsafeName
-from mainsdk.out_dir import check_name as check_name
+from mainsdk.out_names import UnsafeName as UnsafeName
+from mainsdk.out_names import check_name as check_name
 from mainsdk.packages import canonical_name as canonical_name
 from mainsdk.packages import parse_pin as parse_pin
 from mainsdk.secrets import Credential as Credential

@@ -6,8 +6,8 @@ standard library (``ast``, ``tokenize``), a few milliseconds to import, so it is
 
 from __future__ import annotations
 
-from mainsdk.cli_hooks import CliCommands
 from mainsdk.hookspecs import hookimpl
+from mainsdk_cli.hooks import CliCommands
 
 from mainsdk_check.command import main
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mainsdk.cli_hooks import CliCommands
 from mainsdk.config import load_config
 from mainsdk.engine import SandboxDeps
 from mainsdk.hookspecs import hookimpl
 from mainsdk.sync import Sandbox
+from mainsdk_cli.hooks import CliCommands
 
 PROG = "mainsdk sandbox mcp"
 HELP = "serve the code-runner action over MCP on stdio"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mainsdk.out_dir import NotWritten, OutDir, OutDirError
+from mainsdk_cli.out_dir import NotWritten, OutDir, OutDirError
 
 
 @pytest.mark.parametrize("name", ["/etc/x", "../x", "a/../../x", "a//b", "./x", "a/.", "", "a\0b", "a/"])

@@ -1,11 +1,11 @@
 """Writing a run's out files into a folder on the host, never outside it (``mainsdk sandbox run --out DIR``).
 
-``OutDir`` is what the CLI uses: the folder checked before the code runs, each
-file created new. (``mainsdk_driverkit.hostbox.write_under`` writes into a box's own
-folder, replacing, with the same ``check_name``.)
+``OutDir`` is the folder checked before the code runs, each file created new.
+(``mainsdk_driverkit.hostbox.write_under`` writes into a box's own folder,
+replacing, with the same ``check_name``, core's ``mainsdk.out_names``.)
 
 The names were chosen by the code in the box, so each is checked as hostile:
-a plain relative path (no absolute path, no ``..``, ``.`` or empty part, no
+a plain relative path (``check_name``: no absolute path, no ``..``, ``.`` or empty part, no
 NUL), and written by walking the folder one part at a time with ``O_NOFOLLOW``
 from an open descriptor of ``DIR``, so a symlink already in ``DIR`` (or swapped
 in during the write) cannot lead the file elsewhere.
@@ -20,21 +20,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-
-class UnsafeName(ValueError):
-    """An out file's name that cannot be written under the folder; the message says why."""
-
-
-def check_name(name: str) -> list[str]:
-    """The parts of ``name`` if it is a plain relative path; ``UnsafeName`` otherwise."""
-    if not name or "\0" in name:
-        raise UnsafeName("an empty name or one with a NUL byte")
-    if name.startswith("/"):
-        raise UnsafeName("an absolute path")
-    parts = name.split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        raise UnsafeName("a path with an empty, '.' or '..' part")
-    return parts
+from mainsdk.out_names import UnsafeName, check_name
 
 
 class OutDirError(ValueError):

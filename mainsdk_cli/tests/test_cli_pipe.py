@@ -16,7 +16,7 @@ def test_a_broken_pipe_exits_141_quietly_like_a_cli_killed_by_sigpipe(
     errors = tmp_path / "stderr.txt"
     for extra in ([], ["--json"]):
         command = shlex.join(
-            [sys.executable, "-m", "mainsdk.cli", "sandbox", "run", *extra, "--code", "while True: print('line')"]
+            [sys.executable, "-m", "mainsdk_cli", "sandbox", "run", *extra, "--code", "while True: print('line')"]
         )
         # A real pipe to head, as a user types it; PIPESTATUS[0] is mainsdk's own status.
         script = f"{command} 2>{shlex.quote(str(errors))} | head -1; echo status=${{PIPESTATUS[0]}}"

@@ -3,8 +3,8 @@
 A distribution names a plugin in the ``mainsdk.cli`` entry-point group; the plugin implements
 ``mainsdk_cli_commands`` and adds its commands to the registry it is given::
 
-    from mainsdk.cli_hooks import CliCommands
     from mainsdk.hookspecs import hookimpl
+    from mainsdk_cli.hooks import CliCommands
 
     @hookimpl
     def mainsdk_cli_commands(commands: CliCommands) -> None:
@@ -17,7 +17,8 @@ their commands in ``mainsdk --help``, whichever command then runs. A command may
 ``sandbox`` (``"sandbox mcp"``).
 
 The group is apart from ``mainsdk.plugins`` (audit sinks) so that a sandbox never imports these plugins:
-only the command line does. The apps this project ships (``mainsdk check``, ``mainsdk sandbox mcp``) are
+only the command line does. The group's name is older than this distribution (mainsdk-cli), and kept:
+installed plugins name it. The apps this project ships (``mainsdk check``, ``mainsdk sandbox mcp``) are
 such plugins; when one is not installed, its command says which distribution to install.
 """
 
@@ -30,7 +31,8 @@ from importlib import metadata
 import attrs
 import pluggy
 
-from mainsdk import hookspecs
+# The project's hookspec marker lives with the driver hooks' specs, in mainsdk.driver.
+from mainsdk.driver import PROJECT, hookspec
 from mainsdk.errors import INVALID_OPTION, SandboxError
 
 CLI_GROUP = "mainsdk.cli"
@@ -46,7 +48,7 @@ MISSING_EXIT = 2
 CommandMain = Callable[[list[str]], int]
 
 
-@hookspecs.hookspec
+@hookspec
 def mainsdk_cli_commands(commands: CliCommands) -> None:
     """Add subcommands to the ``mainsdk`` command line with ``commands.add(...)``; every plugin is called."""
 
@@ -93,7 +95,7 @@ def load_cli_commands(reserved: Sequence[tuple[str, ...]] = ()) -> dict[tuple[st
     ``reserved`` are the command line's own commands, which no plugin may replace. A plugin that fails to
     import is ``MAIN-SANDBOX-0001`` naming it.
     """
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(sys.modules[__name__])
     for entry in metadata.entry_points(group=CLI_GROUP):
         if pm.get_plugin(entry.name) is not None:

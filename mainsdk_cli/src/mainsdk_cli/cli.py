@@ -1,7 +1,8 @@
 """The ``mainsdk`` command line: ``mainsdk sandbox run``, ``mainsdk sandbox drivers``, and the plugins' commands.
 
-Other distributions add commands through the ``mainsdk_cli_commands`` hook (``mainsdk.cli_hooks``):
-``mainsdk check`` (mainsdk-check), ``mainsdk sandbox mcp`` (mainsdk-mcp).
+Other distributions add commands through the ``mainsdk_cli_commands`` hook (``mainsdk_cli.hooks``):
+``mainsdk check`` (mainsdk-check), ``mainsdk sandbox mcp`` (mainsdk-mcp). An app on core, like them: it
+uses the interface (``Sandbox``, ``load_config``) as any app does.
 """
 
 from __future__ import annotations
@@ -15,22 +16,23 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mainsdk import __version__, errors
-from mainsdk.cli_hooks import CliCommand, load_cli_commands
 from mainsdk.config import load_config
 from mainsdk.engine import SandboxDeps
 from mainsdk.entry_points import installed_drivers
 from mainsdk.errors import SandboxError
 from mainsdk.lifecycle import RunResult
-from mainsdk.out_dir import NotWritten, OutDir, OutDirError
 from mainsdk.secrets import SecretRef, secret
 from mainsdk.sync import Sandbox
+
+from mainsdk_cli.hooks import CliCommand, load_cli_commands
+from mainsdk_cli.out_dir import NotWritten, OutDir, OutDirError
 
 # Exit statuses for a stopped run, after the conventions of timeout(1) and the shell.
 STOP_EXIT = {"timeout": 124, "memory": 137, "output": 141, "cost": 142}
 ERROR_EXIT = 2
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what the shell reports for a command whose reader closed the pipe
 # The command line's own commands, which no plugin may replace.
-CORE_COMMANDS = (("sandbox", "run"), ("sandbox", "drivers"))
+OWN_COMMANDS = (("sandbox", "run"), ("sandbox", "drivers"))
 EXTENSIONS = {".py": "python", ".js": "node", ".mjs": "node", ".cjs": "node", ".sh": "bash", ".bash": "bash"}
 
 
@@ -301,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        plugin_commands = load_cli_commands(reserved=CORE_COMMANDS)
+        plugin_commands = load_cli_commands(reserved=OWN_COMMANDS)
         for words, command in plugin_commands.items():
             if tuple(argv[: len(words)]) == words:
                 return command.main(argv[len(words) :])

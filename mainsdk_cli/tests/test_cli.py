@@ -16,7 +16,7 @@ import pytest
 
 def mainsdk(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mainsdk.cli", *args],
+        [sys.executable, "-m", "mainsdk_cli", *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -101,7 +101,7 @@ def test_a_limit_past_its_maximum_is_one_line_with_its_key_and_line(app_dir: Cal
 def test_run_prints_each_flushed_line_as_it_comes(app_dir: Callable[[str], Path]) -> None:
     code = "import time\nprint('first', flush=True)\ntime.sleep(2)\nprint('second', flush=True)"
     with subprocess.Popen(
-        [sys.executable, "-m", "mainsdk.cli", "sandbox", "run", "--code", code], stdout=subprocess.PIPE
+        [sys.executable, "-m", "mainsdk_cli", "sandbox", "run", "--code", code], stdout=subprocess.PIPE
     ) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"first\n"
@@ -114,7 +114,7 @@ def test_run_prints_each_flushed_line_as_it_comes(app_dir: Callable[[str], Path]
 def test_run_writes_the_codes_bytes_through_unchanged(app_dir: Callable[[str], Path]) -> None:
     code = "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe caf\\xe9\\n'); sys.stderr.buffer.write(b'\\x80\\n')"
     done = subprocess.run(
-        [sys.executable, "-m", "mainsdk.cli", "sandbox", "run", "--code", code],
+        [sys.executable, "-m", "mainsdk_cli", "sandbox", "run", "--code", code],
         capture_output=True,
         timeout=60,
         check=False,
@@ -304,7 +304,7 @@ def test_out_writes_into_the_folder_it_checked_even_if_swapped_for_a_link_while_
     target.mkdir()
     elsewhere.mkdir()
     code = "import time\nprint('ready', flush=True)\ntime.sleep(2)\nopen('../out/late.txt', 'w').write('x')"
-    command = [sys.executable, "-m", "mainsdk.cli", "sandbox", "run", "--out", str(target), "--code", code]
+    command = [sys.executable, "-m", "mainsdk_cli", "sandbox", "run", "--out", str(target), "--code", code]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"ready\n"

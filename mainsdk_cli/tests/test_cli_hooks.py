@@ -3,14 +3,11 @@
 The plugins here are real installed distributions as far as ``importlib.metadata`` is concerned: a
 ``*.dist-info`` folder with its ``mainsdk.cli`` entry point on ``sys.path``. Where a distribution must be
 missing (``mainsdk check`` without mainsdk-check), the command runs in a child interpreter whose path holds
-core and its own dependencies only, whatever else this environment has installed.
+core, the command line and their own dependencies only, whatever else this environment has installed.
 """
 
 from __future__ import annotations
 
-import ast
-import importlib.metadata
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,9 +18,12 @@ from pathlib import Path
 
 import mainsdk
 import pytest
-from mainsdk.cli import main
+from mainsdk_cli.cli import main
+
+import mainsdk_cli
 
 CORE_SRC = Path(mainsdk.__file__).resolve().parent.parent
+CLI_SRC = Path(mainsdk_cli.__file__).resolve().parent.parent
 
 PLUGIN_SOURCE = """
 import sys
@@ -133,13 +133,14 @@ def test_a_plugin_that_fails_to_import_is_named(
 
 
 def _core_only(tmp_path: Path) -> list[str]:
-    """A child interpreter's command that sees core and the modules it imports, and no other distribution.
+    """A child interpreter's command that sees core, the command line and the modules they import, and no other
+    distribution.
 
     ``-S``: no site-packages; the third-party packages core imports are linked into a folder of their own,
     without their ``*.dist-info`` folders, so no entry point of this environment (mainsdk-check's,
     mainsdk-mcp's, a driver's) is found.
     """
-    probe = "import json, sys, mainsdk.cli; print(json.dumps([m for m in sys.modules if '.' not in m]))"
+    probe = "import json, sys, mainsdk_cli.cli; print(json.dumps([m for m in sys.modules if '.' not in m]))"
     names = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout)
     site = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
     deps = tmp_path / "deps"
@@ -155,9 +156,8 @@ def _core_only(tmp_path: Path) -> list[str]:
                 top = root / path.relative_to(root).parts[0]
                 if not (deps / top.name).exists():
                     (deps / top.name).symlink_to(top)
-    boot = (
-        f"import sys; sys.path[:0] = [{str(CORE_SRC)!r}, {str(deps)!r}]; from mainsdk.cli import main; sys.exit(main())"
-    )
+    paths = [str(CORE_SRC), str(CLI_SRC), str(deps)]
+    boot = f"import sys; sys.path[:0] = {paths!r}; from mainsdk_cli.cli import main; sys.exit(main())"
     return [sys.executable, "-S", "-c", boot]
 
 
@@ -183,28 +183,11 @@ def test_an_app_not_installed_says_which_distribution_to_install(
     assert "find unsafe code and config (install mainsdk-check)" in listed.stdout
 
 
-def test_importing_mainsdk_imports_no_app() -> None:
-    # The apps built on core are distributions of their own: core's import never reaches them, nor mcp.
-    probe = "import json, sys, mainsdk, mainsdk.cli; print(json.dumps(sorted(sys.modules)))"
+def test_importing_the_command_line_imports_no_app() -> None:
+    # The apps' plugins are loaded when a command runs (``load_cli_commands``), never by the import: nor mcp.
+    probe = "import json, sys, mainsdk_cli, mainsdk_cli.cli; print(json.dumps(sorted(sys.modules)))"
     env = {key: value for key, value in os.environ.items() if key != "PYTHONSTARTUP"}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
     loaded = json.loads(done.stdout)
-    assert "mainsdk" in loaded
+    assert "mainsdk_cli.cli" in loaded
     assert [m for m in loaded if m.split(".")[0] in ("mainsdk_check", "mainsdk_mcp", "mcp", "mcp_types")] == []
-    # Nor does core hold them any more, or depend on mcp (it had an `mcp` extra).
-    assert importlib.util.find_spec("mainsdk.check") is None and importlib.util.find_spec("mainsdk.mcp_server") is None
-    requires = importlib.metadata.requires("mainsdk") or []
-    assert [r for r in requires if r.startswith("mcp")] == []
-
-
-def test_no_core_module_imports_an_app_or_mcp() -> None:
-    # Counting imports inside functions and under TYPE_CHECKING: core reaches its apps only through the hook.
-    apps = {"mainsdk_check", "mainsdk_mcp", "mcp", "mcp_types"}
-    found = []
-    for path in sorted((CORE_SRC / "mainsdk").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            found += [f"{path.name}: {name}" for name in names if name.split(".")[0] in apps]
-    assert found == []
