@@ -134,7 +134,7 @@ def test_session_and_file_arguments_are_0001_naming_them(build: Callable[..., Bu
         refused(built, lambda: session.read(None), "path")  # type: ignore[arg-type]
         refused(built, lambda: session.run("python3", None), "args")  # type: ignore[arg-type]
         refused(built, lambda: session.run("python3", ["-c", "1\0"]), "args[1]")
-        refused(built, lambda: session.run("python3", ["-c", "1"], on_output=1), "on_output")
+        refused(built, lambda: session.run("python3", ["-c", "1"], on_output=1), "on_output")  # type: ignore[arg-type]
         assert session.run("python3", ["-c", "print(2)"]).stdout == "2\n"  # and the session still works
 
 

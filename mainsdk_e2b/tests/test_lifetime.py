@@ -39,7 +39,7 @@ def a_session_kept_alive_by_its_cells(server: ReplayServer, key: str = KEY) -> d
         try:
             async with await sandbox.create(idle="5m") as session:
                 first = await session.run_code("x = 41")
-                box = session.opened.box
+                box = session._runtime.opened.box
                 assert isinstance(box, E2BBox)
                 box.expires = time.monotonic() + 5  # what 7 quiet minutes of a 420 s lifetime would leave
                 before = len(server.received)
@@ -88,7 +88,7 @@ def a_session_at_e2bs_maximum(server: ReplayServer, key: str = KEY) -> dict[str,
         try:
             # Idle 2 h: more than E2B lets a sandbox live, so the create asks for the cap, not 2 h + 2 min.
             async with await sandbox.create(idle="2h") as session:
-                box = session.opened.box
+                box = session._runtime.opened.box
                 assert isinstance(box, E2BBox)
                 box.cap_at = time.monotonic() + 6  # before the kernel starts: the cap comes during the second cell
                 seen["first"] = (await session.run_code("x = 41")).ok
@@ -100,7 +100,7 @@ def a_session_at_e2bs_maximum(server: ReplayServer, key: str = KEY) -> dict[str,
                     await session.run_code("x")
                 seen["after"] = after.value
             async with await sandbox.create() as other:
-                box = other.opened.box
+                box = other._runtime.opened.box
                 assert isinstance(box, E2BBox)
                 box.cap_at = time.monotonic() - 1  # already past: nothing is sent
                 before = len(server.received)

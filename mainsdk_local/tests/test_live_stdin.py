@@ -41,7 +41,9 @@ async def test_chunks_sent_while_the_command_runs_arrive_in_order_and_closing_en
     async with async_sandbox.create() as session:
         stream, sink = InputStream(), Sink()
         command = Command("python3", ("-c", ECHO), stdin=b"first\n", input=stream, timeout=30)
-        task = asyncio.ensure_future(session.lifecycle.exec_unlimited(session.opened.box, command, sink))
+        task = asyncio.ensure_future(
+            session._runtime.lifecycle.exec_unlimited(session._runtime.opened.box, command, sink)
+        )
         await _seen(sink, b"got first\n")  # the initial stdin comes first
         for word in ("a", "b", "c"):
             stream.send(word.encode() + b"\n")
@@ -58,7 +60,9 @@ async def test_a_chunk_larger_than_a_pipe_arrives_whole(async_sandbox: AsyncSand
     async with async_sandbox.create() as session:
         stream, sink = InputStream(), Sink()
         command = Command("python3", ("-c", code), input=stream, timeout=30)
-        task = asyncio.ensure_future(session.lifecycle.exec_unlimited(session.opened.box, command, sink))
+        task = asyncio.ensure_future(
+            session._runtime.lifecycle.exec_unlimited(session._runtime.opened.box, command, sink)
+        )
         stream.send(data[:1000])
         stream.send(data[1000:])
         stream.close()
@@ -70,7 +74,7 @@ async def test_a_command_that_ends_without_reading_drops_what_comes_after(async_
     async with async_sandbox.create() as session:
         stream, sink = InputStream(), Sink()
         command = Command("python3", ("-c", "print('bye')"), input=stream, timeout=30)
-        outcome = await session.lifecycle.exec_unlimited(session.opened.box, command, sink)
+        outcome = await session._runtime.lifecycle.exec_unlimited(session._runtime.opened.box, command, sink)
         stream.send(b"nobody reads this\n")  # dropped, no error
         stream.close()
         assert outcome.exit_code == 0 and sink.out == b"bye\n"

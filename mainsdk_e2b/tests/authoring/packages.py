@@ -34,6 +34,7 @@ def main(only: set[str]) -> None:
     """Record each scenario (those in ``only``, when given) into ``cassettes/packages/`` or ``cassettes/lifetime/``."""
     import platform
 
+    import e2b_replay
     import fake_e2b
     import test_packages as scenarios
 
@@ -53,7 +54,7 @@ def main(only: set[str]) -> None:
         saved = {k: os.environ.get(k) for k in made}
         os.environ.update(env)
         try:
-            with scenarios.provider(name, {"api": api, "sandbox": sandbox}, KEY) as server:
+            with e2b_replay.provider(name, {"api": api, "sandbox": sandbox}, KEY) as server:
                 where = Path(tempfile.mkdtemp(prefix="mainsdk-e2b-wheelhouse-")) if env else wheels
                 seen = scenario(server, where, KEY)
                 print(name, {k: v for k, v in seen.items() if "png" not in k and "files" not in k})
@@ -79,7 +80,7 @@ def main(only: set[str]) -> None:
         name = lifetime.__name__
         if only and name not in only:
             continue
-        with scenarios.provider(name, {"api": api, "sandbox": sandbox}, KEY, folder) as server:
+        with e2b_replay.provider(name, {"api": api, "sandbox": sandbox}, KEY, folder) as server:
             print(name, lifetime(server, KEY))
         path = folder / f"{name}.json"
         data = json.loads(path.read_text())
