@@ -196,15 +196,20 @@ def test_fork_fd_passing_and_close_reopen_races_neither_escape_nor_leak_the_boun
     make_sandbox: Callable[..., Any], local_config: str
 ) -> None:
     # Must hold: the bound is the box's, whichever process makes a socket; a socket passed to another
-    # process keeps its place until its last descriptor closes; racing close/reopen in six processes
-    # leaves the count exact: once everything is closed, exactly the bound can be made again.
+    # process keeps its place until its last descriptor closes; racing close/reopen in six processes never
+    # lets the box past its bound. The kernel (6.18 here) now and then misses a release in such a race, about
+    # once in a hundred runs (launcher/sockets.py): the box may then hold a place or two fewer, never more,
+    # and the next box in the slot starts from zero: it makes exactly its bound.
     needs_the_socket_bound()
     sandbox = make_sandbox(memory_config(local_config, "64MB")).sandbox
     result = sandbox.run(FORK_AND_PASS)
     assert (result.exit_code, result.stop) == (0, None), result.stderr
     bound = box_socket_count(64 * MIB)
     answer = json.loads(result.stdout)
-    assert answer == {"passed": 30, "with_passed": bound - 30, "after": bound}, answer
+    lost = bound - answer["after"]
+    assert answer["passed"] == 30 and 0 <= lost <= 2, answer
+    assert answer["with_passed"] == bound - 30 - lost, answer  # the passed sockets held their places throughout
+    assert json.loads(sandbox.run(FILL_SOCKETS).stdout)["made"] == bound  # a lost place never outlives its box
 
 
 HOLD_SOCKETS = """
@@ -360,3 +365,84 @@ def test_a_transient_failure_to_make_the_launchers_cgroups_is_an_error_not_rlimi
     assert "scope" not in answer, answer
     assert (answer["code"], answer["retryable"]) == (DRIVER_UNAVAILABLE, True), answer
     assert "No space left on device" in answer["message"] and "cgroup" in answer["message"], answer
+
+
+def _own_cgroup2_dir() -> str | None:
+    """Our cgroup v2 directory, where this machine mounts cgroup2 and we may make folders in it."""
+    with open("/proc/self/mounts") as mounts, open("/proc/self/cgroup") as cgroups:
+        mount = next((line.split()[1] for line in mounts if line.split()[2:3] == ["cgroup2"]), None)
+        own = next((line[3:].strip() for line in cgroups if line.startswith("0::")), None)
+    if mount is None or own is None or os.geteuid() != 0:
+        return None
+    return mount + own.rstrip("/")
+
+
+# Holds three inet sockets until its stdin closes, then closes them and exits.
+HOLD_THEN_CLOSE = """
+import socket, sys
+held = [socket.socket() for _ in range(3)]
+print('held', flush=True)
+sys.stdin.read()
+"""
+MAKE_ALL = """
+import socket
+made = []
+try:
+    while len(made) < 100000:
+        made.append(socket.socket())
+except OSError:
+    pass
+print(len(made))
+"""
+
+
+def test_a_slots_new_box_counts_from_zero_and_an_earlier_holders_late_release_gives_it_nothing() -> None:
+    # Must hold: when a slot is handed to a new box (set_bound(fresh=True)), its count starts from zero: a
+    # place an earlier box lost is not carried over, and a socket of the earlier holder closed afterwards
+    # gives nothing back to the new box (it was counted in the earlier generation): the new box can make
+    # exactly its bound, never more.
+    from mainsdk_local.launcher import sockets  # the server's own BPF programs, on a cgroup of this test's
+
+    parent = _own_cgroup2_dir()
+    if parent is None:
+        pytest.skip("needs root and a cgroup2 hierarchy")
+    if not os.path.exists("/usr/bin/python3") or not os.path.exists("/usr/bin/setpriv"):
+        pytest.skip("needs /usr/bin/python3 and setpriv (.ci/run installs both)")
+    uid, bound = 3_900_000 + os.getpid() % 1000 * 4, 40
+    folder = os.path.join(parent, f"mainsdk-test-sockets-{os.getpid()}")
+    os.mkdir(folder)
+    try:
+        try:
+            counter = sockets.SocketBound(uid, 4)
+            counter.attach(folder)
+        except OSError as exc:
+            if exc.errno in sockets.UNAVAILABLE:
+                pytest.skip(f"no cgroup BPF here: {exc.strerror}")
+            raise
+
+        def start(code: str, **kw: Any) -> subprocess.Popen[str]:
+            # The shell joins the cgroup, then becomes the box's uid and the code (no preexec_fn: threads).
+            join = f'echo $$ > {folder}/cgroup.procs && exec setpriv --reuid={uid} --regid={uid} --clear-groups "$@"'
+            argv = ["/bin/sh", "-c", join, "sh", "/usr/bin/python3", "-c", code]
+            return subprocess.Popen(argv, text=True, **kw)
+
+        try:
+            counter.set_bound(0, bound, fresh=True)
+            holder = start(HOLD_THEN_CLOSE, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            assert counter.held(0) == 3
+            counter.set_bound(0, bound, fresh=True)  # a new box takes the slot while the old one lingers
+            assert counter.held(0) == 0
+            new_holder = start(HOLD_THEN_CLOSE, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            assert new_holder.stdout is not None and new_holder.stdout.readline() == "held\n"
+            holder.communicate("")  # the earlier holder's three sockets close now
+            assert counter.held(0) == 3  # the new box's own three: the old ones gave nothing back to it
+            filler = start(MAKE_ALL, stdout=subprocess.PIPE)
+            assert filler.communicate()[0] == f"{bound - 3}\n"  # exactly the bound in all: never more
+            new_holder.communicate("")
+            assert counter.held(0) == 0
+        finally:
+            counter.close()
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)

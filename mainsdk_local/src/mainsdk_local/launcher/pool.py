@@ -587,7 +587,9 @@ class WarmPool:
         run.started = time.monotonic()
         try:
             if self.sockets is not None and box.uid != entry.uid:
-                self.sockets.set_bound(entry.slot, box.max_sockets)  # the bound follows the box to its new uid
+                self.sockets.set_bound(
+                    entry.slot, box.max_sockets, fresh=True
+                )  # the bound follows the box to its new uid
             self.hand_off(entry, box, ctx, plan, has_cgroups)
         except OSError as exc:
             if exc.errno:  # errno 0: too many files in the box to give to the entry's uid, an expected cold run

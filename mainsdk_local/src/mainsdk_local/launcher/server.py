@@ -451,7 +451,7 @@ class Server:
         try:
             box.max_sockets = DEFAULT_MAX_SOCKETS if max_sockets is None else max_sockets
             if self.sockets is not None:
-                self.sockets.set_bound(box.slot, box.max_sockets)
+                self.sockets.set_bound(box.slot, box.max_sockets, fresh=True)  # a new box: its slot counts from zero
         except OSError as exc:
             raise common.launch_error("box limits", exc) from None
 
