@@ -18,6 +18,7 @@ client serializes for the same hosts. Test only:
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import importlib
 import io
@@ -164,14 +165,17 @@ def theirs() -> Iterator[dict[str, list[dict[str, Any]]]]:
     yield by_op
 
 
-def our_requests() -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """Every request of every cassette: (cassette, operation, request)."""
+@functools.cache
+def our_requests() -> tuple[tuple[str, str, dict[str, Any]], ...]:
+    """Every request of every cassette: (cassette, operation, request); read once (every test here reads them)."""
+    found = []
     for path in CASSETTES:
         for interaction in load(path).interactions:
             request = interaction["request"]
             name = operation(request["method"], request["path"])
             assert name is not None, f"{path.name}: {request['method']} {request['path']} is no operation we know"
-            yield path.name, name, request
+            found.append((path.name, name, request))
+    return tuple(found)
 
 
 def test_vercels_client_went_through_every_operation_we_use(theirs: dict[str, list[dict[str, Any]]]) -> None:
