@@ -256,10 +256,23 @@ def test_a_sessions_background_processes_and_commands_share_the_boxs_socket_boun
 
 
 def server_memory_dirs() -> list[str]:
-    """The memory cgroup directories of the launcher servers of this process's cgroup."""
+    """The memory cgroup directories of the launcher servers this process started (``mainsdk-local-<pid>-...``).
+
+    Other test processes of the same cgroup (tox envs run side by side) have servers there too: not ours.
+    """
     with open("/proc/self/cgroup") as fh:
         own = next(line.rstrip("\n").split(":", 2)[2] for line in fh if ":memory:" in line)
-    return glob.glob(f"/sys/fs/cgroup/memory{own.rstrip('/')}/mainsdk-local-*")
+    ours = []
+    for path in glob.glob(f"/sys/fs/cgroup/memory{own.rstrip('/')}/mainsdk-local-*"):
+        pid = os.path.basename(path)[len("mainsdk-local-") :].split("-", 1)[0]
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # a server that is gone, or a name of another shape
+        if parent == os.getpid():
+            ours.append(path)
+    return ours
 
 
 @contextlib.contextmanager
