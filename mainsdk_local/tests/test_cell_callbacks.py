@@ -169,3 +169,21 @@ async def test_a_callback_that_is_not_a_function_is_refused_by_name(async_sandbo
             await session.run_code("x = 1", on_result=takes_two)  # type: ignore[arg-type]
         assert two.value.code == INVALID_OPTION and "cannot take (result)" in two.value.message
         assert (await session.run_code("x")).error is not None  # none of them ran
+
+
+async def test_run_and_start_refuse_an_async_listener_they_would_not_await(async_sandbox: AsyncSandbox) -> None:
+    # Only cells await a listener: anywhere else its coroutine would be dropped, and the output with it.
+    async def on_output(stream: str, data: bytes) -> None:
+        await asyncio.sleep(0)
+
+    listener: Any = on_output
+    async with async_sandbox.create() as session:
+        with pytest.raises(SandboxError) as ran:
+            await async_sandbox.run("print(1)", on_output=listener)
+        with pytest.raises(SandboxError) as ran_in_session:
+            await session.run("python3", ["-c", "print(1)"], on_output=listener)
+        with pytest.raises(SandboxError) as started:
+            session.start("python3", ["-c", "print(1)"], on_output=listener)
+        for caught in (ran, ran_in_session, started):
+            assert caught.value.code == INVALID_OPTION
+            assert caught.value.message.startswith("on_output: on_output is an async function")
