@@ -61,3 +61,20 @@ def test_a_frame_past_its_bound_is_flagged_not_kept() -> None:
         assert stream.frame_too_large.is_set() and not stream.frame_ready.is_set()
 
     asyncio.run(check())
+
+
+def test_output_is_released_at_once_but_for_a_tail_that_could_start_the_mark() -> None:
+    async def check() -> None:
+        seen: list[tuple[str, bytes]] = []
+        stream = _KernelStream(MARK, END, 1 << 20)
+        stream.begin(OutputCollector(1 << 20, [], lambda name, data: seen.append((name, data))))
+        stream.stdout(b"one\n")  # a short print reaches the app while the cell runs
+        stream.stderr(b"err\n")
+        assert seen == [("stdout", b"one\n"), ("stderr", b"err\n")]
+        stream.stdout(b"two\x1e" + TOKEN[:5].encode())  # could be the mark: only that tail waits
+        stream.stderr(b"\x1e" + TOKEN[:3].encode() + b"!")  # could not: all of it goes
+        assert seen[2:] == [("stdout", b"two"), ("stderr", b"\x1e" + TOKEN[:3].encode() + b"!")]
+        stream.stdout(b"x")  # the next chunk tells: it was output
+        assert seen[4:] == [("stdout", b"\x1e" + TOKEN[:5].encode() + b"x")]
+
+    asyncio.run(check())

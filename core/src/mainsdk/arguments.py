@@ -230,17 +230,39 @@ def limit_value(value: object, argument: str) -> Any:
 
 def listener(value: object, argument: str = "on_output") -> Callable[[str, bytes], None] | None:
     """None, or a callable taking (stream, chunk)."""
+    return cast("Callable[[str, bytes], None] | None", callback(value, argument, ("stdout", b""), "(stream, data)"))
+
+
+def callback(
+    value: object, argument: str, sample: tuple[object, ...], takes: str, *, awaitable: bool = False, refused: str = ""
+) -> Callable[..., object] | None:
+    """None, or a callable that can be called with ``sample`` (described as ``takes`` in the message).
+
+    ``awaitable``: an ``async def`` is allowed (the caller awaits what it returns); otherwise it is refused, since
+    its coroutine would never run and what it was given would be lost. ``refused`` says why, and what to do.
+    """
     if value is None:
         return None
     if not callable(value):
-        raise invalid(argument, f"must be a function taking (stream, data), not {type_name(value)}")
+        raise invalid(argument, f"must be a function taking {takes}, not {type_name(value)}")
+    name = getattr(value, "__name__", type_name(value))
+    if not awaitable and is_async_function(value):
+        why = refused or "nothing here awaits it, so it would never run; pass a plain function"
+        raise invalid(argument, f"{name} is an async function: {why}")
     try:
-        inspect.signature(value).bind("stdout", b"")
+        inspect.signature(value).bind(*sample)
     except TypeError:
-        raise invalid(argument, f"{getattr(value, '__name__', type_name(value))} cannot take (stream, data)") from None
+        raise invalid(argument, f"{name} cannot take {takes}") from None
     except ValueError:
         pass  # a builtin without a signature: it will be called and answer for itself
     return value
+
+
+def is_async_function(value: object) -> bool:
+    """Whether calling ``value`` makes a coroutine: an ``async def`` (or a partial of one), or an object whose
+    ``__call__`` is one."""
+    call = type(value).__dict__.get("__call__") if not inspect.isroutine(value) else None
+    return inspect.iscoroutinefunction(value) or inspect.iscoroutinefunction(call)
 
 
 def program(value: object) -> str:

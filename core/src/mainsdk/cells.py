@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import collections
 import contextlib
 import importlib.resources
+import inspect
 import json
 import secrets as token
 import time
+from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any
 
@@ -55,6 +58,22 @@ class CellError:
     name: str
     value: str
     traceback: str
+
+
+OutputCallback = Callable[[str, bytes], Awaitable[None] | None]
+ResultCallback = Callable[[RichResult], Awaitable[None] | None]
+ErrorCallback = Callable[[CellError], Awaitable[None] | None]
+
+
+@attrs.frozen
+class CellCallbacks:
+    """What a cell tells the app as it runs: ``on_output(stream, data)`` each chunk of output, ``on_result(result)``
+    each rich result, ``on_error(error)`` the cell's error. Each may be a plain function or (on the async API) an
+    ``async def``, awaited in order before ``run_code`` returns."""
+
+    on_output: object = None
+    on_result: object = None
+    on_error: object = None
 
 
 @attrs.frozen
@@ -173,9 +192,9 @@ class _KernelStream:
             held = self._held["stdout"] + data
             at = held.find(self._mark_out)
             if at < 0:
-                keep = len(self._mark_out) - 1
-                self._emit("stdout", held[:-keep] if len(held) > keep else b"")
-                self._held["stdout"] = held[-keep:] if len(held) > keep else held
+                keep = _mark_start(held, self._mark_out)
+                self._emit("stdout", held[: len(held) - keep])
+                self._held["stdout"] = held[len(held) - keep :]
                 return
             self._emit("stdout", held[:at])
             self._held["stdout"] = b""
@@ -192,9 +211,9 @@ class _KernelStream:
             self._emit("stderr", held[:at])
             self.err_ready.set()
             held = held[at + len(self._end_err) :]
-        keep = len(self._end_err) - 1
-        self._emit("stderr", held[:-keep] if len(held) > keep else b"")
-        self._held["stderr"] = held[-keep:] if len(held) > keep else held
+        keep = _mark_start(held, self._end_err)
+        self._emit("stderr", held[: len(held) - keep])
+        self._held["stderr"] = held[len(held) - keep :]
 
     def flush(self) -> None:
         """Release what was held back while looking for a mark (the interpreter is gone)."""
@@ -262,12 +281,17 @@ class Interpreter:
         with contextlib.suppress(BaseException):
             await task
 
-    async def run(self, code: object, language: object, timeout: object, on_output: Listener | None) -> CellResult:
-        """Run one cell; see ``AsyncSession.run_code``."""
+    async def run(
+        self, code: object, language: object, timeout: object, callbacks: CellCallbacks, *, blocking: bool = False
+    ) -> CellResult:
+        """Run one cell; see ``AsyncSession.run_code``. ``blocking``: for the synchronous API, whose callbacks are
+        plain functions (an ``async def`` there is refused: nothing of the app's awaits on that loop)."""
         async with self._lock:
-            return await self._run(code, language, timeout, on_output)
+            return await self._run(code, language, timeout, callbacks, blocking)
 
-    async def _run(self, code: object, language: object, timeout: object, on_output: Listener | None) -> CellResult:
+    async def _run(
+        self, code: object, language: object, timeout: object, callbacks: CellCallbacks, blocking: bool
+    ) -> CellResult:
         session = self._session
         lifecycle = session.lifecycle
         self.cells += 1
@@ -281,8 +305,8 @@ class Interpreter:
             code_sha256=code_sha256(code) if isinstance(code, str) else None,
         )
 
-        def plan() -> tuple[Listener | None, str, CommandPlan]:
-            listener = arguments.listener(on_output)
+        def plan() -> tuple[_Listeners, str, CommandPlan]:
+            listeners = _Listeners(callbacks, blocking)
             checked_language = arguments.language(language)
             if checked_language != "python":
                 raise arguments.invalid(
@@ -297,10 +321,9 @@ class Interpreter:
                     "run code with session.run(...) or sandbox.run(...) there",
                 )
             session.check_open()
-            return listener, checked_code, lifecycle.plan_command(session.opened, "python3", (), timeout, session.cost)
+            return listeners, checked_code, lifecycle.plan_command(session.opened, "python3", (), timeout, session.cost)
 
-        listener, checked_code, command_plan = lifecycle.plan(event, plan)
-        listener_errors: list[Exception] = []
+        listeners, checked_code, command_plan = lifecycle.plan(event, plan)
         try:
             async with session.use():
                 result = await self._exchange(
@@ -309,20 +332,28 @@ class Interpreter:
                     checked_code,
                     command_plan.command.timeout,
                     command_plan.cost_bound,
-                    _guarded(listener, listener_errors),
+                    listeners.output if listeners.has_output else None,
                 )
+                session.cost += result.cost
+                # The frame is in: each result, then the error, as the cell's result holds them.
+                for rich in result.results:
+                    listeners.call("on_result", rich)
+                if result.error is not None:
+                    listeners.call("on_error", result.error)
+                await listeners.drain()  # the session is in use until the app's last callback is done
         except BaseException as exc:
+            listeners.abandon()
             lifecycle.audit_failed(event, exc)
             raise
-        session.cost += result.cost
-        if listener_errors:
-            # The app's own listener raised: the cell ran to its end and the interpreter kept its state, so
-            # this is the listener's error, with ran=True (never a retryable outage: a retry runs it twice).
-            error = listener_errors[0]
+        if listeners.error is not None:
+            # The app's own listener raised: the cell ran to its end, so this is the listener's error, with
+            # ran=True (never a retryable outage: a retry runs it twice).
+            error = listeners.error
             with contextlib.suppress(AttributeError):
                 error.ran = True  # type: ignore[attr-defined]
+            kept = "kept its state" if result.state_kept else "did not keep its state"
             error.add_note(
-                f"raised by on_output of cell {number}, which ran to its end; the interpreter kept its state"
+                f"raised by {listeners.raised_by} of cell {number}, which ran to its end; the interpreter {kept}"
             )
             lifecycle.audit_failed(event, error, started=time.monotonic() - result.duration)
             raise error
@@ -510,21 +541,127 @@ class Interpreter:
         return None if ref is None else RichResult(mime, None, ref)
 
 
-def _guarded(listener: Listener | None, errors_seen: list[Exception]) -> Listener | None:
-    """``listener``, its first exception kept in ``errors_seen`` (then it is called no more), never raised into
-    the stream: a listener that raises must not end the interpreter."""
-    if listener is None:
-        return None
+_SYNC_REFUSAL = (
+    "the synchronous Sandbox calls its callbacks on its own thread and cannot await them; pass a plain function, "
+    "or use async_sandbox (AsyncSandbox), which awaits an async callback before run_code returns"
+)
 
-    def guarded(stream: str, data: bytes) -> None:
-        if errors_seen:
+
+class _Listeners:
+    """A cell's callbacks, checked, called as their events come, never raising into the stream (a listener that
+    raises must not end the interpreter).
+
+    What a callback returns that is awaitable (an ``async def``'s coroutine) is awaited by one task, in the order
+    the events came, while the cell runs; ``drain`` waits for the last before ``run_code`` returns. The first
+    exception of any callback, raised when called or awaited, is kept in ``error`` and then none is called more.
+    """
+
+    def __init__(self, callbacks: CellCallbacks, blocking: bool) -> None:
+        why = _SYNC_REFUSAL if blocking else ""
+        self._functions: dict[str, Callable[..., object] | None] = {
+            "on_output": arguments.callback(
+                callbacks.on_output, "on_output", ("stdout", b""), "(stream, data)", awaitable=not blocking, refused=why
+            ),
+            "on_result": arguments.callback(
+                callbacks.on_result, "on_result", (None,), "(result)", awaitable=not blocking, refused=why
+            ),
+            "on_error": arguments.callback(
+                callbacks.on_error, "on_error", (None,), "(error)", awaitable=not blocking, refused=why
+            ),
+        }
+        self.error: Exception | None = None
+        self.raised_by = ""
+        self._closed = False  # the cell failed: nothing more is called or awaited
+        self._pending: collections.deque[tuple[str, Awaitable[object]]] = collections.deque()
+        self._worker: asyncio.Task[None] | None = None
+        self._loop = asyncio.get_running_loop()
+
+    @property
+    def has_output(self) -> bool:
+        """Whether there is an ``on_output``."""
+        return self._functions["on_output"] is not None
+
+    def output(self, stream: str, data: bytes) -> None:
+        """A chunk of the cell's output, redacted (the collector's listener)."""
+        self.call("on_output", stream, data)
+
+    def call(self, name: str, *args: object) -> None:
+        """Call the callback ``name``; queue what it returns when that is awaitable."""
+        function = self._functions[name]
+        if function is None or self.error is not None or self._closed:
             return
         try:
-            listener(stream, data)
+            returned = function(*args)
         except Exception as exc:  # noqa: BLE001 - the app's own: raised once the cell is over
-            errors_seen.append(exc)
+            self._failed(name, exc)
+            return
+        if inspect.isawaitable(returned):
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is self._loop:
+                self._queue(name, returned)
+            else:  # fed on a driver's own thread: the awaiting is the loop's
+                self._loop.call_soon_threadsafe(self._queue, name, returned)
 
-    return guarded
+    def _queue(self, name: str, awaitable: Awaitable[object]) -> None:
+        if self.error is not None or self._closed:
+            _discard(awaitable)
+            return
+        self._pending.append((name, awaitable))
+        if self._worker is None or self._worker.done():
+            self._worker = self._loop.create_task(self._work())
+
+    async def _work(self) -> None:
+        while self._pending and self.error is None and not self._closed:
+            name, awaitable = self._pending.popleft()
+            try:
+                await awaitable
+            except Exception as exc:  # noqa: BLE001 - the app's own: raised once the cell is over
+                self._failed(name, exc)
+
+    def _failed(self, name: str, exc: Exception) -> None:
+        if self.error is None:
+            self.error, self.raised_by = exc, name
+        while self._pending:
+            _discard(self._pending.popleft()[1])
+
+    async def drain(self) -> None:
+        """Wait until every queued awaitable was awaited (or one raised)."""
+        await asyncio.sleep(0)  # what a driver's thread handed the loop is queued by now
+        while self._worker is not None and not self._worker.done():
+            await self._worker
+            await asyncio.sleep(0)
+
+    def abandon(self) -> None:
+        """The cell failed or was cancelled: nothing queued is awaited, and nothing is left unawaited."""
+        self._closed = True
+        if self._worker is not None:
+            self._worker.cancel()
+        while self._pending:
+            _discard(self._pending.popleft()[1])
+
+
+def _discard(awaitable: Awaitable[object]) -> None:
+    """Close a coroutine that will not be awaited (no "never awaited" warning), or cancel a future."""
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()
+    elif isinstance(awaitable, asyncio.Future):
+        awaitable.cancel()
+
+
+def _mark_start(data: bytes, mark: bytes) -> int:
+    """How many bytes at the end of ``data`` could be the start of ``mark``: held back until the next chunk tells.
+
+    Only those: the rest of a chunk goes to the app at once (a short ``print`` is seen while the cell runs).
+    """
+    at = data.find(mark[:1], max(0, len(data) - len(mark) + 1))
+    while at >= 0:
+        if mark.startswith(data[at:]):
+            return len(data) - at
+        at = data.find(mark[:1], at + 1)
+    return 0
 
 
 def _parse_frame(raw: bytes) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from mainsdk import arguments, errors
 from mainsdk.background import AsyncProcess
-from mainsdk.cells import CellResult, Interpreter
+from mainsdk.cells import CellCallbacks, CellResult, ErrorCallback, Interpreter, OutputCallback, ResultCallback
 from mainsdk.driver import Folder, NetworkPolicy, box_path
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
@@ -177,7 +177,14 @@ class AsyncSession:
         return process
 
     async def run_code(
-        self, code: str, language: str = "python", *, timeout: object = None, on_output: Listener | None = None
+        self,
+        code: str,
+        language: str = "python",
+        *,
+        timeout: object = None,
+        on_output: OutputCallback | None = None,
+        on_result: ResultCallback | None = None,
+        on_error: ErrorCallback | None = None,
     ) -> CellResult:
         """Run ``code`` as a cell in the session's interpreter: variables, imports and open files stay.
 
@@ -186,10 +193,16 @@ class AsyncSession:
         (the state is kept), and a cell that does not stop within a second more ends the
         interpreter (``state_kept`` False; the next cell starts an empty one, ``restarted`` True).
         See ``mainsdk.cells.CellResult`` for what comes back.
+
+        Callbacks, each a plain function or an ``async def``: ``on_output(stream, data)`` each chunk of output as
+        it comes (redacted); ``on_result(result)`` each of the cell's rich results (the ``RichResult`` objects its
+        ``results`` holds) once the kernel sends them, at the cell's end; ``on_error(error)`` the cell's
+        ``CellError``, once, when it has one. An async callback is awaited, in the order of the events, before
+        ``run_code`` returns (an async ``on_output`` while the cell runs). A callback that raises is called no
+        more, and its exception is raised once the cell is over (``ran`` True); the interpreter lives on. A
+        callback must not run a cell in this session: the session waits for it.
         """
-        if self._interpreter is None:
-            self._interpreter = Interpreter(self._runtime)
-        return await self._interpreter.run(code, language, timeout, on_output)
+        return await run_cell(self, code, language, timeout, CellCallbacks(on_output, on_result, on_error))
 
     async def close(self) -> None:
         """Close the session and remove everything its box held. Closing twice is fine."""
@@ -233,6 +246,21 @@ class SessionOpener:
     async def __aexit__(self, *exc: object) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+async def run_cell(
+    session: AsyncSession,
+    code: object,
+    language: object,
+    timeout: object,
+    callbacks: CellCallbacks,
+    *,
+    blocking: bool = False,
+) -> CellResult:
+    """``session.run_code``, and the synchronous twin's with ``blocking`` (its callbacks must be plain functions)."""
+    if session._interpreter is None:
+        session._interpreter = Interpreter(session._runtime)
+    return await session._interpreter.run(code, language, timeout, callbacks, blocking=blocking)
 
 
 def find_session(sessions: dict[str, AsyncSession], session_id: object, tenant: str) -> AsyncSession:

@@ -19,11 +19,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from mainsdk import arguments, errors
 from mainsdk.action import CodeRunAction
 from mainsdk.background import AsyncProcess
+from mainsdk.cells import CellCallbacks, CellError, CellResult
 from mainsdk.driver import Capabilities
 from mainsdk.engine import AsyncSandbox, SandboxDeps
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
-from mainsdk.sessions import AsyncSession, SessionOpener
+from mainsdk.rich import RichResult
+from mainsdk.sessions import AsyncSession, SessionOpener, run_cell
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -187,7 +189,24 @@ class Session:
         """Start ``program`` in the background and return its handle; see ``AsyncSession.start``."""
         return Process(_LOOP.call(_started(self._async, program, args, options)))
 
-    run_code = _blocking(AsyncSession.run_code)
+    def run_code(
+        self,
+        code: str,
+        language: str = "python",
+        *,
+        timeout: object = None,
+        on_output: Callable[[str, bytes], None] | None = None,
+        on_result: Callable[[RichResult], None] | None = None,
+        on_error: Callable[[CellError], None] | None = None,
+    ) -> CellResult:
+        """Run ``code`` as a cell in the session's interpreter; see ``AsyncSession.run_code``.
+
+        The callbacks are plain functions, called on the sandbox's own thread; an ``async def`` is refused with
+        MAIN-SANDBOX-0001 (nothing here could await it): use ``AsyncSandbox`` for async callbacks.
+        """
+        callbacks = CellCallbacks(on_output, on_result, on_error)
+        return _LOOP.call(run_cell(self._async, code, language, timeout, callbacks, blocking=True))
+
     close = _blocking(AsyncSession.close)
 
     def __enter__(self) -> Session:
