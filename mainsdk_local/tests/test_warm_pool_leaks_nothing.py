@@ -129,6 +129,34 @@ async def test_a_warm_run_reaches_neither_b_nor_a_warming_interpreter_nor_the_ne
     assert after.stdout == b"[0, 0, 0]\n"
 
 
+LEAVE_TMP = r"""
+import os
+for path in ('/tmp/left', '/tmp/home/.cache/left', '/tmp/.hidden'):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'w') as fh:
+        fh.write('secret of an earlier run')
+print('left', os.environ['HOME'], os.environ['TMPDIR'])
+"""
+LOOK_TMP = r"""
+import os
+print([(top, sorted(dirs), sorted(files)) for top, dirs, files in os.walk('/tmp')], os.stat('/tmp').st_mode)
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(SHAPES))
+async def test_what_a_warm_run_leaves_in_tmp_and_home_is_gone_for_the_next_run(
+    launcher: Launcher, python: Program, kind: str
+) -> None:
+    """Guards a new guarantee (there was no /tmp before): a warm entry's /tmp and HOME are its run's box's, made
+    empty with it; the next run, warm or cold, finds the same empty /tmp and HOME a cold run finds."""
+    left = await _on(launcher, python, kind, LEAVE_TMP)
+    assert left.stdout == b"left /tmp/home /tmp\n", (left.stdout, left.stderr)
+    warm = await _on(launcher, python, kind, LOOK_TMP)
+    cold = await run(launcher, python, LOOK_TMP, flags=SHAPES[kind], warm=False)
+    assert warm.seen() == cold.seen()
+    assert warm.stdout == b"[('/tmp', ['home'], []), ('/tmp/home', [], [])] 17407\n", warm.stdout  # 0o41777
+
+
 UID = "print(open('/proc/self/uid_map').read().split()[1]); import time; time.sleep(1.5)"
 
 
