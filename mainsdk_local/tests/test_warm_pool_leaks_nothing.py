@@ -391,20 +391,22 @@ async def node_run_ready(launcher: Launcher, node: Program) -> None:
 
 
 async def test_a_python_run_with_the_user_site_on_never_takes_the_stub(launcher: Launcher, python: Program) -> None:
-    """Hole found: without -s (or -I, -S) Python puts the user's site-packages, /work/.local/... in the box, on
+    """Hole found: without -s (or -I, -S) Python puts the user's site-packages, ~/.local/... in the box, on
     sys.path as it starts. The stub's interpreter started in an empty box, so a warm run could not import what the
     run's files put there, where a cold run could. Such a shape now goes to a pre-exec box (the interpreter itself
-    starts in the run's box) or runs cold, and looks like the cold run."""
+    starts in the run's box) or runs cold, and looks like the cold run. (The user site is in HOME, a folder of the
+    box's /tmp by default; the app's HOME=/work puts it where the run's files are, as before.)"""
     code = "try:\n    import usermod\n    print('imported', usermod.X)\nexcept ImportError:\n    print('missing')"
     files = {f".local/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages/usermod.py": b"X = 42\n"}
     if python.version.split(".")[:2] != [str(v) for v in sys.version_info[:2]]:
         pytest.skip("the box's python is another version than the tests' (its user site folder is named after it)")
     flags = ("-E", "-c")
-    cold = await run(launcher, python, code, warm=False, files=files, flags=flags)
+    env = {"HOME": "/work"}
+    cold = await run(launcher, python, code, warm=False, files=files, flags=flags, env=env)
     assert cold.stdout == b"imported 42\n"
-    await until_ready(launcher, python)  # a python stub is ready: the shape must still not take it
+    await until_ready(launcher, python, env)  # a python stub is ready: the shape must still not take it
     for _ in range(3):
-        pooled = await run(launcher, python, code, files=files, flags=flags)
+        pooled = await run(launcher, python, code, files=files, flags=flags, env=env)
         assert pooled.result.warm_kind != "python" and pooled.seen() == cold.seen(), pooled.result
 
 
