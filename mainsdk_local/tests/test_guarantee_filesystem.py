@@ -149,16 +149,17 @@ def test_the_apps_files_home_root_shadow_and_environ_cannot_be_read(
 
 @NAMESPACES
 @pytest.mark.usefixtures("cold_and_warm")
-def test_nothing_outside_work_and_out_can_be_written(sandbox: Sandbox, tmp_path: Path) -> None:
-    # Must hold: the only writable places are /work and /out (and /dev/null-like nodes); the app's folders,
-    # the root, /usr, /etc, /tmp, /proc/sys and /sys are not, and nothing appears on the host.
+def test_nothing_outside_work_out_and_tmp_can_be_written(sandbox: Sandbox, tmp_path: Path) -> None:
+    # Must hold: the only writable places are /work, /out and /tmp, all on the box's own tmpfs (and /dev/null-like
+    # nodes); the app's folders, the root, /usr, /etc, /var/tmp, /proc/sys and /sys are not, and nothing appears
+    # on the host (its /tmp included).
     host_dir = tmp_path / "host-dir"
     host_dir.mkdir(mode=0o777)
-    targets = ["/", "/usr", "/usr/lib", "/etc", "/etc/fonts", "/var/cache/fontconfig", "/tmp", "/var/tmp", "/root"]
+    targets = ["/", "/usr", "/usr/lib", "/etc", "/etc/fonts", "/var/cache/fontconfig", "/var/tmp", "/root"]
     targets += ["/dev", "/dev/shm", "/run", str(host_dir)]
     code = (
         "import json, os, sys\nout = {}\n"
-        "for d in json.loads(sys.argv[1]) + ['/work', '/out']:\n"
+        "for d in json.loads(sys.argv[1]) + ['/work', '/out', '/tmp']:\n"
         "    try:\n"
         "        open(os.path.join(d, 'escape.txt'), 'w').write('x'); out[d] = 'written'\n"
         "    except OSError as exc:\n        out[d] = type(exc).__name__\n"
@@ -170,7 +171,7 @@ def test_nothing_outside_work_and_out_can_be_written(sandbox: Sandbox, tmp_path:
     )
     result = sandbox.run(f"import sys; sys.argv[1:] = [{json.dumps(json.dumps(targets))}]\n{code}")
     out = json.loads(result.stdout)
-    assert out.pop("/work") == "written" and out.pop("/out") == "written"
+    assert out.pop("/work") == "written" and out.pop("/out") == "written" and out.pop("/tmp") == "written"
     # Raising its own OOM score is allowed (it only makes the code the first victim); lowering is not.
     out.pop("/proc/self/oom_score_adj")
     assert {k: v for k, v in out.items() if v == "written"} == {}, out
@@ -377,12 +378,115 @@ def test_files_written_to_out_come_back_as_file_refs(sandbox: Sandbox) -> None:
     assert sandbox.files.read(result.files[0]) == b"3"
 
 
-def test_only_the_work_and_out_folders_are_writable(sandbox: Sandbox) -> None:
+def test_only_the_work_out_and_tmp_folders_are_writable(sandbox: Sandbox) -> None:
     code = (
         "import os\n"
         "for p in ['/x', '/usr/x', '/etc/x', '/tmp/x', '/proc/x', '/work/x', '/out/x']:\n"
         "    try:\n        open(p, 'w').write('1'); print(p, 'ok')\n"
         "    except OSError as e:\n        print(p, 'no')\n"
     )
-    out = sandbox.run(code).stdout.split("\n")
-    assert [line for line in out if line.endswith("ok")] == ["/work/x ok", "/out/x ok"]
+    result = sandbox.run(code)
+    ok = [line for line in result.stdout.split("\n") if line.endswith("ok")]
+    # Weak mode: /tmp is the host's (the box's own temp folder is TMPDIR, in its private directory).
+    assert ok == (["/tmp/x ok"] if result.isolation == "namespace" else []) + ["/work/x ok", "/out/x ok"]
+
+
+TMP_PROBE = """\
+import json, os, sys, tempfile
+name, marker = sys.argv[1:3]
+with open('/tmp/' + name, 'w') as fh:
+    fh.write('kept')
+mounts = [line.split()[5] for line in open('/proc/self/mountinfo') if line.split()[4] == '/tmp']
+print(json.dumps({
+    'read': open('/tmp/' + name).read(),
+    'same_disk_as_work': os.stat('/tmp').st_dev == os.stat('/work').st_dev,
+    'mounts': mounts,
+    'host_marker_seen': os.path.exists(marker),
+    'gettempdir': tempfile.gettempdir(),
+    'listing': sorted(os.listdir('/tmp')),
+}))
+"""
+
+
+@NAMESPACES
+@pytest.mark.usefixtures("cold_and_warm")
+def test_tmp_is_writable_on_the_boxs_own_disk_and_never_the_hosts(sandbox: Sandbox) -> None:
+    # Must hold: /tmp in a box is writable and lives on the box's own tmpfs, the one /work is on (so it counts
+    # against the disk limit and goes with the box), mounted rw, nosuid and nodev; it is not the host's /tmp: a
+    # file made there on the host is not in the box, and what the code writes there never reaches the host.
+    marker = Path("/tmp") / f"mainsdk-host-{secrets.token_hex(4)}"
+    marker.write_text(SECRET)
+    marker.chmod(0o644)
+    name = f"box-{secrets.token_hex(4)}"
+    try:
+        result = sandbox.run(f"import sys; sys.argv[1:] = {[name, str(marker)]!r}\n{TMP_PROBE}")
+    finally:
+        marker.unlink()
+    assert result.exit_code == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["read"] == "kept" and seen["same_disk_as_work"] is True, seen
+    # A warm entry's /tmp also shows its empty pool folder beneath the run's (as /work and /out do).
+    assert seen["mounts"] and all({"nosuid", "nodev"} <= set(flags.split(",")) for flags in seen["mounts"]), seen
+    assert "rw" in seen["mounts"][-1].split(","), seen
+    assert seen["host_marker_seen"] is False and seen["gettempdir"] == "/tmp", seen
+    assert seen["listing"] == sorted(["home", name]), seen
+    assert not (Path("/tmp") / name).exists()
+    assert SECRET not in result.stdout
+
+
+HOME_PROBE = """\
+import json, os, pwd
+home = os.environ.get('HOME')
+for sub in ('.cache/app', '.config/app'):
+    os.makedirs(os.path.join(home, sub))
+    with open(os.path.join(home, sub, 'x'), 'w') as fh:
+        fh.write('ok')
+print(json.dumps({
+    'HOME': home, 'TMPDIR': os.environ.get('TMPDIR'), 'expanduser': os.path.expanduser('~'),
+    'is_dir': os.path.isdir(home), 'owner_is_me': os.stat(home).st_uid == os.getuid(),
+    'cache': open(os.path.join(home, '.cache/app/x')).read(), 'pw_dir': pwd.getpwuid(os.getuid()).pw_dir,
+}))
+"""
+
+
+@pytest.mark.usefixtures("cold_and_warm")
+def test_home_and_tmpdir_are_writable_folders_of_the_box_unless_the_app_names_them(sandbox: Sandbox) -> None:
+    # Must hold: HOME is set to a folder of the box's, made for it, the code's own and writable (~/.cache and
+    # ~/.config writes work: matplotlib, pip), inside TMPDIR (/tmp in namespace mode; in weak mode a folder of
+    # the box's private directory); an app's env that names HOME or TMPDIR wins.
+    result = sandbox.run(HOME_PROBE)
+    assert result.exit_code == 0, result.stderr
+    seen = json.loads(result.stdout)
+    if result.isolation == "namespace":
+        assert (seen["HOME"], seen["TMPDIR"], seen["pw_dir"]) == ("/tmp/home", "/tmp", "/tmp/home"), seen
+    assert seen["HOME"] == os.path.join(seen["TMPDIR"], "home") and seen["expanduser"] == seen["HOME"], seen
+    assert seen["is_dir"] is True and seen["owner_is_me"] is True and seen["cache"] == "ok", seen
+    named = sandbox.run(
+        "import os; print(os.environ['HOME'], os.environ['TMPDIR'])", env={"HOME": "/work", "TMPDIR": "/out"}
+    )
+    assert named.stdout == "/work /out\n", named.stderr
+
+
+LEAVE = """\
+import os
+for path in ('/tmp/left', os.path.expanduser('~/.cache/left')):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'w') as fh:
+        fh.write('secret of an earlier run')
+print('left')
+"""
+LOOK = "import os; print(sorted(os.listdir('/tmp')), sorted(os.listdir(os.environ['HOME'])))"
+
+
+@NAMESPACES
+@pytest.mark.usefixtures("cold_and_warm")
+def test_what_a_run_leaves_in_tmp_and_home_is_gone_for_the_next_run_and_kept_in_a_session(sandbox: Sandbox) -> None:
+    # Must hold: /tmp and HOME are the box's: a run's files there are gone for the next run (cold, or on a warm
+    # pool entry made before either), and a session's later commands find them, as they find /work's.
+    assert sandbox.run(LEAVE).stdout == "left\n"
+    after = sandbox.run(LOOK)
+    assert after.stdout == "['home'] []\n", after.stderr
+    with sandbox.create() as session:
+        assert session.run("python3", ["-c", LEAVE]).stdout == "left\n"
+        again = session.run("python3", ["-c", LOOK])
+        assert again.stdout == "['home', 'left'] ['.cache']\n", again.stderr

@@ -180,6 +180,31 @@ def test_filling_the_disk_stops_at_the_boxs_own_limit(sandbox: Sandbox) -> None:
 
 @NAMESPACES
 @pytest.mark.usefixtures("cold_and_warm")
+def test_what_tmp_holds_counts_against_the_boxs_disk_limit(sandbox: Sandbox) -> None:
+    # Must hold: /tmp is on the box's own tmpfs: files there (each under RLIMIT_FSIZE, so the tmpfs is what
+    # stops them) fill the disk limit (64MB here) and fail with ENOSPC, /work then has no room either, the
+    # host's disk does not move, and the next run's /tmp has room again.
+    before = shutil.disk_usage("/tmp").free
+    code = (
+        "import os\nchunk = b'x' * (1 << 20); total = 0\n"
+        "try:\n"
+        "    while total < (1 << 30):\n"
+        "        with open(f'/tmp/fill-{total >> 22}', 'ab') as fh:\n"
+        "            for _ in range(4):\n                fh.write(chunk); fh.flush(); total += len(chunk)\n"
+        "except OSError as exc:\n    print(exc.errno, total >> 20)\n"
+        "try:\n    open('/work/more', 'wb').write(chunk); print('work has room')\n"
+        "except OSError as exc:\n    print('work', exc.errno)\n"
+    )
+    result = sandbox.run(code)
+    err, megabytes = result.stdout.splitlines()[0].split()
+    assert int(err) == errno.ENOSPC and 32 <= int(megabytes) <= 64, result.stdout
+    assert result.stdout.splitlines()[1] == f"work {errno.ENOSPC}", result.stdout  # /work shares the limit
+    assert abs(shutil.disk_usage("/tmp").free - before) < 32 << 20
+    assert sandbox.run("open('/tmp/x', 'wb').write(b'y' * 1000000); print('room')").stdout == "room\n"
+
+
+@NAMESPACES
+@pytest.mark.usefixtures("cold_and_warm")
 def test_flooding_stdout_and_stderr_at_once_stops_at_the_output_limit(sandbox: Sandbox) -> None:
     # Must hold: output on both streams together is cut exactly at limits.output, the run stops with
     # "output" promptly, and the app's memory does not follow the flood.

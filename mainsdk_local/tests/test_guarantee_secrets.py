@@ -31,7 +31,8 @@ def test_the_code_cannot_see_the_apps_environment(sandbox: Sandbox, monkeypatch:
     out = sandbox.run("import os; print(sorted(os.environ))", env={"GIVEN": "1"}).stdout
     names = set(ast.literal_eval(out))  # the list printed by the code
     assert "APP_ONLY_VALUE" not in names and "GIVEN" in names
-    assert names <= {"GIVEN", "LC_CTYPE"}  # Python may coerce the C locale by setting LC_CTYPE
+    # HOME and TMPDIR are the box's own folders; Python may coerce the C locale by setting LC_CTYPE.
+    assert names <= {"GIVEN", "HOME", "TMPDIR", "LC_CTYPE"}
 
 
 def test_secret_values_are_redacted_even_when_split(make_sandbox: Callable[..., Any]) -> None:

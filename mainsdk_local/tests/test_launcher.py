@@ -162,11 +162,22 @@ async def test_own_pid_namespace(box: LauncherBox) -> None:
     assert pids == [pid]  # init is root on the host: hidden (hidepid=2), like everything outside
 
 
-async def test_environment_is_exactly_what_was_passed(box: LauncherBox) -> None:
+async def test_environment_is_exactly_what_was_passed_with_home_and_tmpdir_in_the_box(box: LauncherBox) -> None:
+    # Nothing of the host's: the app's variables, and HOME and TMPDIR in the box's own /tmp unless it names them.
     env = {"LC_ALL": "C.UTF-8", "FOO": "bar", "EMPTY": ""}
     result, output = await run(box, py("import os, json; print(json.dumps(dict(os.environ)))", env=env))
     assert result.exit_code == 0, output.err
-    assert json.loads(output.out) == env
+    assert json.loads(output.out) == {**env, "HOME": "/tmp/home", "TMPDIR": "/tmp"}
+    named = {"LC_ALL": "C.UTF-8", "HOME": "/work", "TMPDIR": ""}
+    result, output = await run(box, py("import os, json; print(json.dumps(dict(os.environ)))", env=named))
+    assert result.exit_code == 0, output.err
+    assert json.loads(output.out) == named
+
+
+async def test_a_program_under_tmp_is_refused_by_name(box: LauncherBox) -> None:
+    # The box's own /tmp is bound over the root's /tmp: a read-only path under it would be hidden, not bound.
+    with pytest.raises(ValueError, match="readonly path /tmp/python is under /tmp"):
+        await run(box, py("pass", readonly_paths=("/tmp/python",)))
 
 
 async def test_stdin_is_fed_then_closed(box: LauncherBox) -> None:
@@ -225,7 +236,7 @@ async def test_site_packages_are_hidden(box: LauncherBox) -> None:
     assert all(listing == [] for listing in json.loads(output.out))
 
 
-async def test_only_work_and_out_are_writable(box: LauncherBox) -> None:
+async def test_only_work_out_and_tmp_are_writable(box: LauncherBox) -> None:
     code = r"""
 import json, os
 res = {}
@@ -240,7 +251,7 @@ ro = {}
 for line in open('/proc/self/mountinfo'):
     fields = line.split()
     ro[fields[4]] = 'ro' in fields[5].split(',')
-st = {p: bool(os.statvfs(p).f_flag & os.ST_RDONLY) for p in ['/', '/usr', '/etc', '/work', '/out']}
+st = {p: bool(os.statvfs(p).f_flag & os.ST_RDONLY) for p in ['/', '/usr', '/etc', '/work', '/out', '/tmp']}
 print(json.dumps([res, ro, st]))
 """
     result, output = await run(box, py(code))
@@ -248,10 +259,11 @@ print(json.dumps([res, ro, st]))
     writes, mounts, statvfs = json.loads(output.out)
     assert writes.pop("/work") == "ok"
     assert writes.pop("/out") == "ok"
+    assert writes.pop("/tmp") == "ok"  # the box's own, on its tmpfs (test_guarantee_filesystem.py)
     assert all(outcome != "ok" for outcome in writes.values()), writes
-    assert statvfs == {"/": True, "/usr": True, "/etc": True, "/work": False, "/out": False}
+    assert statvfs == {"/": True, "/usr": True, "/etc": True, "/work": False, "/out": False, "/tmp": False}
     writable = {point for point, is_ro in mounts.items() if not is_ro}
-    allowed = {"/work", "/out", "/proc"} | {f"/dev/{d}" for d in ("null", "zero", "full", "random", "urandom")}
+    allowed = {"/work", "/out", "/tmp", "/proc"} | {f"/dev/{d}" for d in ("null", "zero", "full", "random", "urandom")}
     assert writable <= allowed, writable - allowed
     assert await box.read_file("probe") == b"x"
     assert await box.read_file("../out/probe") == b"x"

@@ -195,12 +195,14 @@ async def test_a_text_whose_compile_prints_is_never_used_ahead(launcher: Launche
 SNOOP = """\
 import glob, os, random, sys
 print(hash("abc"), random.random(), os.getpid(), id(object()))
-print(sorted(glob.glob('/work/*') + glob.glob('/out/*') + glob.glob('/tmp/*')))
+print(sorted(glob.glob('/work/*') + glob.glob('/out/*') + glob.glob('/tmp/*') + glob.glob('/tmp/home/*')))
 print(os.environ.get('SECRET'))
 print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))
 print(open('/proc/self/stat').read().split()[21])
 open('/work/left-by-' + sys.argv[1], 'w').write('x')
 open('/out/out-by-' + sys.argv[1], 'w').write('x')
+open('/tmp/tmp-by-' + sys.argv[1], 'w').write('x')
+open('/tmp/home/home-by-' + sys.argv[1], 'w').write('x')
 """
 
 
@@ -213,7 +215,7 @@ async def test_warm_runs_share_nothing(launcher: Launcher, python: Program) -> N
     hash2, random2, _, _ = lines2[0].split()
     assert hash1 != hash2  # a fresh hash secret: each interpreter is its own execve
     assert random1 != random2  # a fresh random state
-    assert lines1[1] == lines2[1] == "[]"  # no file of another run, in /work, /out or /tmp
+    assert lines1[1] == lines2[1] == "['/tmp/home']"  # no file of another run, in /work, /out, /tmp or HOME
     assert lines2[2] == "None"  # nor its environment
     assert lines1[3] == lines2[3]  # only its own processes (the same pids in a fresh pid namespace each)
     assert lines1[4] != lines2[4] or first.stdout != second.stdout  # a different process

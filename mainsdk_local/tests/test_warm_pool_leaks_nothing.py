@@ -129,6 +129,34 @@ async def test_a_warm_run_reaches_neither_b_nor_a_warming_interpreter_nor_the_ne
     assert after.stdout == b"[0, 0, 0]\n"
 
 
+LEAVE_TMP = r"""
+import os
+for path in ('/tmp/left', '/tmp/home/.cache/left', '/tmp/.hidden'):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'w') as fh:
+        fh.write('secret of an earlier run')
+print('left', os.environ['HOME'], os.environ['TMPDIR'])
+"""
+LOOK_TMP = r"""
+import os
+print([(top, sorted(dirs), sorted(files)) for top, dirs, files in os.walk('/tmp')], os.stat('/tmp').st_mode)
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(SHAPES))
+async def test_what_a_warm_run_leaves_in_tmp_and_home_is_gone_for_the_next_run(
+    launcher: Launcher, python: Program, kind: str
+) -> None:
+    """Guards a new guarantee (there was no /tmp before): a warm entry's /tmp and HOME are its run's box's, made
+    empty with it; the next run, warm or cold, finds the same empty /tmp and HOME a cold run finds."""
+    left = await _on(launcher, python, kind, LEAVE_TMP)
+    assert left.stdout == b"left /tmp/home /tmp\n", (left.stdout, left.stderr)
+    warm = await _on(launcher, python, kind, LOOK_TMP)
+    cold = await run(launcher, python, LOOK_TMP, flags=SHAPES[kind], warm=False)
+    assert warm.seen() == cold.seen()
+    assert warm.stdout == b"[('/tmp', ['home'], []), ('/tmp/home', [], [])] 17407\n", warm.stdout  # 0o41777
+
+
 UID = "print(open('/proc/self/uid_map').read().split()[1]); import time; time.sleep(1.5)"
 
 
@@ -363,20 +391,22 @@ async def node_run_ready(launcher: Launcher, node: Program) -> None:
 
 
 async def test_a_python_run_with_the_user_site_on_never_takes_the_stub(launcher: Launcher, python: Program) -> None:
-    """Hole found: without -s (or -I, -S) Python puts the user's site-packages, /work/.local/... in the box, on
+    """Hole found: without -s (or -I, -S) Python puts the user's site-packages, ~/.local/... in the box, on
     sys.path as it starts. The stub's interpreter started in an empty box, so a warm run could not import what the
     run's files put there, where a cold run could. Such a shape now goes to a pre-exec box (the interpreter itself
-    starts in the run's box) or runs cold, and looks like the cold run."""
+    starts in the run's box) or runs cold, and looks like the cold run. (The user site is in HOME, a folder of the
+    box's /tmp by default; the app's HOME=/work puts it where the run's files are, as before.)"""
     code = "try:\n    import usermod\n    print('imported', usermod.X)\nexcept ImportError:\n    print('missing')"
     files = {f".local/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages/usermod.py": b"X = 42\n"}
     if python.version.split(".")[:2] != [str(v) for v in sys.version_info[:2]]:
         pytest.skip("the box's python is another version than the tests' (its user site folder is named after it)")
     flags = ("-E", "-c")
-    cold = await run(launcher, python, code, warm=False, files=files, flags=flags)
+    env = {"HOME": "/work"}
+    cold = await run(launcher, python, code, warm=False, files=files, flags=flags, env=env)
     assert cold.stdout == b"imported 42\n"
-    await until_ready(launcher, python)  # a python stub is ready: the shape must still not take it
+    await until_ready(launcher, python, env)  # a python stub is ready: the shape must still not take it
     for _ in range(3):
-        pooled = await run(launcher, python, code, files=files, flags=flags)
+        pooled = await run(launcher, python, code, files=files, flags=flags, env=env)
         assert pooled.result.warm_kind != "python" and pooled.seen() == cold.seen(), pooled.result
 
 

@@ -6,9 +6,11 @@ check what still holds there; the namespace path is covered by the test_guarante
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,28 @@ def test_landlock_keeps_weak_code_to_its_box_and_its_proxy(
     ], result.stderr
     assert not Path("/tmp/weak-escape").exists()
     assert [f.name for f in result.files] == ["o.txt"]
+
+
+def test_weak_code_has_tmpdir_and_home_in_its_own_box_folder(make_net_sandbox: Callable[..., Any]) -> None:
+    # Must hold in weak mode: the host's /tmp stays unwritable (above), and TMPDIR and HOME name folders of the
+    # box's own private directory, writable, the code's own, and gone with the box.
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs /usr/bin/python3")  # a box's uid cannot enter an interpreter under root's home
+    weak = make_net_sandbox(force_weak=True, programs={"python": "/usr/bin/python3"})
+    code = (
+        "import json, os, tempfile\nhome, tmp = os.environ['HOME'], os.environ['TMPDIR']\n"
+        "open(os.path.join(tmp, 'x'), 'w').write('1'); os.makedirs(os.path.join(home, '.cache', 'app'))\n"
+        "print(json.dumps([home, tmp, tempfile.gettempdir(), os.getcwd(), os.stat(home).st_uid == os.getuid()]))"
+    )
+    result = weak.sandbox.run(code)
+    assert result.isolation == "weak" and result.exit_code == 0, result.stderr
+    home, tmp, gettempdir, cwd, mine = json.loads(result.stdout)
+    box = os.path.dirname(cwd)  # the code starts in the box's work/
+    assert tmp == gettempdir == os.path.join(box, "tmp") and home == os.path.join(tmp, "home") and mine, result
+    deadline = time.monotonic() + 10
+    while os.path.exists(box):  # gone with the box, on a turn of the launcher's loop after the reply
+        assert time.monotonic() < deadline, f"{box} outlived its box: {sorted(os.listdir(box))}"
+        time.sleep(0.02)
 
 
 def test_weak_code_without_hosts_has_no_tcp_at_all(weak: Any, http_server: LoopbackServer) -> None:

@@ -46,4 +46,5 @@ def conformance_target() -> ConformanceTarget:
             "permissions": {"processes": ["python3", "node", "bash"], "disk": {"temp": {"max": "64MB"}}},
         },
         hosts=HOSTS,
+        baseline_env=frozenset({"HOME", "TMPDIR", "LC_CTYPE"}),  # HOME and TMPDIR: folders of the box's own /tmp
     )

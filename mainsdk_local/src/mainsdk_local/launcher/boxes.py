@@ -1,7 +1,7 @@
 """Boxes: their folders, and moving files in and out of them as the box's user.
 
-A box is a tmpfs (a private directory in weak mode) holding ``work/`` and
-``out/``, owned by the box's host uid. Every path a request names is relative
+A box is a tmpfs (a private directory in weak mode) holding ``work/``,
+``out/`` and ``tmp/`` (with ``tmp/home/``), owned by the box's host uid. Every path a request names is relative
 to one of them and walked one directory at a time with O_NOFOLLOW, with the
 filesystem uid switched to the box's (``AsBox``): a symlink, FIFO, device or
 hard link the code planted can never make the server read, write or delete
@@ -41,7 +41,7 @@ class AsBox:
 
 
 def make_box_fs(box: ServerBox, base: str, *, tmpfs: bool) -> None:
-    """Create the box's directory (a tmpfs of its disk size in namespace mode) with work/ and out/ in it."""
+    """Create the box's directory (a tmpfs of its disk size in namespace mode) with work/, out/ and tmp/ in it."""
     path = os.path.join(base, f"box-{box.slot}")
     try:
         os.mkdir(path, 0o711)
@@ -55,10 +55,28 @@ def make_box_fs(box: ServerBox, base: str, *, tmpfs: bool) -> None:
             sub = os.path.join(path, name)
             os.mkdir(sub, 0o755)
             os.chown(sub, box.uid, box.gid)
+        make_tmp(path, box.uid, box.gid, tmpfs=tmpfs)
         box.work_fd = os.open(os.path.join(path, "work"), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         box.out_fd = os.open(os.path.join(path, "out"), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise common.launch_error("box", exc) from None
+
+
+def make_tmp(path: str, uid: int, gid: int, *, tmpfs: bool) -> None:
+    """Make ``path``/tmp (the box's /tmp) and tmp/home (its HOME), both the box user's.
+
+    On the box's tmpfs in namespace mode, so what /tmp holds counts against the disk limit and goes with the
+    box: mode 1777 as a /tmp has (only the box's user is mapped in its user namespace). In weak mode it is a
+    folder of the box's private directory, named by TMPDIR: 0700, as other weak boxes run on the same host.
+    """
+    tmp = os.path.join(path, "tmp")
+    os.mkdir(tmp, 0o700)
+    os.chown(tmp, uid, gid)
+    if tmpfs:
+        os.chmod(tmp, 0o1777)  # not through mkdir: its mode passes the umask
+    home = os.path.join(tmp, common.HOME_IN_TMP)
+    os.mkdir(home, 0o700)
+    os.chown(home, uid, gid)
 
 
 def remove_box_fs(box: ServerBox, *, tmpfs: bool) -> None:
@@ -76,10 +94,10 @@ def remove_box_fs(box: ServerBox, *, tmpfs: bool) -> None:
     else:
         import shutil  # here, not at the top: only weak mode removes boxes file by file
 
-        # The code owns what is inside work/ and out/: delete that as the box's user, so
+        # The code owns what is inside work/, out/ and tmp/: delete that as the box's user, so
         # nothing it planted can make us delete elsewhere (rmtree does not follow symlinks
-        # either). work/, out/ and the box directory are ours: root removes them.
-        for name in ("work", "out"):
+        # either). Those three and the box directory are ours: root removes them.
+        for name in common.BOX_FOLDERS:
             path = os.path.join(box.path, name)
             with AsBox(box):
                 shutil.rmtree(path, ignore_errors=True)

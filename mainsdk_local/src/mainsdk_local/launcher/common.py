@@ -16,6 +16,17 @@ INSIDE_ID = 1000  # the code's uid and gid inside its user namespace
 MOUNT_BASE = "/tmp/.mainsdk-local"  # the server's private tmpfs of boxes and root templates
 REPORT_LIMIT = 4096  # the longest setup error a forked stage reports
 MAX_POOL = 64  # warm interpreters a server may keep idle at most (about 10 MB each; see pool.py)
+# A box's folders, all on its own tmpfs (its disk limit): /work, /out and /tmp in its root (``stages``).
+BOX_FOLDERS = ("work", "out", "tmp")
+HOME_IN_TMP = "home"  # the code's HOME: a folder of the box's tmp/, made with the box (``boxes.make_box_fs``)
+
+
+def box_environment(env: dict[str, str], tmp: str) -> dict[str, str]:
+    """The run's environment: the app's ``env``, plus HOME and TMPDIR in the box's ``tmp`` unless it names them.
+
+    Nothing of the host's environment: the rest is the app's own, as before.
+    """
+    return {"HOME": os.path.join(tmp, HOME_IN_TMP), "TMPDIR": tmp, **env}
 
 
 class RequestError(Exception):

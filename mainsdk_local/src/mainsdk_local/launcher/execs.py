@@ -162,6 +162,9 @@ class Executor:
     def start_run(self, box: ServerBox, rid: int, spec: ExecRequest, fds: list[int], stdin: bytes) -> None:
         ctx = stages.ChildContext()
         ctx.namespaces = self.isolation == "namespace"
+        # HOME and TMPDIR in the box's own tmp/ (its /tmp; in weak mode a folder of the box's private directory)
+        # unless the app's env names them: before any pool key is made from the environment.
+        spec.env = common.box_environment(spec.env, "/tmp" if ctx.namespaces else os.path.join(box.path, "tmp"))
         ctx.box_dir = box.path
         ctx.uid, ctx.gid = box.uid, box.gid
         ctx.drop_uid = self.root

@@ -21,6 +21,8 @@ import stat
 import struct
 from typing import Any
 
+from . import common
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
@@ -116,5 +118,5 @@ def weak_rules(box_dir: str, readonly: list[str], node_preload: str, proxy_port:
     """The rules for one weak exec: what ``restrict`` gets, as JSON for the job."""
     readable = [*READABLE, *(f"/etc/{name}" for name in READABLE_ETC), "/etc/ssl", "/etc/ca-certificates"]
     readable += [*readonly, node_preload]
-    writable = [os.path.join(box_dir, "work"), os.path.join(box_dir, "out"), *WRITABLE_DEVICES]
+    writable = [*(os.path.join(box_dir, name) for name in common.BOX_FOLDERS), *WRITABLE_DEVICES]
     return {"readable": readable, "writable": writable, "connect": [proxy_port] if proxy_port else []}

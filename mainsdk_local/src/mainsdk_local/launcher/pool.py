@@ -16,7 +16,7 @@ run over to a ready one (``hand_over``, called by the executor as a run starts).
 
 How a run takes one (``WarmPool.hand_off``, the same for every kind):
 
-- Its ``/work`` and ``/out`` are mount points of a pool folder made *shared* in the server's
+- Its ``/work``, ``/out`` and ``/tmp`` are mount points of a pool folder made *shared* in the server's
   mount namespace (C's copies are slaves of it). The server binds the run's box folders over
   them; the mounts propagate into C's namespace, and C changes into ``/work`` again. So
   whatever C did before the hand-off never saw the run's (or a session's) files: it was in an
@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import cgroups, common, linux, stages
+from .boxes import make_tmp
 from .runs import set_limits
 
 if TYPE_CHECKING:
@@ -144,14 +145,14 @@ class Entry:
         self.slot = slot
         self.uid = uid
         self.gid = gid
-        self.folder = folder  # shared mount; work/ and out/ in it are the entry's /work and /out
+        self.folder = folder  # shared mount; work/, out/ and tmp/ in it are the entry's /work, /out and /tmp
         self.worker: Worker | None = None
         self.control: socket.socket | None = None  # the server's end; C holds the other
         self.ready = False  # C said it waits for its job
         self.taken = False
         self.given = False  # a box took its uid (and holds its slot until destroyed)
         self.born = time.monotonic()
-        self.bound: list[str] = []  # box folders bound over work/ and out/ at hand-off
+        self.bound: list[str] = []  # box folders bound over work/, out/ and tmp/ at hand-off
         self.output: list[int] = []  # an own_output kind's: the read ends of C's stdout and stderr (the server's)
         self.said = b""  # what C said on its control socket that its kind has not parsed yet
         self.ahead = b""  # what its C was given of earlier runs before any run (``ChildContext.ahead``)
@@ -328,6 +329,9 @@ class WarmPool:
             linux.mount(None, folder, None, linux.MS_SHARED)
             for name in ("work", "out"):
                 os.mkdir(os.path.join(folder, name), 0o755)
+            # A /tmp and HOME like a box's, as the cold path's C would find them (empty), until the run's box is
+            # bound over it at hand-off.
+            make_tmp(folder, uid, gid, tmpfs=True)
         except OSError:
             self._remove_folder(entry)
             raise
@@ -381,7 +385,7 @@ class WarmPool:
             rehome(box, entry.uid, entry.gid)
             box.uid, box.gid = entry.uid, entry.gid
             box.pool_slot, entry.given = entry.slot, True  # the box holds the slot (its uid) until destroyed
-        for name in ("work", "out"):
+        for name in common.BOX_FOLDERS:
             target = os.path.join(entry.folder, name)
             linux.mount(os.path.join(box.path, name), target, None, linux.MS_BIND)
             entry.bound.append(target)
@@ -468,7 +472,7 @@ class WarmPool:
             with contextlib.suppress(OSError):
                 linux.umount(target)
         entry.bound = []
-        for name in ("work", "out", ""):
+        for name in ("work", "out", f"tmp/{common.HOME_IN_TMP}", "tmp", ""):
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(entry.folder, name) if name else entry.folder)
 
@@ -612,11 +616,11 @@ def unread(fd: int) -> int:
 
 
 def rehome(box: ServerBox, uid: int, gid: int) -> None:
-    """Give ``box``'s work/ and out/ and everything in them to ``uid``; OSError past MAX_REHOMED_ENTRIES.
+    """Give ``box``'s work/, out/ and tmp/ and everything in them to ``uid``; OSError past MAX_REHOMED_ENTRIES.
 
     Only for a box no code has run in: what is there the app wrote. Links are changed, never followed.
     """
-    todo = [os.path.join(box.path, "work"), os.path.join(box.path, "out")]
+    todo = [os.path.join(box.path, name) for name in common.BOX_FOLDERS]
     found: list[str] = list(todo)
     while todo:
         with os.scandir(todo.pop()) as listing:
@@ -643,8 +647,10 @@ def warm_main(ctx: stages.ChildContext, kind: Kind, control_fd: int, report_fd: 
         stages.code_prepare()
         stages.code_enter_root(ctx, stage)
         stage[0] = "pool mounts"
-        for name in ("/work", "/out"):
-            linux.mount(None, name, None, linux.MS_SLAVE)  # receive the run's box from the server; send nothing back
+        for name in common.BOX_FOLDERS:
+            linux.mount(
+                None, "/" + name, None, linux.MS_SLAVE
+            )  # receive the run's box from the server; send nothing back
         stages.code_enter_user(ctx, stage)
         kind.start(ctx, control_fd, report_fd, timeout_w, stage)
     except BaseException as exc:  # noqa: BLE001 - whatever it is, report it and exit

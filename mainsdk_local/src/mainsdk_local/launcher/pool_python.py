@@ -45,7 +45,19 @@ POOL_FLAGS = frozenset({"-E", "-s", "-S", "-I", "-P", "-B", "-u", "-b", "-bb", "
 NO_USER_SITE = frozenset({"-s", "-I", "-S"})
 # Variables read while the interpreter (or the C library under it) starts: a run must have exactly the values
 # its pooled interpreter started with, or it is not this kind's.
-STARTUP_VARIABLES = ("LANG", "LANGUAGE", "TZ", "TZDIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCPATH", "NLSPATH")
+# HOME: site reads it as the interpreter starts (without it, ``expanduser`` imports pwd); TMPDIR beside it.
+STARTUP_VARIABLES = (
+    "HOME",
+    "TMPDIR",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TZDIR",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LOCPATH",
+    "NLSPATH",
+)
 STARTUP_PREFIXES = ("LC_", "PYTHON", "LD_", "MALLOC_", "GCONV_")
 # Descriptors of the pooled interpreter before its job (the stub knows them by number).
 _CONTROL_FD, _DEADLINE_FD, _STARTUP_OUTPUT_FD, _TEXT_FD = 3, 4, 5, 6

@@ -3,7 +3,7 @@
 A template holds read-only /usr (and /bin, /lib ... as the host links them), a
 curated /etc with a generated passwd, group and hosts, a few device nodes, the
 interpreter's installation with its site-packages hidden, and empty mount
-points for /proc, /work and /out, which each run fills in its own namespace.
+points for /proc, /work, /out and /tmp, which each run fills in its own namespace.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 
 PASSWD = (
     "root:x:0:0:root:/root:/usr/sbin/nologin\n"
-    f"sandbox:x:{common.INSIDE_ID}:{common.INSIDE_ID}:sandbox:/work:/bin/sh\n"
+    # Its home is HOME's (``common.box_environment``): a folder of the box's own /tmp.
+    f"sandbox:x:{common.INSIDE_ID}:{common.INSIDE_ID}:sandbox:/tmp/{common.HOME_IN_TMP}:/bin/sh\n"
     "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 )
 GROUP = f"root:x:0:\nsandbox:x:{common.INSIDE_ID}:\nnogroup:x:65534:\n"
@@ -147,7 +148,7 @@ class Templates:
     """Read-only root trees, one per (readonly_paths, hidden_paths, overlays), built once and reused.
 
     Each run's mount namespace starts as a copy of the server's, so it already
-    holds the template; the run only adds /proc, /work and /out on top (in its own
+    holds the template; the run only adds /proc, /work, /out and /tmp on top (in its own
     namespace) and pivots into it. That keeps per-run mount work to a handful of
     calls. The template mount is read-only and owned by the initial user
     namespace, so code in the run cannot remount it.
@@ -204,7 +205,7 @@ class Templates:
         self, root: str, readonly: tuple[str, ...], hidden: tuple[str, ...], overlays: tuple[tuple[str, str], ...]
     ) -> None:
         linux.mount("tmpfs", root, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
-        for name in ("usr", "etc", "proc", "dev", "work", "out"):
+        for name in ("usr", "etc", "proc", "dev", *common.BOX_FOLDERS):
             os.mkdir(os.path.join(root, name), 0o755)
         linux.bind_readonly("/usr", os.path.join(root, "usr"))
         # /bin, /lib, ... as the host has them: symlinks into /usr on merged-/usr systems.

@@ -17,7 +17,7 @@ from . import cgroups, common, protocol, rootfs
 if TYPE_CHECKING:
     from . import stages
 
-# No exec may bind these, or anything under them, read-only from the host.
+# No exec may bind these, or anything under them, read-only from the host (nor /tmp: see below).
 FORBIDDEN_READONLY = ("/proc", "/sys", "/dev", "/work", "/out")
 
 
@@ -51,6 +51,10 @@ class ExecRequest:
             raise common.RequestError("value", "max_processes must be a positive integer")
         readonly = self._paths(raw.get("readonly_paths", []), "readonly_paths")
         for path in readonly:
+            if rootfs.within(path, "/tmp"):  # the box's own /tmp is bound over it: it would be hidden
+                raise common.RequestError(
+                    "value", f"readonly path {path} is under /tmp, the box's own; put the program outside /tmp"
+                )
             if path in ("/", "/etc") or any(rootfs.within(path, f) for f in FORBIDDEN_READONLY):
                 raise common.RequestError("value", f"readonly path {path} is not allowed")
             if rootfs.within(common.MOUNT_BASE, path) or rootfs.within(path, common.MOUNT_BASE):

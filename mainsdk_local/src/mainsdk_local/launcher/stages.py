@@ -376,7 +376,9 @@ def code_enter_root(ctx: ChildContext, stage: list[str]) -> None:
         # hidepid=2: processes the code cannot ptrace are invisible. That is B, pid 1, which
         # stays in the server's mount namespace: its mountinfo and cmdline are not the code's business.
         linux.mount("proc", root + "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC, "hidepid=2")
-        for name in ("work", "out"):
+        # The box's folders, all on its own tmpfs (nosuid, nodev; a bind keeps its mount's flags), so what
+        # /tmp holds counts against the disk limit as /work does; never the host's /tmp.
+        for name in common.BOX_FOLDERS:
             linux.mount(os.path.join(ctx.box_dir, name), os.path.join(root, name), None, linux.MS_BIND)
         stage[0] = "pivot_root"
         os.chdir(root)
