@@ -112,12 +112,7 @@ def test_socket_buffers_are_charged_to_the_memory_limit(make_sandbox: Callable[.
     # under a 64 MiB limit. Sends past the limit wait (here: EAGAIN), datagrams past it are dropped; or the
     # run is stopped with "memory". Where the box's socket bound (1,024 under 32 MiB) comes first, the code
     # stops making sockets there.
-    launcher = Launcher()
-    try:
-        if launcher.memory_enforcement == "rlimit":
-            pytest.skip("no writable memory cgroup here: the memory limit is per process (RLIMIT_AS)")
-    finally:
-        launcher.close()
+    needs_a_memory_cgroup()
     limit_mb = 32
     assert "memory: 256MB" in local_config
     built = make_sandbox(local_config.replace("memory: 256MB", f"memory: {limit_mb}MB"))
@@ -136,12 +131,7 @@ def test_a_sessions_files_count_against_its_memory_limit(make_sandbox: Callable[
     # Must hold: /work and /out are a tmpfs, RAM. Files an earlier command of a session left there count
     # against every later command's memory limit, so a session box never holds its memory limit of code
     # *and* its disk limit of files in RAM. Deleting the files gives the memory back.
-    launcher = Launcher()
-    try:
-        if launcher.memory_enforcement == "rlimit":
-            pytest.skip("no writable memory cgroup here: the memory limit is per process (RLIMIT_AS)")
-    finally:
-        launcher.close()
+    needs_a_memory_cgroup()
     assert "memory: 256MB" in local_config
     sandbox = make_sandbox(local_config.replace("memory: 256MB", "memory: 64MB")).sandbox
     hold = ["-c", "b = b'x' * (40 << 20)\nprint('held', len(b) >> 20)"]
