@@ -1,0 +1,319 @@
+// The cell kernel's JavaScript and TypeScript executor (see _kernel.py's docstring for the protocol).
+//
+// The supervisor starts it as `node --expose-internals -e <this> <R> <W> <language> [site ...]`, its stdin
+// /dev/null, its stdout and stderr the supervisor's own, in a process group of its own, with a parent-death
+// SIGKILL. It never holds the token. Between cells its main thread is blocked in read(R) (fs.readSync): what
+// the supervisor watches to know a cell is over. Each request is one JSON line on R, each result one JSON
+// line on W.
+//
+// A cell is run as node's own REPL runs a line, with node's own machinery rather than hand parsing:
+// - node's bundled acorn (internal/deps/acorn, on node 20 and 22 behind --expose-internals) parses the cell;
+//   each ESM `import` declaration becomes `var ... = await import(...)` (a vm script cannot hold one, and
+//   node 20 refuses a vm script's own dynamic import without --experimental-vm-modules: every `import(...)` of
+//   the cell goes through this file's own, which resolves from the interpreter's folder);
+// - a cell with a top-level `await` goes through node's REPL transform (internal/repl/await's
+//   processTopLevelAwait): its declarations are hoisted out of an async function, and its final expression
+//   is that function's value;
+// - the code runs in this context (vm.Script.runInThisContext, breakOnSigint), so a `let`/`const`/`class`/
+//   `function` of one cell is there in the next, exactly as in node's REPL (re-declaring a `let` or `const`
+//   in a later cell is the same SyntaxError as there; an imported name is a `var`, so an import cell re-runs).
+// TypeScript: node's own type stripping where the box's node has it (module.stripTypeScriptTypes, node >=
+// 22.13), otherwise `typescript`'s transpileModule from the kernel's package set (a `site` folder).
+//
+// Interrupts (the supervisor's SIGINT at a cell's timeout): the synchronous part of a cell is interrupted by
+// V8 (breakOnSigint) and the state is kept; a cell waiting on a promise is rejected with "Interrupted" and
+// the state is kept (what it was waiting for may still finish later). A busy loop after an `await` runs
+// outside any vm call: nothing can stop it but the supervisor's kill after the grace, and the state goes
+// with the interpreter. Callbacks a cell left (timers, I/O) run only while a later cell runs: between cells
+// the main thread waits in read(R).
+"use strict";
+const fs = require("fs");
+const vm = require("vm");
+const util = require("util");
+const nodeModule = require("module");
+const path = require("path");
+const { pathToFileURL } = require("url");
+
+const REQ = Number(process.argv[1]);
+const RES = Number(process.argv[2]);
+const LANGUAGE = process.argv[3];
+const SITE = process.argv.slice(4);
+const TEXT_LIMIT = 64 * 1024;
+const IMPORT = "__mainsdk_import__";
+
+const acorn = require("internal/deps/acorn/acorn/dist/acorn");
+const { processTopLevelAwait } = require("internal/repl/await");
+
+// Imports resolve from the interpreter's folder, as a script there would (node_modules up from it).
+const base = pathToFileURL(path.join(process.cwd(), "[cell]")).href;
+const cellRequire = nodeModule.createRequire(path.join(process.cwd(), "[cell]"));
+Object.defineProperty(globalThis, IMPORT, {
+  value: (specifier) => import(specifier.startsWith(".") ? new URL(specifier, base).href : specifier),
+  enumerable: false,
+});
+globalThis.require = cellRequire;
+
+function stripper() {
+  if (LANGUAGE !== "typescript") return null;
+  if (typeof nodeModule.stripTypeScriptTypes === "function") {
+    return (code) => nodeModule.stripTypeScriptTypes(code, { mode: "strip" });
+  }
+  for (const folder of SITE) {
+    let ts;
+    try {
+      ts = nodeModule.createRequire(path.join(folder, "[kernel]"))("typescript");
+    } catch {
+      continue;
+    }
+    const options = { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022, verbatimModuleSyntax: false };
+    return (code) => {
+      const out = ts.transpileModule(code, { compilerOptions: options, reportDiagnostics: true });
+      const bad = (out.diagnostics || []).find((d) => d.category === ts.DiagnosticCategory.Error);
+      if (bad) {
+        const error = new SyntaxError(ts.flattenDiagnosticMessageText(bad.messageText, "\n"));
+        error.stack = `SyntaxError: ${error.message}`;
+        throw error;
+      }
+      return out.outputText.replace(/\nexport \{\};\s*$/, "\n");
+    };
+  }
+  process.stderr.write(
+    `mainsdk cell kernel: TypeScript cells need node >= 22.13 (type stripping) or the kernel's typescript ` +
+      `package; this box has node ${process.version} and neither\n`,
+  );
+  process.exit(125); // cells.UNSUPPORTED_EXIT
+}
+const strip = stripper();
+
+function writeAll(fd, text) {
+  const data = Buffer.from(text, "utf8");
+  let done = 0;
+  while (done < data.length) done += fs.writeSync(fd, data, done);
+}
+
+// The request line, read with the main thread blocked in read(R) (what the supervisor watches).
+let pending = Buffer.alloc(0);
+const chunk = Buffer.alloc(1 << 16);
+function nextRequest() {
+  for (;;) {
+    const newline = pending.indexOf(10);
+    if (newline >= 0) {
+      const line = pending.subarray(0, newline).toString("utf8");
+      pending = pending.subarray(newline + 1);
+      return JSON.parse(line);
+    }
+    let n;
+    try {
+      n = fs.readSync(REQ, chunk, 0, chunk.length, null);
+    } catch (error) {
+      if (error.code === "EINTR" || error.code === "EAGAIN") continue;
+      throw error;
+    }
+    if (n === 0) process.exit(0); // the supervisor is gone
+    const bytes = chunk.subarray(0, n).filter((b) => b !== 0); // its probes: "this thread waits here"
+    pending = Buffer.concat([pending, bytes]);
+  }
+}
+
+// ESM import declarations as dynamic imports of this file's own import (positions from acorn, lines kept).
+function rewriteImports(code) {
+  let tree;
+  try {
+    tree = acorn.parse(code, {
+      ecmaVersion: "latest",
+      sourceType: "module",
+      allowAwaitOutsideFunction: true,
+      allowReturnOutsideFunction: true,
+      allowHashBang: true,
+    });
+  } catch {
+    return code; // not module syntax (sloppy-only code, or an error V8 reports better): as written
+  }
+  const edits = [];
+  const visit = (node) => {
+    if (!node || typeof node.type !== "string") return;
+    if (node.type === "ImportExpression") {
+      edits.push([node.start, node.start + "import".length, IMPORT]);
+    }
+    for (const key of Object.keys(node)) {
+      const child = node[key];
+      if (Array.isArray(child)) child.forEach(visit);
+      else if (child && typeof child.type === "string") visit(child);
+    }
+  };
+  for (const node of tree.body) {
+    if (node.type !== "ImportDeclaration") {
+      visit(node);
+      continue;
+    }
+    const source = JSON.stringify(node.source.value);
+    const load = `(await ${IMPORT}(${source}))`;
+    const names = [];
+    let namespace = null;
+    for (const spec of node.specifiers) {
+      if (spec.type === "ImportNamespaceSpecifier") namespace = spec.local.name;
+      else if (spec.type === "ImportDefaultSpecifier") names.push(`default: ${spec.local.name}`);
+      else {
+        const imported = spec.imported.type === "Literal" ? JSON.stringify(spec.imported.value) : spec.imported.name;
+        names.push(`${imported}: ${spec.local.name}`);
+      }
+    }
+    let text;
+    if (namespace !== null) {
+      text = `var ${namespace} = ${load};` + (names.length ? ` var {${names.join(", ")}} = ${namespace};` : "");
+    } else if (names.length) {
+      text = `var {${names.join(", ")}} = ${load};`;
+    } else {
+      text = `${load};`;
+    }
+    const lines = code.slice(node.start, node.end).split("\n").length - 1;
+    edits.push([node.start, node.end, text + "\n".repeat(lines)]);
+  }
+  edits.sort((a, b) => b[0] - a[0]);
+  for (const [start, end, text] of edits) code = code.slice(0, start) + text + code.slice(end);
+  return code;
+}
+
+function errorOf(thrown) {
+  if (thrown instanceof Error || (thrown && typeof thrown === "object" && "stack" in thrown)) {
+    let name = String(thrown.name || "Error");
+    let message = String(thrown.message ?? "");
+    if (thrown.code === "ERR_SCRIPT_EXECUTION_INTERRUPTED") {
+      name = "Interrupted";
+      message = "the cell was interrupted (SIGINT)";
+    }
+    const frames = String(thrown.stack || `${name}: ${message}`).split("\n");
+    // The kernel's own frames (vm, this file) are not the cell's.
+    const cut = frames.findIndex((line) => /^\s+at .*(node:vm|\[eval\]|node:internal)/.test(line));
+    const stack = (cut > 0 ? frames.slice(0, cut) : frames).join("\n");
+    return { name, value: message.slice(0, TEXT_LIMIT), traceback: stack.slice(-TEXT_LIMIT) };
+  }
+  const text = util.inspect(thrown);
+  return { name: "Uncaught", value: text.slice(0, TEXT_LIMIT), traceback: `Uncaught ${text}`.slice(-TEXT_LIMIT) };
+}
+
+class Results {
+  constructor(maxBytes) {
+    this.items = [];
+    this.dropped = 0;
+    this.room = maxBytes;
+  }
+
+  add(mime, text) {
+    if (text.length > this.room) {
+      this.dropped += 1;
+      return;
+    }
+    this.room -= text.length;
+    this.items.push({ mime, data: text, encoding: "utf-8" });
+  }
+
+  addValue(value) {
+    if (value !== null && typeof value === "object" || typeof value === "number" || typeof value === "boolean" || typeof value === "string") {
+      try {
+        const json = JSON.stringify(value);
+        if (typeof json === "string") this.add("application/json", json);
+      } catch {
+        // not JSON-able (a cycle, a BigInt inside): its text form only
+      }
+    }
+    let text;
+    try {
+      text = util.inspect(value);
+    } catch (error) {
+      text = `<inspect failed: ${error && error.name}>`;
+    }
+    this.add("text/plain", text);
+  }
+}
+
+// Interrupts: the synchronous part of a cell is V8's (breakOnSigint disables this listener meanwhile); a
+// cell waiting on a promise is rejected here. A SIGINT that lands between cells finds nothing running.
+let interrupt = null;
+process.on("SIGINT", () => {
+  if (interrupt) interrupt();
+});
+// A cell's stray rejection or a throw in its callback is printed, as node's REPL does; it ends nothing.
+process.on("unhandledRejection", (reason) => {
+  process.stderr.write(`Uncaught (in promise) ${util.inspect(reason)}\n`);
+});
+process.on("uncaughtException", (error) => {
+  process.stderr.write(`Uncaught ${error && error.stack ? error.stack : util.inspect(error)}\n`);
+});
+
+function setEnv(env) {
+  const saved = [];
+  for (const [name, value] of Object.entries(env || {})) {
+    saved.push([name, Object.prototype.hasOwnProperty.call(process.env, name) ? process.env[name] : undefined]);
+    process.env[name] = String(value);
+  }
+  return () => {
+    for (const [name, value] of saved.reverse()) {
+      if (value === undefined) delete process.env[name];
+      else process.env[name] = value;
+    }
+  };
+}
+
+async function runCell(request) {
+  const results = new Results(Number(request.max_results ?? 1 << 20));
+  const filename = `<cell-${request.cell}>`;
+  const restore = setEnv(request.env);
+  let error = null;
+  try {
+    let code = request.code;
+    if (strip) code = strip(code);
+    code = rewriteImports(code);
+    let wrapped = null;
+    try {
+      wrapped = processTopLevelAwait(code);
+    } catch {
+      wrapped = null; // not parseable: V8 reports the cell's own SyntaxError below
+    }
+    const script = new vm.Script(wrapped ?? code, { filename });
+    let value = script.runInThisContext({ breakOnSigint: true, displayErrors: false });
+    if (wrapped !== null) {
+      const stop = new Promise((resolve, reject) => {
+        interrupt = () => {
+          const cause = new Error("the cell was interrupted (SIGINT) while it waited");
+          cause.name = "Interrupted";
+          cause.stack = `Interrupted: ${cause.message}`;
+          reject(cause);
+        };
+      });
+      const outcome = await Promise.race([value, stop]);
+      value = outcome === undefined ? undefined : outcome.value;
+    }
+    if (value !== undefined) {
+      globalThis._ = value;
+      results.addValue(value);
+    }
+  } catch (thrown) {
+    error = errorOf(thrown);
+  } finally {
+    interrupt = null;
+    restore();
+  }
+  return { cell: request.cell, results: results.items, results_dropped: results.dropped, error };
+}
+
+function loop() {
+  const request = nextRequest();
+  // One turn of the event loop first: a SIGINT that landed after the last cell ended is seen (and finds
+  // nothing running) before this cell starts.
+  setImmediate(() => {
+    runCell(request).then((frame) => {
+      let line;
+      try {
+        line = JSON.stringify(frame);
+      } catch {
+        line = JSON.stringify({ ...frame, results: [], results_dropped: frame.results.length });
+      }
+      writeAll(RES, line + "\n");
+      setImmediate(loop);
+    });
+  });
+}
+
+writeAll(RES, '{"ready": true}\n');
+loop();
