@@ -87,7 +87,9 @@ CHECK_LAST = 0.01  # ... doubling up to this while the main thread is still busy
 READY_WAIT = 30.0  # how long a new executor may take to reach its first wait
 SYSCALL_PATH = "/proc/{}/syscall"  # where the supervisor sees what the executor's main thread is blocked in
 PROBE = b"\0"  # the probe byte (the "probe" watch); a request line never holds one
-LANGUAGES = ("python",)  # the executors this kernel can start (the start line's "language")
+LANGUAGES = ("python", "javascript", "typescript", "bash")  # the executors this kernel can start
+# The node and bash executors' sources by language (cells.kernel_source() puts them here: the box has no other copy).
+EXECUTORS = {}
 RICH_METHODS = (
     ("image/png", "_repr_png_"),
     ("image/svg+xml", "_repr_svg_"),
@@ -175,6 +177,7 @@ class _Supervisor:
         del token
         self.start = self._start_line()
         self.seen = False  # result bytes came since the last look at the executor
+        self.group = False  # the executor leads a process group of its own (node, bash): signals go to the group
         self.sel = selectors.SelectSelector()  # microsecond timeouts (epoll and poll round up to a millisecond)
         self.sel.register(0, selectors.EVENT_READ, "stdin")
         self._spawn()
@@ -202,6 +205,8 @@ class _Supervisor:
         return {"language": language, "cwd": cwd, "site": site}
 
     def _spawn(self):
+        if self.start["language"] != "python":
+            return self._spawn_other(self.start["language"])
         req_r, self.req_w = os.pipe()
         self.res_r, res_w = os.pipe()
         os.set_inheritable(req_r, True)
@@ -218,6 +223,56 @@ class _Supervisor:
         )
         os.close(req_r)
         os.close(res_w)
+        self._watch_executor()
+
+    def _spawn_other(self, language):
+        """Start the node or bash executor: fork+exec, in a process group of its own, with a parent-death kill.
+
+        Its own group, so a timeout's SIGINT reaches the cell's foreground job (a ``sleep`` in bash, a child a
+        JS cell waits on synchronously) as a terminal's Ctrl-C would; the parent-death SIGKILL, because a
+        group of its own is out of reach of whatever ends the supervisor's group.
+        """
+        import shutil
+
+        program = "bash" if language == "bash" else "node"
+        path = shutil.which(program)
+        if path is None:
+            self._unsupported(f"{language} cells need {program} on the box's PATH, and this box has none")
+        source = EXECUTORS.get(program)
+        if not source:
+            self._unsupported(f"this kernel was sent without its {program} executor")
+        req_r, self.req_w = os.pipe()
+        self.res_r, res_w = os.pipe()
+        os.set_inheritable(req_r, True)
+        os.set_inheritable(res_w, True)
+        self.req_fd = req_r
+        if program == "bash":
+            argv = [path, "--noprofile", "--norc", "-c", source, "mainsdk-bash", str(req_r), str(res_w)]
+        else:
+            argv = [path, "--expose-internals", "-e", source, str(req_r), str(res_w), language, *self.start["site"]]
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child: nothing but system calls until execve
+            try:
+                os.setpgid(0, 0)
+                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != parent:
+                    os._exit(1)  # the supervisor died before the parent-death signal was set
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.close(null)
+                for number in (signal.SIGINT, signal.SIGPIPE):
+                    signal.signal(number, signal.SIG_DFL)
+                os.execve(path, argv, os.environ)
+            finally:
+                os._exit(127)
+        self.pid = pid
+        self.group = True
+        os.close(req_r)
+        os.close(res_w)
+        self._watch_executor()
+
+    def _watch_executor(self):
         os.set_blocking(self.res_r, False)
         self.results = _Lines(1 << 20)
         self.sel.register(self.res_r, selectors.EVENT_READ, "results")
@@ -303,12 +358,22 @@ class _Supervisor:
             self.stdin.feed(data)
         return self.stdin.lines.pop(0)
 
+    def _signal(self, number):
+        """Send the executor (and for node and bash, its group: the cell's foreground job) a signal."""
+        if self.group:
+            try:
+                os.killpg(self.pid, number)
+                return
+            except OSError:
+                pass
+        os.kill(self.pid, number)
+
     def _kill_executor(self):
         pid = getattr(self, "pid", None)
         if pid is None:
             return
         try:
-            os.kill(pid, signal.SIGKILL)
+            self._signal(signal.SIGKILL)
             os.waitpid(pid, 0)
         except OSError:
             pass
@@ -364,6 +429,17 @@ class _Supervisor:
                 return
             self.results.feed(data)
 
+    def _request_line(self, message):
+        """The request as the executor reads it: a JSON line, or for bash one line of escaped fields."""
+        if self.start["language"] != "bash":
+            return json.dumps(message).encode() + b"\n"
+        fields = [str(message["cell"]), message["code"]]
+        for name, value in (message.get("env") or {}).items():
+            fields += [str(name), str(value)]
+        # Each field ":" and its text escaped as printf %b reads it back (a NUL cannot be in a bash string).
+        escaped = (":" + f.replace("\0", "").replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t") for f in fields)
+        return "\t".join(escaped).encode("utf-8", "surrogatepass") + b"\n"
+
     def serve(self):
         number = 0
         self.seen = False
@@ -385,8 +461,11 @@ class _Supervisor:
         self.results.clear()
         self.seen = False
         message = {"cell": number, "code": code, "max_results": max_results}
+        env = request.get("env")
+        if env:
+            message["env"] = env  # the cell's own env, set for it and restored after by the executor
         try:
-            _write_all(self.req_w, json.dumps(message).encode() + b"\n")
+            _write_all(self.req_w, self._request_line(message))
         except OSError:
             self._end_with_executor()  # it can take no request: it died, or a cell closed its end
         deadline = time.monotonic() + float(request["timeout"])
@@ -407,7 +486,7 @@ class _Supervisor:
                     break
                 check_at, interval = now + interval, min(interval * 2, CHECK_LAST)
             if kill_at is None and now >= deadline:
-                os.kill(self.pid, signal.SIGINT)
+                self._signal(signal.SIGINT)
                 kill_at = now + grace
             elif kill_at is not None and now >= kill_at:
                 self._kill_executor()

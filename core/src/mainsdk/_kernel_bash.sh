@@ -6,8 +6,9 @@
 # cells it waits in the `read` builtin on R (read(R, ..., 1)): what the supervisor watches.
 #
 # Requests on R are the supervisor's translation of the JSON request into one line of tab-separated fields,
-# each with "\" as "\\", a newline as "\n" and a tab as "\t" (printf %b undoes exactly that): the cell's
-# number, its code, then name and value of each of its env entries. The result on W is the JSON line of the
+# each ":" and then its text with "\" as "\\", a newline as "\n" and a tab as "\t" (printf %b undoes exactly
+# that; the ":" keeps an empty field from vanishing between two tabs): the cell's number, its code, then name
+# and value of each of its env entries. The result on W is the JSON line of the
 # protocol: no results, and for a non-zero status the error {"name": "ExitStatus", "value": "<status>"}
 # (130 for a cell the timeout interrupted, as a shell reports SIGINT).
 #
@@ -21,37 +22,23 @@ __mainsdk_W=$2
 __mainsdk_int=
 __mainsdk_interrupted=
 shopt -s extdebug
-trap '__mainsdk_int=1 __mainsdk_interrupted=1' INT
+__mainsdk_incell=
+# Only a running cell is interrupted: a SIGINT that lands after it ended must not break the loop.
+trap '[[ -z $__mainsdk_incell ]] || __mainsdk_int=1 __mainsdk_interrupted=1' INT
 trap '[[ $BASH_COMMAND != __mainsdk_* ]] || __mainsdk_int=; [[ -z $__mainsdk_int ]] || return 2 2>/dev/null' DEBUG
 
-__mainsdk_cell() {
-  # $1 the cell's code; R and W are closed for it (bash keeps close-on-exec copies to restore them).
-  eval "source /dev/fd/9 9<<<\"\$1\" $__mainsdk_R<&- $__mainsdk_W>&-"
-}
-
-__mainsdk_serve() {
-  local line fields number code i name value status saved
-  printf '{"ready": true}\n' >&"$__mainsdk_W"
-  while :; do
-    IFS= read -r -u "$__mainsdk_R" line || exit 0 # the supervisor is gone
-    IFS=$'\t' read -r -a fields <<<"$line"
-    number=${fields[0]}
-    printf -v code '%b' "${fields[1]}"
-    saved=()
-    for ((i = 2; i + 1 < ${#fields[@]}; i += 2)); do
-      printf -v name '%b' "${fields[i]}"
-      printf -v value '%b' "${fields[i + 1]}"
-      if [[ -v $name ]]; then saved+=("$name" 1 "${!name}"); else saved+=("$name" 0 ""); fi
-      export -- "$name=$value"
-    done
-    __mainsdk_interrupted=
-    __mainsdk_cell "$code"
-    __mainsdk_end "$?" "$number" "${saved[@]}"
-  done
+__mainsdk_env() {
+  # One entry of the cell's env: the old value saved (set or not), the new one exported for the cell.
+  local name value
+  printf -v name '%b' "${1:1}"
+  printf -v value '%b' "${2:1}"
+  if [[ -v $name ]]; then __mainsdk_saved+=("$name" 1 "${!name}"); else __mainsdk_saved+=("$name" 0 ""); fi
+  export -- "$name=$value"
 }
 
 __mainsdk_end() {
   local status=$1 number=$2 error=null
+  __mainsdk_incell=
   shift 2
   while (($# >= 3)); do
     if [[ $2 == 1 ]]; then export -- "$1=$3"; else unset -v -- "$1"; fi
@@ -63,4 +50,18 @@ __mainsdk_end() {
   printf '{"cell": %d, "results": [], "results_dropped": 0, "error": %s}\n' "$number" "$error" >&"$__mainsdk_W"
 }
 
-__mainsdk_serve
+# The loop is this script's top level, not a function: a cell's `declare` must make globals, not locals.
+printf '{"ready": true}\n' >&"$__mainsdk_W"
+while :; do
+  IFS= read -r -u "$__mainsdk_R" __mainsdk_line || { (($? > 128)) && continue; exit 0; } # EOF: the supervisor is gone
+  IFS=$'\t' read -r -a __mainsdk_fields <<<"$__mainsdk_line"
+  printf -v __mainsdk_code '%b' "${__mainsdk_fields[1]:1}"
+  __mainsdk_saved=()
+  for ((__mainsdk_i = 2; __mainsdk_i + 1 < ${#__mainsdk_fields[@]}; __mainsdk_i += 2)); do
+    __mainsdk_env "${__mainsdk_fields[__mainsdk_i]}" "${__mainsdk_fields[__mainsdk_i + 1]}"
+  done
+  __mainsdk_incell=1
+  # R and W closed for the cell (bash keeps close-on-exec copies to restore them); fd 9 its text.
+  eval "source /dev/fd/9 9<<<\"\$__mainsdk_code\" $__mainsdk_R<&- $__mainsdk_W>&-"
+  __mainsdk_end "$?" "${__mainsdk_fields[0]:1}" "${__mainsdk_saved[@]}"
+done

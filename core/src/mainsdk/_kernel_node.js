@@ -26,6 +26,10 @@
 // outside any vm call: nothing can stop it but the supervisor's kill after the grace, and the state goes
 // with the interpreter. Callbacks a cell left (timers, I/O) run only while a later cell runs: between cells
 // the main thread waits in read(R).
+//
+// Node runs `-e` code as a script in the global scope: the whole executor is one function, so none of its
+// names is a global a cell could collide with (a cell's `import fs` or `let path`).
+(function executor() {
 "use strict";
 const fs = require("fs");
 const vm = require("vm");
@@ -181,6 +185,7 @@ function errorOf(thrown) {
     if (thrown.code === "ERR_SCRIPT_EXECUTION_INTERRUPTED") {
       name = "Interrupted";
       message = "the cell was interrupted (SIGINT)";
+      return { name, value: message, traceback: `${name}: ${message}` };
     }
     const frames = String(thrown.stack || `${name}: ${message}`).split("\n");
     // The kernel's own frames (vm, this file) are not the cell's.
@@ -317,3 +322,4 @@ function loop() {
 
 writeAll(RES, '{"ready": true}\n');
 loop();
+})();

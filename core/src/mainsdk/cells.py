@@ -123,8 +123,14 @@ class CellResult:
 
 
 def kernel_source() -> str:
-    """The text of the kernel the box runs."""
-    return importlib.resources.files("mainsdk").joinpath("_kernel.py").read_text("utf-8")
+    """The text of the kernel the box runs, with its node and bash executors' sources in it."""
+    files = importlib.resources.files("mainsdk")
+    executors = {
+        "node": files.joinpath("_kernel_node.js").read_text("utf-8"),
+        "bash": files.joinpath("_kernel_bash.sh").read_text("utf-8"),
+    }
+    text = files.joinpath("_kernel.py").read_text("utf-8")
+    return text.replace("\nEXECUTORS = {}\n", f"\nEXECUTORS = {executors!r}\n", 1)
 
 
 class _KernelStream:
