@@ -437,7 +437,9 @@ class _Supervisor:
         for name, value in (message.get("env") or {}).items():
             fields += [str(name), str(value)]
         # Each field ":" and its text escaped as printf %b reads it back (a NUL cannot be in a bash string).
-        escaped = (":" + f.replace("\0", "").replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t") for f in fields)
+        escaped = (
+            ":" + f.replace("\0", "").replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t") for f in fields
+        )
         return "\t".join(escaped).encode("utf-8", "surrogatepass") + b"\n"
 
     def serve(self):
