@@ -287,13 +287,11 @@ class Kernel:
     its cells' audit events name. ``session.interpreter`` (``mainsdk.interpreters``) is the app's handle on it.
     """
 
-    def __init__(
-        self, session: SessionRuntime, language: str = "python", cwd: str | None = None, ident: str = ""
-    ) -> None:
+    def __init__(self, session: SessionRuntime, language: str, cwd: str | None, ident: str) -> None:
         self._session = session
         self.language = language
         self.cwd = cwd
-        self.id = ident or f"interp_{token.token_hex(6)}"
+        self.id = ident
         self.closed = False  # ``close``: it runs no more cells
         self._task: asyncio.Task[ExecOutcome] | None = None
         self._stream: _KernelStream | None = None

@@ -8,6 +8,8 @@ cell, whose cells keep their limits, redaction, cost and audit event (which name
 
 from __future__ import annotations
 
+import secrets
+
 from mainsdk import arguments
 from mainsdk.cells import (
     CellCallbacks,
@@ -159,7 +161,9 @@ class Interpreters:
         return found
 
     def _add(self, language: str, cwd: str | None, name: str | None, *, default: bool) -> AsyncInterpreter:
-        interpreter = AsyncInterpreter(self._runtime, Kernel(self._runtime, language, cwd), name, default=default)
+        # Not drawn from ``cells.token``: replays seed that for the kernels' tokens, which an id must not shift.
+        kernel = Kernel(self._runtime, language, cwd, f"interp_{secrets.token_hex(6)}")
+        interpreter = AsyncInterpreter(self._runtime, kernel, name, default=default)
         self._open = [*(i for i in self._open if not i._kernel.closed), interpreter]
         return interpreter
 
