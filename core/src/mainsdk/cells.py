@@ -290,7 +290,8 @@ class Kernel:
     def __init__(self, session: SessionRuntime, language: str, cwd: str | None, ident: str) -> None:
         self._session = session
         self.language = language
-        self.cwd = cwd
+        self.cwd = cwd  # the interpreter's folder in the box; None: the exec's own
+        self.site: tuple[str, ...] = ()  # in-box folders of the kernel's own packages, after the user's
         self.id = ident
         self.closed = False  # ``close``: it runs no more cells
         self._task: asyncio.Task[ExecOutcome] | None = None
@@ -315,10 +316,12 @@ class Kernel:
         # The token goes first on stdin, not argv: it never shows in the box's /proc/<pid>/cmdline. The same
         # stdin then stays open for the cells (``Command.input``): only the app writes there.
         self._input = InputStream()
+        # The start line: which interpreter the kernel runs, in which folder, with which packages of its own.
+        start = {"language": self.language, "cwd": self.cwd, "site": list(self.site)}
         command = Command(
             "python3",
             ("-I", "-u", "-c", kernel_source()),
-            stdin=f"{secret}\n".encode(),
+            stdin=f"{secret}\n".encode() + json.dumps(start).encode() + b"\n",
             timeout=MAX_TIMEOUT,
             env=session.opened.plan.env,
             input=self._input,
