@@ -85,3 +85,16 @@ def test_a_second_interpreters_cells_keep_the_limits_and_the_redaction(
         (other.id, "output"),
         (other.id, None),
     ]
+
+
+def test_a_folder_missing_in_the_box_is_named_and_the_interpreter_starts_once_it_exists(
+    make_sandbox: Callable[..., Any],
+) -> None:
+    with make_sandbox().sandbox.create() as session:
+        inside = session.interpreter(cwd="later")
+        missing = inside.run_code("1")
+        assert missing.error is not None and missing.error.name == "InterpreterExited" and not missing.state_kept
+        assert "folder 'later' exists in the box" in missing.error.value and "'later'" in missing.stderr
+        session.write("later/ready.txt", "yes")
+        found = inside.run_code("open('ready.txt').read()")
+        assert found.text == "'yes'" and found.restarted

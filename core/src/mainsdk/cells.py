@@ -578,6 +578,11 @@ class Kernel:
         if exit_code == WATCHDOG_EXIT:
             return Ending(timed_out=True), None, None, False
         how = f"died of {signal}" if signal else f"exited with status {exit_code}"
+        if exit_code == UNSUPPORTED_EXIT:
+            # The kernel's own "cannot start here" (its reason on stderr): with a folder, most likely that folder.
+            how += " (the kernel could not start; its reason is on stderr)"
+            if self.cwd is not None:
+                how += f"; check that its folder {self.cwd!r} exists in the box, or open one with another cwd"
         error = CellError("InterpreterExited", f"the interpreter {how}; the next cell starts a new one", "")
         return Ending(), error, None, False
 

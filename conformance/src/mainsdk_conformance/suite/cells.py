@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import time
 from collections.abc import Callable
 
@@ -229,6 +230,16 @@ class TestCells:
             assert session.run_code("kept").text == "1"
             reused = session.interpreter(name="scratch")  # the name is free again once its holder closed
             assert reused.id != named.id
+
+    @requires_cells_language("python")
+    def test_an_interpreter_runs_in_its_folder(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            session.write("data/numbers.txt", "1 2 3")
+            here = session.run_code("import os\nos.getcwd()").text
+            inside = session.interpreter(cwd="data")
+            found = inside.run_code("import os\nprint(os.getcwd())\nsum(map(int, open('numbers.txt').read().split()))")
+            assert here is not None and found.text == "6"
+            assert found.stdout.strip() == os.path.join(here.strip("'"), "data")
 
     @requires_cells_language("python")
     def test_run_code_in_a_language_uses_its_default_interpreter(self, conformance: Conformance) -> None:
