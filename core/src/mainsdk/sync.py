@@ -24,6 +24,7 @@ from mainsdk.driver import Capabilities
 from mainsdk.engine import AsyncSandbox, SandboxDeps
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
+from mainsdk.interpreters import AsyncInterpreter, run_in
 from mainsdk.rich import RichResult
 from mainsdk.sessions import AsyncSession, SessionOpener, run_cell
 
@@ -165,6 +166,7 @@ class Session:
 
     def __init__(self, session: AsyncSession) -> None:
         self._async = session
+        self._twins: dict[str, Interpreter] = {}  # one twin per interpreter, so a listing returns the same objects
 
     @property
     def id(self) -> str:
@@ -207,6 +209,18 @@ class Session:
         callbacks = CellCallbacks(on_output, on_result, on_error)
         return _LOOP.call(run_cell(self._async, code, language, timeout, callbacks, blocking=True))
 
+    def interpreter(self, language: str = "python", *, cwd: str | None = None, name: str | None = None) -> Interpreter:
+        """Open another interpreter in the session's box, with its own state; see ``AsyncSession.interpreter``."""
+        return self._twin(_LOOP.call(_opened(self._async, language, cwd, name)))
+
+    def interpreters(self) -> list[Interpreter]:
+        """The session's open interpreters, in the order they were opened; see ``AsyncSession.interpreters``."""
+        return [self._twin(i) for i in self._async.interpreters()]
+
+    def _twin(self, interpreter: AsyncInterpreter) -> Interpreter:
+        self._twins = {k: t for k, t in self._twins.items() if not t.closed}
+        return self._twins.setdefault(interpreter.id, Interpreter(interpreter))
+
     close = _blocking(AsyncSession.close)
 
     def __enter__(self) -> Session:
@@ -218,6 +232,73 @@ class Session:
 
 async def _started(session: AsyncSession, program: str, args: Sequence[str], options: dict[str, Any]) -> AsyncProcess:
     return session.start(program, args, **options)  # on the loop: the process's task lives there
+
+
+async def _opened(session: AsyncSession, language: str, cwd: str | None, name: str | None) -> AsyncInterpreter:
+    return session.interpreter(language, cwd=cwd, name=name)  # on the loop, where its kernel will run
+
+
+@arguments.checked_calls("interpreter")
+class Interpreter:
+    """The synchronous twin of ``AsyncInterpreter``: one interpreter in a session's box, used as ``with``."""
+
+    def __init__(self, interpreter: AsyncInterpreter) -> None:
+        self._async = interpreter
+
+    @property
+    def id(self) -> str:
+        """Its id (``interp_...``), on the audit event of each of its cells."""
+        return self._async.id
+
+    @property
+    def language(self) -> str:
+        """Its language."""
+        return self._async.language
+
+    @property
+    def cwd(self) -> str | None:
+        """The folder its cells run in, as given; None: the session's work folder."""
+        return self._async.cwd
+
+    @property
+    def name(self) -> str | None:
+        """The name it was opened with, if any."""
+        return self._async.name
+
+    @property
+    def default(self) -> bool:
+        """Whether it is the session's default interpreter of its language (the one ``session.run_code`` uses)."""
+        return self._async.default
+
+    @property
+    def closed(self) -> bool:
+        """Whether it is closed."""
+        return self._async.closed
+
+    def run_code(
+        self,
+        code: str,
+        *,
+        timeout: object = None,
+        on_output: Callable[[str, bytes], None] | None = None,
+        on_result: Callable[[RichResult], None] | None = None,
+        on_error: Callable[[CellError], None] | None = None,
+    ) -> CellResult:
+        """Run ``code`` as a cell in this interpreter; see ``Session.run_code`` (plain-function callbacks)."""
+        callbacks = CellCallbacks(on_output, on_result, on_error)
+        return _LOOP.call(run_in(self._async, code, timeout, callbacks, blocking=True))
+
+    restart = _blocking(AsyncInterpreter.restart)
+    close = _blocking(AsyncInterpreter.close)
+
+    def __enter__(self) -> Interpreter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return repr(self._async).replace("<AsyncInterpreter", "<Interpreter", 1)
 
 
 @arguments.checked_calls("process")
