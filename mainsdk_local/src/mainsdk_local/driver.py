@@ -8,10 +8,13 @@ Development only: ``MAINSDK_ENV=production`` refuses it (MAIN-SANDBOX-0011).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import secrets
+import shutil
 import socket
+import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -76,6 +79,25 @@ class LocalBox:
     one_shot_collect: int | None = None
 
 
+@functools.cache
+def _cell_languages() -> frozenset[str]:
+    """The cell languages of a local box, whose programs are this machine's: the kernel's Python and bash
+    executors, JavaScript where node is on the PATH, TypeScript where that node strips types itself (node >= 22.13:
+    no TypeScript package set is built for local boxes yet)."""
+    languages = {"python", "bash"} if shutil.which("bash") else {"python"}
+    node = shutil.which("node")
+    if node is not None:
+        languages.add("javascript")
+        try:
+            version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=10, check=True).stdout
+            major, minor = (int(part) for part in version.strip().lstrip("v").split(".")[:2])
+        except (OSError, subprocess.SubprocessError, ValueError):
+            major = minor = 0
+        if (major, minor) >= (22, 13):
+            languages.add("typescript")
+    return frozenset(languages)
+
+
 class LocalDriver:
     """The ``local`` driver plugin. Build it with ``local_sandbox_driver`` or from ``main.yaml``."""
 
@@ -124,7 +146,7 @@ class LocalDriver:
             reports_signals=True,
             outage_remedy=LOCAL_REMEDY,
             cells=True,
-            cells_languages=frozenset({"python"}),  # the kernel's Python executor
+            cells_languages=_cell_languages(),
             background=True,
             # Package envs reach the box bound over the interpreter's site-packages, in the run's mount namespace;
             # weak mode has none, and would have to loosen -E or -s to add a path: it declares no packages.
