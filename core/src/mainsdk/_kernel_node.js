@@ -268,12 +268,15 @@ async function runCell(request) {
   try {
     let code = request.code;
     if (strip) code = strip(code);
-    code = rewriteImports(code);
+    if (code.includes("import")) code = rewriteImports(code); // two parses saved on most cells, as below
     let wrapped = null;
-    try {
-      wrapped = processTopLevelAwait(code);
-    } catch {
-      wrapped = null; // not parseable: V8 reports the cell's own SyntaxError below
+    if (code.includes("await")) {
+      // node's REPL makes the same check before it transforms a line
+      try {
+        wrapped = processTopLevelAwait(code);
+      } catch {
+        wrapped = null; // not parseable: V8 reports the cell's own SyntaxError below
+      }
     }
     const script = new vm.Script(wrapped ?? code, { filename });
     let value = script.runInThisContext({ breakOnSigint: true, displayErrors: false });

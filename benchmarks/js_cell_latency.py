@@ -1,0 +1,90 @@
+"""Latency of a JavaScript cell round trip (``session.run_code("x += 1", language="javascript")``) in a warm
+interpreter on the local driver.
+
+Against baselines measured in the same run, interleaved: a Python cell ``x += 1`` in the same session (the
+same supervisor and transport, another executor), a bash cell ``((x += 1))``, and a session command
+``session.run("node", ["-e", "0"])`` (a fresh node per call, what a JS cell replaces).
+
+    python benchmarks/js_cell_latency.py [--rounds 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+from mainsdk import Sandbox, SandboxDeps
+from mainsdk.config import load_config_text
+
+from mainsdk_local import local_sandbox_driver
+
+CONFIG = """
+sandbox:
+  driver: local
+  local: { python: python3, node: node, bash: bash }
+  limits: { timeout: 30s, memory: 512MB }
+permissions:
+  processes: [python3, node, bash]
+"""
+
+
+def timed(call: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    call()
+    return (time.perf_counter() - started) * 1000
+
+
+def summary(name: str, samples: list[float]) -> str:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+    return f"{name:<48} median {statistics.median(ordered):7.2f} ms   p95 {p95:7.2f} ms   (n={len(ordered)})"
+
+
+def main() -> None:
+    """Measure and print the medians, 95th percentiles and ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=300)
+    options = parser.parse_args()
+    config = load_config_text(CONFIG)
+    sandbox = Sandbox(
+        SandboxDeps(config=config, driver=local_sandbox_driver(permissions=config.permissions), load_entrypoints=False)
+    )
+    js: list[float] = []
+    python: list[float] = []
+    bash: list[float] = []
+    commands: list[float] = []
+    with sandbox.create() as session:
+        first = timed(lambda: session.run_code("let x = 0", language="javascript"))
+        session.run_code("x = 0")
+        session.run_code("x=0", language="bash")
+        for _ in range(20):  # warm: the interpreters' first cells, the launcher's spares
+            session.run_code("x += 1", language="javascript")
+            session.run_code("x += 1")
+            session.run_code("((x += 1))", language="bash")
+            session.run("node", ["-e", "0"])
+        for _ in range(options.rounds):
+            js.append(timed(lambda: session.run_code("x += 1", language="javascript")))
+            python.append(timed(lambda: session.run_code("x += 1")))
+            bash.append(timed(lambda: session.run_code("((x += 1))", language="bash")))
+            commands.append(timed(lambda: session.run("node", ["-e", "0"])))
+        final = session.run_code("x", language="javascript").text
+        counted = session.run_code('echo "$x"', language="bash").stdout.strip()
+    sandbox.close()
+    assert final == counted == str(20 + options.rounds), (final, counted)
+    print(f"{'first JS cell (node and the executor start)':<48} {first:7.2f} ms")
+    print(summary('JS cell: run_code("x += 1", language="javascript")', js))
+    print(summary('Python cell: run_code("x += 1")', python))
+    print(summary('bash cell: run_code("((x += 1))", language="bash")', bash))
+    print(summary('command: run("node", ["-e", "0"])', commands))
+    median = statistics.median(js)
+    print(
+        f"JS cell / Python cell: {median / statistics.median(python):.3f}; "
+        f"JS cell / node command: {median / statistics.median(commands):.3f}; "
+        f"bash cell / Python cell: {statistics.median(bash) / statistics.median(python):.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
