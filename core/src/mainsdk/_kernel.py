@@ -18,6 +18,16 @@ fresh interpreter that never held the token, its stdin ``/dev/null``, its stdout
 cell's output streams live), and a private pipe pair: R brings it each cell, W takes each cell's result (one JSON
 line). The executor runs cells in its main thread and, between cells, waits in ``read(R)``.
 
+The start line's language picks the executor. ``python``: this file again, as above. ``javascript`` and
+``typescript``: ``node --expose-internals -e <_kernel_node.js> R W <language> <site...>``; ``bash``: ``bash
+--noprofile --norc -c <_kernel_bash.sh> mainsdk-bash R W`` (their sources travel in this text, ``EXECUTORS``,
+which ``cells.kernel_source()`` fills in; each file's header says how it runs a cell). Those two are forked in
+a process group of their own with a parent-death SIGKILL, so the timeout's SIGINT reaches the cell's
+foreground job too (a ``sleep`` in bash, a child a JS cell waits on synchronously). Bash reads its requests as
+one line of escaped fields (``_request_line``), having no JSON parser; every executor writes the same JSON
+result line, and every guarantee below holds the same for each: the program is found on the box's ``PATH``,
+and a box without it ends the kernel with 125 and a message naming it.
+
 The end of a cell is the supervisor's own observation, never the executor's word: after a result line has
 come, the cell is over only once ``/proc/<executor>/syscall`` shows the executor's main thread blocked in
 ``read`` on R (the signature measured when it first waited, before any cell ran) with the request pipe
@@ -32,7 +42,8 @@ carries the SHA-256 of the code the supervisor received, which the app checks ag
 token is only ever in the supervisor's memory.
 
 Time: at a cell's timeout the supervisor sends the executor SIGINT (KeyboardInterrupt, the state survives;
-the frame says ``"stop": "timeout"``); ``grace`` seconds later, if the cell has not ended, it kills the
+in node an "Interrupted" error, in bash the status 130, with the same caveats each file states; the frame
+says ``"stop": "timeout"``); ``grace`` seconds later, if the cell has not ended, it kills the
 executor and exits with status 124. An executor that dies (a crash, ``os._exit``, a kill at a limit) ends
 the supervisor the same way (its exit status or signal). The app kills the whole command a little later
 still, should even the supervisor be stuck.
