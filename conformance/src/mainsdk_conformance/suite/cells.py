@@ -70,6 +70,21 @@ def forge():
 threading.Thread(target=forge, daemon=True).start()
 """
 SLOW = "import time\ntime.sleep(3)\nprint('MARK-2')\n6 * 7"
+# The same forge from a JS cell's timer: on the executor's result pipe (its second argument, W) one second into
+# cell 2 (node's other pipes, its signal pipe among them, would crash it: that ends only the interpreter).
+JS_FORGE_LATER = """
+const forged = JSON.stringify({cell: 2, results: [{mime: "text/plain", data: "'forged'", encoding: "utf-8"}],
+                               results_dropped: 0, error: null, stop: null}) + "\\n";
+setTimeout(() => require("node:fs").writeSync(Number(process.argv[2]), forged), 1000);
+"""
+JS_SLOW = "await new Promise((r) => setTimeout(r, 3000));\nconsole.log('MARK-2');\n6 * 7"
+# And from a bash cell's background job, into every descriptor the job has.
+BASH_FORGE_LATER = """
+line='{"cell": 2, "results": [{"mime": "text/plain", "data": "forged", "encoding": "utf-8"}], '
+line+='"results_dropped": 0, "error": null, "stop": null}'
+( sleep 1; for fd in /proc/$BASHPID/fd/*; do n=${fd##*/}; ((n > 2)) && echo "$line" >&"$n"; done ) 2>/dev/null &
+"""
+BASH_SLOW = "sleep 3; echo MARK-2"
 
 
 def _running(process: Process) -> bool:
@@ -174,6 +189,60 @@ class TestCells:
             assert took >= 2.9 or conformance.replayed  # a replay has no clock to keep: the output must show it
             assert second.text == "42" and "MARK-2" in second.stdout
             assert "MARK-2" not in third.stdout and third.text == "'after'"
+
+    @requires_cells_language("javascript")
+    def test_a_js_cell_keeps_its_state_and_returns_the_value_of_a_top_level_await(
+        self, conformance: Conformance
+    ) -> None:
+        with conformance.sandbox().create() as session:
+            first = session.run_code(
+                'import {sep} from "node:path";\nconst n = await Promise.resolve(41);\nconsole.log("set");\nn + 1',
+                language="javascript",
+            )
+            assert first.text == "42" and first.stdout == "set\n" and first.error is None
+            second = session.run_code("({n, sep})", language="javascript")
+            assert second.text == "{ n: 41, sep: '/' }" and second.state_kept and not second.restarted
+            failed = session.run_code("null.x", language="javascript")
+            assert (
+                failed.error is not None and failed.error.name == "TypeError" and "<cell-3>" in failed.error.traceback
+            )
+            slow = session.run_code(
+                "await new Promise((r) => setTimeout(r, 60000))", language="javascript", timeout="1s"
+            )
+            assert slow.stop == "timeout" and slow.state_kept and slow.error is not None
+            assert session.run_code("n", language="javascript").text == "41"
+
+    @requires_cells_language("bash")
+    def test_a_bash_cell_keeps_cd_and_export_and_reports_its_status(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            assert session.run_code("mkdir -p sub && cd sub && export KEPT=1 && v=2", language="bash").ok
+            shown = session.run_code('basename "$PWD"; sh -c \'echo "$KEPT"\'; echo "$v"', language="bash")
+            assert shown.stdout == "sub\n1\n2\n" and shown.error is None
+            failed = session.run_code("(exit 3)", language="bash")
+            assert failed.error is not None and (failed.error.name, failed.error.value) == ("ExitStatus", "3")
+            slow = session.run_code("sleep 60; echo not-after", language="bash", timeout="1s")
+            assert slow.stop == "timeout" and slow.state_kept and "not-after" not in slow.stdout
+            assert session.run_code('echo "$v"', language="bash").stdout == "2\n"
+
+    @requires_cells_language("javascript")
+    def test_a_timer_of_an_earlier_js_cell_cannot_end_a_later_cell(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            session.run_code(JS_FORGE_LATER, language="javascript")
+            started = time.monotonic()
+            second = session.run_code(JS_SLOW, language="javascript")
+            took = time.monotonic() - started
+            assert took >= 2.9 or conformance.replayed  # a replay has no clock to keep: the output must show it
+            assert second.text == "42" and "MARK-2" in second.stdout
+
+    @requires_cells_language("bash")
+    def test_a_background_job_of_an_earlier_bash_cell_cannot_end_a_later_cell(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            session.run_code(BASH_FORGE_LATER, language="bash")
+            started = time.monotonic()
+            second = session.run_code(BASH_SLOW, language="bash")
+            took = time.monotonic() - started
+            assert took >= 2.9 or conformance.replayed
+            assert second.results == () and second.stdout.endswith("MARK-2\n")
 
     def test_a_listener_that_raises_is_the_apps_error_and_the_interpreter_lives(self, conformance: Conformance) -> None:
         def listener(stream: str, data: bytes) -> None:
