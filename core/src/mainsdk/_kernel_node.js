@@ -60,7 +60,16 @@ globalThis.require = cellRequire;
 function stripper() {
   if (LANGUAGE !== "typescript") return null;
   if (typeof nodeModule.stripTypeScriptTypes === "function") {
-    return (code) => nodeModule.stripTypeScriptTypes(code, { mode: "strip" });
+    return (code) => {
+      // Node 22 and 23 warn that stripTypeScriptTypes is experimental, into the cell's stderr: not the cell's.
+      const warn = process.emitWarning;
+      process.emitWarning = () => {};
+      try {
+        return nodeModule.stripTypeScriptTypes(code, { mode: "strip" });
+      } finally {
+        process.emitWarning = warn;
+      }
+    };
   }
   for (const folder of SITE) {
     let ts;
