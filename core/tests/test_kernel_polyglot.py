@@ -281,7 +281,7 @@ def test_bash_timeout_interrupts_the_foreground_job_and_the_shell_keeps_its_stat
 
 
 @needs_bash
-def test_bash_a_cells_env_is_set_for_it_and_restored_after(started: list[Cells]) -> None:
+def test_bash_a_cells_env_is_set_for_it_and_restored_after(started: list[Cells], tmp_path: Path) -> None:
     sh = Cells("bash")
     started.append(sh)
     sh.run("export KEPT=before")
@@ -291,6 +291,10 @@ def test_bash_a_cells_env_is_set_for_it_and_restored_after(started: list[Cells])
     assert out == b"a b\tc \na b\tc\n"
     out, _, _ = sh.run('echo "${CELL_ONLY-unset} $KEPT"; bash -c \'echo "${KEPT}"\'')
     assert out == b"unset before\nbefore\n"
+    # A name that is no shell variable's is not set (its array subscript would run a command in `-v`).
+    proof = tmp_path / "never-made"
+    _, frame, _ = sh.run("echo ran", env={f"x[$(touch {proof})]": "1"})
+    assert frame["error"] is None and not proof.exists()
 
 
 # A background job one cell leaves writes a forged result line for cell 2 into every descriptor it has.

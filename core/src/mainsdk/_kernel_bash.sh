@@ -32,6 +32,11 @@ __mainsdk_env() {
   local name value
   printf -v name '%b' "${1:1}"
   printf -v value '%b' "${2:1}"
+  if ! [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]]; then
+    # Not a shell variable's name (and `-v` or `${!name}` would evaluate an array subscript in it): not set.
+    printf 'mainsdk: the cell env name %q is not a shell variable name; it is not set in bash\n' "$name" >&2
+    return
+  fi
   if [[ -v $name ]]; then __mainsdk_saved+=("$name" 1 "${!name}"); else __mainsdk_saved+=("$name" 0 ""); fi
   export -- "$name=$value"
 }

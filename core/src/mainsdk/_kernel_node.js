@@ -326,7 +326,11 @@ function loop() {
       } catch {
         line = JSON.stringify({ ...frame, results: [], results_dropped: frame.results.length });
       }
-      writeAll(RES, line + "\n");
+      try {
+        writeAll(RES, line + "\n");
+      } catch {
+        process.exit(70); // a cell closed the result pipe: no cell can end again, as when Python's executor dies
+      }
       setImmediate(loop);
     });
   });
