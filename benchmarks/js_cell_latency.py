@@ -2,8 +2,10 @@
 interpreter on the local driver.
 
 Against baselines measured in the same run, interleaved: a Python cell ``x += 1`` in the same session (the
-same supervisor and transport, another executor), a bash cell ``((x += 1))``, and a session command
-``session.run("node", ["-e", "0"])`` (a fresh node per call, what a JS cell replaces).
+same supervisor and transport, another executor; a statement, so no result), a bash cell ``((x += 1))``, and a
+session command ``session.run("node", ["-e", "0"])`` (a fresh node per call, what a JS cell replaces). In JS
+``x += 1`` is an expression whose value comes back as two results (text/plain and application/json): the
+``x += 1; undefined`` row is the like-for-like one against Python's.
 
     python benchmarks/js_cell_latency.py [--rounds 300]
 """
@@ -52,6 +54,7 @@ def main() -> None:
         SandboxDeps(config=config, driver=local_sandbox_driver(permissions=config.permissions), load_entrypoints=False)
     )
     js: list[float] = []
+    js_bare: list[float] = []
     python: list[float] = []
     bash: list[float] = []
     commands: list[float] = []
@@ -66,21 +69,24 @@ def main() -> None:
             session.run("node", ["-e", "0"])
         for _ in range(options.rounds):
             js.append(timed(lambda: session.run_code("x += 1", language="javascript")))
+            js_bare.append(timed(lambda: session.run_code("x += 1; undefined", language="javascript")))
             python.append(timed(lambda: session.run_code("x += 1")))
             bash.append(timed(lambda: session.run_code("((x += 1))", language="bash")))
             commands.append(timed(lambda: session.run("node", ["-e", "0"])))
         final = session.run_code("x", language="javascript").text
         counted = session.run_code('echo "$x"', language="bash").stdout.strip()
     sandbox.close()
-    assert final == counted == str(20 + options.rounds), (final, counted)
+    assert final == str(20 + 2 * options.rounds) and counted == str(20 + options.rounds), (final, counted)
     print(f"{'first JS cell (node and the executor start)':<48} {first:7.2f} ms")
     print(summary('JS cell: run_code("x += 1", language="javascript")', js))
+    print(summary('JS cell, no value: "x += 1; undefined"', js_bare))
     print(summary('Python cell: run_code("x += 1")', python))
     print(summary('bash cell: run_code("((x += 1))", language="bash")', bash))
     print(summary('command: run("node", ["-e", "0"])', commands))
     median = statistics.median(js)
     print(
-        f"JS cell / Python cell: {median / statistics.median(python):.3f}; "
+        f"JS cell / Python cell: {median / statistics.median(python):.3f} "
+        f"(no value: {statistics.median(js_bare) / statistics.median(python):.3f}); "
         f"JS cell / node command: {median / statistics.median(commands):.3f}; "
         f"bash cell / Python cell: {statistics.median(bash) / statistics.median(python):.3f}"
     )

@@ -331,7 +331,7 @@ function loop() {
       } catch {
         process.exit(70); // a cell closed the result pipe: no cell can end again, as when Python's executor dies
       }
-      setImmediate(loop);
+      loop(); // straight back to read(R): the supervisor is watching for it
     });
   });
 }
