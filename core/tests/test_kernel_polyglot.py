@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from mainsdk.cells import kernel_source
-from test_kernel import MARK, Kernel, _syscall_readable
+from test_kernel import MARK, TOKEN, Kernel, _syscall_readable
 
 NODE = shutil.which("node")
 needs_node = pytest.mark.skipif(NODE is None, reason="JavaScript cells need node (.ci/run installs it)")
@@ -313,3 +313,25 @@ def test_bash_a_line_forged_by_an_earlier_cell_does_not_end_a_later_cell(started
     sh.run(BASH_FORGE)
     out, frame, took = sh.run("sleep 2.5; echo MARK-2")
     assert took >= 2.4 and out.endswith(b"MARK-2\n") and frame["results"] == [] and frame["error"] is None
+
+
+@pytest.mark.parametrize("language", ["javascript", "bash"])
+def test_the_token_is_in_no_command_line_or_environment_an_executor_can_read(
+    started: list[Cells], language: str
+) -> None:
+    if shutil.which("node" if language == "javascript" else "bash") is None:
+        pytest.skip(f"{language} cells need its program")
+    running = Cells(language)
+    started.append(running)
+    # The executor's own and its parent's (the supervisor's) command line and environment.
+    look = "for p in $$ $PPID; do for f in cmdline environ; do tr '\\0' ' ' < /proc/$p/$f; echo; done; done"
+    if language == "javascript":
+        look = (
+            "const fs = require('node:fs');\n[process.pid, process.ppid].flatMap((p) => ['cmdline', 'environ']"
+            ".map((f) => fs.readFileSync(`/proc/${p}/${f}`, 'latin1').replaceAll('\\0', ' '))).join('\\n')"
+        )
+    out, frame, _ = running.run(look)
+    seen = out + json.dumps(frame["results"]).encode()
+    assert b"python" in seen  # the supervisor's own command line is readable ...
+    assert TOKEN.encode() not in seen  # ... but never holds the token, nor does anything of the executor's
+    assert frame["undumpable"] is True  # (a root test run reads its /proc anyway: a box's user cannot)
