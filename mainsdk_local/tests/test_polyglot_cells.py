@@ -75,3 +75,12 @@ def test_a_secret_a_bash_or_js_cell_prints_is_redacted(
         if shutil.which("node") is not None:
             value = session.run_code("process.env.KEY", language="javascript")
             assert value.text and "sk-cell-secret-value-123" not in value.text
+
+
+async def test_a_bash_cells_set_x_traces_its_own_commands_only(async_sandbox: AsyncSandbox) -> None:
+    async with async_sandbox.create() as session:
+        first = await session.run_code("set -x; v=1", language="bash")
+        second = await session.run_code('echo "$v"', language="bash")
+        assert first.stderr.splitlines()[-1].endswith("v=1") and second.stdout == "1\n"
+        assert second.stderr.splitlines() == [second.stderr.strip()] and second.stderr.strip().endswith("echo 1")
+        assert "__mainsdk" not in first.stderr + second.stderr  # the kernel's loop is never traced

@@ -8,24 +8,36 @@
 # Requests on R are the supervisor's translation of the JSON request into one line of tab-separated fields,
 # each ":" and then its text with "\" as "\\", a newline as "\n" and a tab as "\t" (printf %b undoes exactly
 # that; the ":" keeps an empty field from vanishing between two tabs): the cell's number, its code, then name
-# and value of each of its env entries. The result on W is the JSON line of the
-# protocol: no results, and for a non-zero status the error {"name": "ExitStatus", "value": "<status>"}
-# (130 for a cell the timeout interrupted, as a shell reports SIGINT).
+# and value of each of its env entries. The result on W is the JSON line of the protocol: no results, and for
+# a non-zero status the error {"name": "ExitStatus", "value": "<status>"} (130 for a cell the timeout
+# interrupted, as a shell reports SIGINT).
 #
 # A cell runs in this shell (`source` of its text, so `cd`, variables, `declare`d ones too, functions and
 # exports persist; its stdin is /dev/null, R and W are closed for it). `exit` ends the shell: the
-# interpreter is gone, as a Python one that exited, and the next cell starts a new one. An interrupt: the
-# INT trap marks it and the DEBUG trap (extdebug) then returns 2 before the cell's next command, which ends
-# every function of the cell and the sourced cell itself; the shell and its state stay.
+# interpreter is gone, as a Python one that exited, and the next cell starts a new one; so does what ends a
+# script (an error under the cell's own `set -e`, an unset variable under `set -u`). An interrupt: the INT
+# trap marks it and sets a DEBUG trap that returns 2 before the cell's next command (extdebug: a simulated
+# `return`), which ends every function of the cell and the sourced cell itself; the shell and its state stay.
+# No trap runs before a command otherwise, so a cell's `set -x` traces its own commands only (the loop runs
+# with xtrace off, the cell's options put back before its next cell's first command).
 __mainsdk_R=$1
 __mainsdk_W=$2
-__mainsdk_int=
-__mainsdk_interrupted=
-shopt -s extdebug
 __mainsdk_incell=
+__mainsdk_interrupted=
+__mainsdk_opts=
+shopt -s extdebug
+
+__mainsdk_stop() {
+  # The DEBUG trap after an interrupt: the cell's next command returns instead; the loop's own commands run.
+  if [[ $BASH_COMMAND == __mainsdk_* ]]; then
+    trap - DEBUG
+    return 0
+  fi
+  return 2
+}
+
 # Only a running cell is interrupted: a SIGINT that lands after it ended must not break the loop.
-trap '[[ -z $__mainsdk_incell ]] || __mainsdk_int=1 __mainsdk_interrupted=1' INT
-trap '[[ $BASH_COMMAND != __mainsdk_* ]] || __mainsdk_int=; [[ -z $__mainsdk_int ]] || return 2 2>/dev/null' DEBUG
+trap '[[ -z $__mainsdk_incell ]] || { __mainsdk_interrupted=1; trap __mainsdk_stop DEBUG; }' INT
 
 __mainsdk_env() {
   # One entry of the cell's env: the old value saved (set or not), the new one exported for the cell.
@@ -41,9 +53,19 @@ __mainsdk_env() {
   export -- "$name=$value"
 }
 
+__mainsdk_resume() {
+  # The cell's first command: the shell options the previous cells left (xtrace, verbose) back on.
+  [[ $__mainsdk_opts != *x* ]] || set -x
+  [[ $__mainsdk_opts != *v* ]] || set -v
+}
+
 __mainsdk_end() {
+  # Called with stderr on /dev/null: none of this is traced into the cell's output.
   local status=$1 number=$2 error=null
+  __mainsdk_opts=$-
+  set +xv
   __mainsdk_incell=
+  trap - DEBUG
   shift 2
   while (($# >= 3)); do
     if [[ $2 == 1 ]]; then export -- "$1=$3"; else unset -v -- "$1"; fi
@@ -60,7 +82,8 @@ printf '{"ready": true}\n' >&"$__mainsdk_W"
 while :; do
   IFS= read -r -u "$__mainsdk_R" __mainsdk_line || { (($? > 128)) && continue; exit 0; } # EOF: the supervisor is gone
   IFS=$'\t' read -r -a __mainsdk_fields <<<"$__mainsdk_line"
-  printf -v __mainsdk_code '%b' "${__mainsdk_fields[1]:1}"
+  # The options come back on the cell's own first line (its line numbers stay), untraced.
+  printf -v __mainsdk_code '{ __mainsdk_resume; } 2>/dev/null; %b' "${__mainsdk_fields[1]:1}"
   __mainsdk_saved=()
   for ((__mainsdk_i = 2; __mainsdk_i + 1 < ${#__mainsdk_fields[@]}; __mainsdk_i += 2)); do
     __mainsdk_env "${__mainsdk_fields[__mainsdk_i]}" "${__mainsdk_fields[__mainsdk_i + 1]}"
@@ -68,5 +91,5 @@ while :; do
   __mainsdk_incell=1
   # R and W closed for the cell (bash keeps close-on-exec copies to restore them); fd 9 its text.
   eval "source /dev/fd/9 9<<<\"\$__mainsdk_code\" $__mainsdk_R<&- $__mainsdk_W>&-"
-  __mainsdk_end "$?" "${__mainsdk_fields[0]:1}" "${__mainsdk_saved[@]}"
+  { __mainsdk_end "$?" "${__mainsdk_fields[0]:1}" "${__mainsdk_saved[@]}"; } 2>/dev/null
 done
