@@ -335,3 +335,19 @@ def test_the_token_is_in_no_command_line_or_environment_an_executor_can_read(
     assert b"python" in seen  # the supervisor's own command line is readable ...
     assert TOKEN.encode() not in seen  # ... but never holds the token, nor does anything of the executor's
     assert frame["undumpable"] is True  # (a root test run reads its /proc anyway: a box's user cannot)
+
+
+@needs_node
+def test_a_node_without_the_repl_internals_runs_plain_cells_and_says_what_await_and_import_need(
+    started: list[Cells],
+) -> None:
+    # Node 20 and 22 have both; a later node that moved them must not lose the interpreter (names pointed away).
+    source = kernel_source().replace("internal/repl/await", "internal/repl/moved")
+    source = source.replace("internal/deps/acorn/acorn/dist/acorn", "internal/deps/moved")
+    js = Cells("javascript", source)
+    started.append(js)
+    assert _value(js.run("1 + 1")[1]) == "2"
+    for code, what in (("await 1", "a top-level await"), ('import fs from "node:fs"', "an import statement")):
+        error = js.run(code)[1]["error"]
+        assert error["name"] == "KernelError" and error["value"].startswith(f"{what} in a cell needs node's "), code
+    assert _value(js.run("3")[1]) == "3"

@@ -45,8 +45,23 @@ const SITE = process.argv.slice(4);
 const TEXT_LIMIT = 64 * 1024;
 const IMPORT = "__mainsdk_import__";
 
-const acorn = require("internal/deps/acorn/acorn/dist/acorn");
-const { processTopLevelAwait } = require("internal/repl/await");
+// Node's own parser and REPL transform (node 20 and 22 have both; node's REPL itself loads them so). Should a
+// later node move them, a cell that needs one says so instead of the kernel failing to start.
+function internal(name) {
+  try {
+    return require(name);
+  } catch (error) {
+    return { missing: `node's ${name}, which node ${process.version} does not have (${error.code || error.message})` };
+  }
+}
+const acorn = internal("internal/deps/acorn/acorn/dist/acorn");
+const replAwait = internal("internal/repl/await");
+function missing(what, module) {
+  const error = new Error(`${what} in a cell needs ${module.missing}`);
+  error.name = "KernelError";
+  error.stack = `KernelError: ${error.message}`;
+  throw error;
+}
 
 // Imports resolve from the interpreter's folder, as a script there would (node_modules up from it).
 const base = pathToFileURL(path.join(process.cwd(), "[cell]")).href;
@@ -130,6 +145,10 @@ function nextRequest() {
 
 // ESM import declarations as dynamic imports of this file's own import (positions from acorn, lines kept).
 function rewriteImports(code) {
+  if (acorn.missing) {
+    if (/^\s*import\s*[\w{*"']/m.test(code)) missing("an import statement", acorn);
+    return code;
+  }
   let tree;
   try {
     tree = acorn.parse(code, {
@@ -281,8 +300,11 @@ async function runCell(request) {
     let wrapped = null;
     if (code.includes("await")) {
       // node's REPL makes the same check before it transforms a line
+      if (replAwait.missing) {
+        if (/\bawait\b/.test(code)) missing("a top-level await", replAwait);
+      }
       try {
-        wrapped = processTopLevelAwait(code);
+        wrapped = replAwait.processTopLevelAwait(code);
       } catch {
         wrapped = null; // not parseable: V8 reports the cell's own SyntaxError below
       }
