@@ -258,8 +258,11 @@ class _KernelStream:
 class Interpreter:
     """One live kernel in a session's box: started on the first cell, restarted after it died."""
 
-    def __init__(self, session: SessionRuntime) -> None:
+    def __init__(self, session: SessionRuntime, language: str = "python", cwd: str | None = None) -> None:
         self._session = session
+        self.language = language
+        self.cwd = cwd  # the interpreter's folder in the box; None: the exec's own
+        self.site: tuple[str, ...] = ()  # in-box folders of the kernel's own packages, after the user's
         self._task: asyncio.Task[ExecOutcome] | None = None
         self._stream: _KernelStream | None = None
         self._input: InputStream | None = None
@@ -276,8 +279,8 @@ class Interpreter:
     async def _start(self) -> None:
         session = self._session
         # The kernel's own packages (IPython), where the driver put them in the box: the start line's ``site``.
-        site = await session.lifecycle.kernel_site(session.opened.box, "python")
-        start = {"language": "python", "cwd": None, "site": [site] if site else []}
+        site = await session.lifecycle.kernel_site(session.opened.box, self.language)
+        self.site = (site,) if site else ()
         secret = token.token_hex(16)
         # A frame's JSON escapes at most 6 characters per one of a result's (a base64 PNG: none).
         self._stream = _KernelStream(
@@ -286,10 +289,12 @@ class Interpreter:
         # The token goes first on stdin, not argv: it never shows in the box's /proc/<pid>/cmdline. The same
         # stdin then stays open for the cells (``Command.input``): only the app writes there.
         self._input = InputStream()
+        # The start line: which interpreter the kernel runs, in which folder, with which packages of its own.
+        start = {"language": self.language, "cwd": self.cwd, "site": list(self.site)}
         command = Command(
             "python3",
             ("-I", "-u", "-c", kernel_source()),
-            stdin=f"{secret}\n{json.dumps(start)}\n".encode(),
+            stdin=f"{secret}\n".encode() + json.dumps(start).encode() + b"\n",
             timeout=MAX_TIMEOUT,
             env=session.opened.plan.env,
             input=self._input,
