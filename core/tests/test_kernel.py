@@ -165,3 +165,13 @@ def test_the_start_line_names_the_folder_and_the_kernels_own_packages_and_a_bad_
         refused = Kernel(kernel_source(), start)
         assert refused.proc.wait(10) == 125, start  # nothing started: the app reports the kernel's exit
         assert refused.proc.stderr is not None and why in refused.proc.stderr.read(), start
+
+
+def test_each_display_output_comes_as_a_live_frame_before_the_end_frame(kernel: tuple[Kernel, str]) -> None:
+    running, _ = kernel
+    out, frame, _ = running.cell("print('before')\n6 * 7")
+    # The final expression's output, on stdout as soon as it is made: a display index, its forms, no code hash.
+    assert [(live["cell"], live["display"], "code_sha256" in live) for live in running.live] == [(1, 0, False)]
+    item = {"mime": "text/plain", "data": "42", "encoding": "utf-8", "display": 0, "main": True}
+    assert running.live[0]["results"] == [item] and frame["results"] == [item]  # the end frame holds it too
+    assert out == b"before\n"
