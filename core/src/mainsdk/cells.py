@@ -465,7 +465,8 @@ class Interpreter:
         request: dict[str, Any] = {"code": code, "timeout": limit, "grace": GRACE, "max_results": plan.limits.files}
         if env:
             request["env"] = env
-        request["pip_index"] = all(host_covered(host, plan.hosts) for host in PACKAGE_INDEX)
+        if all(host_covered(host, plan.hosts) for host in PACKAGE_INDEX):
+            request["pip_index"] = True  # only then: a request without it reads as before
         started = time.monotonic()
         try:
             assert self._input is not None
