@@ -7,8 +7,9 @@
 
 Core sends this file's text as ``python3 -I -u -c <this>`` through the driver's ordinary exec, with a random
 token as the first line of its stdin, and keeps that stdin open (``Command.input``): every cell request comes
-on it, one JSON object per line (``{"code", "timeout", "grace", "max_results"}``), and nothing else writes
-there. The app never imports this file.
+on it, one JSON object per line (``{"code", "timeout", "grace", "max_results"}``, and optionally ``"env"``, the
+cell's own variables over the session's, restored after it, and ``"pip_index": true`` when ``%pip`` may reach the
+package index), and nothing else writes there. The app never imports this file.
 
 Two processes. The SUPERVISOR (this command) makes itself undumpable first (``prctl(PR_SET_DUMPABLE, 0)``), so no
 other process of the box's uid can read its memory or open its descriptors through ``/proc``, then reads the token,
@@ -30,6 +31,17 @@ Then the supervisor writes the cell's frame, ``\\x1e<token>:<json>\\n`` on stdou
 on stderr, so the app knows where the cell's output ends on both streams; the frame
 carries the SHA-256 of the code the supervisor received, which the app checks against what it sent. The
 token is only ever in the supervisor's memory.
+
+Display outputs come live: the executor writes each one (``display()``, a figure, the final expression's result,
+all its MIME forms) on W as it is made, ``{"cell", "display", "results"}``, and the supervisor sends it on at once
+as a frame of its own, ``\\x1e<token>:{"cell", "display", "results"}\\n`` on stdout (never with ``code_sha256``:
+the app never takes one for the cell's end), for ``on_result``. The end frame still holds every result; each
+item says its output (``"display"``, an index) and whether it is the final expression's (``"main"``).
+
+The executor runs cells through IPython's ``InteractiveShell`` when it can import IPython (the driver's kernel
+package set, ``site`` in the start line, after the user's site-packages): IPython's input transformers, magics,
+``!cmd``, display formatter and traceback text. Without IPython it runs plain Python (statements, then the
+final expression's ``repr`` and ``_repr_*_`` forms).
 
 Time: at a cell's timeout the supervisor sends the executor SIGINT (KeyboardInterrupt, the state survives;
 the frame says ``"stop": "timeout"``); ``grace`` seconds later, if the cell has not ended, it kills the
