@@ -33,7 +33,17 @@ def test_results_without_display_indexes_each_stand_alone_and_text_is_the_first_
 def test_mime_types_a_cell_may_return() -> None:
     for mime in ("text/plain", "text/latex", "image/jpeg", "application/vnd.example+json", "application/javascript"):
         assert is_mime(mime), mime
-    for mime in ("", "text", "TEXT/PLAIN", "text/plain; charset=utf-8", "../x/y", "a/" + "b" * 200, None, 3):
-        assert not is_mime(mime), mime
+    bad: tuple[object, ...] = (
+        "",
+        "text",
+        "TEXT/PLAIN",
+        "text/plain; charset=utf-8",
+        "../x/y",
+        "a/" + "b" * 200,
+        None,
+        3,
+    )
+    for wrong in bad:
+        assert not is_mime(wrong), wrong
     assert is_binary("image/png") and is_binary("image/jpeg") and is_binary("application/pdf")
     assert not is_binary("image/svg+xml") and not is_binary("text/html") and not is_binary("application/json")

@@ -234,7 +234,7 @@ permissions:
 def _index_addresses() -> dict[str, str] | None:
     """The package index's hosts as this machine's resolver answers (None: it cannot resolve them)."""
     try:
-        return {host: socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)[0][4][0] for host in PACKAGE_INDEX}
+        return {host: str(socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)[0][4][0]) for host in PACKAGE_INDEX}
     except OSError:
         return None
 
