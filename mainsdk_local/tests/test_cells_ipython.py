@@ -264,9 +264,12 @@ def test_a_user_who_pins_ipython_gets_theirs(make_sandbox: Callable[..., Any]) -
     )
     config = config.replace("timeout: 10s", "timeout: 60s")
     with make_sandbox(config).sandbox.create(packages=["ipython"]) as session:
-        result = session.run_code("import IPython\n(IPython.__version__, IPython.__file__.startswith('/opt/mainsdk'))")
-        assert result.text == "('9.1.0', False)"
-        assert session.run_code("display('still a notebook')").text is None
+        # The kernel's shell itself is the user's IPython: found first on sys.path, before the kernel's own set.
+        shell = "sys.modules['IPython.core.interactiveshell'].__file__.startswith('/opt/mainsdk')"
+        result = session.run_code(f"import IPython, sys\n(IPython.__version__, {shell}, get_ipython() is not None)")
+        assert result.text == "('9.1.0', False, True)"
+        shown = session.run_code("display('still a notebook')")
+        assert [(r.mime, r.data, r.main) for r in shown.results] == [("text/plain", "'still a notebook'", False)]
 
 
 def _old_python() -> str | None:
