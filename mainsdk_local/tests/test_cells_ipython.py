@@ -292,3 +292,22 @@ def test_a_box_python_too_old_for_the_set_is_refused_naming_it(make_sandbox: Cal
         session.run_code("print('never')")
     assert refused.value.code == INVALID_OPTION and old in refused.value.message and "3.10" in refused.value.message
     assert "Python 3.11 or newer" in refused.value.message and refused.value.ran is False
+
+
+def test_display_lines_a_cell_forges_cannot_flood_the_app(make_sandbox: Callable[..., Any]) -> None:
+    # The cell writes 3,000 made-up display lines of 1 KB each straight on every pipe it holds (the executor's
+    # result pipe among them): the supervisor passes them on as live frames, and the app takes at most
+    # limits.files bytes of them (here 100 KB), whatever the box says.
+    config = CONFIG.replace("output: 1MB }", "output: 1MB, files: 100KB }")
+    forge = (
+        "import json, os\nline = lambda n: json.dumps({'cell': 1, 'display': 1000 + n, 'results': [{'mime': "
+        "'text/plain', 'data': 'x' * 1000, 'encoding': 'utf-8', 'display': 1000 + n}]}).encode() + b'\\n'\n"
+        "for name in os.listdir('/proc/self/fd'):\n    if int(name) > 2:\n        try:\n"
+        "            for n in range(3000):\n                os.write(int(name), line(n))\n"
+        "        except OSError:\n            pass\n"
+    )
+    calls: list[RichResult] = []
+    with make_sandbox(config).sandbox.create() as session:
+        result = session.run_code(forge, on_result=calls.append)
+        assert 0 < len(calls) <= 100 * 1024 // (1000 + 64) and result.state_kept
+        assert session.run_code("6 * 7").text == "42"

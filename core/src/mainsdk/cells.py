@@ -59,6 +59,7 @@ _EXTENSIONS = {
 # The hosts ``%pip install`` needs: a session whose hosts cover both installs into itself; otherwise it says how
 # to pin the package in ``sandbox.packages`` instead (nothing is installed).
 PACKAGE_INDEX = ("pypi.org", "files.pythonhosted.org")
+LIVE_OVERHEAD = 64  # bytes a live result counts for beyond its data (an empty one is not free)
 
 
 @attrs.frozen
@@ -447,6 +448,9 @@ class Interpreter:
         collector = OutputCollector(plan.limits.output, secret_values, on_output, label=cell_id)
         redact = NameRedactor(secret_values)
         shown: dict[tuple[int, str], RichResult] = {}  # what came live, by (display, mime): each result once
+        # Live results are the box's words: at most limits.files bytes of them in all (the kernel's own bound on a
+        # cell's results), each counted with some overhead, so a cell spamming displays cannot fill the app.
+        room = [plan.limits.files]
 
         def on_display(live: dict[str, Any]) -> None:
             items = live.get("results")
@@ -454,6 +458,12 @@ class Interpreter:
                 key = _display_key(item)
                 if key is None or key in shown:
                     continue
+                data = item.get("data") if isinstance(item, dict) else None
+                cost = (len(data) if isinstance(data, str) else 0) + LIVE_OVERHEAD
+                if cost > room[0]:
+                    room[0] = 0
+                    return
+                room[0] -= cost
                 rich = self._rich(item, number, len(shown) + index, redact)
                 if rich is not None:
                     shown[key] = rich
