@@ -189,6 +189,16 @@ def test_a_cells_own_env_holds_for_that_cell_only_and_its_secret_is_redacted(
         assert own.stdout.count("cell") == 1 and own.text is not None and own.text.startswith("('cell', ")
         failed = session.run_code("raise KeyError(os.environ['KEY'])", env={"KEY": secret("TEST_API_KEY")})
         assert failed.error is not None and "sk-cell-env-secret-42" not in failed.error.value + failed.error.traceback
+        live: list[RichResult] = []
+        forms = session.run_code(
+            "from IPython.display import HTML, JSON, Markdown\nk = os.environ['KEY']\n"
+            "display(HTML(f'<b>{k}</b>'), Markdown(k), JSON({'k': k}))\n{'k': k}",
+            env={"KEY": secret("TEST_API_KEY")},
+            on_result=live.append,
+        )
+        assert forms.ok and {"text/html", "text/markdown", "application/json"} <= {r.mime for r in forms.results}
+        assert len(live) == len(forms.results) == 7  # three outputs of two forms, and the final expression's
+        assert all("sk-cell-env-secret-42" not in str(r.data) for r in (*forms.results, *live))  # every text form
         after = session.run_code("(os.environ['MODE'], os.environ.get('KEY'))")
         assert after.text == "('session', None)"  # restored after each cell
         with pytest.raises(SandboxError) as refused:
@@ -197,7 +207,7 @@ def test_a_cells_own_env_holds_for_that_cell_only_and_its_secret_is_redacted(
         with pytest.raises(SandboxError) as bad:
             session.run_code("1", env={"1BAD": "x"})
         assert bad.value.code == INVALID_OPTION
-    assert [e.kind for e in built.events if e.cell == 4] == ["refused"]
+    assert [e.kind for e in built.events if e.cell == 5] == ["refused"]
 
 
 async def test_a_cells_own_env_on_async_sandbox(async_sandbox: Any) -> None:

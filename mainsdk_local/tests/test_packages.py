@@ -278,7 +278,8 @@ def test_a_cell_drawing_with_pandas_and_matplotlib_returns_the_figure_as_a_png(
         drawn = session.run_code("df.plot.bar(x='item', y='count');")
         assert drawn.ok, drawn.error
     pngs = [r for r in drawn.results if r.mime == "image/png"]
-    assert len(pngs) == 1
+    assert len(pngs) == 1  # the figure left open, shown at the cell's end with its text form (the ; hides the value)
+    assert [d.text for d in drawn.displays] == ["<Figure size 640x480 with 1 Axes>"]
     data = pngs[0].bytes() if pngs[0].data is not None else sandbox.files.read(pngs[0].file)  # type: ignore[arg-type]
     assert data is not None and data.startswith(b"\x89PNG\r\n\x1a\n")
 
@@ -295,10 +296,12 @@ def test_each_show_in_a_cell_returns_that_figure_then_closes_it_as_a_notebook_do
     text = text.replace("timeout: 10s, memory: 256MB", "timeout: 60s, memory: 1GB")
     sandbox = make_sandbox(text).sandbox
     with sandbox.create(packages=["matplotlib"]) as session:
+        inline = session.run_code("%matplotlib inline")  # IPython's magic, as a notebook's first cell often is
         loop = "import matplotlib.pyplot as plt\nfor i in range(3):\n    plt.plot([i, i + 1])\n    plt.show()\n"
         shown = session.run_code(loop + "len(plt.get_fignums())")
         method = session.run_code("fig = plt.figure()\nfig.gca().plot([3, 1])\nfig.show()")
         closed = session.run_code("len(plt.get_fignums())")
+    assert inline.ok and inline.stderr == "", inline.error
     assert shown.ok and shown.stderr == "", shown
     # Each show as it came, all its forms together, then the value.
     assert [d.mimes for d in shown.displays] == [("image/png", "text/plain")] * 3 + [("text/plain",)]

@@ -718,6 +718,13 @@ def _ipython_shell(cell, pip):
             # The traceback goes in the cell's error (IPython's text, no colours), not on its stdout.
             self.last_traceback_text = self.InteractiveTB.stb2text(stb)
 
+        def enable_gui(self, gui=None):
+            # A box has no screen: inline figures (results) need no event loop; a GUI backend cannot show.
+            if gui not in (None, "inline"):
+                from IPython.core.error import UsageError
+
+                raise UsageError(f"the box has no display for the {gui!r} GUI; use %matplotlib inline")
+
         def system(self, cmd):
             args = _pip_command(self.var_expand(cmd, depth=1))
             if args is not None:
