@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import CONFIG
 from mainsdk import RichResult, SandboxError, secret
 from mainsdk.cells import PACKAGE_INDEX
 from mainsdk.config import load_config_text
@@ -159,7 +158,6 @@ def test_shell_output_and_each_display_reach_the_app_while_the_cell_runs(make_sa
         "!echo first\nimport time\ntime.sleep(1)\ndisplay('one')\ntime.sleep(1)\ndisplay('two')\ntime.sleep(1)\n'last'"
     )
     with make_sandbox().sandbox.create() as session:
-        started = time.monotonic()
         result = session.run_code(code, on_output=on_output, on_result=on_result)
         ended = time.monotonic()
     assert result.ok and result.stdout == "first\n"
@@ -170,8 +168,9 @@ def test_shell_output_and_each_display_reach_the_app_while_the_cell_runs(make_sa
         (1, "text/plain", "'two'", False),
         (2, "text/plain", "'last'", True),
     ]
-    first, one, two, _ = (at - started for at, _, _ in seen)
-    assert first < 0.9 and 0.9 < one < 1.9 and 1.9 < two < 2.9 and ended - started > 2.9  # each as it came
+    # Each as it came, not at the cell's end: the sleeps after each event bound how early it was, whatever the load.
+    first, one, two, _ = (at for at, _, _ in seen)
+    assert ended - first >= 2.9 and ended - one >= 1.9 and ended - two >= 0.9 and two - one >= 0.9
     assert [r.data for r in result.results] == ["'one'", "'two'", "'last'"]  # the same, each once
 
 
@@ -268,8 +267,8 @@ def test_pip_installs_into_the_session_when_the_index_is_among_its_hosts(
         assert listed.ok and "six" in listed.stdout
 
 
-def test_a_user_who_pins_ipython_gets_theirs(make_sandbox: Callable[..., Any]) -> None:
-    config = CONFIG.replace(
+def test_a_user_who_pins_ipython_gets_theirs(make_sandbox: Callable[..., Any], local_config: str) -> None:
+    config = local_config.replace(
         "  secrets: [TEST_API_KEY]\n", "  secrets: [TEST_API_KEY]\n  packages:\n    python: [ipython==9.1.0]\n"
     )
     config = config.replace("timeout: 10s", "timeout: 60s")
@@ -291,10 +290,12 @@ def _old_python() -> str | None:
 
 
 @pytest.mark.skipif(_old_python() is None, reason="this machine has no Python 3.10 to point sandbox.local.python at")
-def test_a_box_python_too_old_for_the_set_is_refused_naming_it(make_sandbox: Callable[..., Any]) -> None:
+def test_a_box_python_too_old_for_the_set_is_refused_naming_it(
+    make_sandbox: Callable[..., Any], local_config: str
+) -> None:
     old = _old_python()
     assert old is not None
-    config = CONFIG.replace("python: python3,", f"python: {old},").replace(
+    config = local_config.replace("python: python3,", f"python: {old},").replace(
         "processes: [python3,", f"processes: [{old},"
     )
     built = make_sandbox(config)
@@ -304,11 +305,11 @@ def test_a_box_python_too_old_for_the_set_is_refused_naming_it(make_sandbox: Cal
     assert "Python 3.11 or newer" in refused.value.message and refused.value.ran is False
 
 
-def test_display_lines_a_cell_forges_cannot_flood_the_app(make_sandbox: Callable[..., Any]) -> None:
+def test_display_lines_a_cell_forges_cannot_flood_the_app(make_sandbox: Callable[..., Any], local_config: str) -> None:
     # The cell writes 3,000 made-up display lines of 1 KB each straight on every pipe it holds (the executor's
     # result pipe among them): the supervisor passes them on as live frames, and the app takes at most
     # limits.files bytes of them (here 100 KB), whatever the box says.
-    config = CONFIG.replace("output: 1MB }", "output: 1MB, files: 100KB }")
+    config = local_config.replace("output: 1MB }", "output: 1MB, files: 100KB }")
     forge = (
         "import json, os\nline = lambda n: json.dumps({'cell': 1, 'display': 1000 + n, 'results': [{'mime': "
         "'text/plain', 'data': 'x' * 1000, 'encoding': 'utf-8', 'display': 1000 + n}]}).encode() + b'\\n'\n"
