@@ -734,7 +734,11 @@ def _ipython_shell(cell, pip):
     config = Config()
     config.HistoryManager.hist_file = ":memory:"  # history in memory: nothing of the cells written to the box's disk
     config.HistoryManager.db_log_output = False
-    shell = Shell.instance(config=config, colors="nocolor")
+    try:
+        shell = Shell.instance(config=config, colors="nocolor")
+    except Exception as exc:  # an IPython this executor cannot drive (a box's own, far older): plain cells
+        sys.stderr.write(f"mainsdk cell kernel: IPython did not start ({type(exc).__name__}: {exc}); plain Python\n")
+        return None
     shell.last_traceback_text = ""
 
     def pip_magic(line):
