@@ -649,7 +649,10 @@ class _Pip:
         import subprocess
 
         if args[:1] == ["install"] and not self.index:
-            example = next((a for a in args[1:] if not a.startswith("-")), "name==1.0")
+            import re
+
+            named = [a for a in args[1:] if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?(==\S+)?", a)]
+            example = next((a for a in named if not a.endswith((".txt", ".whl"))), "name")
             if "==" not in example:
                 example += "==<version>"
             sys.stderr.write(NO_INDEX.format(example=example))
