@@ -166,7 +166,6 @@ class Session:
 
     def __init__(self, session: AsyncSession) -> None:
         self._async = session
-        self._twins: dict[str, Interpreter] = {}  # one twin per interpreter, so a listing returns the same objects
 
     @property
     def id(self) -> str:
@@ -211,15 +210,11 @@ class Session:
 
     def interpreter(self, language: str = "python", *, cwd: str | None = None, name: str | None = None) -> Interpreter:
         """Open another interpreter in the session's box, with its own state; see ``AsyncSession.interpreter``."""
-        return self._twin(_LOOP.call(_opened(self._async, language, cwd, name)))
+        return Interpreter(_LOOP.call(_opened(self._async, language, cwd, name)))
 
     def interpreters(self) -> list[Interpreter]:
         """The session's open interpreters, in the order they were opened; see ``AsyncSession.interpreters``."""
-        return [self._twin(i) for i in self._async.interpreters()]
-
-    def _twin(self, interpreter: AsyncInterpreter) -> Interpreter:
-        self._twins = {k: t for k, t in self._twins.items() if not t.closed}
-        return self._twins.setdefault(interpreter.id, Interpreter(interpreter))
+        return [Interpreter(i) for i in self._async.interpreters()]
 
     close = _blocking(AsyncSession.close)
 
@@ -296,6 +291,13 @@ class Interpreter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __eq__(self, other: object) -> bool:
+        # Twins made at different calls (``interpreter()``, each ``interpreters()``) of one interpreter are equal.
+        return isinstance(other, Interpreter) and other._async is self._async
+
+    def __hash__(self) -> int:
+        return hash(id(self._async))
 
     def __repr__(self) -> str:
         return repr(self._async).replace("<AsyncInterpreter", "<Interpreter", 1)
