@@ -134,7 +134,7 @@ class Interpreters:
 
     def listed(self) -> list[AsyncInterpreter]:
         """Those open, in the order they were opened."""
-        self._open = [i for i in self._open if not i._kernel.closed]  # closed ones are ended already
+        # Read only: the sync twin lists from the app's thread while the loop's thread may add one.
         return [i for i in self._open if not i.closed]
 
     def open(self, language: object, cwd: object, name: object) -> AsyncInterpreter:
@@ -164,7 +164,7 @@ class Interpreters:
         # Not drawn from ``cells.token``: replays seed that for the kernels' tokens, which an id must not shift.
         kernel = Kernel(self._runtime, language, cwd, f"interp_{secrets.token_hex(6)}")
         interpreter = AsyncInterpreter(self._runtime, kernel, name, default=default)
-        self._open = [*(i for i in self._open if not i._kernel.closed), interpreter]
+        self._open = [*(i for i in self._open if not i._kernel.closed), interpreter]  # closed ones are ended
         return interpreter
 
     async def kill_all(self) -> None:
