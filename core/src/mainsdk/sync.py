@@ -200,7 +200,7 @@ class Session:
         on_result: Callable[[RichResult], None] | None = None,
         on_error: Callable[[CellError], None] | None = None,
     ) -> CellResult:
-        """Run ``code`` as a cell in the session's interpreter; see ``AsyncSession.run_code``.
+        """Run ``code`` as a cell in the session's default interpreter of ``language``; see ``AsyncSession.run_code``.
 
         The callbacks are plain functions, called on the sandbox's own thread; an ``async def`` is refused with
         MAIN-SANDBOX-0001 (nothing here could await it): use ``AsyncSandbox`` for async callbacks.
