@@ -44,7 +44,14 @@ pytest.register_assert_rewrite("mainsdk_conformance.suite")
 from mainsdk import Capabilities  # noqa: E402
 
 from mainsdk_conformance.cassette import hand_set, keep_on_record  # noqa: E402
-from mainsdk_conformance.marks import CAPABILITY_FLAGS, LIVE, MEMORY_LIMIT_TREE, REPLAY, UNAVAILABLE  # noqa: E402
+from mainsdk_conformance.marks import (  # noqa: E402
+    CAPABILITY_FLAGS,
+    CELLS_LANGUAGE,
+    LIVE,
+    MEMORY_LIMIT_TREE,
+    REPLAY,
+    UNAVAILABLE,
+)
 from mainsdk_conformance.suite._helpers import ORIGIN_BODY  # noqa: E402
 from mainsdk_conformance.target import Conformance, ConformanceTarget  # noqa: E402
 
@@ -145,6 +152,11 @@ def _missing(
     if need.startswith("language:"):
         language = need.split(":", 1)[1]
         return None if language in caps.languages else f"driver {driver} declares no language {language}"
+    if need.startswith(CELLS_LANGUAGE):
+        language = need.removeprefix(CELLS_LANGUAGE)
+        if language in caps.cells_languages:
+            return None
+        return f"driver {driver} declares no cells in {language} (Capabilities.cells_languages)"
     if need == REPLAY:
         if recording:
             # A provider cannot be made to fail on cue: fault cassettes are authored, and recording keeps them.

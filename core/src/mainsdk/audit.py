@@ -55,7 +55,8 @@ class AuditEvent:
     network_policy: Any = None
     cost: Decimal | None = None
     session_id: str | None = None
-    cell: int | None = None  # a session cell's number (1, 2, ...), counted across interpreter restarts
+    cell: int | None = None  # a session cell's number (1, 2, ...), counted across the session's interpreters
+    interpreter: str | None = None  # the id of the interpreter a cell ran in (``session.interpreter``)
     time: str = attrs.field(factory=_now)
 
     def to_dict(self) -> dict[str, Any]:

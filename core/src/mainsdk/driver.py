@@ -51,6 +51,10 @@ from mainsdk.units import parse_duration as parse_duration
 
 Language = Literal["python", "node", "bash"]
 LANGUAGES: tuple[Language, ...] = ("python", "node", "bash")
+# The languages of session cells (``session.run_code``, ``session.interpreter``): the kernel's executors, named as
+# notebook users name them (E2B's contexts too), so JavaScript is "javascript" here where a run says "node".
+CellLanguage = Literal["python", "javascript", "typescript", "bash"]
+CELL_LANGUAGES: tuple[CellLanguage, ...] = ("python", "javascript", "typescript", "bash")
 Isolation = Literal["microvm", "namespace", "weak"]
 StopReason = Literal["timeout", "memory", "output", "cost"]
 
@@ -146,6 +150,9 @@ class Capabilities:
     # driver declaring cells must deliver. Background processes (``session.start``): several execs run at once in a
     # session and each is killed, whole tree, on cancel. Declared only once the suite's tests pass on the driver.
     cells: bool = False
+    # Of CELL_LANGUAGES: the languages the driver's cells run (each one the kernel's executor for it needs in the
+    # box: node for javascript and typescript). A cell or interpreter in another is refused (MAIN-SANDBOX-0001).
+    cells_languages: frozenset[str] = frozenset()
     background: bool = False
     # Puts the pinned packages of ``sandbox.packages`` in a box (``BoxSpec.packages``), without widening its network.
     # A driver without it refuses any call that would get packages (MAIN-SANDBOX-0001), never runs without them.

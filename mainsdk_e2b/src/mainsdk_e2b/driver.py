@@ -229,6 +229,7 @@ class E2BDriver:
             # signals the one pid envd started (handler.go ``cmd.Process.Signal``), which is this driver's
             # script, not the kernel. A stuck kernel is killed like any command: its whole session.
             cells=True,
+            cells_languages=frozenset({"python"}),  # the kernel's Python executor
             background=True,
             # Wheels fetched on the app side, uploaded with the work files, installed offline: see packages.py.
             packages=True,

@@ -124,6 +124,7 @@ class LocalDriver:
             reports_signals=True,
             outage_remedy=LOCAL_REMEDY,
             cells=True,
+            cells_languages=frozenset({"python"}),  # the kernel's Python executor
             background=True,
             # Package envs reach the box bound over the interpreter's site-packages, in the run's mount namespace;
             # weak mode has none, and would have to loosen -E or -s to add a path: it declares no packages.

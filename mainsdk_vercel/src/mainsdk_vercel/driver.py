@@ -260,6 +260,7 @@ class VercelDriver:
             # stays open until the command exits; vercel-sandbox 0.10.0 ``run_process``, @vercel/sandbox
             # ``api-client.ts`` ``runCommand``), and other requests (the cell files' ``fs/write``) go alongside.
             cells=True,
+            cells_languages=frozenset({"python"}),  # the kernel's Python executor
             background=True,
             # Wheels downloaded on the app's side and installed offline in the box (packages.py): the run's
             # network is never widened for them.
