@@ -41,7 +41,12 @@ class Seen:
     """What a loopback server saw of one request."""
 
     def __init__(
-        self, method: str, path: str, host: str | None, headers: dict[str, str], raw: list[tuple[str, str]] | None = None
+        self,
+        method: str,
+        path: str,
+        host: str | None,
+        headers: dict[str, str],
+        raw: list[tuple[str, str]] | None = None,
     ) -> None:
         self.method = method
         self.path = path

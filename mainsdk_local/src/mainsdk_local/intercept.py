@@ -35,6 +35,8 @@ HANDSHAKE_TIMEOUT = 30.0
 # are kept for it to read, and it writes them as it sends).
 _HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authorization", b"proxy-connection", b"te", b"upgrade", b"trailer"}
 
+_REASONS = {400: b"Bad Request", 421: b"Misdirected Request"}
+
 
 class _Misdirected(Exception):
     """A request on this connection for another host, or in a form the proxy does not forward."""
@@ -231,7 +233,9 @@ async def _answer(client: h11.Connection, writer: asyncio.StreamWriter, status: 
     data = (body + "\n").encode()
     head = [(b"Content-Type", b"text/plain; charset=utf-8"), (b"Content-Length", b"%d" % len(data))]
     with contextlib.suppress(h11.ProtocolError, ConnectionError, OSError):
-        writer.write(client.send(h11.Response(status_code=status, headers=[*head, (b"Connection", b"close")])) or b"")
+        reason = _REASONS.get(status, b"")
+        response = h11.Response(status_code=status, headers=[*head, (b"Connection", b"close")], reason=reason)
+        writer.write(client.send(response) or b"")
         writer.write(client.send(h11.Data(data=data)) or b"")
         writer.write(client.send(h11.EndOfMessage()) or b"")
         await writer.drain()
