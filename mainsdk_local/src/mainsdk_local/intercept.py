@@ -213,7 +213,7 @@ async def _response(
     keep = True
     pending = bytearray()  # the head and small data go out as one write (one TLS record), not three
     while True:
-        event = server.next_event()
+        event: object = server.next_event()
         if event is h11.NEED_DATA:
             if pending:
                 writer.write(bytes(pending))
