@@ -277,3 +277,24 @@ def test_refusals_come_before_anything_runs(make: Callable[..., Built]) -> None:
         weak.sandbox.run("print(1)", network=["api.example.test"], egress=WEATHER)
     assert weak_mode.value.code == INVALID_OPTION and "'local' driver" in str(weak_mode.value)
     assert [e.kind for e in (*built.events, *weak.events)] == ["refused"] * 3
+
+
+def test_curl_and_pip_trust_the_box_and_plain_http_to_the_host_gets_nothing(
+    make: Callable[..., Built], origin: LoopbackServer, http_server: LoopbackServer
+) -> None:
+    # curl reads CURL_CA_BUNDLE, pip PIP_CERT; the header goes over TLS only, never in clear text.
+    wheel = f"https://api.example.test:{origin.port}/wheels/demo-1.0-py3-none-any.whl"
+    code = (
+        f"curl -sS https://api.example.test:{origin.port}/curl\n"
+        f"curl -sS http://api.example.test:{http_server.port}/plain\n"
+        f"python3 -m pip download -q --no-deps --no-index -d /tmp/w {wheel} >/dev/null 2>&1; echo pip $?\n"
+    )
+    result = make().sandbox.run(code, "bash", network=["api.example.test"], egress=WEATHER)
+    assert result.stdout.splitlines()[:2] == [
+        f"https api.example.test:{origin.port} /curl",
+        f"http api.example.test:{http_server.port} /plain",
+    ], result.stderr
+    agents = [(seen.path, seen.headers.get("User-Agent", "").split("/")[0]) for seen in origin.seen]
+    assert agents[0] == ("/curl", "curl") and agents[1][0].startswith("/wheels/") and agents[1][1] == "pip"
+    assert key_headers(origin, "api.example.test") == [[KEY], [KEY]]
+    assert [[v for n, v in seen.raw if n.lower() == "x-api-key"] for seen in http_server.seen] == [[]]
