@@ -54,8 +54,8 @@ def origin() -> Iterator[LoopbackServer]:
 def make() -> Iterator[Callable[..., Built]]:
     made: list[Sandbox] = []
 
-    def build(**driver_options: Any) -> Built:
-        config = load_config_text(NETWORK_CONFIG)
+    def build(config_text: str = NETWORK_CONFIG, **driver_options: Any) -> Built:
+        config = load_config_text(config_text)
         driver_options.setdefault("upstream_ca", TEST_CA)
         driver = local_sandbox_driver(
             permissions=config.permissions,
@@ -298,3 +298,19 @@ def test_curl_and_pip_trust_the_box_and_plain_http_to_the_host_gets_nothing(
     assert agents[0] == ("/curl", "curl") and agents[1][0].startswith("/wheels/") and agents[1][1] == "pip"
     assert key_headers(origin, "api.example.test") == [[KEY], [KEY]]
     assert [[v for n, v in seen.raw if n.lower() == "x-api-key"] for seen in http_server.seen] == [[]]
+
+
+def test_a_rule_in_main_yaml_applies_to_every_run_given_the_host(
+    make: Callable[..., Built], origin: LoopbackServer
+) -> None:
+    configured = NETWORK_CONFIG.replace(
+        "  secrets: [TEST_API_KEY]\n",
+        "  secrets: [TEST_API_KEY]\n"
+        "  egress: { api.example.test: { headers: { X-Api-Key: 'secret:TEST_API_KEY' } } }\n",
+    )
+    built = make(configured)
+    code = f"import urllib.request; urllib.request.urlopen('https://api.example.test:{origin.port}/').read()"
+    assert built.sandbox.run(code, network=["api.example.test"]).ok  # the call names no egress
+    assert key_headers(origin, "api.example.test") == [[KEY]]
+    assert built.events[-1].egress == (("api.example.test", "X-Api-Key", "TEST_API_KEY"),)
+    assert built.sandbox.run("print(1)").stdout == "1\n"  # a run not given the host: no rule, no proxy
