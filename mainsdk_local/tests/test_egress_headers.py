@@ -245,7 +245,7 @@ def test_a_server_whose_certificate_does_not_verify_gets_no_request(
     assert origin.seen == []
 
 
-def test_a_session_keeps_the_rule_for_every_command_and_curl_and_node_trust_the_box(
+def test_a_session_keeps_the_rule_for_commands_background_processes_and_cells(
     make: Callable[..., Built], origin: LoopbackServer
 ) -> None:
     built = make()
@@ -253,11 +253,16 @@ def test_a_session_keeps_the_rule_for_every_command_and_curl_and_node_trust_the_
     with built.sandbox.create(network=["api.example.test"], egress=WEATHER) as session:
         first = session.run("python3", ["-c", f"import urllib.request; urllib.request.urlopen({url!r}).read()"])
         node = session.run("node", ["-e", f"fetch({url!r}).then(r => r.text()).then(t => console.log(t))"])
+        background = session.start("python3", ["-c", f"import urllib.request; urllib.request.urlopen({url!r})"])
+        background.wait()
+        cell = session.run_code(f"import urllib.request\nurllib.request.urlopen({url!r}).read().decode()")
     assert first.exit_code == 0, first.stderr
     assert node.exit_code == 0 and "Paris" in node.stdout, node.stderr
-    assert key_headers(origin, "api.example.test") == [[KEY], [KEY]]
-    commands = [e for e in built.events if e.kind == "command"]
-    assert [e.egress for e in commands] == [(("api.example.test", "X-Api-Key", "TEST_API_KEY"),)] * 2
+    assert cell.error is None and "Paris" in repr(cell.results), cell
+    # A command, a node command, a background process and a cell: each request had the header, once.
+    assert key_headers(origin, "api.example.test") == [[KEY]] * 4
+    commands = [e for e in built.events if e.kind in ("command", "cell")]
+    assert {e.egress for e in commands} == {(("api.example.test", "X-Api-Key", "TEST_API_KEY"),)}
 
 
 def test_refusals_come_before_anything_runs(make: Callable[..., Built]) -> None:
