@@ -319,3 +319,19 @@ def test_a_rule_in_main_yaml_applies_to_every_run_given_the_host(
     assert key_headers(origin, "api.example.test") == [[KEY]]
     assert built.events[-1].egress == (("api.example.test", "X-Api-Key", "TEST_API_KEY"),)
     assert built.sandbox.run("print(1)").stdout == "1\n"  # a run not given the host: no rule, no proxy
+
+
+def test_an_action_gives_every_run_its_hosts_and_their_credentials(
+    make: Callable[..., Built], origin: LoopbackServer
+) -> None:
+    built = make()
+    url = f"https://api.example.test:{origin.port}/data/2.5/weather?q=Paris"
+    code = f"import urllib.request; print(urllib.request.urlopen({url!r}).read().decode())"
+    for session in (False, True):
+        action = built.sandbox.action(name="weather.run", network=["api.example.test"], egress=WEATHER, session=session)
+        assert "reaching only api.example.test" in action.description
+        assert "authenticated for you" in action.description and KEY not in action.description
+        result = action.run({"code": code})
+        assert "Paris" in result["stdout"], result
+    assert key_headers(origin, "api.example.test") == [[KEY], [KEY]]
+    assert KEY not in json.dumps([e.to_dict() for e in built.events], default=str)
