@@ -277,11 +277,18 @@ def test_refusals_come_before_anything_runs(make: Callable[..., Built]) -> None:
             egress={"api.example.test": {"headers": {"X-Api-Key": secret("NOT_LISTED")}}},
         )
     assert not_listed.value.code == SECRET_NOT_ALLOWED and "NOT_LISTED" in str(not_listed.value)
+    with pytest.raises(SandboxError) as taken:
+        built.sandbox.run("print(1)", files={".mainsdk/x": "mine"}, network=["api.example.test"], egress=WEATHER)
+    assert taken.value.code == INVALID_OPTION and ".mainsdk/" in str(taken.value)
+    small = make(NETWORK_CONFIG.replace("max: 64MB", "max: 4KB"))  # below any bundle, with or without system CAs
+    with pytest.raises(SandboxError) as no_room:
+        small.sandbox.run("print(1)", network=["api.example.test"], egress=WEATHER)
+    assert no_room.value.code == INVALID_OPTION and "permissions.disk.temp.max" in str(no_room.value)
     weak = make(force_weak=True)
     with pytest.raises(SandboxError) as weak_mode:
         weak.sandbox.run("print(1)", network=["api.example.test"], egress=WEATHER)
     assert weak_mode.value.code == INVALID_OPTION and "'local' driver" in str(weak_mode.value)
-    assert [e.kind for e in (*built.events, *weak.events)] == ["refused"] * 3
+    assert [e.kind for e in (*built.events, *small.events, *weak.events)] == ["refused"] * 5
 
 
 def test_curl_and_pip_trust_the_box_and_plain_http_to_the_host_gets_nothing(
