@@ -77,6 +77,25 @@ def test_a_prefix_goes_before_the_value_and_both_are_redacted() -> None:
     assert {b"ghp_abc", b"Bearer ghp_abc"} <= set(result.secret_values)  # a wildcard network host covers it
 
 
+def test_a_prefix_applies_to_an_env_secret_too() -> None:
+    result = plan_run(
+        config=CONFIG,
+        caps=CAPS,
+        driver_id="local",
+        network_allow=lambda h: True,
+        resolver=SECRETS.get,
+        files=None,
+        network=(),
+        env={"AUTH": secret("GITHUB_TOKEN", prefix="token ")},
+        limits=None,
+        max_cost=None,
+    )
+    assert result.env == {"AUTH": "token ghp_abc"} and repr(secret("G", prefix="x ")) == "secret('G', prefix='x ')"
+    with pytest.raises(SandboxError) as caught:
+        secret("G", prefix="a\nb")
+    assert caught.value.code == errors.INVALID_OPTION and "prefix" in str(caught.value)
+
+
 def test_a_host_not_in_the_runs_network_is_0005_naming_it() -> None:
     exc = refused(network=("other.example",))
     assert exc.code == errors.HOST_NOT_ALLOWED and "api.openweathermap.org" in str(exc) and "network" in str(exc)

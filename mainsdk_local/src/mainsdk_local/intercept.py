@@ -66,6 +66,13 @@ async def intercept(
             b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
         )
         return
+    # The client's handshake follows the 200 at once: no byte of it may reach the plain stream, which would
+    # keep it from the TLS layer (with reading left on, a handshake that came during an await here hung).
+    plain = client_writer.transport
+    if isinstance(plain, asyncio.ReadTransport):
+        plain.pause_reading()
+    # The host's leaf is made on its first connection (a few ms of signing): off the loop, which serves other runs.
+    context = await asyncio.to_thread(authority.server_context, host)
     client_writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
     await client_writer.drain()
     loop = asyncio.get_running_loop()
@@ -73,8 +80,7 @@ async def intercept(
     protocol = asyncio.StreamReaderProtocol(reader)
     try:
         transport = await asyncio.wait_for(
-            loop.start_tls(client_writer.transport, protocol, authority.server_context(host), server_side=True),
-            HANDSHAKE_TIMEOUT,
+            loop.start_tls(client_writer.transport, protocol, context, server_side=True), HANDSHAKE_TIMEOUT
         )
     except (ssl.SSLError, ConnectionError, OSError, TimeoutError):
         return  # the code did not trust the box's CA, or left: nothing was sent upstream
