@@ -25,6 +25,8 @@ import attrs
 import pluggy
 
 # Re-exported for drivers (``X as X``: an explicit re-export). None of these modules imports this one.
+from mainsdk.egress import EgressHeader as EgressHeader
+from mainsdk.egress import EgressRule as EgressRule
 from mainsdk.errors import COST as COST
 from mainsdk.errors import DEFAULT_OUTAGE_REMEDY
 from mainsdk.errors import DRIVER_UNAVAILABLE as DRIVER_UNAVAILABLE
@@ -150,6 +152,10 @@ class Capabilities:
     # Puts the pinned packages of ``sandbox.packages`` in a box (``BoxSpec.packages``), without widening its network.
     # A driver without it refuses any call that would get packages (MAIN-SANDBOX-0001), never runs without them.
     packages: bool = False
+    # Sets the headers of ``BoxSpec.egress`` on the box's requests to each named host (HTTPS included), replacing
+    # a header of the same name the code sent, on no other host's, with the values never inside the box. A driver
+    # without it refuses any call with ``egress`` (MAIN-SANDBOX-0001 naming the driver).
+    egress_headers: bool = False
 
 
 def extra_reach(caps: Capabilities, hosts: tuple[str, ...]) -> tuple[str, ...]:
@@ -199,6 +205,9 @@ class BoxSpec:
     # True for a session's box, where more commands are likely to follow; False for a one-shot run's box, which
     # runs one command and stops. A driver may prepare ahead for a session's next command, and skip that for a run.
     session: bool = False
+    # Headers to set at the egress on requests to each host (``mainsdk.egress``), with the secrets' values
+    # resolved: never put them in the box, a log, an error or a cassette. Each host is one of ``hosts`` (covered).
+    egress: tuple[EgressRule, ...] = attrs.field(default=(), repr=False)
 
 
 class InputStream:
