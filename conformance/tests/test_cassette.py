@@ -254,3 +254,33 @@ def test_recording_without_an_account_says_what_to_set(
     monkeypatch.delenv("E2B_ACCESS_TOKEN", raising=False)
     assert main(["record", "--driver", "e2b", "--tests", str(tmp_path)]) == 2
     assert "needs a real account: set E2B_API_KEY or E2B_ACCESS_TOKEN" in capsys.readouterr().err
+
+
+def test_a_named_secret_is_scrubbed_to_its_name_in_a_body_and_a_credential_header() -> None:
+    """Egress header values: gone from the cassette, each marked by its secret's name, which a check accepts."""
+    value = "egk-5c4b3a29-conformance"
+    rules = {"api.example.test": [{"transform": {"headers": {"X-Api-Key": value, "X-Other": f"Bearer {value}"}}}]}
+    data = cassette(
+        [
+            {
+                "request": {
+                    "method": "POST",
+                    "path": "/v2/sandboxes",
+                    "headers": {"Authorization": f"Bearer {value}"},
+                    "body": {"json": {"network": {"rules": rules}}},
+                },
+                "response": {"status": 201, "body": {"text": base64.b64encode(value.encode()).decode()}},
+            }
+        ]
+    )
+    clean = scrub(data, named={"EGRESS_KEY": value})
+    assert value not in json.dumps(clean) and find_credentials(clean) == []
+    request = clean["interactions"][0]["request"]
+    headers = request["body"]["json"]["network"]["rules"]["api.example.test"][0]["transform"]["headers"]
+    assert headers == {"X-Api-Key": "[scrubbed:EGRESS_KEY]", "X-Other": "Bearer [scrubbed:EGRESS_KEY]"}
+    assert request["headers"]["Authorization"] == "Bearer [scrubbed:EGRESS_KEY]"
+    assert base64.b64decode(clean["interactions"][0]["response"]["body"]["text"]) == b"[scrubbed:EGRESS_KEY]"
+    # Anything else in a credential header is still a credential, and still found.
+    for kept in ("sk9f8e7d6c5b4a3f2e1d [scrubbed:K]", "[scrubbed:K] extra", "Bearer [scrubbed:K][scrubbed:K]"):
+        leaky = cassette([{"request": {"method": "GET", "path": "/o", "headers": {"X-Api-Key": kept}}}])
+        assert find_credentials(leaky), kept

@@ -343,3 +343,27 @@ def test_a_replayed_answer_holds_its_epoch_millisecond_times_moved_by_the_same_o
     assert before - 5 <= answer["createdAt"] / 1000 <= time.time() + 1
     assert answer["startedAt"] - answer["createdAt"] == 1500
     assert answer["memory"] == session["memory"]  # a number under another key is the provider's, never moved
+
+
+def test_a_named_secret_is_matched_by_name_where_it_was_recorded_and_nowhere_else(tmp_path: Path) -> None:
+    """The cassette holds ``[scrubbed:NAME]``; replay scrubs each request the same way before matching it, so a
+    driver that sends the value in the recorded field matches, and one that puts it anywhere else does not."""
+    value = "egk-5c4b3a29-conformance"
+    recorded = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Api-Key": "[scrubbed:EGRESS_KEY]"}}}]}}}
+    interactions = [
+        {"request": {"method": "POST", "path": "/boxes", "body": {"json": recorded}}, "response": {"status": 201}}
+    ]
+    path = write(tmp_path / "named.json", interactions)
+    right = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Api-Key": value}}}]}}}
+    wrong_field = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Key": value}}}]}}}
+    other_value = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Api-Key": "another"}}}]}}}
+    for body, matches in ((right, True), (wrong_field, False), (other_value, False)):
+        server = ReplayServer.replayer(ONE, path, named={"EGRESS_KEY": value})
+        server.start()
+        try:
+            with httpx.Client() as client:
+                answer = client.post(f"{server.url()}/boxes", json=body)
+        finally:
+            server.stop()
+        assert (answer.status_code == 201) is matches, body
+        assert value not in answer.text and all(value not in problem for problem in server.problems(final=False))

@@ -83,6 +83,10 @@ CREDENTIAL_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\bvc[kpiar]_[0-9A-Za-z]{20,}"),  # Vercel tokens with a kind prefix
     re.compile(r"\bBearer\s+(?!\[scrubbed\])[A-Za-z0-9._~+/-]{16,}=*", re.IGNORECASE),
 )
+# A known secret's value scrubbed by name (``scrub``'s ``named``): ``[scrubbed:NAME]``. A credential header may
+# hold one after a scheme word of letters ("Bearer [scrubbed:NAME]"), nothing else: no digits, nothing long.
+NAMED_MARK = "[scrubbed:{}]"
+_SCRUBBED_HEADER = re.compile(r"(?:[A-Za-z][A-Za-z-]{0,15} )?\[scrubbed(?::[A-Za-z_][A-Za-z0-9_]*)?\]")
 # Values made up by the suite to look like keys: not secrets, so a cassette may hold them.
 FAKE_KEYS = frozenset({"ghp_" + "conformanceFAKEkey" + "0" * 18})
 
@@ -371,7 +375,7 @@ def find_credentials(cassette: Mapping[str, Any]) -> list[str]:
     found: list[str] = []
     for location, key, value in _walk(cassette, ""):
         credential_key = isinstance(key, str) and (key.lower() in CREDENTIAL_HEADERS or key in CREDENTIAL_FIELDS)
-        if credential_key and isinstance(value, str) and value != SCRUBBED:
+        if credential_key and isinstance(value, str) and _SCRUBBED_HEADER.fullmatch(value) is None:
             found.append(f"{location}: a {key} with a value")
             continue
         if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
@@ -386,7 +390,15 @@ def find_credentials(cassette: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def _scrub_text(text: str, values: Sequence[str]) -> str:
+def _scrub_named(text: str, named: Mapping[str, str]) -> str:
+    for name, value in named.items():
+        if value:
+            text = text.replace(value, NAMED_MARK.format(name))
+    return text
+
+
+def _scrub_text(text: str, values: Sequence[str], named: Mapping[str, str] = {}) -> str:
+    text = _scrub_named(text, named)
     for value in values:
         if value:
             text = text.replace(value, SCRUBBED)
@@ -395,37 +407,63 @@ def _scrub_text(text: str, values: Sequence[str]) -> str:
     return text
 
 
-def _scrub_string(text: str, values: Sequence[str]) -> str:
+def _scrub_string(text: str, values: Sequence[str], named: Mapping[str, str] = {}) -> str:
     """A string scrubbed, looking inside it too when it is base64."""
     decoded = _unbase64(text)
     if decoded is not None:
-        cleaned = _scrub_text(decoded, values)
+        cleaned = _scrub_text(decoded, values, named)
         if cleaned != decoded:
             return base64.b64encode(cleaned.encode("latin-1")).decode()
-    return _scrub_text(text, values)
+    return _scrub_text(text, values, named)
 
 
-def scrub(value: Any, values: Sequence[str] = ()) -> Any:
+def scrub(value: Any, values: Sequence[str] = (), named: Mapping[str, str] | None = None) -> Any:
     """A copy of a cassette (or any part of one) with every credential replaced by ``[scrubbed]``.
 
     ``values`` are known secret values (the recorder's own key) to replace
     wherever they appear. Credential headers, JSON fields and query parameters
-    are replaced whatever their value; everything else by pattern.
+    are replaced whatever their value; everything else by pattern. ``named``
+    (secret name to value) are replaced first by ``[scrubbed:NAME]``, in a
+    credential header too ("Bearer [scrubbed:NAME]"): replay scrubs a request the
+    same way (``scrub_named``), so it still checks which value went where.
     """
+    named = named or {}
     if isinstance(value, str):
-        return _scrub_string(value, values)
+        return _scrub_string(value, values, named)
     if isinstance(value, list):
-        return [scrub(item, values) for item in value]
+        return [scrub(item, values, named) for item in value]
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
             if isinstance(item, str) and (key.lower() in CREDENTIAL_HEADERS or key in CREDENTIAL_FIELDS):
-                out[key] = SCRUBBED
+                marked = _scrub_named(item, named)
+                out[key] = marked if _SCRUBBED_HEADER.fullmatch(marked) else SCRUBBED
             elif key == "query" and isinstance(item, list):
-                out[key] = [[k, SCRUBBED if str(k).lower() in CREDENTIAL_QUERY else scrub(v, values)] for k, v in item]
+                out[key] = [
+                    [k, SCRUBBED if str(k).lower() in CREDENTIAL_QUERY else scrub(v, values, named)] for k, v in item
+                ]
             else:
-                out[key] = scrub(item, values)
+                out[key] = scrub(item, values, named)
         return out
+    return value
+
+
+def scrub_named(value: Any, named: Mapping[str, str]) -> Any:
+    """A copy of ``value`` with only the ``named`` secrets' values replaced by ``[scrubbed:NAME]``, as ``scrub``
+    does: what replay does to a request before matching it (base64 strings looked into too)."""
+    if not named:
+        return value
+    if isinstance(value, str):
+        decoded = _unbase64(value)
+        if decoded is not None:
+            cleaned = _scrub_named(decoded, named)
+            if cleaned != decoded:
+                return base64.b64encode(cleaned.encode("latin-1")).decode()
+        return _scrub_named(value, named)
+    if isinstance(value, list):
+        return [scrub_named(item, named) for item in value]
+    if isinstance(value, Mapping):
+        return {key: scrub_named(item, named) for key, item in value.items()}
     return value
 
 

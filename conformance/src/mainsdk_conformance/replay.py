@@ -45,6 +45,7 @@ from mainsdk_conformance.cassette import (
     is_stream,
     load,
     scrub,
+    scrub_named,
 )
 from mainsdk_conformance.profiles import Profile
 
@@ -145,8 +146,12 @@ class ReplayServer:
         cassette: Cassette | None,
         upstreams: Mapping[str, str] | None = None,
         secrets: Sequence[str] = (),
+        named: Mapping[str, str] | None = None,
     ) -> None:
         self.profile = profile
+        # Secrets scrubbed by name (``cassette.scrub``): from the saved cassette, and from each request replayed
+        # before it is matched, so the match still says which value went where.
+        self._named = dict(named or {})
         self.path = path
         self.recording = upstreams is not None
         self.upstreams = dict(upstreams or {})
@@ -167,13 +172,22 @@ class ReplayServer:
         self._epoch_ms = re.compile(rb'("(?:' + keys.encode() + rb')"\s*:\s*)(\d{12,14})\b') if keys else None
 
     @classmethod
-    def replayer(cls, profile: Profile, path: Path) -> ReplayServer:
-        """Replay ``path``; a missing file fails each request that comes, a bad one raises ``CassetteError`` now."""
-        return cls(profile, path, cassette=load(path) if path.exists() else None)
+    def replayer(cls, profile: Profile, path: Path, *, named: Mapping[str, str] | None = None) -> ReplayServer:
+        """Replay ``path``; a missing file fails each request that comes, a bad one raises ``CassetteError`` now.
+
+        ``named``: secret name to value, replaced by ``[scrubbed:NAME]`` in each request before it is matched.
+        """
+        return cls(profile, path, cassette=load(path) if path.exists() else None, named=named)
 
     @classmethod
     def recorder(
-        cls, profile: Profile, path: Path, *, upstreams: Mapping[str, str] | None = None, secrets: Sequence[str] = ()
+        cls,
+        profile: Profile,
+        path: Path,
+        *,
+        upstreams: Mapping[str, str] | None = None,
+        secrets: Sequence[str] = (),
+        named: Mapping[str, str] | None = None,
     ) -> ReplayServer:
         """Forward to the provider (the profile's upstreams, overridden by ``upstreams``) and record into ``path``."""
         merged = dict(profile.upstreams) | dict(upstreams or {})
@@ -197,7 +211,7 @@ class ReplayServer:
             # A provider on this machine is a stand-in, never the real service: what it answered is authored.
             meta["made"] = "authored"
             meta["how"] = f"recorded against a stand-in on this machine ({', '.join(standins)})"
-        server = cls(profile, path, cassette=Cassette(meta, [], path), upstreams=merged, secrets=secrets)
+        server = cls(profile, path, cassette=Cassette(meta, [], path), upstreams=merged, secrets=secrets, named=named)
         return server
 
     # --- lifecycle ------------------------------------------------------------------------------------------------
@@ -238,7 +252,7 @@ class ReplayServer:
 
     def save(self) -> Path:
         """Write the recorded cassette, scrubbed; refuses to write one still holding a credential."""
-        data = scrub(self.cassette.to_dict(), self._secrets)
+        data = scrub(self.cassette.to_dict(), self._secrets, self._named)
         self.cassette = Cassette(data["meta"], [i for i in data["interactions"] if i is not None], self.path)
         return self.cassette.save()
 
@@ -416,6 +430,7 @@ class ReplayServer:
         if self.recording:
             self._forward(handler, upstream, request, parts.query, body, got)
             return
+        request = scrub_named(request, self._named)  # as the recorder saved it: the cassette never holds them
         rule = self.profile.broken_rule(handler.command, parts.path, handler.headers)
         if rule is not None:
             # The provider's server refuses it before anything else: answer as it does, and fail the test.
