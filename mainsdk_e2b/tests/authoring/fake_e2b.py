@@ -184,7 +184,8 @@ _DNS_NAME = re.compile(r"([a-zA-Z0-9_][a-zA-Z0-9_-]{0,62})(\.[a-zA-Z0-9_][a-zA-Z
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # networktransform/placeholders.go: the two prefixes a header value's placeholders start with.
 _PLACEHOLDER_PREFIXES = ("${e2b.identity.tokens.", "${e2b.secrets.")
-# secretsstore/name.go NormalizeName: 1 to 128 bytes of [A-Za-z0-9_-] once trimmed, not starting "sec_" (SecretIDPrefix).
+# secretsstore/name.go NormalizeName: 1 to 128 bytes of [A-Za-z0-9_-] once trimmed, not starting "sec_"
+# (id.SecretIDPrefix).
 _SECRET_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
@@ -216,7 +217,7 @@ def _is_specified(text: str) -> bool:
 
 def _is_dns_name(text: str) -> bool:
     """govalidator IsDNSName."""
-    if not text or len(text.replace(".", "")) > 255 or _is_ip_or_cidr(text) and "/" not in text:
+    if not text or len(text.replace(".", "")) > 255 or (_is_ip_or_cidr(text) and "/" not in text):
         return False
     return _DNS_NAME.fullmatch(text) is not None
 
