@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mainsdk.driver import EgressHeader, EgressRule
 from mainsdk_conformance.cassette import decode_payload, load
-from mainsdk_vercel.driver import ROOT, vercel_network_policy
+from mainsdk_vercel.driver import ROOT, vercel_injection_policy, vercel_network_policy
 
 # Vercel's client is a test-only extra (pip install 'mainsdk-vercel[sdk-check]', which tox installs): without
 # it this module fails to import rather than skipping, so the check cannot silently not run.
 from vercel.sandbox import NetworkPolicy, SandboxClient, SandboxResources
-from vercel.sandbox._internal.models import _serialize_network_policy
+from vercel.sandbox._internal.models import NetworkPolicyRule, NetworkPolicyTransform, _serialize_network_policy
 from vercel.sandbox._internal.options import SandboxCredentials, SandboxServiceOptions
 
 HERE = Path(__file__).parent
@@ -245,10 +246,13 @@ def _policies() -> list[Any]:
     from mainsdk_conformance.target import NetworkHosts
 
     hosts = NetworkHosts()
+    # test_egress.py's weather example: its key, as the cassette holds it (scrubbed by name), set by one transform.
+    weather = NetworkPolicyRule(transform=[NetworkPolicyTransform(headers={"X-Api-Key": "[scrubbed:OPENWEATHER_KEY]"})])
     return [
         _serialize_network_policy(NetworkPolicy.deny_all()),
         _serialize_network_policy(NetworkPolicy.custom({hosts.allowed: ()})),
         _serialize_network_policy(NetworkPolicy.custom({hosts.wildcard: ()})),
+        _serialize_network_policy(NetworkPolicy.custom({"api.openweathermap.org": (weather,)})),
     ]
 
 
@@ -256,6 +260,21 @@ def _policies() -> list[Any]:
 def test_our_network_policy_is_the_one_vercels_client_sends(hosts: tuple[str, ...]) -> None:
     expected = NetworkPolicy.custom({host: () for host in hosts}) if hosts else NetworkPolicy.deny_all()
     assert vercel_network_policy(hosts) == _serialize_network_policy(expected)
+
+
+def test_our_egress_headers_are_the_injection_rules_vercels_client_sends() -> None:
+    # One host with headers, one without, one wildcard: each as vercel-sandbox 0.10.0 serializes them.
+    rules = (
+        EgressRule(
+            "api.example.com", (EgressHeader("X-Api-Key", "K", "v1", "v1"), EgressHeader("X-B", "B", "v2", "v2"))
+        ),
+    )
+    ours = vercel_injection_policy(vercel_network_policy(["api.example.com", "example.org", "*.example.net"]), rules)
+    transform = NetworkPolicyTransform(headers={"X-Api-Key": "v1", "X-B": "v2"})
+    expected = NetworkPolicy.custom(
+        {"api.example.com": (NetworkPolicyRule(transform=[transform]),), "example.org": (), "*.example.net": ()}
+    )
+    assert ours == _serialize_network_policy(expected)
 
 
 def test_the_written_files_land_where_vercels_client_puts_them(theirs: dict[str, list[dict[str, Any]]]) -> None:
