@@ -20,7 +20,9 @@ from mainsdk_conformance.cassette import (
     find_credentials,
     load,
     scrub,
+    scrub_fields,
 )
+from mainsdk_conformance.profiles import E2B, VERCEL
 
 E2B_KEY = "e2b_" + "ab" * 20
 JSON_TYPE = {"content-type": "application/json"}
@@ -284,3 +286,28 @@ def test_a_named_secret_is_scrubbed_to_its_name_in_a_body_and_a_credential_heade
     for kept in ("sk9f8e7d6c5b4a3f2e1d [scrubbed:K]", "[scrubbed:K] extra", "Bearer [scrubbed:K][scrubbed:K]"):
         leaky = cassette([{"request": {"method": "GET", "path": "/o", "headers": {"X-Api-Key": kept}}}])
         assert find_credentials(leaky), kept
+
+
+def test_a_profiles_secret_fields_hold_no_value_known_or_not() -> None:
+    """E2B's egress headers: a known secret marked by name (after a scheme word too), any other value scrubbed."""
+    rules = {
+        "a.test": [{"transform": {"headers": {"X-Key": "tok-1", "Authorization": "Bearer tok-1", "X-New": "v9"}}}],
+        "b.test": [{"transform": {"headers": {"X-Key": "plain"}}}],
+    }
+    body = {"network": {"allowOut": ["a.test", "b.test"], "rules": rules}, "envVars": {"K": "tok-1"}}
+    clean = scrub_fields(body, E2B.secret_fields, {"K1": "tok-1"})
+    assert clean["network"]["rules"] == {
+        "a.test": [
+            {
+                "transform": {
+                    "headers": {"X-Key": "[scrubbed:K1]", "Authorization": "Bearer [scrubbed:K1]", "X-New": SCRUBBED}
+                }
+            }
+        ],
+        "b.test": [{"transform": {"headers": {"X-Key": SCRUBBED}}}],
+    }
+    assert clean["network"]["allowOut"] == ["a.test", "b.test"] and clean["envVars"] == {"K": "tok-1"}  # only there
+    vercel = {"networkPolicy": {"allow": {"a.test": [{"transform": [{"headers": {"X-Key": "tok-1"}}]}], "b.test": []}}}
+    assert scrub_fields(vercel, VERCEL.secret_fields, {"K1": "tok-1"}) == {
+        "networkPolicy": {"allow": {"a.test": [{"transform": [{"headers": {"X-Key": "[scrubbed:K1]"}}]}], "b.test": []}}
+    }

@@ -367,3 +367,27 @@ def test_a_named_secret_is_matched_by_name_where_it_was_recorded_and_nowhere_els
             server.stop()
         assert (answer.status_code == 201) is matches, body
         assert value not in answer.text and all(value not in problem for problem in server.problems(final=False))
+
+
+def test_a_recorded_egress_header_is_scrubbed_and_replay_still_tells_which_value_it_was(tmp_path: Path) -> None:
+    """Recorded through E2B's profile: the known value is ``[scrubbed:NAME]`` in the saved cassette; a replayed
+    create with that value matches, one with another value does not, and neither is echoed."""
+    body = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Key": "tok-1"}}}]}}, "ok": 1}
+    path = tmp_path / "egress.json"
+    recorder = ReplayServer.recorder(E2B, path, upstreams={"api": "http://127.0.0.1:9"}, known={"K1": "tok-1"})
+    create = {"method": "POST", "path": "/v2/sandboxes", "body": {"json": body}}
+    recorder.cassette.interactions.append({"upstream": "api", "request": create, "response": {"status": 201}})
+    recorder.save()
+    text = path.read_text()
+    assert "tok-1" not in text and "[scrubbed:K1]" in text
+    for value, matches in (("tok-1", True), ("tok-2", False)):
+        sent = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Key": value}}}]}}, "ok": 1}
+        server = ReplayServer.replayer(E2B, path, known={"K1": "tok-1"})
+        server.start()
+        try:
+            with httpx.Client() as client:
+                answer = client.post(f"{server.url('api')}/v2/sandboxes", json=sent)
+        finally:
+            server.stop()
+        assert (answer.status_code == 201) is matches, value
+        assert "tok-" not in answer.text

@@ -448,6 +448,44 @@ def scrub(value: Any, values: Sequence[str] = (), named: Mapping[str, str] | Non
     return value
 
 
+def _pointer_matches(parts: Sequence[str], pattern: Sequence[str]) -> bool:
+    return len(parts) == len(pattern) and all(want in ("*", got) for got, want in zip(parts, pattern, strict=True))
+
+
+def scrub_fields(value: Any, patterns: Sequence[str], known: Mapping[str, str] | None = None) -> Any:
+    """A copy of a JSON value with the string at each pointer matching one of ``patterns`` scrubbed.
+
+    ``patterns`` are JSON pointers whose ``*`` stands for any key or index (``Profile.secret_fields``).
+    A field holding a ``known`` secret's value (name to value), alone or after a scheme word ("Bearer "),
+    becomes ``[scrubbed:NAME]`` (``Bearer [scrubbed:NAME]``); any other value, ``[scrubbed]``: so the saved
+    cassette holds no value there whatever it was, and replay, scrubbing a request the same way, still tells
+    which known value went to which field.
+    """
+    wanted = [pattern.split("/")[1:] for pattern in patterns]
+    if not wanted:
+        return value
+
+    def walk(item: Any, parts: tuple[str, ...]) -> Any:
+        if isinstance(item, Mapping):
+            return {key: walk(child, (*parts, str(key))) for key, child in item.items()}
+        if isinstance(item, list):
+            return [walk(child, (*parts, str(index))) for index, child in enumerate(item)]
+        if isinstance(item, str) and any(_pointer_matches(parts, pattern) for pattern in wanted):
+            marked = _scrub_named(item, known or {})
+            return marked if _SCRUBBED_HEADER.fullmatch(marked) else SCRUBBED
+        return item
+
+    return walk(value, ())
+
+
+def scrub_request_fields(request: Mapping[str, Any], patterns: Sequence[str], known: Mapping[str, str]) -> Any:
+    """A request (as a cassette stores it) with its JSON body's ``patterns`` fields scrubbed (``scrub_fields``)."""
+    body = request.get("body")
+    if not patterns or not isinstance(body, Mapping) or "json" not in body:
+        return request
+    return {**request, "body": {**body, "json": scrub_fields(body["json"], patterns, known)}}
+
+
 def scrub_named(value: Any, named: Mapping[str, str]) -> Any:
     """A copy of ``value`` with only the ``named`` secrets' values replaced by ``[scrubbed:NAME]``, as ``scrub``
     does: what replay does to a request before matching it (base64 strings looked into too)."""

@@ -32,22 +32,7 @@ which may also take the app's secret resolver): the suite resolves secrets itsel
 SECRET = "CONFORMANCE_SECRET"
 OTHER_SECRET = "CONFORMANCE_OTHER_SECRET"
 UNSET_SECRET = "CONFORMANCE_UNSET_SECRET"
-# The secret egress tests send at the egress (a header's value): the box never holds it, so no answer does
-# either, and recorder and replay both scrub it from every request to ``[scrubbed:CONFORMANCE_EGRESS_KEY]``
-# (``SCRUBBED_SECRETS``): replay still checks it went to the right field, and no cassette holds it.
-EGRESS_SECRET = "CONFORMANCE_EGRESS_KEY"
-SECRET_VALUES = {
-    SECRET: "tok-9f8e7d6c5b4a-conformance",
-    OTHER_SECRET: "tok-1a2b3c4d5e6f-other",
-    EGRESS_SECRET: "egk-5c4b3a29-conformance",
-}
-# Secrets whose values never appear in a cassette, by name (``cassette.scrub``'s ``named``).
-SCRUBBED_SECRETS = (EGRESS_SECRET,)
-
-
-def scrubbed_values() -> dict[str, str]:
-    """Name to value of ``SCRUBBED_SECRETS``: what recorder and replay scrub to ``[scrubbed:NAME]``."""
-    return {name: SECRET_VALUES[name] for name in SCRUBBED_SECRETS}
+SECRET_VALUES = {SECRET: "tok-9f8e7d6c5b4a-conformance", OTHER_SECRET: "tok-1a2b3c4d5e6f-other"}
 
 
 @attrs.frozen
