@@ -242,17 +242,23 @@ def _our_body(request: dict[str, Any]) -> Any:
 
 
 def _policies() -> list[Any]:
-    """The network policies Vercel's client serializes for the hosts the suite uses: none, one, a wildcard."""
-    from mainsdk_conformance.target import NetworkHosts
+    """The network policies Vercel's client serializes for the hosts the suite uses: none, one, a wildcard, and
+    one with egress headers (the suite's, and test_egress.py's weather key), their values as cassettes hold them."""
+    from mainsdk_conformance.suite.secrets import EGRESS_HEADER
+    from mainsdk_conformance.target import SECRET, NetworkHosts
+
+    def injecting(header: str, secret: str) -> NetworkPolicyRule:
+        return NetworkPolicyRule(transform=[NetworkPolicyTransform(headers={header: f"[scrubbed:{secret}]"})])
 
     hosts = NetworkHosts()
-    # test_egress.py's weather example: its key, as the cassette holds it (scrubbed by name), set by one transform.
-    weather = NetworkPolicyRule(transform=[NetworkPolicyTransform(headers={"X-Api-Key": "[scrubbed:OPENWEATHER_KEY]"})])
     return [
         _serialize_network_policy(NetworkPolicy.deny_all()),
         _serialize_network_policy(NetworkPolicy.custom({hosts.allowed: ()})),
         _serialize_network_policy(NetworkPolicy.custom({hosts.wildcard: ()})),
-        _serialize_network_policy(NetworkPolicy.custom({"api.openweathermap.org": (weather,)})),
+        _serialize_network_policy(NetworkPolicy.custom({hosts.allowed: (injecting(EGRESS_HEADER, SECRET),)})),
+        _serialize_network_policy(
+            NetworkPolicy.custom({"api.openweathermap.org": (injecting("X-Api-Key", "OPENWEATHER_KEY"),)})
+        ),
     ]
 
 
