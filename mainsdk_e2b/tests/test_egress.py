@@ -12,6 +12,7 @@ so a value sent anywhere but the rule's header (the command's environment, its l
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,18 @@ def the_weather_example(server: ReplayServer, key: str = KEY) -> dict[str, Any]:
     return {"stdout": result.stdout, "stderr": result.stderr, "exit": result.exit_code, "events": events}
 
 
+def a_session_with_egress(server: ReplayServer, key: str = KEY) -> dict[str, Any]:
+    """A session opened with the key at the egress: its one create carries the rule, for every command after."""
+    events: list[AuditEvent] = []
+    sandbox = _sandbox(server, events, key)
+    try:
+        with sandbox.create(network=[HOST], egress={HOST: {"headers": {"X-Api-Key": secret(SECRET)}}}) as session:
+            outputs = [session.run("python3", ["-c", WEATHER]).stdout, session.run("echo", ["second"]).stdout]
+    finally:
+        sandbox.close()
+    return {"outputs": outputs, "events": events}
+
+
 def a_team_without_network_rules(server: ReplayServer, key: str = KEY) -> dict[str, Any]:
     """The same run for a team E2B has not given network transform rules: the create's 400."""
     events: list[AuditEvent] = []
@@ -84,10 +97,14 @@ def a_team_without_network_rules(server: ReplayServer, key: str = KEY) -> dict[s
     return {"error": caught.value, "events": events}
 
 
-def test_the_weather_example_sends_the_key_to_e2bs_egress_and_never_into_the_sandbox() -> None:
+def test_the_weather_example_sends_the_key_to_e2bs_egress_and_never_into_the_sandbox(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)  # every logger, the SDK's and httpx's included
     with provider("the_weather_example", folder=CASSETTES, named=NAMED) as server:
         seen = the_weather_example(server)
     assert server.problems(final=True) == []  # every request as recorded: the value in the rule, nowhere else
+    assert not [r for r in caplog.records if VALUE in r.getMessage()]  # no log line holds it
     names, weather = seen["stdout"].splitlines()
     assert seen["exit"] == 0 and weather == "200 Paris"  # E2B's answer through its egress proxy (authored)
     # What the code's environment holds (python's own LC_CTYPE coercion included): no key, no proxy setting.
@@ -108,6 +125,18 @@ def test_the_weather_example_sends_the_key_to_e2bs_egress_and_never_into_the_san
         "denyOut": ["0.0.0.0/0"],
         "rules": {HOST: [{"transform": {"headers": {"X-Api-Key": MARK}}}]},
     }
+
+
+def test_a_session_gets_the_rule_once_at_its_create_and_every_command_the_header() -> None:
+    with provider("a_session_with_egress", folder=CASSETTES, named=NAMED) as server:
+        seen = a_session_with_egress(server)
+    assert server.problems(final=True) == []  # one create with the rule; each Start as recorded, without the value
+    assert seen["outputs"][0].splitlines()[1] == "200 Paris" and seen["outputs"][1] == "second\n"
+    commands = [e for e in seen["events"] if e.kind == "command"]
+    assert len(commands) == 2 and all(e.egress == ((HOST, "X-Api-Key", SECRET),) for e in commands)
+    text = (CASSETTES / "a_session_with_egress.json").read_text()
+    assert VALUE not in text and text.count(MARK) == 1
+    assert [i["request"]["path"] for i in json.loads(text)["interactions"]].count("/v2/sandboxes") == 1
 
 
 def test_a_team_without_e2bs_network_rules_is_0001_saying_so_and_nothing_runs() -> None:

@@ -39,10 +39,21 @@ HOW = (
 )
 
 
-def _start_frames(data: dict[str, Any]) -> list[dict[str, Any]]:
-    [start] = [i for i in data["interactions"] if i["request"]["path"] == "/process.Process/Start"]
-    frames: list[dict[str, Any]] = start["response"]["body"]["connect"]
-    return frames
+def _set_weather(data: dict[str, Any]) -> None:
+    """Each command's "unreachable ..." line becomes what the API answers with the key set, listed in meta.edited."""
+    for start in [i for i in data["interactions"] if i["request"]["path"] == "/process.Process/Start"]:
+        for frame in start["response"]["body"]["connect"]:
+            out = (((frame.get("json") or {}).get("event") or {}).get("data") or {}).get("stdout")
+            if out is None:
+                continue
+            text = base64.b64decode(out).decode()
+            lines = ["200 Paris\n" if line.startswith("unreachable ") else line for line in text.splitlines(True)]
+            frame["json"]["event"]["data"]["stdout"] = base64.b64encode("".join(lines).encode()).decode()
+    mark_edited(
+        data["meta"],
+        "stdout: the weather line is what api.openweathermap.org answers through E2B's egress proxy with the key "
+        "set (the stand-in has no egress: it printed 'unreachable')",
+    )
 
 
 def main() -> None:
@@ -62,19 +73,17 @@ def main() -> None:
     path = scenarios.CASSETTES / "the_weather_example.json"
     data = json.loads(path.read_text())
     data["meta"] = authored_meta(data["meta"], test=path.stem, how=HOW)
-    for frame in _start_frames(data):
-        out = (((frame.get("json") or {}).get("event") or {}).get("data") or {}).get("stdout")
-        if out is None:
-            continue
-        text = base64.b64decode(out).decode()
-        lines = [("200 Paris" if line.startswith("unreachable ") else line) for line in text.splitlines(True)]
-        lines = [line if line.endswith("\n") or not line.startswith("200") else line + "\n" for line in lines]
-        frame["json"]["event"]["data"]["stdout"] = base64.b64encode("".join(lines).encode()).decode()
-    mark_edited(
-        data["meta"],
-        "stdout: the weather line is what api.openweathermap.org answers through E2B's egress proxy with the key "
-        "set (the stand-in has no egress: it printed 'unreachable')",
-    )
+    _set_weather(data)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+    with e2b_replay.provider(
+        "a_session_with_egress", upstreams, KEY, scenarios.CASSETTES, named=scenarios.NAMED
+    ) as server:
+        print("a_session_with_egress", scenarios.a_session_with_egress(server, KEY)["outputs"])
+    path = scenarios.CASSETTES / "a_session_with_egress.json"
+    data = json.loads(path.read_text())
+    data["meta"] = authored_meta(data["meta"], test=path.stem, how=HOW)
+    _set_weather(data)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
     os.environ["FAKE_E2B_TRANSFORM_RULES"] = "0"  # a team without the network-transform-rules flag
