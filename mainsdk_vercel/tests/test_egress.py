@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mainsdk import Sandbox, SandboxDeps, secret
 from mainsdk.audit import AuditEvent
 from mainsdk.config import load_config_text
@@ -66,14 +68,18 @@ EDIT = (
 )
 
 
-def the_weather_example(server: ReplayServer) -> dict[str, Any]:
-    """One run of the weather code with the key added at the egress for the API's host alone."""
-    events: list[AuditEvent] = []
+def _sandbox(server: ReplayServer, events: list[AuditEvent]) -> Sandbox:
     driver = VercelDriver(token=TOKEN, project=PROJECT, team=TEAM, base_url=server.url("api"))
     deps = SandboxDeps(
         config=load_config_text(CONFIG), driver=driver, secret=NAMED.get, log=events.append, load_entrypoints=False
     )
-    sandbox = Sandbox(deps)
+    return Sandbox(deps)
+
+
+def the_weather_example(server: ReplayServer) -> dict[str, Any]:
+    """One run of the weather code with the key added at the egress for the API's host alone."""
+    events: list[AuditEvent] = []
+    sandbox = _sandbox(server, events)
     try:
         result = sandbox.run(WEATHER, network=[HOST], egress={HOST: {"headers": {"X-Api-Key": secret(SECRET)}}})
     finally:
@@ -81,7 +87,25 @@ def the_weather_example(server: ReplayServer) -> dict[str, Any]:
     return {"stdout": result.stdout, "stderr": result.stderr, "exit": result.exit_code, "events": events}
 
 
-def test_the_weather_example_sends_the_key_to_vercels_firewall_and_never_into_the_sandbox() -> None:
+def a_session_with_egress(server: ReplayServer) -> dict[str, Any]:
+    """A session opened with the key at the egress: its one create carries the rule, for every command after."""
+    events: list[AuditEvent] = []
+    sandbox = _sandbox(server, events)
+    try:
+        with sandbox.create(network=[HOST], egress={HOST: {"headers": {"X-Api-Key": secret(SECRET)}}}) as session:
+            outputs = [session.run("python3", ["-c", WEATHER]).stdout, session.run("echo", ["second"]).stdout]
+    finally:
+        sandbox.close()
+    return {"outputs": outputs, "events": events}
+
+
+SCENARIOS = {"the_weather_example": the_weather_example, "a_session_with_egress": a_session_with_egress}
+
+
+def test_the_weather_example_sends_the_key_to_vercels_firewall_and_never_into_the_sandbox(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)  # every logger, the SDK's and httpx's included
     path = CASSETTES / "the_weather_example.json"
     server = ReplayServer.replayer(VERCEL, path, named=NAMED)
     server.start()
@@ -90,6 +114,7 @@ def test_the_weather_example_sends_the_key_to_vercels_firewall_and_never_into_th
     finally:
         server.stop()
     assert server.problems(final=True) == []  # every request as recorded: the value in the rule, nowhere else
+    assert not [r for r in caplog.records if VALUE in r.getMessage()]  # no log line holds it
     names, weather = seen["stdout"].splitlines()
     assert seen["exit"] == 0 and weather == "200 Paris"  # Vercel's firewall set the key (authored)
     assert VALUE not in names and SECRET not in names and VALUE not in seen["stderr"]
@@ -106,6 +131,23 @@ def test_the_weather_example_sends_the_key_to_vercels_firewall_and_never_into_th
     # What the API answers: the header's name, never its value.
     readback = create["response"]["body"]["json"]["session"]["networkPolicy"]
     assert readback["injectionRules"] == [{"domain": HOST, "headerNames": ["X-Api-Key"]}]
+
+
+def test_a_session_gets_the_rule_once_at_its_create_and_every_command_the_header() -> None:
+    path = CASSETTES / "a_session_with_egress.json"
+    server = ReplayServer.replayer(VERCEL, path, named=NAMED)
+    server.start()
+    try:
+        seen = a_session_with_egress(server)
+    finally:
+        server.stop()
+    assert server.problems(final=True) == []  # one create with the rule; each command as recorded, without the value
+    assert seen["outputs"][0].splitlines()[1] == "200 Paris" and seen["outputs"][1] == "second\n"
+    commands = [e for e in seen["events"] if e.kind == "command"]
+    assert len(commands) == 2 and all(e.egress == ((HOST, "X-Api-Key", SECRET),) for e in commands)
+    text = path.read_text()
+    assert VALUE not in text and text.count(MARK) == 1
+    assert [i["request"]["path"] for i in json.loads(text)["interactions"]].count("/v3/sandboxes") == 1
 
 
 def test_the_policy_gives_each_host_one_transform_and_keeps_the_others() -> None:
@@ -127,15 +169,21 @@ def test_the_policy_gives_each_host_one_transform_and_keeps_the_others() -> None
 
 
 def author() -> None:
-    """Record ``the_weather_example`` through the simulator, then set the weather line by hand (``meta.edited``)."""
+    """Record each scenario through the simulator, then set the weather line by hand (``meta.edited``)."""
     sys.path.insert(0, str(HERE / "conformance"))
+    for name, scenario in SCENARIOS.items():
+        _author(name, scenario)
+
+
+def _author(name: str, scenario: Any) -> None:
     sim = importlib.import_module("simulator").Simulator(token=TOKEN)
     sim.start()
-    path = CASSETTES / "the_weather_example.json"
+    path = CASSETTES / f"{name}.json"
     server = ReplayServer.recorder(VERCEL, path, upstreams={"api": sim.url}, named=NAMED)
     server.start()
     try:
-        print(the_weather_example(server)["stdout"])
+        seen = scenario(server)
+        print(name, seen.get("stdout", seen.get("outputs")))
     finally:
         server.stop()
         sim.stop()
