@@ -391,3 +391,15 @@ def test_a_recorded_egress_header_is_scrubbed_and_replay_still_tells_which_value
             server.stop()
         assert (answer.status_code == 201) is matches, value
         assert "tok-" not in answer.text
+
+
+def test_a_cassette_with_a_value_in_a_secret_field_is_refused_naming_where(tmp_path: Path) -> None:
+    body = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Key": "written-by-hand"}}}]}}}
+    interaction = {"request": {"method": "POST", "path": "/v2/sandboxes", "body": {"json": body}}}
+    with pytest.raises(CassetteError) as caught:
+        ReplayServer.replayer(E2B, write(tmp_path / "raw.json", [interaction], "e2b"))
+    assert "interactions[0].request holds a value in a secret field" in str(caught.value)
+    assert "written-by-hand" not in str(caught.value)
+    marked = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Key": "[scrubbed:K]"}}}]}}}
+    interaction["request"]["body"] = {"json": marked}
+    ReplayServer.replayer(E2B, write(tmp_path / "marked.json", [interaction], "e2b"))  # a mark is what it must hold

@@ -39,6 +39,7 @@ import attrs
 from mainsdk_conformance.cassette import (
     CREDENTIAL_QUERY,
     Cassette,
+    CassetteError,
     body_frames,
     body_meaning,
     encode_body,
@@ -188,8 +189,18 @@ class ReplayServer:
 
         ``named``: secret name to value, replaced by ``[scrubbed:NAME]`` in each request before it is matched;
         ``known``: the same, in the profile's ``secret_fields`` only (any other value there is ``[scrubbed]``).
+        A cassette holding anything but a mark in a secret field is refused (``CassetteError``), naming where.
         """
-        return cls(profile, path, cassette=load(path) if path.exists() else None, named=named, known=known)
+        cassette = load(path) if path.exists() else None
+        if cassette is not None:
+            for index, interaction in enumerate(cassette.interactions):
+                request = interaction["request"]
+                if scrub_request_fields(request, profile.secret_fields, {}) != request:
+                    raise CassetteError(
+                        f"{path}: interactions[{index}].request holds a value in a secret field "
+                        f"({', '.join(profile.secret_fields)}); it must be [scrubbed] or [scrubbed:NAME]"
+                    )
+        return cls(profile, path, cassette=cassette, named=named, known=known)
 
     @classmethod
     def recorder(
