@@ -247,6 +247,20 @@ def test_the_check_command_refuses_a_cassette_holding_a_token(
     assert "1 cassettes clean, 1 refused" in out.out and "dirty.json holds credentials" in out.err
 
 
+def test_the_check_command_refuses_an_egress_value_left_in_a_create(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mainsdk_conformance.cli import main
+
+    rules = {"a.test": [{"transform": {"headers": {"X-Key": "left-by-hand"}}}]}
+    create = {"request": {"method": "POST", "path": "/v2/sandboxes", "body": {"json": {"network": {"rules": rules}}}}}
+    path = tmp_path / "egress.json"
+    path.write_text(json.dumps(cassette([create])))  # an e2b cassette: E2B's profile names the field
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr()
+    assert "holds a value in a secret field" in out.err and "left-by-hand" not in out.err + out.out
+
+
 def test_recording_without_an_account_says_what_to_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

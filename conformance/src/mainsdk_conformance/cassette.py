@@ -486,6 +486,16 @@ def scrub_request_fields(request: Mapping[str, Any], patterns: Sequence[str], kn
     return {**request, "body": {**body, "json": scrub_fields(body["json"], patterns, known)}}
 
 
+def secret_field_values(interactions: Sequence[Mapping[str, Any]], patterns: Sequence[str]) -> list[str]:
+    """Where a request holds anything but a mark in one of ``patterns``' fields: one line each, no value shown."""
+    return [
+        f"interactions[{index}].request holds a value in a secret field ({', '.join(patterns)}); it must be "
+        f"{SCRUBBED} or {NAMED_MARK.format('NAME')}"
+        for index, interaction in enumerate(interactions)
+        if scrub_request_fields(interaction["request"], patterns, {}) != interaction["request"]
+    ]
+
+
 def scrub_named(value: Any, named: Mapping[str, str]) -> Any:
     """A copy of ``value`` with only the ``named`` secrets' values replaced by ``[scrubbed:NAME]``, as ``scrub``
     does: what replay does to a request before matching it (base64 strings looked into too)."""

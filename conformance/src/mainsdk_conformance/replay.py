@@ -48,6 +48,7 @@ from mainsdk_conformance.cassette import (
     scrub,
     scrub_named,
     scrub_request_fields,
+    secret_field_values,
 )
 from mainsdk_conformance.profiles import Profile
 
@@ -192,14 +193,9 @@ class ReplayServer:
         A cassette holding anything but a mark in a secret field is refused (``CassetteError``), naming where.
         """
         cassette = load(path) if path.exists() else None
-        if cassette is not None:
-            for index, interaction in enumerate(cassette.interactions):
-                request = interaction["request"]
-                if scrub_request_fields(request, profile.secret_fields, {}) != request:
-                    raise CassetteError(
-                        f"{path}: interactions[{index}].request holds a value in a secret field "
-                        f"({', '.join(profile.secret_fields)}); it must be [scrubbed] or [scrubbed:NAME]"
-                    )
+        found = secret_field_values(cassette.interactions, profile.secret_fields) if cassette is not None else []
+        if found:
+            raise CassetteError(f"{path}: " + "; ".join(found))
         return cls(profile, path, cassette=cassette, named=named, known=known)
 
     @classmethod
