@@ -12,7 +12,7 @@ from mainsdk.audit import AuditEvent
 from mainsdk.config import load_config_text
 from mainsdk.driver import BoxSpec, Capabilities, RunLimits
 from mainsdk.engine import AsyncSandbox, SandboxDeps
-from mainsdk.errors import SandboxError
+from mainsdk.errors import ConfigError, SandboxError
 from mainsdk.hosts import host_covered
 from mainsdk.preflight import plan_run
 from mainsdk.secrets import secret
@@ -180,3 +180,80 @@ async def test_a_refused_egress_call_runs_nothing_and_is_audited_as_refused() ->
         await sandbox.run(script('out "ok"'), "bash", network=["api.openweathermap.org"], egress=WEATHER)
     assert caught.value.code == errors.INVALID_OPTION and "'memory' driver" in str(caught.value)
     assert driver.boxes == [] and [e.kind for e in events] == ["refused"]
+
+
+# -- sandbox.egress in main.yaml: the same rules for every run given the host --------------------------------------
+
+CONFIGURED = load_config_text(
+    """
+sandbox:
+  network: [api.openweathermap.org, other.example]
+  secrets: [OPENWEATHER_KEY, GITHUB_TOKEN]
+  egress:
+    api.openweathermap.org: { headers: { X-Api-Key: "secret:OPENWEATHER_KEY" } }
+    other.example: { headers: { Authorization: { secret: GITHUB_TOKEN, prefix: "Bearer " } } }
+network:
+  allow: [api.openweathermap.org, other.example]
+"""
+)
+
+
+def plan_configured(config: Any = CONFIGURED, caps: Capabilities = CAPS, **call: Any) -> Any:
+    options: dict[str, Any] = {"files": None, "network": (), "env": None, "limits": None, "max_cost": None}
+    options.update(call)
+    return plan_run(
+        config=config,
+        caps=caps,
+        driver_id="local",
+        network_allow=lambda h: host_covered(h, config.network_allow),
+        resolver=SECRETS.get,
+        **options,
+    )
+
+
+def test_a_configured_rule_applies_to_each_run_given_its_host_and_a_calls_rule_replaces_it() -> None:
+    assert plan_configured().egress == ()  # no host given: no rule, and no driver needed
+    (rule,) = plan_configured(network=["api.openweathermap.org"]).egress
+    assert (rule.host, rule.headers[0].name, rule.headers[0].value) == ("api.openweathermap.org", "X-Api-Key", KEY)
+    both = plan_configured(network=["api.openweathermap.org", "other.example"]).egress
+    assert [(r.host, r.headers[0].value) for r in both] == [(rule.host, KEY), ("other.example", "Bearer ghp_abc")]
+    mine = {"api.openweathermap.org": {"headers": {"X-Other": secret("GITHUB_TOKEN")}}}
+    (replaced,) = plan_configured(network=["api.openweathermap.org"], egress_rules=mine).egress
+    assert [(h.name, h.value) for h in replaced.headers] == [("X-Other", "ghp_abc")]
+
+
+def test_a_configured_rule_on_a_driver_without_the_capability_refuses_the_runs_given_its_host() -> None:
+    caps = attrs.evolve(CAPS, egress_headers=False)
+    assert plan_configured(caps=caps, network=()).egress == ()
+    with pytest.raises(SandboxError) as caught:
+        plan_configured(caps=caps, network=["api.openweathermap.org"])
+    assert caught.value.code == errors.INVALID_OPTION and "sandbox.egress" in str(caught.value)
+    assert "api.openweathermap.org" in str(caught.value) and "'local' driver" in str(caught.value)
+
+
+def test_a_configured_secret_not_under_sandbox_secrets_is_0009_naming_it() -> None:
+    config = load_config_text(
+        "sandbox:\n  network: [api.openweathermap.org]\n  secrets: []\n"
+        "  egress: { api.openweathermap.org: { headers: { X-Api-Key: 'secret:OPENWEATHER_KEY' } } }\n"
+        "network: { allow: [api.openweathermap.org] }\n"
+    )
+    with pytest.raises(SandboxError) as caught:
+        plan_configured(config=config, network=["api.openweathermap.org"])
+    assert caught.value.code == errors.SECRET_NOT_ALLOWED
+    assert "sandbox.egress" in str(caught.value) and "OPENWEATHER_KEY" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("egress: { api.example.com: { headers: { X-Api-Key: 'the-value-itself' } } }", "never goes in main.yaml"),
+        ("egress: [api.example.com]", "expected a mapping"),
+        ("egress: { '*.example.com': { headers: { X-K: 'secret:K' } } }", "not a wildcard"),
+        ("egress: { api.example.com: { headers: { Host: 'secret:K' } } }", "cannot be set"),
+    ],
+)
+def test_a_wrong_sandbox_egress_is_refused_at_load_naming_the_key(text: str, says: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config_text("sandbox:\n  " + text + "\n")
+    assert "sandbox.egress" in str(caught.value) and says in str(caught.value)
+    assert "the-value-itself" not in str(caught.value)

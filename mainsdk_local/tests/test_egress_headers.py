@@ -54,8 +54,8 @@ def origin() -> Iterator[LoopbackServer]:
 def make() -> Iterator[Callable[..., Built]]:
     made: list[Sandbox] = []
 
-    def build(**driver_options: Any) -> Built:
-        config = load_config_text(NETWORK_CONFIG)
+    def build(config_text: str = NETWORK_CONFIG, **driver_options: Any) -> Built:
+        config = load_config_text(config_text)
         driver_options.setdefault("upstream_ca", TEST_CA)
         driver = local_sandbox_driver(
             permissions=config.permissions,
@@ -277,3 +277,40 @@ def test_refusals_come_before_anything_runs(make: Callable[..., Built]) -> None:
         weak.sandbox.run("print(1)", network=["api.example.test"], egress=WEATHER)
     assert weak_mode.value.code == INVALID_OPTION and "'local' driver" in str(weak_mode.value)
     assert [e.kind for e in (*built.events, *weak.events)] == ["refused"] * 3
+
+
+def test_curl_and_pip_trust_the_box_and_plain_http_to_the_host_gets_nothing(
+    make: Callable[..., Built], origin: LoopbackServer, http_server: LoopbackServer
+) -> None:
+    # curl reads CURL_CA_BUNDLE, pip PIP_CERT; the header goes over TLS only, never in clear text.
+    wheel = f"https://api.example.test:{origin.port}/wheels/demo-1.0-py3-none-any.whl"
+    code = (
+        f"curl -sS https://api.example.test:{origin.port}/curl\n"
+        f"curl -sS http://api.example.test:{http_server.port}/plain\n"
+        f"python3 -m pip download -q --no-deps --no-index -d /tmp/w {wheel} >/dev/null 2>&1; echo pip $?\n"
+    )
+    result = make().sandbox.run(code, "bash", network=["api.example.test"], egress=WEATHER)
+    assert result.stdout.splitlines()[:2] == [
+        f"https api.example.test:{origin.port} /curl",
+        f"http api.example.test:{http_server.port} /plain",
+    ], result.stderr
+    agents = [(seen.path, seen.headers.get("User-Agent", "").split("/")[0]) for seen in origin.seen]
+    assert agents[0] == ("/curl", "curl") and agents[1][0].startswith("/wheels/") and agents[1][1] == "pip"
+    assert key_headers(origin, "api.example.test") == [[KEY], [KEY]]
+    assert [[v for n, v in seen.raw if n.lower() == "x-api-key"] for seen in http_server.seen] == [[]]
+
+
+def test_a_rule_in_main_yaml_applies_to_every_run_given_the_host(
+    make: Callable[..., Built], origin: LoopbackServer
+) -> None:
+    configured = NETWORK_CONFIG.replace(
+        "  secrets: [TEST_API_KEY]\n",
+        "  secrets: [TEST_API_KEY]\n"
+        "  egress: { api.example.test: { headers: { X-Api-Key: 'secret:TEST_API_KEY' } } }\n",
+    )
+    built = make(configured)
+    code = f"import urllib.request; urllib.request.urlopen('https://api.example.test:{origin.port}/').read()"
+    assert built.sandbox.run(code, network=["api.example.test"]).ok  # the call names no egress
+    assert key_headers(origin, "api.example.test") == [[KEY]]
+    assert built.events[-1].egress == (("api.example.test", "X-Api-Key", "TEST_API_KEY"),)
+    assert built.sandbox.run("print(1)").stdout == "1\n"  # a run not given the host: no rule, no proxy

@@ -24,7 +24,7 @@ import attrs
 from mainsdk import errors
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered, validate_host_pattern
-from mainsdk.secrets import SecretRef, SecretResolver
+from mainsdk.secrets import SECRET_PREFIX, SecretRef, SecretResolver, secret
 
 # RFC 9110 5.6.2: a field name is a token.
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
@@ -136,6 +136,39 @@ def check_shape(value: object) -> dict[str, dict[str, SecretRef]]:
     return checked
 
 
+def from_config(value: object) -> dict[str, dict[str, SecretRef]]:
+    """``sandbox.egress`` of main.yaml, checked as a call's is; a header value is ``secret:NAME`` there.
+
+    ``{secret: NAME, prefix: "Bearer "}`` gives a prefix. A value written out is refused: it never goes in a file.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError("expected a mapping like {api.example.com: {headers: {X-Api-Key: secret:EXAMPLE_KEY}}}")
+    converted: dict[object, object] = {}
+    for host, rule in value.items():
+        converted[host] = rule
+        if isinstance(rule, Mapping) and isinstance(rule.get("headers"), Mapping):
+            items = rule["headers"].items()
+            headers = {name: _configured_secret(item, f"{host}.headers.{name}") for name, item in items}
+            converted[host] = {**rule, "headers": headers}
+    return check_shape(converted)
+
+
+def _configured_secret(item: object, where: str) -> SecretRef:
+    if isinstance(item, str) and item.startswith(SECRET_PREFIX):
+        return secret(item.removeprefix(SECRET_PREFIX))
+    if isinstance(item, Mapping) and set(item) <= {"secret", "prefix"} and isinstance(item.get("secret"), str):
+        prefix = item.get("prefix", "")
+        if isinstance(prefix, str):
+            return secret(item["secret"], prefix=prefix)
+    raise _invalid(
+        where,
+        "must be secret:NAME or {secret: NAME, prefix: 'Bearer '} naming a secret of sandbox.secrets; "
+        "a header's value never goes in main.yaml",
+    )
+
+
 def plan_egress(
     value: object,
     *,
@@ -144,19 +177,31 @@ def plan_egress(
     resolver: SecretResolver,
     can: bool,
     driver_id: str,
+    configured: Mapping[str, Mapping[str, SecretRef]] | None = None,
 ) -> tuple[EgressRule, ...]:
-    """The call's egress rules, resolved: shape, driver, host in the run's ``network``, secret allowed and set."""
+    """The run's egress rules, resolved: shape, driver, host in the run's ``network``, secret allowed and set.
+
+    ``configured`` (``sandbox.egress``) applies to each of its hosts the run is given; the call's rule for a
+    host replaces the configured one for that host.
+    """
     checked = check_shape(value)
-    if not checked:
+    merged: dict[str, tuple[str, Mapping[str, SecretRef]]] = {
+        host: ("sandbox.egress", headers)
+        for host, headers in (configured or {}).items()
+        if host_covered(host, tuple(hosts))
+    }
+    merged.update({host: ("egress", headers) for host, headers in checked.items()})
+    if not merged:
         return ()
     if not can:
+        source = "egress" if checked else f"sandbox.egress (for {', '.join(merged)}, which the run is given)"
         raise SandboxError(
             errors.INVALID_OPTION,
-            f"egress: the {driver_id!r} driver cannot add headers at the egress (it does not declare "
-            "Capabilities.egress_headers); drop egress, or use a driver that can",
+            f"{source}: the {driver_id!r} driver cannot add headers at the egress (it does not declare "
+            "Capabilities.egress_headers); drop it, or use a driver that can",
         )
     rules: list[EgressRule] = []
-    for host, headers in checked.items():
+    for host, (source, headers) in merged.items():
         if not host_covered(host, tuple(hosts)):
             raise SandboxError(
                 errors.HOST_NOT_ALLOWED,
@@ -165,7 +210,7 @@ def plan_egress(
             )
         resolved: list[EgressHeader] = []
         for name, ref in headers.items():
-            where = f"egress[{host!r}].headers.{name}"
+            where = f"{source}[{host!r}].headers.{name}"
             if ref.name not in secrets:
                 raise SandboxError(
                     errors.SECRET_NOT_ALLOWED,

@@ -302,6 +302,7 @@ def plan_run(
         resolver=resolver,
         can=caps.egress_headers,
         driver_id=driver_id,
+        configured=config.sandbox.egress,
     )
     secret_values = tuple(dict.fromkeys((*secret_values, *egress.secret_values(rules))))
     price, ceiling = check_cost(max_cost, config, caps, run_limits.timeout)

@@ -107,13 +107,19 @@ async def _serve(
             except _Misdirected as refusal:
                 await _answer(client, writer, refusal.status, refusal.body)
                 return
-            upstream_writer.write(server.send(request) or b"")
-            sending = asyncio.ensure_future(_request_body(client, reader, server, upstream_writer))
-            try:
+            head = server.send(request) or b""
+            first = client.next_event()
+            if isinstance(first, h11.EndOfMessage):  # no body (a GET): one write, no task
+                upstream_writer.write(head + (server.send(h11.EndOfMessage()) or b""))
                 keep = await _response(server, upstream_reader, client, writer)
-                await sending
-            finally:
-                sending.cancel()
+            else:
+                upstream_writer.write(head)
+                sending = asyncio.ensure_future(_request_body(client, reader, server, upstream_writer, first))
+                try:
+                    keep = await _response(server, upstream_reader, client, writer)
+                    await sending
+                finally:
+                    sending.cancel()
             if not keep or client.our_state is not h11.DONE or client.their_state is not h11.DONE:
                 return
             if server.our_state is not h11.DONE or server.their_state is not h11.DONE:
@@ -177,11 +183,17 @@ def _host_of(authority: bytes) -> str:
 
 
 async def _request_body(
-    client: h11.Connection, reader: asyncio.StreamReader, server: h11.Connection, upstream: asyncio.StreamWriter
+    client: h11.Connection,
+    reader: asyncio.StreamReader,
+    server: h11.Connection,
+    upstream: asyncio.StreamWriter,
+    first: object,
 ) -> None:
-    """The request's body, from the code to the server, re-framed by h11."""
+    """The request's body, from the code to the server, re-framed by h11 (``first``: the event already taken)."""
+    event = first
     while True:
-        event = await _next(client, reader)
+        if event is h11.NEED_DATA:
+            event = await _next(client, reader)
         if isinstance(event, h11.Data):
             upstream.write(server.send(h11.Data(data=bytes(event.data))) or b"")
             await upstream.drain()
@@ -191,6 +203,7 @@ async def _request_body(
             return
         else:
             raise ConnectionError("the client left before its request's end")
+        event = await _next(client, reader)
 
 
 async def _response(
@@ -198,8 +211,14 @@ async def _response(
 ) -> bool:
     """The server's answer, back to the code as it comes; whether the connection may carry another request."""
     keep = True
+    pending = bytearray()  # the head and small data go out as one write (one TLS record), not three
     while True:
-        event = await _next(server, upstream_reader)
+        event: object = server.next_event()
+        if event is h11.NEED_DATA:
+            if pending:
+                writer.write(bytes(pending))
+                pending.clear()
+            event = await _next(server, upstream_reader)
         if isinstance(event, h11.InformationalResponse):
             writer.write(client.send(h11.InformationalResponse(status_code=event.status_code, headers=[])) or b"")
         elif isinstance(event, h11.Response):
@@ -214,14 +233,17 @@ async def _response(
             kept = [(n, v) for n, v in raw if n.lower() not in _HOP_BY_HOP and n.lower() not in dropped]
             if not keep:
                 kept.append((b"Connection", b"close"))
-            writer.write(
-                client.send(h11.Response(status_code=event.status_code, headers=kept, reason=event.reason)) or b""
-            )
+            response = h11.Response(status_code=event.status_code, headers=kept, reason=event.reason)
+            pending += client.send(response) or b""
         elif isinstance(event, h11.Data):
-            writer.write(client.send(h11.Data(data=bytes(event.data))) or b"")
-            await writer.drain()
+            pending += client.send(h11.Data(data=bytes(event.data))) or b""
+            if len(pending) >= CHUNK:
+                writer.write(bytes(pending))
+                pending.clear()
+                await writer.drain()
         elif isinstance(event, h11.EndOfMessage):
-            writer.write(client.send(h11.EndOfMessage()) or b"")
+            pending += client.send(h11.EndOfMessage()) or b""
+            writer.write(bytes(pending))
             await writer.drain()
             return keep
         else:
