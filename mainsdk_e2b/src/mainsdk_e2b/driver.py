@@ -198,8 +198,8 @@ def check_egress(rules: Sequence[EgressRule]) -> None:
             if any(marker in header.value for marker in E2B_PLACEHOLDERS):
                 raise SandboxError(
                     INVALID_OPTION,
-                    f"{at}: the value of secret {header.secret!r} holds '${{e2b.', which E2B's egress proxy would "
-                    "read as a placeholder for another credential; it cannot be sent as it is",
+                    f"{at}: the value of secret {header.secret!r} (with its prefix) holds '${{e2b.', which E2B's "
+                    "egress proxy would read as a placeholder for another credential; it cannot be sent as it is",
                     ran=False,
                 )
 
