@@ -245,7 +245,7 @@ def test_a_server_whose_certificate_does_not_verify_gets_no_request(
     assert origin.seen == []
 
 
-def test_a_session_keeps_the_rule_for_every_command_and_curl_and_node_trust_the_box(
+def test_a_session_keeps_the_rule_for_commands_background_processes_and_cells(
     make: Callable[..., Built], origin: LoopbackServer
 ) -> None:
     built = make()
@@ -253,11 +253,16 @@ def test_a_session_keeps_the_rule_for_every_command_and_curl_and_node_trust_the_
     with built.sandbox.create(network=["api.example.test"], egress=WEATHER) as session:
         first = session.run("python3", ["-c", f"import urllib.request; urllib.request.urlopen({url!r}).read()"])
         node = session.run("node", ["-e", f"fetch({url!r}).then(r => r.text()).then(t => console.log(t))"])
+        background = session.start("python3", ["-c", f"import urllib.request; urllib.request.urlopen({url!r})"])
+        background.wait()
+        cell = session.run_code(f"import urllib.request\nurllib.request.urlopen({url!r}).read().decode()")
     assert first.exit_code == 0, first.stderr
     assert node.exit_code == 0 and "Paris" in node.stdout, node.stderr
-    assert key_headers(origin, "api.example.test") == [[KEY], [KEY]]
-    commands = [e for e in built.events if e.kind == "command"]
-    assert [e.egress for e in commands] == [(("api.example.test", "X-Api-Key", "TEST_API_KEY"),)] * 2
+    assert cell.error is None and "Paris" in repr(cell.results), cell
+    # A command, a node command, a background process and a cell: each request had the header, once.
+    assert key_headers(origin, "api.example.test") == [[KEY]] * 4
+    commands = [e for e in built.events if e.kind in ("command", "cell")]
+    assert {e.egress for e in commands} == {(("api.example.test", "X-Api-Key", "TEST_API_KEY"),)}
 
 
 def test_refusals_come_before_anything_runs(make: Callable[..., Built]) -> None:
@@ -272,11 +277,18 @@ def test_refusals_come_before_anything_runs(make: Callable[..., Built]) -> None:
             egress={"api.example.test": {"headers": {"X-Api-Key": secret("NOT_LISTED")}}},
         )
     assert not_listed.value.code == SECRET_NOT_ALLOWED and "NOT_LISTED" in str(not_listed.value)
+    with pytest.raises(SandboxError) as taken:
+        built.sandbox.run("print(1)", files={".mainsdk/x": "mine"}, network=["api.example.test"], egress=WEATHER)
+    assert taken.value.code == INVALID_OPTION and ".mainsdk/" in str(taken.value)
+    small = make(NETWORK_CONFIG.replace("max: 64MB", "max: 4KB"))  # below any bundle, with or without system CAs
+    with pytest.raises(SandboxError) as no_room:
+        small.sandbox.run("print(1)", network=["api.example.test"], egress=WEATHER)
+    assert no_room.value.code == INVALID_OPTION and "permissions.disk.temp.max" in str(no_room.value)
     weak = make(force_weak=True)
     with pytest.raises(SandboxError) as weak_mode:
         weak.sandbox.run("print(1)", network=["api.example.test"], egress=WEATHER)
     assert weak_mode.value.code == INVALID_OPTION and "'local' driver" in str(weak_mode.value)
-    assert [e.kind for e in (*built.events, *weak.events)] == ["refused"] * 3
+    assert [e.kind for e in (*built.events, *small.events, *weak.events)] == ["refused"] * 5
 
 
 def test_curl_and_pip_trust_the_box_and_plain_http_to_the_host_gets_nothing(
@@ -314,3 +326,19 @@ def test_a_rule_in_main_yaml_applies_to_every_run_given_the_host(
     assert key_headers(origin, "api.example.test") == [[KEY]]
     assert built.events[-1].egress == (("api.example.test", "X-Api-Key", "TEST_API_KEY"),)
     assert built.sandbox.run("print(1)").stdout == "1\n"  # a run not given the host: no rule, no proxy
+
+
+def test_an_action_gives_every_run_its_hosts_and_their_credentials(
+    make: Callable[..., Built], origin: LoopbackServer
+) -> None:
+    built = make()
+    url = f"https://api.example.test:{origin.port}/data/2.5/weather?q=Paris"
+    code = f"import urllib.request; print(urllib.request.urlopen({url!r}).read().decode())"
+    for session in (False, True):
+        action = built.sandbox.action(name="weather.run", network=["api.example.test"], egress=WEATHER, session=session)
+        assert "reaching only api.example.test" in action.description
+        assert "authenticated for you" in action.description and KEY not in action.description
+        result = action.run({"code": code})
+        assert "Paris" in result["stdout"], result
+    assert key_headers(origin, "api.example.test") == [[KEY], [KEY]]
+    assert KEY not in json.dumps([e.to_dict() for e in built.events], default=str)

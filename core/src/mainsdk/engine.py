@@ -295,13 +295,25 @@ class AsyncSandbox:
         risk: Risk = "write",
         feature: str | None = None,
         session: bool = False,
+        network: Sequence[str] = (),
+        egress: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> CodeRunAction:
         """A code-runner action for agents; see ``mainsdk.action``.
 
         ``session=True`` keeps one Python interpreter per agent conversation (``mainsdk.action_cells``).
+        ``network`` and ``egress`` are given to every run of the action, as to ``run``'s: the agent's code
+        calls the hosts, with credentials it never sees.
         """
         return CodeRunAction(
-            self, name=name, intent=intent, languages=languages, risk=risk, feature=feature, session=session
+            self,
+            name=name,
+            intent=intent,
+            languages=languages,
+            risk=risk,
+            feature=feature,
+            session=session,
+            network=network,
+            egress=egress,
         )
 
     def create(

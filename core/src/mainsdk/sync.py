@@ -121,6 +121,8 @@ class Sandbox:
             risk=action.risk,
             feature=action.feature,
             session=action.session,
+            network=action.network,
+            egress=action.egress,
         )
 
     def create(self, **options: Any) -> Session:

@@ -43,7 +43,14 @@ from mainsdk.plugins import DriverHookError
 
 from mainsdk_local.config import DEFAULT_POOL, MAX_POOL, LocalPrograms
 from mainsdk_local.egress_proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
-from mainsdk_local.egress_tls import TRUST_BUNDLE, BoxAuthority, trust_environment, upstream_context
+from mainsdk_local.egress_tls import (
+    TRUST_BUNDLE,
+    TRUST_FOLDER,
+    BoxAuthority,
+    system_trust,
+    trust_environment,
+    upstream_context,
+)
 from mainsdk_local.launcher.protocol import MAX_HEADER, PROXY_PORT
 from mainsdk_local.launcher_client import ExecSpec, Launcher, LauncherBox, LauncherError, OpenFailed
 from mainsdk_local.packages import EnvBuilder
@@ -190,10 +197,12 @@ class LocalDriver:
             raise SandboxError(INVALID_OPTION, "egress: the local driver in weak mode cannot add headers at the egress")
         if self._upstream_tls is None:
             self._upstream_tls = upstream_context(self._upstream_ca)
+        _check_egress_box(spec)
         authority = BoxAuthority(rule.host for rule in spec.egress)
+        bundle = authority.bundle()
         headers = {rule.host: tuple((h.name, h.value) for h in rule.headers) for rule in spec.egress}
         policy = attrs.evolve(egress, headers=headers, authority=authority, upstream_tls=self._upstream_tls)
-        return policy, authority.bundle()
+        return policy, bundle
 
     async def _packages(self, pins: Sequence[str]) -> str:
         """The site-packages folder of ``pins`` for this driver's python, built on the host the first time."""
@@ -215,9 +224,11 @@ class LocalDriver:
         return site
 
     @hookimpl
-    def mainsdk_driver_check(self, command: Command) -> None:
+    def mainsdk_driver_check(self, command: Command, spec: BoxSpec) -> None:
         # A program the config does not permit is refused before any box starts.
         self._permitted_name(command.program)
+        if spec.egress:
+            _check_egress_box(spec)
 
     @hookimpl
     async def mainsdk_driver_exec(self, box: LocalBox, command: Command, output: OutputSink) -> ExecOutcome:
@@ -364,6 +375,23 @@ def _package_overlay(box: LocalBox, program_name: str, program: Program) -> tupl
     if box.packages is None or _PROGRAM_LANGUAGE.get(program_name) != "python" or not program.hidden_paths:
         return ()
     return ((box.packages, program.hidden_paths[0]),)
+
+
+def _check_egress_box(spec: BoxSpec) -> None:
+    """Refuse, before anything starts, a box with egress whose files take the trust bundle's place or room."""
+    if any(path == TRUST_FOLDER or path.startswith(f"{TRUST_FOLDER}/") for path in spec.files):
+        raise SandboxError(
+            INVALID_OPTION,
+            f"files: {TRUST_FOLDER}/ in the work folder holds the box's trust bundle when a run has egress; "
+            "name your file otherwise",
+        )
+    needed = len(system_trust()) + 8192  # the system's CAs, and the box's own CA (and their pages)
+    if sum(len(data) for data in spec.files.values()) + needed > spec.limits.disk:
+        raise SandboxError(
+            INVALID_OPTION,
+            f"egress: the box's trust bundle ({needed // 1024} KB: the system's CAs and the box's own) does not "
+            "fit permissions.disk.temp.max with the files; raise it in main.yaml",
+        )
 
 
 def _open_failed(cause: Exception) -> SandboxError:
