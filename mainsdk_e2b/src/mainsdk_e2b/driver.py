@@ -369,10 +369,15 @@ class E2BDriver:
             if spec.egress and isinstance(exc, SandboxException) and getattr(exc, "status_code", None) == 400:
                 # The API checks network.rules before it makes anything (sandbox_create.go validateNetworkConfig):
                 # a team without E2B's network-transform-rules feature is told so here. Not retryable.
+                reason = self._reason(exc, spec.egress)
+                remedy = (
+                    "network transform rules must be enabled for your E2B team, or drop egress"
+                    if "not available for your team" in reason
+                    else "fix what E2B names, or drop egress"
+                )
                 raise SandboxError(
                     INVALID_OPTION,
-                    f"E2B refused the egress headers (network.rules): {self._reason(exc, spec.egress)}; "
-                    "network transform rules must be enabled for your E2B team, or drop egress",
+                    f"E2B refused the create with egress headers (network.rules): {reason}; {remedy}",
                     ran=False,
                 ) from None
             # A create that succeeded but answered 502/504 (or timed out), on any of the SDK's tries, leaves a
