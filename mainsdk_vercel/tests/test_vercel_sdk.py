@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from mainsdk.driver import EgressHeader, EgressRule
 from mainsdk_conformance.cassette import decode_payload, load
@@ -281,6 +282,47 @@ def test_our_egress_headers_are_the_injection_rules_vercels_client_sends() -> No
         {"api.example.com": (NetworkPolicyRule(transform=[transform]),), "example.org": (), "*.example.net": ()}
     )
     assert ours == _serialize_network_policy(expected)
+
+
+def test_vercels_client_reads_the_simulators_injection_readback_as_names_only() -> None:
+    """The stand-in takes the policy Vercel's client sends with header injection, and answers with what the
+    client parses as ``NetworkPolicyInjectionRuleSummary`` (the header's name): the value is in no answer."""
+    sim = Simulator(token=TOKEN)
+    sim.start()
+    value = "v-sdk-check-not-a-secret"
+
+    async def credentials() -> SandboxCredentials:
+        return SandboxCredentials(token=TOKEN, team_id=TEAM, project_id=PROJECT)
+
+    async def main() -> Any:
+        client = SandboxClient.create(options=SandboxServiceOptions(base_url=sim.url, credentials_factory=credentials))
+        try:
+            rule = NetworkPolicyRule(transform=[NetworkPolicyTransform(headers={"X-Api-Key": value})])
+            sandbox = await client.create_sandbox(
+                execution_time_limit=70,
+                resources=SandboxResources(vcpus=2),
+                persistent=False,
+                network_policy=NetworkPolicy.custom({"api.example.com": (rule,), "example.org": ()}),
+            )
+            session = sandbox.current_session
+            assert session is not None
+            return session.id, session.network_policy
+        finally:
+            await client.aclose()
+
+    try:
+        session_id, readback = asyncio.run(main())
+        # The session read back as the API answers it, raw: the header's name, never its value.
+        answer = httpx.get(
+            f"{sim.url}/v2/sandboxes/sessions/{session_id}", headers={"authorization": f"Bearer {TOKEN}"}
+        )
+    finally:
+        sim.stop()
+    assert readback.mode == "custom" and set(readback.allowed_domains) == {"api.example.com", "example.org"}
+    assert [(r.domain, r.header_names) for r in readback.injection_rules] == [("api.example.com", ("X-Api-Key",))]
+    [create] = [r for r in sim.requests if r["path"] == "/v3/sandboxes"]
+    assert value in create["body"].decode()  # the client sent it to the API, which keeps it to itself
+    assert answer.status_code == 200 and "headerNames" in answer.text and value not in answer.text
 
 
 def test_the_written_files_land_where_vercels_client_puts_them(theirs: dict[str, list[dict[str, Any]]]) -> None:
