@@ -411,6 +411,7 @@ def conformance_replay(
     writes the cassette, scrubbed, when the test ends.
     """
     from mainsdk_conformance.replay import ReplayServer, parse_upstreams
+    from mainsdk_conformance.target import SECRET_VALUES
 
     path = conformance_cassette_dir / cassette_name(request.node)
     rechecked: list[str] = []
@@ -421,9 +422,12 @@ def conformance_replay(
         rechecked = hand_set(path)  # recorded again: the live run must pass the test as the hand-set answers did
         upstreams = parse_upstreams(request.config.getoption("conformance_upstream"))
         secrets = [os.environ[name] for name in conformance_profile.credential_env if os.environ.get(name)]
-        server = ReplayServer.recorder(conformance_profile, path, upstreams=upstreams, secrets=secrets)
+        # The suite's secrets, marked by name where a create gives them to the provider's egress (secret_fields).
+        server = ReplayServer.recorder(
+            conformance_profile, path, upstreams=upstreams, secrets=secrets, known=SECRET_VALUES
+        )
     else:
-        server = ReplayServer.replayer(conformance_profile, path)
+        server = ReplayServer.replayer(conformance_profile, path, known=SECRET_VALUES)
     server.start()
     request.node.stash[REPLAY_KEY] = server
     try:
