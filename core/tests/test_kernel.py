@@ -24,11 +24,8 @@ from mainsdk.cells import kernel_source
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the cell kernel runs in Linux boxes")
 TOKEN = "0123456789abcdef0123456789abcdef"
-START: dict[str, object] = {
-    "language": "python",
-    "cwd": None,
-    "site": [],
-}  # the start line: a Python interpreter, no packages of its own
+# The start line: a Python interpreter, no packages of its own.
+START: dict[str, Any] = {"language": "python", "cwd": None, "site": []}
 MARK = b"\x1e" + TOKEN.encode() + b":"
 # A thread left by one cell writes a forged result line for cell 2, one second into it, into every descriptor.
 FORGE = """
