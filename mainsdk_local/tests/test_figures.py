@@ -118,6 +118,41 @@ def test_fontconfig_in_the_box_has_a_valid_cache_whatever_the_hosts_cache_holds(
     assert int(result.stdout) > 0  # it found the host's fonts through that cache
 
 
+# The host condition behind "Fontconfig error: No writable cache directories" (four times on every matplotlib
+# run, issue 26), made in the box itself so the test does not hang on this machine's own cache: a font folder
+# whose cache no read-only system cache holds (what a stale /var/cache/fontconfig is to fontconfig), listed by
+# the fontconfig that matplotlib's font manager runs (fc-list) on its first import in a fresh box. The font is
+# matplotlib's own DejaVu (in the box's package env), so no host font is needed either.
+STALE_FONT_CACHE = """
+import glob, os, shutil, sys
+import matplotlib
+os.makedirs("fonts")
+shutil.copy(os.path.join(matplotlib.get_data_path(), "fonts", "ttf", "DejaVuSerif.ttf"), "fonts/Uncached.ttf")
+with open("fonts.conf", "w") as f:
+    f.write('<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd"><fontconfig>'
+            '<include ignore_missing="yes">/etc/fonts/fonts.conf</include>'
+            '<dir>' + os.path.abspath("fonts") + '</dir></fontconfig>')
+os.environ["FONTCONFIG_FILE"] = os.path.abspath("fonts.conf")
+import matplotlib.font_manager as fm
+import matplotlib.pyplot as plt
+plt.plot([1, 2])
+plt.title("fonts")
+plt.show()
+print(any(f.fname.endswith("Uncached.ttf") for f in fm.fontManager.ttflist))
+print(sorted(glob.glob(os.path.expanduser("~/.cache/fontconfig/*.cache-*"))) != [])
+"""
+
+
+@pytest.mark.skipif(shutil.which("fc-list") is None, reason="no fontconfig on this host: nothing in a box runs it")
+def test_matplotlib_prints_no_fontconfig_error_for_fonts_no_system_cache_holds(chart: Built) -> None:
+    result = chart.sandbox.run(STALE_FONT_CACHE)
+    assert result.ok, result.stderr
+    assert result.stderr == ""  # was "Fontconfig error: No writable cache directories" before the box had a HOME
+    # fc-list saw the uncached folder (matplotlib lists its font), and wrote its cache in the box's own HOME.
+    assert result.stdout == "True\nTrue\n"
+    assert len(result.results) == 1
+
+
 def test_a_figure_larger_than_the_inline_limit_comes_as_a_file_ref(chart: Built) -> None:
     code = (
         "import numpy as np, matplotlib.pyplot as plt\n"
