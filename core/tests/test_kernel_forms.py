@@ -20,7 +20,7 @@ import textwrap
 import warnings
 from collections.abc import Iterator
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -28,12 +28,13 @@ os.environ.setdefault("MPLBACKEND", "Agg")  # before pyplot: no display in a tes
 
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
-from e2b_charts import chart_figure_to_dict
+import pandas as pd  # type: ignore[import-untyped]
+from e2b_charts import chart_figure_to_dict  # type: ignore[import-untyped]
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Circle
 from PIL import Image
 
 CHART = "application/vnd.mainsdk.chart+json"
@@ -68,14 +69,21 @@ def _close_figures() -> Iterator[None]:
 
 def bundle(shell: InteractiveShell, obj: object) -> dict[str, Any]:
     """The MIME bundle IPython makes of ``obj`` (what a cell's last expression or ``display(obj)`` carries)."""
-    data, _ = shell.display_formatter.format(obj)
-    return data
+    formatter: Any = shell.display_formatter  # IPython leaves format() untyped
+    data, _ = formatter.format(obj)
+    return cast("dict[str, Any]", data)
+
+
+def run_cell(shell: InteractiveShell, code: str) -> Any:
+    """``shell.run_cell`` (IPython leaves it untyped)."""
+    run: Any = shell.run_cell
+    return run(code)
 
 
 def displayed(shell: InteractiveShell, code: str) -> list[dict[str, Any]]:
     """The bundles ``display()`` published while ``code`` ran as a cell (stdout and stderr must stay empty)."""
     with capture_output() as captured:
-        result = shell.run_cell(code)
+        result = run_cell(shell, code)
     assert result.success, (captured.stdout, captured.stderr)
     assert captured.stderr == "", captured.stderr
     return [output.data for output in captured.outputs]
@@ -146,7 +154,7 @@ def test_a_displayed_figure_carries_its_png_its_text_and_its_chart(shell: Intera
 
 def test_the_chart_form_survives_the_inline_backend_dropping_every_figure_printer(shell: InteractiveShell) -> None:
     # IPython's select_figure_formats (run by `%matplotlib inline`) pops every formatter's printer for Figure.
-    shell.run_cell("%matplotlib inline")
+    run_cell(shell, "%matplotlib inline")
     try:
         figure = plt.figure()
         plt.plot([1, 2, 3], label="up")
@@ -169,8 +177,8 @@ def _line_of_dates() -> Figure:
     dates = [datetime.date(2023, 9, 1) + datetime.timedelta(days=i) for i in range(100)]
     x = np.linspace(0, 2 * np.pi, 100)
     plt.figure()
-    plt.plot(dates, np.sin(x), label="sin(x)")
-    plt.plot(dates, np.cos(x))
+    plt.plot(cast(Any, dates), np.sin(x), label="sin(x)")
+    plt.plot(cast(Any, dates), np.cos(x))
     plt.xlabel("Time (s)")
     plt.ylabel("Amplitude (Hz)")
     plt.title("Plot of sin(x) and cos(x)")
@@ -218,8 +226,8 @@ def _superchart() -> Figure:
 
 def _unknown() -> Figure:
     fig, ax = plt.subplots()
-    ax.add_patch(plt.Circle((0.5, 0.5), 0.2))
-    ax.add_patch(plt.Circle((0.5, 0.5), 0.4, fill=False))
+    ax.add_patch(Circle((0.5, 0.5), 0.2))
+    ax.add_patch(Circle((0.5, 0.5), 0.4, fill=False))
     ax.set_title("Two Concentric Circles")
     return fig
 
@@ -412,7 +420,8 @@ def _png_size(data: bytes | str) -> tuple[int, int]:
     raw = data if isinstance(data, bytes) else base64.b64decode(data)
     with Image.open(io.BytesIO(raw)) as image:
         assert image.format == "PNG"
-        return image.size
+        width, height = image.size
+        return int(width), int(height)
 
 
 def test_image_show_displays_the_image_instead_of_trying_a_viewer(shell: InteractiveShell) -> None:
