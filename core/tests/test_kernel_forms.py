@@ -388,13 +388,17 @@ def test_display_of_a_dataframe_carries_html_text_and_its_data_form(shell: Inter
 
 
 def test_a_huge_frame_gives_its_first_rows_and_columns_and_says_so(shell: InteractiveShell) -> None:
-    rows, columns = FORMS["FORMS_MAX_ROWS"], FORMS["FORMS_MAX_COLUMNS"]
-    frame = pd.DataFrame(np.arange(5000 * 150).reshape(5000, 150))
-    form = bundle(shell, frame)[FRAME]
-    assert form["shape"] == [5000, 150] and form["truncated"] is True
-    assert len(form["columns"]) == columns and form["columns"][:2] == ["0", "1"]
-    assert form["index"] == list(range(rows)) and all(len(v) == rows for v in form["data"].values())
-    assert form["data"]["1"][:2] == [1, 151]
+    rows, columns, cells = FORMS["FORMS_MAX_ROWS"], FORMS["FORMS_MAX_COLUMNS"], FORMS["FORMS_MAX_CELLS"]
+    long = bundle(shell, pd.DataFrame({"n": np.arange(5000), "half": np.arange(5000) / 2}))[FRAME]
+    assert long["shape"] == [5000, 2] and long["truncated"] is True
+    assert long["index"] == list(range(rows)) and long["data"]["half"][-1] == (rows - 1) / 2
+    wide = bundle(shell, pd.DataFrame(np.arange(5000 * 150).reshape(5000, 150)))[FRAME]
+    assert wide["shape"] == [5000, 150] and wide["truncated"] is True
+    assert len(wide["columns"]) == columns and wide["columns"][:2] == ["0", "1"]
+    shown = cells // columns  # fewer rows where the columns are many: at most FORMS_MAX_CELLS values
+    assert wide["index"] == list(range(shown)) and all(len(v) == shown for v in wide["data"].values())
+    assert wide["data"]["1"][:2] == [1, 151]
+    assert len(json.dumps(wide)) < 200 * cells  # bounded in bytes too
     text = pd.DataFrame({"s": ["x" * 5000]})
     assert bundle(shell, text)[FRAME]["data"]["s"] == ["x" * FORMS["FORMS_MAX_TEXT"]]
 

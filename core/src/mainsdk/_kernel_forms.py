@@ -23,9 +23,10 @@ What it adds to IPython's display formatters (``docs/notebooks-and-agents.md`` h
   own ``print_figure``) for a figure displayed before any inline backend set it, and ``text/plain`` is its repr.
 - ``application/vnd.mainsdk.dataframe+json`` for a ``pandas.DataFrame``: ``columns``, ``index``, ``data`` (the
   values by column, E2B's ``e2b/data``, ``DataFrame.to_dict(orient="list")`` of its template's
-  ``startup_scripts/0002_data.py``), ``dtypes``, ``shape`` (the whole frame's) and ``truncated``: at most
-  ``FORMS_MAX_ROWS`` rows and ``FORMS_MAX_COLUMNS`` columns, the first ones, and strings cut at
-  ``FORMS_MAX_TEXT`` characters. ``text/html`` and ``text/plain`` are pandas' own.
+  ``startup_scripts/0002_data.py``), ``dtypes``, ``shape`` (the whole frame's) and ``truncated``: the first
+  ``FORMS_MAX_COLUMNS`` columns and the first ``FORMS_MAX_ROWS`` rows, fewer where that would make more than
+  ``FORMS_MAX_CELLS`` values, and strings cut at ``FORMS_MAX_TEXT`` characters. ``text/html`` and
+  ``text/plain`` are pandas' own.
 - PIL: ``Image.show()`` displays the image (``image/png`` and ``text/plain``, Pillow's ``_repr_png_``) through a
   viewer put first in ``PIL.ImageShow``'s list, instead of trying a desktop viewer the box has no display for
   (E2B stubs ``UnixViewer.show_file`` in its template's ``startup_scripts/0003_images.py``). A PIL image as a
@@ -43,7 +44,8 @@ out, never an error in the cell.
 CHART_MIME = "application/vnd.mainsdk.chart+json"
 DATAFRAME_MIME = "application/vnd.mainsdk.dataframe+json"
 FORMS_MAX_ROWS = 1000  # a DataFrame form holds at most its first 1000 rows ...
-FORMS_MAX_COLUMNS = 100  # ... and 100 columns
+FORMS_MAX_COLUMNS = 100  # ... and 100 columns ...
+FORMS_MAX_CELLS = 10000  # ... and fewer rows where the columns are many: at most this many values in all
 FORMS_MAX_TEXT = 1000  # a string value in a form is cut to this many characters
 FORMS_MAX_POINTS = 2000  # a chart element holds at most this many points (evenly picked, the last kept)
 FORMS_MAX_ELEMENTS = 1000  # a chart holds at most this many elements (bars, wedges, lines ...)
@@ -430,14 +432,18 @@ def _forms_point(value):
 
 def _forms_value(value, depth=0):
     """``value`` as plain JSON: finite numbers as themselves (floats unless integral types), NaN as None, ..."""
+    kind = type(value)
+    if kind is float:  # the common cases first: a frame's form makes up to FORMS_MAX_CELLS of them
+        return value if value - value == 0.0 else None  # NaN and infinities are no JSON numbers
+    if kind is int or kind is bool or value is None:
+        return value
+    if kind is str:
+        return value[:FORMS_MAX_TEXT]
     import datetime
     import math
     import numbers
     import sys
 
-    if value is None or isinstance(value, bool):
-        return value
-    kind = type(value)
     if kind.__module__ == "numpy" and kind.__name__ == "bool_":
         return bool(value)
     if isinstance(value, numbers.Integral):
@@ -479,7 +485,8 @@ def _forms_frame_of(obj):
     if pandas is None or not isinstance(obj, pandas.DataFrame):
         return None
     rows, columns = obj.shape
-    part = obj.iloc[:FORMS_MAX_ROWS, :FORMS_MAX_COLUMNS]
+    shown = min(columns, FORMS_MAX_COLUMNS)
+    part = obj.iloc[: min(FORMS_MAX_ROWS, max(1, FORMS_MAX_CELLS // max(shown, 1))), :shown]
     names, data, dtypes = [], {}, {}
     for position in range(part.shape[1]):
         base = _forms_label(part.columns[position])
