@@ -61,6 +61,7 @@ class Kernel:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self.stdin.write(TOKEN.encode() + b"\n")
+        self.stdin.write(json.dumps({"language": "python", "cwd": None, "site": []}).encode() + b"\n")  # start line
         self.stdin.flush()
 
     def cell(self, code: str, timeout: float = 10.0) -> tuple[bytes, dict[str, Any], float]:

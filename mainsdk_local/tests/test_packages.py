@@ -287,8 +287,9 @@ def test_each_show_in_a_cell_returns_that_figure_then_closes_it_as_a_notebook_do
     make_sandbox: Callable[..., Built], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Under Agg a cell's plt.show() did nothing: three shows in a loop drew into one figure, returned once at the
-    # cell's end, and fig.show() printed "FigureCanvasAgg is non-interactive, and thus cannot be shown". The
-    # cells' own backend hands each shown figure to the cell and closes it, as matplotlib-inline does.
+    # cell's end, and fig.show() printed "FigureCanvasAgg is non-interactive, and thus cannot be shown". Through
+    # IPython's inline backend (matplotlib-inline, from the kernel's packages) each show displays that figure, as
+    # its PNG and its text form, and closes it, as in a notebook.
     monkeypatch.setenv("XDG_CACHE_HOME", str(request.config.cache.mkdir("mainsdk-packages")))  # as above
     text = _config("pandas==2.2.3", "matplotlib==3.9.2")
     text = text.replace("timeout: 10s, memory: 256MB", "timeout: 60s, memory: 1GB")
@@ -299,10 +300,12 @@ def test_each_show_in_a_cell_returns_that_figure_then_closes_it_as_a_notebook_do
         method = session.run_code("fig = plt.figure()\nfig.gca().plot([3, 1])\nfig.show()")
         closed = session.run_code("len(plt.get_fignums())")
     assert shown.ok and shown.stderr == "", shown
-    assert [r.mime for r in shown.results] == ["image/png"] * 3 + ["text/plain"]  # each show as it came, the value
-    assert shown.results[-1].data == "0"  # each show closed its figure
-    assert len({r.data for r in shown.results[:3]}) == 3  # three different figures, not one drawn three times
-    assert method.ok and method.stderr == "" and [r.mime for r in method.results] == ["image/png"], method
+    # Each show as it came, all its forms together, then the value.
+    assert [d.mimes for d in shown.displays] == [("image/png", "text/plain")] * 3 + [("text/plain",)]
+    assert [d.text for d in shown.displays[:3]] == ["<Figure size 640x480 with 1 Axes>"] * 3
+    assert shown.displays[-1].main and shown.text == "0"  # each show closed its figure
+    assert len({d.get("image/png").data for d in shown.displays[:3]}) == 3  # type: ignore[union-attr]
+    assert method.ok and method.stderr == "" and [d.mimes for d in method.displays] == [("image/png", "text/plain")]
     assert [r.data for r in closed.results] == ["0"]
 
 

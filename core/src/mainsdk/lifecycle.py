@@ -518,6 +518,14 @@ class Lifecycle:
             stderr_bytes=stderr,
         )
 
+    def cell_env(self, env: Mapping[str, str | SecretRef] | None) -> tuple[dict[str, str], tuple[bytes, ...]]:
+        """A cell's own env (``run_code(env=...)``) checked as a run's: secrets only under ``sandbox.secrets``."""
+        return preflight.resolve_env(env, self.config, self._resolver)
+
+    async def kernel_site(self, box: Box, language: str) -> str | None:
+        """Where the driver put the cell kernel's packages for ``language`` in ``box`` (None: it has none)."""
+        return await self.hooks.kernel_site(box, language)
+
     def exec_unlimited(self, box: Box, command: Command, output: OutputSink) -> Awaitable[ExecOutcome]:
         """Start a long-lived command whose limits its caller keeps itself (a cell's interpreter)."""
         return self.hooks.exec(box, command, output)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -23,6 +23,7 @@ from mainsdk.files import FileRef
 from mainsdk.lifecycle import Lifecycle, OpenBox
 from mainsdk.limits import Listener
 from mainsdk.plugins import DriverHookError
+from mainsdk.secrets import SecretRef
 from mainsdk.session_runtime import CommandResult, SessionRuntime, no_session
 
 DEFAULT_IDLE = 300.0
@@ -185,6 +186,7 @@ class AsyncSession:
         on_output: OutputCallback | None = None,
         on_result: ResultCallback | None = None,
         on_error: ErrorCallback | None = None,
+        env: Mapping[str, str | SecretRef] | None = None,
     ) -> CellResult:
         """Run ``code`` as a cell in the session's interpreter: variables, imports and open files stay.
 
@@ -201,8 +203,14 @@ class AsyncSession:
         ``run_code`` returns (an async ``on_output`` while the cell runs). A callback that raises is called no
         more, and its exception is raised once the cell is over (``ran`` True); the interpreter lives on. A
         callback must not run a cell in this session: the session waits for it.
+
+        ``env``: variables for this cell only, over the session's (``os.environ`` in the interpreter and what its
+        ``!cmd`` children inherit), restored after it; a value may be ``secret("NAME")`` for a secret listed under
+        ``sandbox.secrets`` (otherwise MAIN-SANDBOX-0009 and nothing runs), and its value is redacted from the
+        cell's output, results and error.
         """
-        return await run_cell(self, code, language, timeout, CellCallbacks(on_output, on_result, on_error))
+        callbacks = CellCallbacks(on_output, on_result, on_error)
+        return await run_cell(self, code, language, timeout, callbacks, env=env)
 
     async def close(self) -> None:
         """Close the session and remove everything its box held. Closing twice is fine."""
@@ -256,11 +264,12 @@ async def run_cell(
     callbacks: CellCallbacks,
     *,
     blocking: bool = False,
+    env: Mapping[str, str | SecretRef] | None = None,
 ) -> CellResult:
     """``session.run_code``, and the synchronous twin's with ``blocking`` (its callbacks must be plain functions)."""
     if session._interpreter is None:
         session._interpreter = Interpreter(session._runtime)
-    return await session._interpreter.run(code, language, timeout, callbacks, blocking=blocking)
+    return await session._interpreter.run(code, language, timeout, callbacks, blocking=blocking, env=env)
 
 
 def find_session(sessions: dict[str, AsyncSession], session_id: object, tenant: str) -> AsyncSession:

@@ -25,6 +25,7 @@ from mainsdk.engine import AsyncSandbox, SandboxDeps
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
 from mainsdk.rich import RichResult
+from mainsdk.secrets import SecretRef
 from mainsdk.sessions import AsyncSession, SessionOpener, run_cell
 
 T = TypeVar("T")
@@ -198,14 +199,15 @@ class Session:
         on_output: Callable[[str, bytes], None] | None = None,
         on_result: Callable[[RichResult], None] | None = None,
         on_error: Callable[[CellError], None] | None = None,
+        env: Mapping[str, str | SecretRef] | None = None,
     ) -> CellResult:
-        """Run ``code`` as a cell in the session's interpreter; see ``AsyncSession.run_code``.
+        """Run ``code`` as a cell in the session's interpreter; see ``AsyncSession.run_code`` (``env`` included).
 
         The callbacks are plain functions, called on the sandbox's own thread; an ``async def`` is refused with
         MAIN-SANDBOX-0001 (nothing here could await it): use ``AsyncSandbox`` for async callbacks.
         """
         callbacks = CellCallbacks(on_output, on_result, on_error)
-        return _LOOP.call(run_cell(self._async, code, language, timeout, callbacks, blocking=True))
+        return _LOOP.call(run_cell(self._async, code, language, timeout, callbacks, blocking=True, env=env))
 
     close = _blocking(AsyncSession.close)
 

@@ -21,6 +21,7 @@ from mainsdk.config import AppConfig, Permissions, parse_app_config
 from mainsdk.driver import (
     DRIVER_UNAVAILABLE,
     INVALID_OPTION,
+    KERNEL_PACKAGES,
     LANGUAGE_PROGRAMS,
     LANGUAGES,
     NO_SESSION,
@@ -42,6 +43,7 @@ from mainsdk.plugins import DriverHookError
 
 from mainsdk_local.config import DEFAULT_POOL, MAX_POOL, LocalPrograms
 from mainsdk_local.egress_proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
+from mainsdk_local.launcher.common import KERNEL_SITE
 from mainsdk_local.launcher.protocol import MAX_HEADER, PROXY_PORT
 from mainsdk_local.launcher_client import ExecSpec, Launcher, LauncherBox, LauncherError, OpenFailed
 from mainsdk_local.packages import EnvBuilder
@@ -74,6 +76,9 @@ class LocalBox:
     # A one-shot run's box: the bytes of /out its exec asks for (core's limits.files, what it collects), so the
     # server collects and closes right after the run, with no request between. None: a session's box.
     one_shot_collect: int | None = None
+    # The cell kernel's packages (IPython) on the host, once a cell asked for them: bound read-only at KERNEL_SITE
+    # in the box's python execs from then on. A holder, set once per box by mainsdk_driver_kernel_site.
+    kernel: list[str] = attrs.field(factory=list, eq=False)
 
 
 class LocalDriver:
@@ -190,6 +195,28 @@ class LocalDriver:
         site = await asyncio.to_thread(self.envs.ensure, program, pins)
         self._ready[tuple(pins)] = site
         return site
+
+    @hookimpl
+    async def mainsdk_driver_kernel_site(self, box: LocalBox, language: str) -> str | None:
+        # Built once on the host with the same builder as sandbox.packages (its cache, wheels only, host tools
+        # isolated), then bound read-only at a path of its own: never over the user's site-packages.
+        pins = KERNEL_PACKAGES.get(language)
+        if not pins or self._launcher.isolation != "namespace":
+            return None  # weak mode binds nothing: its cells run plain Python
+        if not box.kernel:
+            _, name = self._permitted_name(LANGUAGE_PROGRAMS["python"])
+            program = await self._program(LANGUAGE_PROGRAMS["python"])
+            version = tuple(int(part) for part in program.version.split(" ", 1)[0].split(".")[:2] if part.isdigit())
+            if version < (3, 11):
+                raise SandboxError(
+                    INVALID_OPTION,
+                    f"cells: sandbox.local.python {name!r} ({program.executable}, python "
+                    f"{program.version.split(' ', 1)[0]}) cannot run the cells' IPython, which needs Python 3.11 "
+                    "or newer; point sandbox.local.python at a newer interpreter in main.yaml",
+                    ran=False,
+                )
+            box.kernel.append(await asyncio.to_thread(self.envs.ensure, program, pins))
+        return KERNEL_SITE
 
     @hookimpl
     def mainsdk_driver_check(self, command: Command) -> None:
@@ -335,10 +362,14 @@ class LocalDriver:
 
 
 def _package_overlay(box: LocalBox, program_name: str, program: Program) -> tuple[tuple[str, str], ...]:
-    """For python in a box with packages: its env over the first site-packages ``site`` reads (hidden otherwise)."""
-    if box.packages is None or _PROGRAM_LANGUAGE.get(program_name) != "python" or not program.hidden_paths:
+    """For python in a box with packages: its env over the first site-packages ``site`` reads (hidden otherwise);
+    and the cell kernel's packages at KERNEL_SITE once a cell asked for them."""
+    if _PROGRAM_LANGUAGE.get(program_name) != "python":
         return ()
-    return ((box.packages, program.hidden_paths[0]),)
+    kernel = ((box.kernel[0], KERNEL_SITE),) if box.kernel else ()
+    if box.packages is None or not program.hidden_paths:
+        return kernel
+    return ((box.packages, program.hidden_paths[0]), *kernel)
 
 
 def _open_failed(cause: Exception) -> SandboxError:
