@@ -428,35 +428,41 @@ def _png_size(data: bytes | str) -> tuple[int, int]:
         return int(width), int(height)
 
 
-def test_image_show_displays_the_image_instead_of_trying_a_viewer(shell: InteractiveShell) -> None:
-    shell.user_ns["Image"] = Image
-    outputs = displayed(shell, "img = Image.new('RGB', (7, 3), 'red')\nimg.show()\nimg.show(title='again')")
-    assert len(outputs) == 2
-    for output in outputs:
-        assert {"image/png", "text/plain"} <= set(output)
-        assert _png_size(output["image/png"]) == (7, 3)
-        assert output["text/plain"].startswith("<PIL.Image.Image image mode=RGB size=7x3")
+# PIL's ImageShow registers a desktop viewer for each one on PATH (xdg-open, display, eog ...) before its own
+# IPython viewer: a box whose /usr is a desktop host's ran xdg-open there (an error on stderr, no image).
+VIEWER = """#!/bin/sh
+echo 'xdg-open: no method available for opening' >&2
+touch "$0.ran"
+"""
 
 
-def test_the_viewer_comes_with_pil_imageshow_when_it_is_imported_after_the_forms() -> None:
-    # A fresh interpreter, as the box's executor: the forms are registered before PIL is imported at all.
+@pytest.mark.parametrize("imported", ["after", "before"])
+def test_image_show_displays_the_image_and_never_a_desktop_viewer(tmp_path: Any, imported: str) -> None:
+    # A fresh interpreter, as the box's executor, with an xdg-open on PATH; PIL.ImageShow imported after the
+    # forms are registered (the viewer comes with it) or before (the viewer is put first at once).
+    viewer = tmp_path / "xdg-open"
+    viewer.write_text(VIEWER)
+    viewer.chmod(0o755)
     code = FORMS_TEXT + textwrap.dedent(
-        """
+        f"""
         import json, sys
+        if {imported == "before"}:
+            import PIL.ImageShow
         from IPython.core.interactiveshell import InteractiveShell
         from IPython.utils.capture import capture_output
         shell = InteractiveShell.instance()
         register_forms(shell)
-        before = "PIL.ImageShow" in sys.modules
         with capture_output() as captured:
-            shell.run_cell("from PIL import Image\\nImage.new('L', (2, 5)).show()")
-        print(json.dumps([before, [sorted(o.data) for o in captured.outputs], captured.stderr]))
+            shell.run_cell("from PIL import Image\\nImage.new('L', (2, 5)).show()\\nImage.new('L', (3, 1)).show()")
+        print(json.dumps([[o.data for o in captured.outputs], captured.stderr], default=str))
         """
     )
-    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
-    before, outputs, stderr = json.loads(done.stdout.splitlines()[-1])
-    assert before is False and stderr == ""
-    assert len(outputs) == 1 and {"image/png", "text/plain"} <= set(outputs[0])
+    env = dict(os.environ, PATH=f"{tmp_path}{os.pathsep}{os.environ.get('PATH', os.defpath)}", MPLBACKEND="Agg")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    outputs, stderr = json.loads(done.stdout.splitlines()[-1])
+    assert done.stderr == "" and stderr == "" and not (tmp_path / "xdg-open.ran").exists()
+    assert len(outputs) == 2 and all({"image/png", "text/plain"} <= set(o) for o in outputs)  # Pillow's jpeg too
+    assert [o["text/plain"].split()[-1] for o in outputs] == ["size=2x5>", "size=3x1>"]
 
 
 def test_a_pil_image_as_the_last_expression_gives_a_png(shell: InteractiveShell) -> None:
