@@ -28,9 +28,11 @@ What it adds to IPython's display formatters (``docs/notebooks-and-agents.md`` h
   ``FORMS_MAX_CELLS`` values, and strings cut at ``FORMS_MAX_TEXT`` characters. ``text/html`` and
   ``text/plain`` are pandas' own.
 - PIL: ``Image.show()`` displays the image (``image/png`` and ``text/plain``, Pillow's ``_repr_png_``) through a
-  viewer put first in ``PIL.ImageShow``'s list, instead of trying a desktop viewer the box has no display for
-  (E2B stubs ``UnixViewer.show_file`` in its template's ``startup_scripts/0003_images.py``). A PIL image as a
-  cell's last expression gets ``image/png`` from IPython itself.
+  viewer put first in ``PIL.ImageShow``'s list. Pillow's own ``IPythonViewer`` comes last, after a viewer for
+  each desktop program on PATH (``xdg-open``, ``display``, ``eog`` ...), which a box whose ``/usr`` is a
+  desktop host's has: ``show()`` ran that program, an error on stderr and no image (E2B stubs
+  ``UnixViewer.show_file`` in its template's ``startup_scripts/0003_images.py``). A PIL image as a cell's last
+  expression gets ``image/png`` from IPython itself.
 
 Why not depend on ``e2b-charts`` itself: it requires matplotlib, numpy and pydantic, which would then be part
 of the kernel's own package set and so on every user's ``sys.path``, a user who pinned none of them (or other
