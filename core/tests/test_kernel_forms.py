@@ -300,6 +300,19 @@ def test_chart_fields_read_as_e2b_documents_them(shell: InteractiveShell) -> Non
     ]
 
 
+def test_dates_read_as_dates_after_pandas_registered_its_converters(shell: InteractiveShell) -> None:
+    # Once a frame is plotted pandas' DatetimeConverter (a matplotlib DateConverter) handles every datetime axis.
+    pd.plotting.register_matplotlib_converters()
+    try:
+        plt.figure()
+        plt.plot(pd.to_datetime(["2024-01-01", "2024-01-02", "2024-01-03"]), [1, 3, 2])
+        form = chart(shell, plt.gcf())
+    finally:
+        pd.plotting.deregister_matplotlib_converters()
+    assert form["x_scale"] == "datetime" and all(isinstance(tick, str) for tick in form["x_ticks"])
+    assert form["elements"][0]["points"][0] == ["2024-01-01T00:00:00", 1.0]
+
+
 def test_bars_keep_their_own_orientation_and_the_label_of_their_tick(shell: InteractiveShell) -> None:
     # Where e2b-charts reads a chart wrongly: bars of equal height are taken as horizontal ones (their widths as
     # values, the axes swapped), and numeric positions are zipped with whatever tick labels there are.

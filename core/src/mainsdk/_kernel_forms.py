@@ -211,9 +211,13 @@ def _forms_converter(axis):
 
 
 def _forms_is_dates(converter):
-    # e2b_charts tests ``isinstance(converter, matplotlib.dates._SwitchableDateConverter)``, a private class:
-    # any converter of matplotlib.dates (that one, DateConverter, ConciseDateConverter) is a date axis.
-    return converter is not None and type(converter).__module__ == "matplotlib.dates"
+    # e2b_charts tests ``isinstance(converter, matplotlib.dates._SwitchableDateConverter)``, matplotlib's default
+    # for dates; DateConverter's subclasses count too: ConciseDateConverter, and pandas' DatetimeConverter, which
+    # pandas registers for every datetime once a frame has been plotted.
+    import matplotlib.dates
+
+    kinds = (getattr(matplotlib.dates, "_SwitchableDateConverter", None), matplotlib.dates.DateConverter)
+    return converter is not None and isinstance(converter, tuple(k for k in kinds if isinstance(k, type)))
 
 
 def _forms_ticks(chart, ax):
