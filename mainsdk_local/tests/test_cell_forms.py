@@ -148,3 +148,29 @@ def test_a_matplotlib_cell_prints_no_fontconfig_error_for_fonts_no_system_cache_
     assert cell.ok, cell.error
     assert cell.stderr == ""  # the cell's matplotlib ran fc-list over a folder no read-only cache holds
     assert cell.stdout == "True\nTrue\n" and len(cell.displays) == 1
+
+
+def test_a_secret_in_a_data_form_is_redacted_as_in_the_cells_text(
+    make_sandbox: Callable[..., Built], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The forms are JSON: a value with a quote or a non-ASCII letter is escaped there ('\\"', '\\u00e4'), so a
+    # redactor looking for the value as it is would let it through.
+    from mainsdk import secret
+
+    value = 'sk-forms-"quoted"-välue-123'
+    monkeypatch.setenv("TEST_API_KEY", value)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(request.config.cache.mkdir("mainsdk-packages")))
+    sandbox = make_sandbox(FORMS_CONFIG).sandbox
+    with sandbox.create(packages=["pandas", "matplotlib"], env={"KEY": secret("TEST_API_KEY")}) as session:
+        cell = session.run_code(
+            "import os, pandas as pd, matplotlib.pyplot as plt\nk = os.environ['KEY']\n"
+            "display(pd.DataFrame({'k': [k]}))\nplt.plot([1, 2], label=k)\nplt.title(k)\nplt.show()"
+        )
+    assert cell.ok, cell.error
+    escaped = {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    forms = [r for r in cell.results if r.mime in (CHART, FRAME)]
+    assert len(forms) == 2
+    for form in forms:
+        assert isinstance(form.data, str)
+        assert not [v for v in escaped if v in form.data], form
+        assert "[redacted:secret]" in json.dumps(json.loads(form.data))

@@ -114,8 +114,8 @@ def _forms_chart(figure):
     if not axes or not any(ax.has_data() for ax in axes):  # main.py is_figure_blank
         return None
     if len(axes) > 1:
-        suptitle = getattr(figure, "_suptitle", None)  # Figure.get_suptitle is matplotlib 3.8+
-        title = suptitle.get_text() if suptitle is not None else ""
+        get_suptitle = getattr(figure, "get_suptitle", None)  # matplotlib 3.8+, as e2b-charts requires
+        title = get_suptitle() if get_suptitle is not None else ""
         elements = [_forms_axes_chart(ax) for ax in axes[:FORMS_MAX_ELEMENTS]]
         chart = {"type": "superchart", "title": title, "elements": elements}  # main.py SuperChart: "" when none
         return _forms_cut(chart, "elements", len(axes), FORMS_MAX_ELEMENTS)
@@ -123,10 +123,9 @@ def _forms_chart(figure):
 
 
 def _forms_children(ax):
-    children = getattr(ax, "_children", None)  # what e2b_charts reads (matplotlib 3.5+)
-    if children is None:
-        children = [*ax.lines, *ax.collections, *ax.patches, *ax.images, *ax.texts, *ax.tables, *ax.artists]
-    return list(children)
+    # e2b-charts reads the private ``ax._children``; these public lists hold the same artists (``artists``: every
+    # other kind), in another order, which the type rules never look at.
+    return [*ax.lines, *ax.collections, *ax.patches, *ax.images, *ax.texts, *ax.tables, *ax.artists]
 
 
 def _forms_is_grid_line(line):
@@ -211,13 +210,19 @@ def _forms_converter(axis):
 
 
 def _forms_is_dates(converter):
-    # e2b_charts tests ``isinstance(converter, matplotlib.dates._SwitchableDateConverter)``, matplotlib's default
-    # for dates; DateConverter's subclasses count too: ConciseDateConverter, and pandas' DatetimeConverter, which
-    # pandas registers for every datetime once a frame has been plotted.
-    import matplotlib.dates
+    # e2b_charts tests ``isinstance(converter, matplotlib.dates._SwitchableDateConverter)``, a private class: the
+    # kind matplotlib registers for dates. Here, any kind registered for dates (that one; pandas' DatetimeConverter,
+    # which pandas registers once a frame has been plotted) and every DateConverter (ConciseDateConverter ...).
+    import datetime
 
-    kinds = (getattr(matplotlib.dates, "_SwitchableDateConverter", None), matplotlib.dates.DateConverter)
-    return converter is not None and isinstance(converter, tuple(k for k in kinds if isinstance(k, type)))
+    import matplotlib.dates
+    import matplotlib.units
+
+    kinds = {matplotlib.dates.DateConverter}
+    kinds.update(
+        type(matplotlib.units.registry[k]) for k in (datetime.date, datetime.datetime) if k in matplotlib.units.registry
+    )
+    return converter is not None and isinstance(converter, tuple(kinds))
 
 
 def _forms_ticks(chart, ax):
@@ -564,13 +569,12 @@ def _forms_pil_viewer():
 
 
 def _forms_register_viewer(image_show):
-    if any(getattr(viewer, "_forms_viewer", False) for viewer in getattr(image_show, "_viewers", ())):
+    if getattr(image_show, "mainsdk_forms_viewer", False):
         return
 
     class _FormsViewer(image_show.Viewer):
         """Shows an image as the cell's display output (image/png and text/plain), never in a desktop viewer."""
 
-        _forms_viewer = True
         format = "PNG"
 
         def show(self, image, **options):
@@ -580,3 +584,4 @@ def _forms_register_viewer(image_show):
             return 1
 
     image_show.register(_FormsViewer(), -1)
+    image_show.mainsdk_forms_viewer = True  # once per PIL.ImageShow
