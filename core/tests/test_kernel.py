@@ -1,13 +1,14 @@
 """The cell kernel's own protocol, run as the real processes on this machine (no sandbox): supervisor and executor.
 
 Core's kernel (``mainsdk/_kernel.py``) is started here the way a driver starts it, ``python3 -I -u -c <kernel>``
-with the token as the first stdin line and each cell one JSON line after it; the tests read its stdout for the
-frames. The "probe" watch (what the supervisor falls back to where ``/proc/<child>/syscall`` cannot be read) is
-the same source with that path pointed at nothing.
+with the token as the first stdin line, the start line second and each cell one JSON line after; the tests read
+its stdout for the frames. The "probe" watch (what the supervisor falls back to where ``/proc/<child>/syscall``
+cannot be read) is the same source with that path pointed at nothing.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -23,6 +24,11 @@ from mainsdk.cells import kernel_source
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the cell kernel runs in Linux boxes")
 TOKEN = "0123456789abcdef0123456789abcdef"
+START: dict[str, object] = {
+    "language": "python",
+    "cwd": None,
+    "site": [],
+}  # the start line: a Python interpreter, no packages of its own
 MARK = b"\x1e" + TOKEN.encode() + b":"
 # A thread left by one cell writes a forged result line for cell 2, one second into it, into every descriptor.
 FORGE = """
@@ -51,7 +57,7 @@ def _syscall_readable() -> bool:
 class Kernel:
     """One kernel process and the frames it writes."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, start: dict[str, Any] = START) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-u", "-c", source],
             stdin=subprocess.PIPE,
@@ -61,7 +67,7 @@ class Kernel:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self.stdin.write(TOKEN.encode() + b"\n")
-        self.stdin.write(json.dumps({"language": "python", "cwd": None, "site": []}).encode() + b"\n")  # start line
+        self.stdin.write(json.dumps(start).encode() + b"\n")
         self.stdin.flush()
 
     def cell(self, code: str, timeout: float = 10.0) -> tuple[bytes, dict[str, Any], float]:
@@ -71,12 +77,19 @@ class Kernel:
         self.stdin.write(json.dumps(request).encode() + b"\n")
         self.stdin.flush()
         out = b""
-        while not (MARK in out and out.endswith(b"\n")):
-            chunk = os.read(self.stdout.fileno(), 1 << 16)
-            assert chunk, f"the kernel ended with {self.proc.wait()}"
-            out += chunk
-        before, _, frame = out.partition(MARK)
-        return before, json.loads(frame), time.monotonic() - started
+        self.live: list[dict[str, Any]] = []  # the cell's live display frames, in order
+        while True:
+            while not (MARK in out and out.endswith(b"\n")):
+                chunk = os.read(self.stdout.fileno(), 1 << 16)
+                assert chunk, f"the kernel ended with {self.proc.wait()}"
+                out += chunk
+            before, _, rest = out.partition(MARK)
+            line, _, after = rest.partition(b"\n")
+            frame = json.loads(line)
+            if "code_sha256" in frame:  # the end frame; a live display frame never has it
+                return before, frame, time.monotonic() - started
+            self.live.append(frame)
+            out = before + after
 
     def close(self) -> int:
         self.stdin.close()
@@ -134,3 +147,35 @@ def test_an_executor_that_dies_ends_the_kernel_with_its_status(kernel: tuple[Ker
     running.stdin.write(json.dumps({"code": "import os\nos._exit(7)", "timeout": 10}).encode() + b"\n")
     running.stdin.flush()
     assert running.proc.wait(10) == 7
+
+
+def test_the_start_line_names_the_folder_and_the_kernels_own_packages_and_a_bad_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    own = tmp_path / "kernel-site"
+    own.mkdir()
+    (own / "kernel_only.py").write_text("WHERE = 'kernel site'\n")
+    running = Kernel(kernel_source(), {"language": "python", "cwd": str(tmp_path), "site": [str(own)]})
+    out, frame, _ = running.cell("import os, sys, kernel_only\nprint(os.getcwd())\nsys.path[-1], kernel_only.WHERE")
+    assert out == f"{tmp_path}\n".encode() and frame["error"] is None
+    # Last on sys.path: after the user's (IPython's pretty printer may wrap the tuple: compared as a value).
+    assert ast.literal_eval(frame["results"][0]["data"]) == (str(own), "kernel site")
+    assert running.close() == 0
+    for start, why in (
+        ({"language": "cobol"}, b"no executor for language 'cobol'"),
+        ({"language": "python", "cwd": str(tmp_path / "missing")}, b"cannot enter the interpreter's folder"),
+        ({"language": "python", "site": "/opt"}, b"not a list of folders"),
+    ):
+        refused = Kernel(kernel_source(), start)
+        assert refused.proc.wait(10) == 125, start  # nothing started: the app reports the kernel's exit
+        assert refused.proc.stderr is not None and why in refused.proc.stderr.read(), start
+
+
+def test_each_display_output_comes_as_a_live_frame_before_the_end_frame(kernel: tuple[Kernel, str]) -> None:
+    running, _ = kernel
+    out, frame, _ = running.cell("print('before')\n6 * 7")
+    # The final expression's output, on stdout as soon as it is made: a display index, its forms, no code hash.
+    assert [(live["cell"], live["display"], "code_sha256" in live) for live in running.live] == [(1, 0, False)]
+    item = {"mime": "text/plain", "data": "42", "encoding": "utf-8", "display": 0, "main": True}
+    assert running.live[0]["results"] == [item] and frame["results"] == [item]  # the end frame holds it too
+    assert out == b"before\n"

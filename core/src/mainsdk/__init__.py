@@ -16,7 +16,7 @@ from mainsdk.engine import AsyncSandbox, SandboxDeps
 from mainsdk.errors import ConfigError, SandboxError
 from mainsdk.files import FileRef
 from mainsdk.lifecycle import RunResult
-from mainsdk.rich import RichResult
+from mainsdk.rich import Display, RichResult
 from mainsdk.secrets import SecretRef, secret
 from mainsdk.session_runtime import CommandResult
 from mainsdk.sessions import AsyncSession
@@ -39,6 +39,7 @@ __all__ = [
     "CellResult",
     "CommandResult",
     "ConfigError",
+    "Display",
     "FileRef",
     "NetworkReach",
     "Process",

@@ -59,6 +59,7 @@ _EXTENSIONS = {
 # The hosts ``%pip install`` needs: a session whose hosts cover both installs into itself; otherwise it says how
 # to pin the package in ``sandbox.packages`` instead (nothing is installed).
 PACKAGE_INDEX = ("pypi.org", "files.pythonhosted.org")
+LIVE_OVERHEAD = 64  # bytes a live result counts for beyond its data (an empty one is not free)
 
 
 @attrs.frozen
@@ -258,8 +259,11 @@ class _KernelStream:
 class Interpreter:
     """One live kernel in a session's box: started on the first cell, restarted after it died."""
 
-    def __init__(self, session: SessionRuntime) -> None:
+    def __init__(self, session: SessionRuntime, language: str = "python", cwd: str | None = None) -> None:
         self._session = session
+        self.language = language
+        self.cwd = cwd  # the interpreter's folder in the box; None: the exec's own
+        self.site: tuple[str, ...] = ()  # in-box folders of the kernel's own packages, after the user's
         self._task: asyncio.Task[ExecOutcome] | None = None
         self._stream: _KernelStream | None = None
         self._input: InputStream | None = None
@@ -276,8 +280,8 @@ class Interpreter:
     async def _start(self) -> None:
         session = self._session
         # The kernel's own packages (IPython), where the driver put them in the box: the start line's ``site``.
-        site = await session.lifecycle.kernel_site(session.opened.box, "python")
-        start = {"language": "python", "cwd": None, "site": [site] if site else []}
+        site = await session.lifecycle.kernel_site(session.opened.box, self.language)
+        self.site = (site,) if site else ()
         secret = token.token_hex(16)
         # A frame's JSON escapes at most 6 characters per one of a result's (a base64 PNG: none).
         self._stream = _KernelStream(
@@ -286,10 +290,12 @@ class Interpreter:
         # The token goes first on stdin, not argv: it never shows in the box's /proc/<pid>/cmdline. The same
         # stdin then stays open for the cells (``Command.input``): only the app writes there.
         self._input = InputStream()
+        # The start line: which interpreter the kernel runs, in which folder, with which packages of its own.
+        start = {"language": self.language, "cwd": self.cwd, "site": list(self.site)}
         command = Command(
             "python3",
             ("-I", "-u", "-c", kernel_source()),
-            stdin=f"{secret}\n{json.dumps(start)}\n".encode(),
+            stdin=f"{secret}\n".encode() + json.dumps(start).encode() + b"\n",
             timeout=MAX_TIMEOUT,
             env=session.opened.plan.env,
             input=self._input,
@@ -442,6 +448,9 @@ class Interpreter:
         collector = OutputCollector(plan.limits.output, secret_values, on_output, label=cell_id)
         redact = NameRedactor(secret_values)
         shown: dict[tuple[int, str], RichResult] = {}  # what came live, by (display, mime): each result once
+        # Live results are the box's words: at most limits.files bytes of them in all (the kernel's own bound on a
+        # cell's results), each counted with some overhead, so a cell spamming displays cannot fill the app.
+        room = [plan.limits.files]
 
         def on_display(live: dict[str, Any]) -> None:
             items = live.get("results")
@@ -449,6 +458,12 @@ class Interpreter:
                 key = _display_key(item)
                 if key is None or key in shown:
                     continue
+                data = item.get("data") if isinstance(item, dict) else None
+                cost = (len(data) if isinstance(data, str) else 0) + LIVE_OVERHEAD
+                if cost > room[0]:
+                    room[0] = 0
+                    return
+                room[0] -= cost
                 rich = self._rich(item, number, len(shown) + index, redact)
                 if rich is not None:
                     shown[key] = rich
@@ -460,7 +475,8 @@ class Interpreter:
         request: dict[str, Any] = {"code": code, "timeout": limit, "grace": GRACE, "max_results": plan.limits.files}
         if env:
             request["env"] = env
-        request["pip_index"] = all(host_covered(host, plan.hosts) for host in PACKAGE_INDEX)
+        if all(host_covered(host, plan.hosts) for host in PACKAGE_INDEX):
+            request["pip_index"] = True  # only then: a request without it reads as before
         started = time.monotonic()
         try:
             assert self._input is not None
