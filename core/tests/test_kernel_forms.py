@@ -19,6 +19,7 @@ import sys
 import textwrap
 import warnings
 from collections.abc import Iterator
+from decimal import Decimal
 from importlib import resources
 from typing import Any, cast
 
@@ -422,6 +423,46 @@ def test_duplicate_and_multiindex_labels_stay_apart(shell: InteractiveShell) -> 
     grouped = pd.DataFrame({("n", "min"): [1], ("n", "max"): [2]}, index=pd.MultiIndex.from_tuples([("k", 1)]))
     form = bundle(shell, grouped)[FRAME]
     assert form["columns"] == ["n min", "n max"] and form["index"] == [["k", 1]]
+
+
+def test_values_of_every_kind_come_as_plain_json(shell: InteractiveShell) -> None:
+    values = [
+        np.bool_(True),
+        Decimal("1.5"),
+        b"x",
+        [1, float("nan")],
+        pd.NA,
+        pd.NaT,
+        pd.Timedelta("1s"),
+        pd.Period("2024-01"),
+        {"a": 1},
+        np.int64(3),
+        np.float32(2.5),
+        np.datetime64("2024-01-02"),
+        float("inf"),
+        datetime.time(1, 2),
+        None,
+    ]
+    frame = pd.DataFrame({"o": pd.Series(values, dtype=object), "n": pd.array([1] * 14 + [None], dtype="Int64")})
+    form = bundle(shell, frame)[FRAME]
+    assert json.loads(json.dumps(form, allow_nan=False))["data"]["o"] == [
+        True,
+        1.5,
+        "b'x'",
+        [1, None],
+        None,
+        None,
+        "0 days 00:00:01",
+        "2024-01",
+        {"a": 1},
+        3,
+        2.5,
+        "2024-01-02",
+        None,
+        "01:02:00",
+        None,
+    ]
+    assert form["data"]["n"][-2:] == [1, None] and form["dtypes"]["n"] == "Int64"
 
 
 def test_objects_of_other_kinds_get_no_data_form(shell: InteractiveShell) -> None:

@@ -451,15 +451,16 @@ def _forms_value(value, depth=0):
     if kind is str:
         return value[:FORMS_MAX_TEXT]
     import datetime
+    import decimal
     import math
     import numbers
     import sys
 
-    if kind.__module__ == "numpy" and kind.__name__ == "bool_":
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):  # numpy 2 named it bool
         return bool(value)
     if isinstance(value, numbers.Integral):
         return int(value)
-    if isinstance(value, numbers.Real):
+    if isinstance(value, (numbers.Real, decimal.Decimal)):
         number = float(value)
         return number if math.isfinite(number) else None
     if isinstance(value, str):
