@@ -38,9 +38,9 @@ Why not depend on ``e2b-charts`` itself: it requires matplotlib, numpy and pydan
 of the kernel's own package set and so on every user's ``sys.path``, a user who pinned none of them (or other
 versions) included. Here the rules are re-written over the objects the user's own matplotlib and pandas made.
 
-Every value in a form is plain JSON: numbers as floats, NaN and infinities as ``null``, dates as ISO 8601
-strings, anything else as its ``str``. A form that cannot be made (an odd artist, a broken ``__str__``) is left
-out, never an error in the cell.
+Every value in a form is plain JSON: numbers as numbers (a chart's as floats, as E2B's), NaN and infinities
+as ``null``, dates as ISO 8601 strings, anything else as its ``str``. A form that cannot be made (an odd
+artist, a broken ``__str__``) is left out, never an error in the cell.
 """
 
 CHART_MIME = "application/vnd.mainsdk.chart+json"
