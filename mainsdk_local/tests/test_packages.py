@@ -304,11 +304,12 @@ def test_each_show_in_a_cell_returns_that_figure_then_closes_it_as_a_notebook_do
     assert inline.ok and inline.stderr == "", inline.error
     assert shown.ok and shown.stderr == "", shown
     # Each show as it came, all its forms together, then the value.
-    assert [d.mimes for d in shown.displays] == [("image/png", "text/plain")] * 3 + [("text/plain",)]
+    figure = ("image/png", "application/vnd.mainsdk.chart+json", "text/plain")  # the chart form: _kernel_forms.py
+    assert [d.mimes for d in shown.displays] == [figure] * 3 + [("text/plain",)]
     assert [d.text for d in shown.displays[:3]] == ["<Figure size 640x480 with 1 Axes>"] * 3
     assert shown.displays[-1].main and shown.text == "0"  # each show closed its figure
     assert len({d.get("image/png").data for d in shown.displays[:3]}) == 3  # type: ignore[union-attr]
-    assert method.ok and method.stderr == "" and [d.mimes for d in method.displays] == [("image/png", "text/plain")]
+    assert method.ok and method.stderr == "" and [d.mimes for d in method.displays] == [figure]
     assert [r.data for r in closed.results] == ["0"]
 
 
