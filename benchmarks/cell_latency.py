@@ -1,11 +1,16 @@
-"""Latency of a cell round trip (``session.run_code("x += 1")``) in a warm session on the local driver.
+"""Latency of a cell round trip (``session.run_code("x += 1")``) in a warm session on the local driver, and of a
+session's first cell (the kernel's start: IPython's import and shell, from the kernel's package set).
 
-Against two baselines measured in the same run, interleaved: a session command in the same session
+Warm cells against two baselines measured in the same run, interleaved: a session command in the same session
 (``session.run("python3", ["-c", "pass"])``, a fresh interpreter per call, what a cell replaces) and a
 ``session.write`` (one launcher round trip, the floor under any cell, which needs one write). The goal
-is a cell under 5 ms at the median.
+is a cell under 5 ms at the median, with IPython in the loop.
 
-    python benchmarks/cell_latency.py [--rounds 300]
+First cells (``--sessions``, 0 to skip): a new session's first ``run_code("1")`` against, in the same fresh session
+and interleaved, a session command that imports IPython and makes its shell (``python3 -c`` with the kernel's
+folder on ``sys.path``: what the kernel's start costs at the least) and one that runs ``pass``.
+
+    python benchmarks/cell_latency.py [--rounds 300] [--sessions 20]
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ def main() -> None:
     """Measure and print the medians and 95th percentiles."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--sessions", type=int, default=20)
     options = parser.parse_args()
     config = load_config_text(CONFIG)
     sandbox = Sandbox(
@@ -65,6 +71,18 @@ def main() -> None:
             commands.append(timed(lambda: session.run("python3", ["-c", "pass"])))
             writes.append(timed(lambda: session.write("w.txt", "x")))
         final = session.run_code("x").text
+    first: list[float] = []
+    shells: list[float] = []
+    bare: list[float] = []
+    shell = (
+        "import sys; sys.path.append('/opt/mainsdk/kernel')\n"
+        "from IPython.core.interactiveshell import InteractiveShell\nInteractiveShell.instance(colors='nocolor')"
+    )
+    for _ in range(options.sessions):
+        with sandbox.create() as fresh:
+            first.append(timed(lambda: fresh.run_code("1")))
+            shells.append(timed(lambda: fresh.run("python3", ["-c", shell])))
+            bare.append(timed(lambda: fresh.run("python3", ["-c", "pass"])))
     sandbox.close()
     assert final == str(20 + options.rounds), final
     print(summary('cell: run_code("x += 1")', cells))
@@ -75,6 +93,11 @@ def main() -> None:
         f"cell / command: {median / statistics.median(commands):.3f}; "
         f"goal {GOAL_MS} ms: {'met' if median < GOAL_MS else 'NOT met'}"
     )
+    if first:
+        print(summary("first cell: a new session's run_code('1')", first))
+        print(summary("command: python3 -c <import IPython, shell>", shells))
+        print(summary('command: run("python3", ["-c", "pass"])', bare))
+        print(f"first cell / IPython shell command: {statistics.median(first) / statistics.median(shells):.3f}")
 
 
 if __name__ == "__main__":

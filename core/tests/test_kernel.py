@@ -8,6 +8,7 @@ cannot be read) is the same source with that path pointed at nothing.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -23,7 +24,8 @@ from mainsdk.cells import kernel_source
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the cell kernel runs in Linux boxes")
 TOKEN = "0123456789abcdef0123456789abcdef"
-START = {"language": "python", "cwd": None, "site": []}  # the start line: a Python interpreter, no packages of its own
+# The start line: a Python interpreter, no packages of its own.
+START: dict[str, Any] = {"language": "python", "cwd": None, "site": []}
 MARK = b"\x1e" + TOKEN.encode() + b":"
 # A thread left by one cell writes a forged result line for cell 2, one second into it, into every descriptor.
 FORGE = """
@@ -72,12 +74,19 @@ class Kernel:
         self.stdin.write(json.dumps(request).encode() + b"\n")
         self.stdin.flush()
         out = b""
-        while not (MARK in out and out.endswith(b"\n")):
-            chunk = os.read(self.stdout.fileno(), 1 << 16)
-            assert chunk, f"the kernel ended with {self.proc.wait()}"
-            out += chunk
-        before, _, frame = out.partition(MARK)
-        return before, json.loads(frame), time.monotonic() - started
+        self.live: list[dict[str, Any]] = []  # the cell's live display frames, in order
+        while True:
+            while not (MARK in out and out.endswith(b"\n")):
+                chunk = os.read(self.stdout.fileno(), 1 << 16)
+                assert chunk, f"the kernel ended with {self.proc.wait()}"
+                out += chunk
+            before, _, rest = out.partition(MARK)
+            line, _, after = rest.partition(b"\n")
+            frame = json.loads(line)
+            if "code_sha256" in frame:  # the end frame; a live display frame never has it
+                return before, frame, time.monotonic() - started
+            self.live.append(frame)
+            out = before + after
 
     def close(self) -> int:
         self.stdin.close()
@@ -146,7 +155,8 @@ def test_the_start_line_names_the_folder_and_the_kernels_own_packages_and_a_bad_
     running = Kernel(kernel_source(), {"language": "python", "cwd": str(tmp_path), "site": [str(own)]})
     out, frame, _ = running.cell("import os, sys, kernel_only\nprint(os.getcwd())\nsys.path[-1], kernel_only.WHERE")
     assert out == f"{tmp_path}\n".encode() and frame["error"] is None
-    assert frame["results"][0]["data"] == repr((str(own), "kernel site"))  # last on sys.path: after the user's
+    # Last on sys.path: after the user's (IPython's pretty printer may wrap the tuple: compared as a value).
+    assert ast.literal_eval(frame["results"][0]["data"]) == (str(own), "kernel site")
     assert running.close() == 0
     for start, why in (
         ({"language": "cobol"}, b"no executor for language 'cobol'"),
@@ -156,3 +166,13 @@ def test_the_start_line_names_the_folder_and_the_kernels_own_packages_and_a_bad_
         refused = Kernel(kernel_source(), start)
         assert refused.proc.wait(10) == 125, start  # nothing started: the app reports the kernel's exit
         assert refused.proc.stderr is not None and why in refused.proc.stderr.read(), start
+
+
+def test_each_display_output_comes_as_a_live_frame_before_the_end_frame(kernel: tuple[Kernel, str]) -> None:
+    running, _ = kernel
+    out, frame, _ = running.cell("print('before')\n6 * 7")
+    # The final expression's output, on stdout as soon as it is made: a display index, its forms, no code hash.
+    assert [(live["cell"], live["display"], "code_sha256" in live) for live in running.live] == [(1, 0, False)]
+    item = {"mime": "text/plain", "data": "42", "encoding": "utf-8", "display": 0, "main": True}
+    assert running.live[0]["results"] == [item] and frame["results"] == [item]  # the end frame holds it too
+    assert out == b"before\n"

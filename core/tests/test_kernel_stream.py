@@ -78,3 +78,30 @@ def test_output_is_released_at_once_but_for_a_tail_that_could_start_the_mark() -
         assert seen[4:] == [("stdout", b"\x1e" + TOKEN[:5].encode() + b"x")]
 
     asyncio.run(check())
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_live_display_frames_are_handed_over_as_they_come_and_never_end_the_cell(seed: int) -> None:
+    async def check() -> None:
+        rng = random.Random(seed)
+        displays = [
+            {"cell": 1, "display": n, "results": [{"mime": "text/plain", "data": f"'{n}'", "encoding": "utf-8"}]}
+            for n in range(3)
+        ]
+        end = {"cell": 1, "results": [], "error": None, "stop": None, "code_sha256": "0" * 64}
+        stream = _KernelStream(MARK, END, 1 << 20)
+        collector = OutputCollector(1 << 20, [])
+        seen: list[dict[str, object]] = []
+        stream.on_display = seen.append
+        stream.begin(collector)
+        out = b"".join(b"out\n" + MARK + json.dumps(d).encode() + b"\n" for d in displays)
+        for chunk in _chunks(out, rng):
+            stream.stdout(chunk)
+        assert seen == displays and not stream.frame_ready.is_set() and stream.frames == []
+        # A display-shaped frame carrying the end frame's hash is the end frame, never a display.
+        for chunk in _chunks(MARK + json.dumps({**end, "display": 9}).encode() + b"\n", rng):
+            stream.stdout(chunk)
+        assert stream.frame_ready.is_set() and len(seen) == 3
+        assert collector.finish()[0] == "out\n" * 3
+
+    asyncio.run(check())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from mainsdk.redact import REDACTED, StreamRedactor
+from mainsdk.redact import REDACTED, NameRedactor, StreamRedactor
 
 
 def redact_in_chunks(data: bytes, values: list[bytes], size: int) -> bytes:
@@ -106,3 +106,27 @@ def test_fuzz_chunked_and_paused_output_never_shows_a_value() -> None:
         if not pauses:
             assert out == expected, data
         assert not any(v in out.replace(REDACTED, b"|") for v in values), data
+
+
+def test_a_value_is_redacted_as_json_and_html_hold_it_in_a_rich_result() -> None:
+    # The kernel writes a cell's data forms (and application/json) with json.dumps and pandas its HTML escaped:
+    # a value with a quote, a backslash, a non-ASCII letter or an ampersand is no longer itself there.
+    import html
+    import json
+
+    value = 'pä"ss\\wörd&<1>'
+    redact = NameRedactor([value.encode()])
+    marker = REDACTED.decode()
+    forms = {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], html.escape(value)}
+    forms.add(html.escape(value, quote=False))
+    for text in (
+        json.dumps({"k": [value]}),
+        json.dumps({"k": value}, ensure_ascii=False),
+        "<td>" + html.escape(value, quote=False) + "</td>",
+        '<p title="' + html.escape(value) + '">',
+        "plain " + value,
+    ):
+        redacted = redact(text)
+        assert marker in redacted and not [form for form in forms if form in redacted], (text, redacted)
+    assert json.loads(redact(json.dumps({"k": value}))) == {"k": marker}  # still JSON
+    assert redact('{"k": "p\\u00e4ss"}') == '{"k": "p\\u00e4ss"}'  # a part of a value is no value

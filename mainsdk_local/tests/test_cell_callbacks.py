@@ -82,7 +82,7 @@ async def test_on_result_gets_each_rich_result_and_on_error_the_cells_error(asyn
             "ZeroDivisionError",
             "integer division or modulo by zero",
         )
-        assert "<cell-2>" in cell_errors[0].traceback
+        assert "Cell In[2], line 2" in cell_errors[0].traceback  # IPython's traceback text
         assert len(results) == 3  # the failed cell had no result to give
 
 

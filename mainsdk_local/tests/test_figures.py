@@ -12,6 +12,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import zlib
 from collections.abc import Callable
 
@@ -116,6 +118,83 @@ def test_fontconfig_in_the_box_has_a_valid_cache_whatever_the_hosts_cache_holds(
     assert result.ok, result.stderr
     assert result.stderr == ""
     assert int(result.stdout) > 0  # it found the host's fonts through that cache
+
+
+# The same host condition for the host's own cache (what the launcher's font cache is for), made in the test's
+# own mount namespace: the local driver and its launcher run in a child where an empty tmpfs stands in for the
+# host's /var/cache/fontconfig (stale for every font the host has), and the box's fc-list has no HOME to write a
+# cache in, so only the cache the launcher built for the boxes can keep it quiet.
+HOST_CACHE_EMPTIED = """
+import ctypes, json, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for call in (lambda: libc.unshare(0x00020000),  # CLONE_NEWNS
+             lambda: libc.mount(None, b"/", None, 0x4000 | (1 << 18), None),  # MS_REC | MS_PRIVATE
+             lambda: libc.mount(b"tmpfs", b"/var/cache/fontconfig", b"tmpfs", 0, b"size=1m")):
+    if call() != 0:
+        raise OSError(ctypes.get_errno(), "could not stand an empty folder in for the host's font cache")
+from mainsdk import Sandbox, SandboxDeps
+from mainsdk.config import load_config_text
+from mainsdk_local import local_sandbox_driver
+config = load_config_text(sys.argv[1])
+sandbox = Sandbox(SandboxDeps(config=config, driver=local_sandbox_driver(permissions=config.permissions),
+                              load_entrypoints=False))
+code = "import subprocess, sys\\ndone = subprocess.run(['fc-list'], capture_output=True, text=True)\\n" \\
+       "print(len(done.stdout.splitlines()))\\nsys.stderr.write(done.stderr)\\n"
+try:
+    result = sandbox.run(code, env={"HOME": "/nonexistent", "XDG_CACHE_HOME": "/nonexistent"})
+    print(json.dumps([result.exit_code, result.stdout, result.stderr]))
+finally:
+    sandbox.close()
+"""
+
+
+@pytest.mark.skipif(shutil.which("fc-list") is None, reason="no fontconfig on this host: nothing in a box runs it")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.isdir("/var/cache/fontconfig"),
+    reason="standing an empty folder in for the host's /var/cache/fontconfig takes root and that folder",
+)
+def test_the_boxes_font_cache_covers_the_hosts_fonts_when_the_hosts_cache_is_empty() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", HOST_CACHE_EMPTIED, CONFIG], capture_output=True, text=True, timeout=120, check=True
+    )
+    exit_code, stdout, stderr = json.loads(done.stdout.splitlines()[-1])
+    assert (exit_code, stderr) == (0, "")  # the host's empty cache bound as it was: "No writable cache directories"
+    assert int(stdout) > 0  # it found the host's fonts through the launcher's cache
+
+
+# The host condition behind "Fontconfig error: No writable cache directories" (four times on every matplotlib
+# run, issue 26), made in the box itself so the test does not hang on this machine's own cache: a font folder
+# whose cache no read-only system cache holds (what a stale /var/cache/fontconfig is to fontconfig), listed by
+# the fontconfig that matplotlib's font manager runs (fc-list) on its first import in a fresh box. The font is
+# matplotlib's own DejaVu (in the box's package env), so no host font is needed either.
+STALE_FONT_CACHE = """
+import glob, os, shutil, sys
+import matplotlib
+os.makedirs("fonts")
+shutil.copy(os.path.join(matplotlib.get_data_path(), "fonts", "ttf", "DejaVuSerif.ttf"), "fonts/Uncached.ttf")
+with open("fonts.conf", "w") as f:
+    f.write('<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd"><fontconfig>'
+            '<include ignore_missing="yes">/etc/fonts/fonts.conf</include>'
+            '<dir>' + os.path.abspath("fonts") + '</dir></fontconfig>')
+os.environ["FONTCONFIG_FILE"] = os.path.abspath("fonts.conf")
+import matplotlib.font_manager as fm
+import matplotlib.pyplot as plt
+plt.plot([1, 2])
+plt.title("fonts")
+plt.show()
+print(any(f.fname.endswith("Uncached.ttf") for f in fm.fontManager.ttflist))
+print(sorted(glob.glob(os.path.expanduser("~/.cache/fontconfig/*.cache-*"))) != [])
+"""
+
+
+@pytest.mark.skipif(shutil.which("fc-list") is None, reason="no fontconfig on this host: nothing in a box runs it")
+def test_matplotlib_prints_no_fontconfig_error_for_fonts_no_system_cache_holds(chart: Built) -> None:
+    result = chart.sandbox.run(STALE_FONT_CACHE)
+    assert result.ok, result.stderr
+    assert result.stderr == ""  # was "Fontconfig error: No writable cache directories" before the box had a HOME
+    # fc-list saw the uncached folder (matplotlib lists its font), and wrote its cache in the box's own HOME.
+    assert result.stdout == "True\nTrue\n"
+    assert len(result.results) == 1
 
 
 def test_a_figure_larger_than_the_inline_limit_comes_as_a_file_ref(chart: Built) -> None:

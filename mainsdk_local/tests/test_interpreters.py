@@ -64,12 +64,13 @@ async def test_an_interpreter_used_as_async_with_closes_on_exit(async_sandbox: A
         assert caught.value.code == NO_SESSION
 
 
-def test_a_second_interpreters_cells_keep_the_limits_and_the_redaction(
-    make_sandbox: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+def test_a_second_interpreters_cells_keep_the_limits_the_redaction_and_the_cost(
+    make_sandbox: Callable[..., Any], local_config: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TEST_API_KEY", "sk-cell-secret-value-123")
-    built = make_sandbox()
+    built = make_sandbox(local_config.replace("secrets: [TEST_API_KEY]", "secrets: [TEST_API_KEY]\n  price: $0.1"))
     with built.sandbox.create(env={"KEY": secret("TEST_API_KEY")}) as session:
+        first = session.run_code("1")
         other = session.interpreter()
         shown = other.run_code("import os\nk = os.environ['KEY']\nprint(k)\nk")
         assert "sk-cell-secret-value-123" not in shown.stdout + (shown.text or "")
@@ -77,9 +78,12 @@ def test_a_second_interpreters_cells_keep_the_limits_and_the_redaction(
         assert slow.stop == "timeout" and slow.state_kept
         flood = other.run_code("print('x' * 3_000_000)")
         assert flood.stop == "output" and not flood.state_kept
-        assert other.run_code("'k' in globals()").restarted
+        last = other.run_code("'k' in globals()")
+        assert last.restarted
+        costs = [first.cost, shown.cost, slow.cost, flood.cost, last.cost]
+        assert all(cost > 0 for cost in costs) and session.cost == sum(costs)
     events = [e for e in built.events if e.kind == "cell"]
-    assert [(e.interpreter, e.stop) for e in events] == [
+    assert [(e.interpreter, e.stop) for e in events[1:]] == [
         (other.id, None),
         (other.id, "timeout"),
         (other.id, "output"),

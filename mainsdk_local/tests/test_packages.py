@@ -278,7 +278,8 @@ def test_a_cell_drawing_with_pandas_and_matplotlib_returns_the_figure_as_a_png(
         drawn = session.run_code("df.plot.bar(x='item', y='count');")
         assert drawn.ok, drawn.error
     pngs = [r for r in drawn.results if r.mime == "image/png"]
-    assert len(pngs) == 1
+    assert len(pngs) == 1  # the figure left open, shown at the cell's end with its text form (the ; hides the value)
+    assert [d.text for d in drawn.displays] == ["<Figure size 640x480 with 1 Axes>"]
     data = pngs[0].bytes() if pngs[0].data is not None else sandbox.files.read(pngs[0].file)  # type: ignore[arg-type]
     assert data is not None and data.startswith(b"\x89PNG\r\n\x1a\n")
 
@@ -287,22 +288,28 @@ def test_each_show_in_a_cell_returns_that_figure_then_closes_it_as_a_notebook_do
     make_sandbox: Callable[..., Built], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Under Agg a cell's plt.show() did nothing: three shows in a loop drew into one figure, returned once at the
-    # cell's end, and fig.show() printed "FigureCanvasAgg is non-interactive, and thus cannot be shown". The
-    # cells' own backend hands each shown figure to the cell and closes it, as matplotlib-inline does.
+    # cell's end, and fig.show() printed "FigureCanvasAgg is non-interactive, and thus cannot be shown". Through
+    # IPython's inline backend (matplotlib-inline, from the kernel's packages) each show displays that figure, as
+    # its PNG and its text form, and closes it, as in a notebook.
     monkeypatch.setenv("XDG_CACHE_HOME", str(request.config.cache.mkdir("mainsdk-packages")))  # as above
     text = _config("pandas==2.2.3", "matplotlib==3.9.2")
     text = text.replace("timeout: 10s, memory: 256MB", "timeout: 60s, memory: 1GB")
     sandbox = make_sandbox(text).sandbox
     with sandbox.create(packages=["matplotlib"]) as session:
+        inline = session.run_code("%matplotlib inline")  # IPython's magic, as a notebook's first cell often is
         loop = "import matplotlib.pyplot as plt\nfor i in range(3):\n    plt.plot([i, i + 1])\n    plt.show()\n"
         shown = session.run_code(loop + "len(plt.get_fignums())")
         method = session.run_code("fig = plt.figure()\nfig.gca().plot([3, 1])\nfig.show()")
         closed = session.run_code("len(plt.get_fignums())")
+    assert inline.ok and inline.stderr == "", inline.error
     assert shown.ok and shown.stderr == "", shown
-    assert [r.mime for r in shown.results] == ["image/png"] * 3 + ["text/plain"]  # each show as it came, the value
-    assert shown.results[-1].data == "0"  # each show closed its figure
-    assert len({r.data for r in shown.results[:3]}) == 3  # three different figures, not one drawn three times
-    assert method.ok and method.stderr == "" and [r.mime for r in method.results] == ["image/png"], method
+    # Each show as it came, all its forms together, then the value.
+    figure = ("image/png", "application/vnd.mainsdk.chart+json", "text/plain")  # the chart form: _kernel_forms.py
+    assert [d.mimes for d in shown.displays] == [figure] * 3 + [("text/plain",)]
+    assert [d.text for d in shown.displays[:3]] == ["<Figure size 640x480 with 1 Axes>"] * 3
+    assert shown.displays[-1].main and shown.text == "0"  # each show closed its figure
+    assert len({d.get("image/png").data for d in shown.displays[:3]}) == 3  # type: ignore[union-attr]
+    assert method.ok and method.stderr == "" and [d.mimes for d in method.displays] == [figure]
     assert [r.data for r in closed.results] == ["0"]
 
 

@@ -17,7 +17,7 @@ from mainsdk.errors import ConfigError, SandboxError
 from mainsdk.files import FileRef
 from mainsdk.interpreters import AsyncInterpreter
 from mainsdk.lifecycle import RunResult
-from mainsdk.rich import RichResult
+from mainsdk.rich import Display, RichResult
 from mainsdk.secrets import SecretRef, secret
 from mainsdk.session_runtime import CommandResult
 from mainsdk.sessions import AsyncSession
@@ -41,6 +41,7 @@ __all__ = [
     "CellResult",
     "CommandResult",
     "ConfigError",
+    "Display",
     "FileRef",
     "Interpreter",
     "NetworkReach",

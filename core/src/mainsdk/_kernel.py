@@ -7,8 +7,9 @@
 
 Core sends this file's text as ``python3 -I -u -c <this>`` through the driver's ordinary exec, with a random
 token as the first line of its stdin, and keeps that stdin open (``Command.input``): every cell request comes
-on it, one JSON object per line (``{"code", "timeout", "grace", "max_results"}``), and nothing else writes
-there. The app never imports this file.
+on it, one JSON object per line (``{"code", "timeout", "grace", "max_results"}``, and optionally ``"env"``, the
+cell's own variables over the session's, restored after it, and ``"pip_index": true`` when ``%pip`` may reach the
+package index), and nothing else writes there. The app never imports this file.
 
 Two processes. The SUPERVISOR (this command) makes itself undumpable first (``prctl(PR_SET_DUMPABLE, 0)``), so no
 other process of the box's uid can read its memory or open its descriptors through ``/proc``, then reads the token,
@@ -40,6 +41,17 @@ Then the supervisor writes the cell's frame, ``\\x1e<token>:<json>\\n`` on stdou
 on stderr, so the app knows where the cell's output ends on both streams; the frame
 carries the SHA-256 of the code the supervisor received, which the app checks against what it sent. The
 token is only ever in the supervisor's memory.
+
+Display outputs come live: the executor writes each one (``display()``, a figure, the final expression's result,
+all its MIME forms) on W as it is made, ``{"cell", "display", "results"}``, and the supervisor sends it on at once
+as a frame of its own, ``\\x1e<token>:{"cell", "display", "results"}\\n`` on stdout (never with ``code_sha256``:
+the app never takes one for the cell's end), for ``on_result``. The end frame still holds every result; each
+item says its output (``"display"``, an index) and whether it is the final expression's (``"main"``).
+
+The executor runs cells through IPython's ``InteractiveShell`` when it can import IPython (the driver's kernel
+package set, ``site`` in the start line, after the user's site-packages): IPython's input transformers, magics,
+``!cmd``, display formatter and traceback text. Without IPython it runs plain Python (statements, then the
+final expression's ``repr`` and ``_repr_*_`` forms).
 
 Time: at a cell's timeout the supervisor sends the executor SIGINT (KeyboardInterrupt, the state survives;
 in node an "Interrupted" error, in bash the status 130, with the same caveats each file states; the frame
@@ -465,6 +477,29 @@ class _Supervisor:
             number += 1
             self.cell(number, request)
 
+    def _forward_displays(self, number):
+        """Send each display output the executor reported for cell ``number`` as a live frame (``on_result``).
+
+        Its lines are taken out of the results; True when nothing else is left there (the cell still runs). A
+        live frame holds ``"display"`` and never ``"code_sha256"``: the app never takes one for the cell's end.
+        """
+        kept = []
+        for line in self.results.lines:
+            try:
+                candidate = json.loads(line) if line.startswith(b'{"cell": ') and b'"display": ' in line else None
+            except ValueError:
+                candidate = None
+            if not (isinstance(candidate, dict) and candidate.get("cell") == number and "display" in candidate):
+                kept.append(line)
+                continue
+            live = {"cell": number, "display": candidate["display"], "results": candidate.get("results", [])}
+            _write_all(1, self.mark_out + json.dumps(live).encode() + b"\n")
+        self.results.lines = kept
+        if kept or self.results.partial:
+            return False
+        self.seen = False
+        return True
+
     def cell(self, number, request):
         code = request["code"]
         digest = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
@@ -474,9 +509,9 @@ class _Supervisor:
         self.results.clear()
         self.seen = False
         message = {"cell": number, "code": code, "max_results": max_results}
-        env = request.get("env")
-        if env:
-            message["env"] = env  # the cell's own env, set for it and restored after by the executor
+        for key in ("env", "pip_index"):  # the cell's own env over the session's; whether %pip may reach the index
+            if key in request:
+                message[key] = request[key]
         try:
             _write_all(self.req_w, self._request_line(message))
         except OSError:
@@ -493,6 +528,8 @@ class _Supervisor:
             if self.pidfd is None:
                 until = min(until, 0.05)
             self._pump(max(until, 0.0))
+            if self.results.lines and self._forward_displays(number):
+                check_at, interval = 0.0, CHECK_FIRST  # only displays came: the cell is still running
             now = time.monotonic()
             if self.seen and now >= check_at:
                 if self._idle():
@@ -505,6 +542,7 @@ class _Supervisor:
                 self._kill_executor()
                 os._exit(WATCHDOG_EXIT)  # the cell would not stop: the state goes with the interpreter
         self._drain()  # the main thread is waiting: all it wrote is in the pipe
+        self._forward_displays(number)
         frame = None
         for line in reversed(self.results.lines):
             try:
@@ -534,64 +572,312 @@ class _Supervisor:
 
 # -- the executor: runs the cells -------------------------------------------------------------------------
 
+# MIME types whose data is bytes (sent base64); every other form is text. IPython's formatters give these as bytes.
+BINARY_MIMES = ("image/png", "image/jpeg", "application/pdf")
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+PIP_TARGET = os.path.join("~", ".mainsdk", "pip-packages")  # where %pip installs in a session (expanded at start)
+NO_INDEX = (
+    "pip: this box has no route to the package index (pypi.org and files.pythonhosted.org are not among the "
+    "session's hosts), so nothing was installed. Add the package as name==version to sandbox.packages.python "
+    "in main.yaml (for example `packages: {{python: [{example}]}}`) and create the session with it, or allow "
+    "both hosts for the session to install here.\n"
+)
+
 
 class _Results:
-    """The rich results of one cell, bounded in bytes (what does not fit is counted, not sent)."""
+    """The rich results of one cell, bounded in bytes (what does not fit is counted, not sent).
+
+    Each display output is a bundle of forms (one MIME type each); every item says which output it belongs to
+    (``display``, its index in the cell) and whether that output is the final expression's (``main``).
+    """
 
     def __init__(self, max_bytes):
         self.items = []
         self.dropped = 0
+        self.displays = 0
         self._room = max_bytes
 
-    def add(self, mime, data):
-        if isinstance(data, bytes):
-            text, encoding = base64.b64encode(data).decode("ascii"), "base64"
-        elif mime == "application/json" and not isinstance(data, str):
-            text, encoding = json.dumps(data, default=repr), "utf-8"
+    def add(self, mime, data, index=None, main=False):
+        """One form as a result item (None when it does not fit or cannot be encoded)."""
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            text, encoding = base64.b64encode(bytes(data)).decode("ascii"), "base64"
+        elif mime in BINARY_MIMES and isinstance(data, str):
+            try:  # IPython gives a binary form as base64 text when the object did
+                raw = base64.b64decode(data.encode("ascii"), validate=False)
+            except (ValueError, UnicodeEncodeError):
+                self.dropped += 1
+                return None
+            text, encoding = base64.b64encode(raw).decode("ascii"), "base64"
+        elif not isinstance(data, str):
+            try:
+                text, encoding = json.dumps(data, default=repr), "utf-8"
+            except (TypeError, ValueError):
+                self.dropped += 1
+                return None
         else:
-            text, encoding = str(data), "utf-8"
+            text, encoding = data, "utf-8"
         if len(text) > self._room:
             self.dropped += 1
-            return
+            return None
         self._room -= len(text)
-        self.items.append({"mime": mime, "data": text, "encoding": encoding})
+        item = {"mime": mime, "data": text, "encoding": encoding}
+        if index is not None:
+            item["display"] = index
+            item["main"] = main
+        self.items.append(item)
+        return item
 
-    def add_value(self, value):
-        bundle = {}
-        for mime, method in RICH_METHODS:
-            fn = getattr(type(value), method, None)
-            if fn is None:
-                continue
-            try:
-                data = fn(value)
-            except Exception:  # a broken rich form does not lose the value: its repr still comes
-                continue
+    def add_bundle(self, bundle, main=False):
+        """One display output, all its forms (``text/plain`` last), as result items; the items sent."""
+        index = self.displays
+        self.displays += 1
+        sent = []
+        forms = [(m, d) for m, d in bundle.items() if isinstance(m, str) and m != "text/plain"]
+        if "text/plain" in bundle:
+            forms.append(("text/plain", bundle["text/plain"]))
+        for mime, data in forms:
             if data is None:
                 continue
-            if mime == "image/png" and isinstance(data, str):
-                try:
-                    data = base64.b64decode(data, validate=True)
-                except ValueError:
-                    continue
-            bundle[mime] = data
-        for mime, data in bundle.items():
-            self.add(mime, data)
+            item = self.add(mime, data, index, main)
+            if item is not None:
+                sent.append(item)
+        return sent
+
+
+class _Cell:
+    """The running cell, as the executor's display hooks see it: its results, sent live as each output comes."""
+
+    def __init__(self, res_fd):
+        self.res_fd = res_fd
+        self.number = None
+        self.results = None
+        self.lock = None  # made once threads exist (a thread may display while the main thread writes)
+
+    def show(self, bundle, main=False):
+        """One display output: kept for the cell's result and sent to the supervisor at once (``on_result``)."""
+        results, number = self.results, self.number
+        if results is None or not isinstance(bundle, dict):
+            return  # between cells (a thread's display): nobody's result
+        items = results.add_bundle(bundle, main)
+        if not items:
+            return
+        for stream in (sys.stdout, sys.stderr):  # the output before it reaches the app before it
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        line = json.dumps({"cell": number, "display": items[0]["display"], "results": items}).encode() + b"\n"
+        self.write(line)
+
+    def write(self, data):
+        if self.lock is None:
+            import threading
+
+            self.lock = threading.Lock()
+        with self.lock:
+            _write_all(self.res_fd, data)
+
+
+class _InlineBackend:
+    """Makes matplotlib's default backend IPython's inline one when a cell first imports matplotlib.
+
+    Set in ``rcParams``, not as ``MPLBACKEND`` in the environment, which every child process would inherit
+    without the kernel's packages on its path (``!python plot.py`` would fail to import the backend). A
+    backend the code names itself (``MPLBACKEND``, ``matplotlib.use``, ``%matplotlib``) wins.
+    """
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib":
+            return None
+        import importlib.util
+
         try:
-            text = repr(value)
-        except Exception as exc:
-            text = f"<repr failed: {type(exc).__name__}>"
-        self.add("text/plain", text)
+            sys.meta_path.remove(self)  # once: the real finders find it
+        except ValueError:
+            pass
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or "MPLBACKEND" in os.environ:
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            try:
+                module.rcParams["backend"] = INLINE_BACKEND
+            except Exception:
+                pass
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
-def _png(figure, results):
-    """One figure as a PNG result."""
+def _pip_command(code_line):
+    """``pip``'s arguments when a ``!`` command is pip (``pip``, ``pip3``, ``python -m pip``), else None."""
+    import shlex
+
+    try:
+        words = shlex.split(code_line)
+    except ValueError:
+        return None
+    if words and os.path.basename(words[0]) in ("pip", "pip3"):
+        return words[1:]
+    if len(words) >= 3 and os.path.basename(words[0]).startswith("python") and words[1:3] == ["-m", "pip"]:
+        return words[3:]
+    return None
+
+
+class _Pip:
+    """``%pip`` and ``!pip``: installs into the session (a folder on ``sys.path``) when the index is in reach."""
+
+    def __init__(self, site):
+        self.site = list(site)
+        self.target = os.path.expanduser(PIP_TARGET)
+        self.index = False  # the running cell's: pypi.org and files.pythonhosted.org among the session's hosts
+
+    def run(self, args, shell):
+        import subprocess
+
+        if args[:1] == ["install"] and not self.index:
+            import re
+
+            named = [a for a in args[1:] if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?(==\S+)?", a)]
+            example = next((a for a in named if not a.endswith((".txt", ".whl"))), "name")
+            if "==" not in example:
+                example += "==<version>"
+            sys.stderr.write(NO_INDEX.format(example=example))
+            shell.user_ns["_exit_code"] = 1
+            return
+        argv = [sys.executable, "-m", "pip", *args]
+        if args[:1] == ["install"]:
+            os.makedirs(self.target, exist_ok=True)
+            # --target: the session's own folder, never the box's site-packages (no PEP 668 wall, nothing shared).
+            argv[4:4] = ["--target", self.target, "--no-input", "--disable-pip-version-check", "--upgrade"]
+        env = dict(os.environ)
+        # pip itself comes from the kernel's packages when the box's python has none of its own.
+        env["PYTHONPATH"] = os.pathsep.join([*self.site, *filter(None, [env.get("PYTHONPATH")])])
+        try:
+            status = subprocess.call(argv, env=env, stdin=subprocess.DEVNULL)
+        except KeyboardInterrupt:
+            status = 130
+        shell.user_ns["_exit_code"] = status
+        if args[:1] == ["install"] and status == 0:
+            import importlib
+
+            if self.target not in sys.path:
+                at = next((i for i, p in enumerate(sys.path) if p in self.site), len(sys.path))
+                sys.path.insert(at, self.target)  # after the user's site-packages, before the kernel's own
+            importlib.invalidate_caches()
+            print("Note: an already imported package needs the interpreter restarted to see the new version.")
+
+
+def _ipython_shell(cell, pip):
+    """An IPython ``InteractiveShell`` whose displays and final results go to ``cell``; None without IPython."""
+    try:
+        from IPython.core.displayhook import DisplayHook
+        from IPython.core.displaypub import DisplayPublisher
+        from IPython.core.interactiveshell import InteractiveShell
+        from traitlets import Type
+        from traitlets.config import Config
+    except Exception:
+        return None
+
+    class Publisher(DisplayPublisher):
+        """``display()``: each output, all its forms, to the cell (a notebook's display_data)."""
+
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            cell.show(data)
+
+        def clear_output(self, wait=False):
+            pass  # what was sent is the app's already
+
+    class Hook(DisplayHook):
+        """The final expression's result, all its forms, to the cell (a notebook's execute_result)."""
+
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            cell.show(format_dict, main=True)
+
+        def log_output(self, format_dict):
+            pass  # IPython would keep every output's bundle in its history for as long as the kernel lives
+
+    class Shell(InteractiveShell):
+        displayhook_class = Type(Hook)
+        display_pub_class = Type(Publisher)
+
+        def _showtraceback(self, etype, evalue, stb):
+            # The traceback goes in the cell's error (IPython's text, no colours), not on its stdout.
+            self.last_traceback_text = self.InteractiveTB.stb2text(stb)
+
+        def enable_gui(self, gui=None):
+            # A box has no screen: inline figures (results) need no event loop; a GUI backend cannot show.
+            if gui not in (None, "inline"):
+                from IPython.core.error import UsageError
+
+                raise UsageError(f"the box has no display for the {gui!r} GUI; use %matplotlib inline")
+
+        def system(self, cmd):
+            args = _pip_command(self.var_expand(cmd, depth=1))
+            if args is not None:
+                return pip.run(args, self)
+            return self.system_raw(cmd)  # straight on the box's stdout and stderr, as it comes
+
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"  # history in memory: nothing of the cells written to the box's disk
+    config.HistoryManager.db_log_output = False
+    try:
+        shell = Shell.instance(config=config, colors="nocolor")
+    except Exception as exc:  # an IPython this executor cannot drive (a box's own, far older): plain cells
+        sys.stderr.write(f"mainsdk cell kernel: IPython did not start ({type(exc).__name__}: {exc}); plain Python\n")
+        return None
+    shell.last_traceback_text = ""
+
+    def pip_magic(line):
+        """Install packages into this session with pip (when the session may reach the package index)."""
+        import shlex
+
+        pip.run(shlex.split(line), shell)
+
+    shell.register_magic_function(pip_magic, "line", "pip")
+    register = globals().get("register_forms")  # the data forms of charts and frames (_kernel_forms.py)
+    if callable(register):
+        try:
+            register(shell)
+        except Exception:
+            pass
+    return shell
+
+
+def _plain_bundle(value):
+    """The final expression's forms without IPython: its ``_repr_*_`` methods', and ``repr``."""
+    bundle = {}
+    for mime, method in RICH_METHODS:
+        fn = getattr(type(value), method, None)
+        if fn is None:
+            continue
+        try:
+            data = fn(value)
+        except Exception:  # a broken rich form does not lose the value: its repr still comes
+            continue
+        if data is not None:
+            bundle[mime] = data
+    try:
+        bundle["text/plain"] = repr(value)
+    except Exception as exc:
+        bundle["text/plain"] = f"<repr failed: {type(exc).__name__}>"
+    return bundle
+
+
+def _png(figure):
+    """One figure as PNG bytes (without IPython)."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
-    results.add("image/png", buffer.getvalue())
+    return buffer.getvalue()
 
 
-def _figures(results, shown):
-    """Every open matplotlib figure not yet shown as a PNG, then all closed: what a notebook shows at a cell's end."""
+def _figures(cell, shown):
+    """Every open matplotlib figure not yet shown, as a PNG, then all closed (without IPython)."""
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
         return
@@ -603,7 +889,7 @@ def _figures(results, shown):
         try:
             figure = pyplot.figure(number)
             if id(figure) not in shown:
-                _png(figure, results)
+                cell.show({"image/png": _png(figure)})
         except Exception:
             continue
     try:
@@ -681,22 +967,20 @@ def _error(exc, skip):
 def _executor(req_fd, res_fd, start):
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the supervisor gone, nothing would ever end this cell
     sys.argv[:] = [""]
-    sys.path.insert(0, "")  # a notebook imports from its folder (``-I`` left it out while the kernel imported)
+    site = list(start.get("site") or [])  # the supervisor checked it: folders
     # The kernel's own packages come after the user's site-packages: a user who pins one of them gets theirs.
-    sys.path.extend(start.get("site") or [])
+    sys.path.extend(site)
     os.set_inheritable(req_fd, False)
     os.set_inheritable(res_fd, False)
-    current = [None, set()]  # the running cell's results, and the ids of the figures it has shown
-
-    def emit(figure):
-        results_now, shown = current
-        if results_now is not None:
-            _png(figure, results_now)
-            shown.add(id(figure))
-
-    sys.modules["mainsdk_cell_figures"] = _cell_backend(emit)
-    os.environ.setdefault("MPLBACKEND", "module://mainsdk_cell_figures")  # no display in a box: PNG results
-    namespace = {"__name__": "__main__", "__builtins__": builtins, "__doc__": None}
+    cell = _Cell(res_fd)
+    pip = _Pip(site)
+    shell = _ipython_shell(cell, pip)  # imported before the folder joins sys.path: nothing planted there runs
+    if shell is not None:
+        sys.meta_path.insert(0, _InlineBackend())
+        run = _ipython_runner(shell)
+    else:
+        run = _plain_runner(cell)
+    sys.path.insert(0, "")  # a notebook imports from its folder (``-I`` left it out while the kernel imported)
     running = [False]
 
     def interrupt(signum, frame):
@@ -721,37 +1005,33 @@ def _executor(req_fd, res_fd, start):
                 os._exit(0)
             pending.append(data.replace(PROBE, b""))  # the supervisor's probes: "this thread waits here"
 
-    _write_all(res_fd, b'{"ready": true}\n')
+    cell.write(b'{"ready": true}\n')
     while True:
         request = next_request()
         number = request["cell"]
         results = _Results(int(request.get("max_results", 1 << 20)))
-        current[:] = [results, set()]
-        filename = f"<cell-{number}>"
-        code = request["code"]
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        cell.number, cell.results = number, results
+        pip.index = request.get("pip_index") is True
+        env = request.get("env") if isinstance(request.get("env"), dict) else {}
+        saved = {name: os.environ.get(name) for name in env}
         error = None
         try:
-            try:
-                running[0] = True
-                body, last = _compile_cell(code, filename)
-                exec(body, namespace)  # mainsdk: allow MAIN-SANDBOX-0010
-                value = eval(last, namespace) if last is not None else None  # mainsdk: allow MAIN-SANDBOX-0010
-            finally:
-                running[0] = False
-            if value is not None:
-                namespace["_"] = value
-                results.add_value(value)
-        except SyntaxError as exc:
-            error = _error(exc, 2)
-            error["traceback"] = "".join(traceback.format_exception_only(type(exc), exc))
-        except BaseException as exc:  # SystemExit too: a cell's exit() ends the cell, not the interpreter
-            error = _error(exc, 1)
-        try:
-            _figures(results, current[1])
-        except BaseException:
-            pass
-        current[:] = [None, set()]
+            os.environ.update({str(k): str(v) for k, v in env.items()})  # this cell's own, over the session's
+            running[0] = True
+            error = run(request["code"], number)
+        except BaseException as exc:  # an interrupt that landed in the kernel's own code, between the cell's
+            error = _error(exc, 0)
+        finally:
+            running[0] = False
+            for name, value in saved.items():
+                try:
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+                except Exception:
+                    pass
+        cell.number, cell.results = None, None
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -763,7 +1043,66 @@ def _executor(req_fd, res_fd, start):
         except Exception:
             data = json.dumps({"cell": number, "results": [], "results_dropped": len(results.items), "error": error})
             data = data.encode() + b"\n"
-        _write_all(res_fd, data)
+        cell.write(data)
+
+
+def _ipython_runner(shell):
+    """Run a cell as IPython runs it: transformers, magics, ``!cmd``, display hooks, its traceback text."""
+
+    def run(code, number):
+        shell.last_traceback_text = ""
+        outcome = shell.run_cell(code, store_history=True)
+        exc = outcome.error_before_exec or outcome.error_in_exec
+        if exc is None:
+            return None
+        try:
+            value = str(exc)
+        except Exception:
+            value = "<str failed>"
+        text = shell.last_traceback_text or "".join(traceback.format_exception_only(type(exc), exc))
+        return {"name": type(exc).__name__, "value": value[:TEXT_LIMIT], "traceback": text[-TEXT_LIMIT:]}
+
+    return run
+
+
+def _plain_runner(cell):
+    """Run a cell as plain Python (no IPython in the box): statements, then the final expression's value."""
+    shown = set()
+
+    def emit(figure):
+        if cell.results is not None:
+            cell.show({"image/png": _png(figure)})
+            shown.add(id(figure))
+
+    sys.modules["mainsdk_cell_figures"] = _cell_backend(emit)
+    os.environ.setdefault("MPLBACKEND", "module://mainsdk_cell_figures")  # no display in a box: PNG results
+    namespace = {"__name__": "__main__", "__builtins__": builtins, "__doc__": None}
+
+    def run(code, number):
+        filename = f"<cell-{number}>"
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        shown.clear()
+        error = None
+        try:
+            body, last = _compile_cell(code, filename)
+            exec(body, namespace)  # mainsdk: allow MAIN-SANDBOX-0010
+            value = eval(last, namespace) if last is not None else None  # mainsdk: allow MAIN-SANDBOX-0010
+            if value is not None:
+                namespace["_"] = value
+                bundle = _plain_bundle(value)
+                cell.show(bundle, main=True)
+        except SyntaxError as exc:
+            error = _error(exc, 2)
+            error["traceback"] = "".join(traceback.format_exception_only(type(exc), exc))
+        except BaseException as exc:  # SystemExit too: a cell's exit() ends the cell, not the interpreter
+            error = _error(exc, 1)
+        try:
+            _figures(cell, shown)
+        except BaseException:
+            pass
+        return error
+
+    return run
 
 
 if __name__ == "__main__":

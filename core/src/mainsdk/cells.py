@@ -20,7 +20,7 @@ import inspect
 import json
 import secrets as token
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -30,10 +30,12 @@ from mainsdk import arguments, errors
 from mainsdk.audit import code_sha256
 from mainsdk.driver import CELL_LANGUAGES, Command, ExecOutcome, InputStream, StopReason
 from mainsdk.errors import SandboxError
+from mainsdk.hosts import host_covered
 from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
 from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
 from mainsdk.redact import NameRedactor
-from mainsdk.rich import INLINE_LIMIT, MIME_TYPES, RichResult
+from mainsdk.rich import INLINE_LIMIT, Display, RichResult, group_displays, is_binary, is_mime
+from mainsdk.secrets import SecretRef
 from mainsdk.session_runtime import SessionRuntime
 from mainsdk.units import MAX_TIMEOUT
 
@@ -44,11 +46,20 @@ WATCHDOG_EXIT = 124  # the kernel's exit status when it ended itself at a cell's
 UNSUPPORTED_EXIT = 125  # the kernel's exit status when the box gives it no way to watch its executor
 _EXTENSIONS = {
     "image/png": "png",
+    "image/jpeg": "jpg",
     "image/svg+xml": "svg",
+    "application/pdf": "pdf",
     "text/html": "html",
+    "text/markdown": "md",
+    "text/latex": "tex",
     "application/json": "json",
+    "application/javascript": "js",
     "text/plain": "txt",
 }
+# The hosts ``%pip install`` needs: a session whose hosts cover both installs into itself; otherwise it says how
+# to pin the package in ``sandbox.packages`` instead (nothing is installed).
+PACKAGE_INDEX = ("pypi.org", "files.pythonhosted.org")
+LIVE_OVERHEAD = 64  # bytes a live result counts for beyond its data (an empty one is not free)
 
 
 @attrs.frozen
@@ -80,10 +91,11 @@ class CellCallbacks:
 class CellResult:
     """What one cell did. A stopped cell has ``stop`` set; it is returned, not raised.
 
-    ``results``: the final expression's forms (its ``repr`` as ``text/plain``, and ``image/png``,
-    ``image/svg+xml``, ``text/html``, ``application/json`` when the value has ``_repr_png_`` ...) and every
-    matplotlib figure the cell showed or left open, as ``image/png``. ``error``: the exception the cell
-    raised. ``state_kept``: whether the interpreter (variables, imports, open files) survived the cell.
+    ``results``: every form of every display output, in the order they came: each ``display()``, each
+    matplotlib figure shown or left open (``image/png`` and its ``text/plain``), and the final expression's
+    (``main``), each with all the MIME forms IPython's formatter gave (``text/plain`` always, ``text/html``,
+    ``image/png`` ...). ``displays`` groups them by output. ``error``: the exception the cell raised.
+    ``state_kept``: whether the interpreter (variables, imports, open files) survived the cell.
     ``restarted``: the interpreter had died (a kill at a limit, a crash) and this cell ran in a new, empty one.
     """
 
@@ -111,10 +123,16 @@ class CellResult:
     @property
     def text(self) -> str | None:
         """The final expression's ``repr`` (its ``text/plain`` form), or None when it had no value."""
-        for result in self.results:
+        main = [r for r in self.results if r.main] or [r for r in self.results if r.display is None]
+        for result in main:
             if result.mime == "text/plain" and isinstance(result.data, str):
                 return result.data
         return None
+
+    @property
+    def displays(self) -> tuple[Display, ...]:
+        """The cell's display outputs in order, each with all its forms (``Display.main``: the final expression's)."""
+        return group_displays(self.results)
 
     @property
     def stop_code(self) -> str | None:
@@ -123,14 +141,17 @@ class CellResult:
 
 
 def kernel_source() -> str:
-    """The text of the kernel the box runs, with its node and bash executors' sources in it."""
-    files = importlib.resources.files("mainsdk")
+    """The text of the kernel the box runs: the data forms of charts and frames (when present), then the kernel,
+    with its node and bash executors' sources in it."""
+    package = importlib.resources.files("mainsdk")
     executors = {
-        "node": files.joinpath("_kernel_node.js").read_text("utf-8"),
-        "bash": files.joinpath("_kernel_bash.sh").read_text("utf-8"),
+        "node": package.joinpath("_kernel_node.js").read_text("utf-8"),
+        "bash": package.joinpath("_kernel_bash.sh").read_text("utf-8"),
     }
-    text = files.joinpath("_kernel.py").read_text("utf-8")
-    return text.replace("\nEXECUTORS = {}\n", f"\nEXECUTORS = {executors!r}\n", 1)
+    kernel = package.joinpath("_kernel.py").read_text("utf-8")
+    kernel = kernel.replace("\nEXECUTORS = {}\n", f"\nEXECUTORS = {executors!r}\n", 1)
+    forms = package.joinpath("_kernel_forms.py")
+    return (forms.read_text("utf-8") + "\n\n" + kernel) if forms.is_file() else kernel
 
 
 class _KernelStream:
@@ -149,6 +170,7 @@ class _KernelStream:
         self._stray_bytes = 0
         self.collector: OutputCollector | None = None
         self.frames: list[bytes] = []
+        self.on_display: Callable[[dict[str, Any]], None] | None = None  # the running cell's live display frames
         self.frame_ready = asyncio.Event()
         self.err_ready = asyncio.Event()
         self.frame_too_large = asyncio.Event()
@@ -190,10 +212,17 @@ class _KernelStream:
                     return
                 if newline < 0:
                     return
-                self.frames.append(bytes(self._frame))
+                raw = bytes(self._frame)
                 self._frame = None
-                self.frame_ready.set()
                 data = data[newline + 1 :]
+                live = _parse_frame(raw) if raw.startswith(b'{"cell": ') and b'"display": ' in raw else None
+                if live is not None and "display" in live and "code_sha256" not in live:
+                    # A display output while the cell runs (``on_result``), never the cell's end.
+                    if self.on_display is not None and self.collector is not None:
+                        self.on_display(live)
+                    continue
+                self.frames.append(raw)
+                self.frame_ready.set()
                 continue
             held = self._held["stdout"] + data
             at = held.find(self._mark_out)
@@ -312,8 +341,11 @@ class Kernel:
         """Whether a kernel is running."""
         return self._task is not None and not self._task.done()
 
-    def _start(self) -> None:
+    async def _start(self) -> None:
         session = self._session
+        # The kernel's own packages (IPython), where the driver put them in the box: the start line's ``site``.
+        site = await session.lifecycle.kernel_site(session.opened.box, self.language)
+        self.site = (site,) if site else ()
         secret = token.token_hex(16)
         # A frame's JSON escapes at most 6 characters per one of a result's (a base64 PNG: none).
         self._stream = _KernelStream(
@@ -373,15 +405,29 @@ class Kernel:
             )
 
     async def run(
-        self, code: object, language: object, timeout: object, callbacks: CellCallbacks, *, blocking: bool = False
+        self,
+        code: object,
+        language: object,
+        timeout: object,
+        callbacks: CellCallbacks,
+        *,
+        blocking: bool = False,
+        env: Mapping[str, str | SecretRef] | None = None,
     ) -> CellResult:
         """Run one cell; see ``AsyncSession.run_code``. ``blocking``: for the synchronous API, whose callbacks are
-        plain functions (an ``async def`` there is refused: nothing of the app's awaits on that loop)."""
+        plain functions (an ``async def`` there is refused: nothing of the app's awaits on that loop). ``env``: the
+        cell's own variables over the session's, for this cell only (checked as a run's env)."""
         async with self._lock:
-            return await self._run(code, language, timeout, callbacks, blocking)
+            return await self._run(code, language, timeout, callbacks, blocking, env)
 
     async def _run(
-        self, code: object, language: object, timeout: object, callbacks: CellCallbacks, blocking: bool
+        self,
+        code: object,
+        language: object,
+        timeout: object,
+        callbacks: CellCallbacks,
+        blocking: bool,
+        env: Mapping[str, str | SecretRef] | None,
     ) -> CellResult:
         session = self._session
         lifecycle = session.lifecycle
@@ -397,7 +443,7 @@ class Kernel:
             code_sha256=code_sha256(code) if isinstance(code, str) else None,
         )
 
-        def plan() -> tuple[_Listeners, str, CommandPlan]:
+        def plan() -> tuple[_Listeners, str, CommandPlan, tuple[dict[str, str], tuple[bytes, ...]]]:
             listeners = _Listeners(callbacks, blocking)
             checked_language = cell_language(language)
             if checked_language != self.language:
@@ -408,10 +454,12 @@ class Kernel:
                 )
             checked_code = arguments.code(code)
             check_cells(session, checked_language)
+            cell_env = lifecycle.cell_env(env)  # 0009 for a secret not under sandbox.secrets: nothing runs
             self._refuse_closed()
-            return listeners, checked_code, lifecycle.plan_command(session.opened, "python3", (), timeout, session.cost)
+            command_plan = lifecycle.plan_command(session.opened, "python3", (), timeout, session.cost)
+            return listeners, checked_code, command_plan, cell_env
 
-        listeners, checked_code, command_plan = lifecycle.plan(event, plan)
+        listeners, checked_code, command_plan, cell_env = lifecycle.plan(event, plan)
         try:
             async with session.use():
                 result = await self._exchange(
@@ -420,12 +468,10 @@ class Kernel:
                     checked_code,
                     command_plan.command.timeout,
                     command_plan.cost_bound,
-                    listeners.output if listeners.has_output else None,
+                    listeners,
+                    cell_env,
                 )
                 session.cost += result.cost
-                # The frame is in: each result, then the error, as the cell's result holds them.
-                for rich in result.results:
-                    listeners.call("on_result", rich)
                 if result.error is not None:
                     listeners.call("on_error", result.error)
                 await listeners.drain()  # the session is in use until the app's last callback is done
@@ -460,22 +506,60 @@ class Kernel:
         return result
 
     async def _exchange(
-        self, cell_id: str, number: int, code: str, limit: float, cost_bound: bool, on_output: Listener | None
+        self,
+        cell_id: str,
+        number: int,
+        code: str,
+        limit: float,
+        cost_bound: bool,
+        listeners: _Listeners,
+        cell_env: tuple[dict[str, str], tuple[bytes, ...]],
     ) -> CellResult:
         session = self._session
         plan = session.opened.plan
+        env, cell_secrets = cell_env
+        secret_values = (*plan.secret_values, *cell_secrets)
+        on_output: Listener | None = listeners.output if listeners.has_output else None
         restarted = False
         if not self.alive:
             restarted = self._started_before
             await self.kill()
-            self._start()
+            await self._start()
         assert self._task is not None and self._stream is not None
         stream = self._stream
         task = self._task
-        collector = OutputCollector(plan.limits.output, plan.secret_values, on_output, label=cell_id)
+        collector = OutputCollector(plan.limits.output, secret_values, on_output, label=cell_id)
+        redact = NameRedactor(secret_values)
+        shown: dict[tuple[int, str], RichResult] = {}  # what came live, by (display, mime): each result once
+        # Live results are the box's words: at most limits.files bytes of them in all (the kernel's own bound on a
+        # cell's results), each counted with some overhead, so a cell spamming displays cannot fill the app.
+        room = [plan.limits.files]
+
+        def on_display(live: dict[str, Any]) -> None:
+            items = live.get("results")
+            for index, item in enumerate(items if isinstance(items, list) else ()):
+                key = _display_key(item)
+                if key is None or key in shown:
+                    continue
+                data = item.get("data") if isinstance(item, dict) else None
+                cost = (len(data) if isinstance(data, str) else 0) + LIVE_OVERHEAD
+                if cost > room[0]:
+                    room[0] = 0
+                    return
+                room[0] -= cost
+                rich = self._rich(item, number, len(shown) + index, redact)
+                if rich is not None:
+                    shown[key] = rich
+                    listeners.call("on_result", rich)
+
         stream.begin(collector)
+        stream.on_display = on_display
         self._sent += 1
-        request = {"code": code, "timeout": limit, "grace": GRACE, "max_results": plan.limits.files}
+        request: dict[str, Any] = {"code": code, "timeout": limit, "grace": GRACE, "max_results": plan.limits.files}
+        if env:
+            request["env"] = env
+        if all(host_covered(host, plan.hosts) for host in PACKAGE_INDEX):
+            request["pip_index"] = True  # only then: a request without it reads as before
         started = time.monotonic()
         try:
             assert self._input is not None
@@ -508,6 +592,7 @@ class Kernel:
             outcome = await self._settle(task, collector, stream)
         finally:
             stream.end()
+            stream.on_display = None
         frame = outcome[2]
         if frame is not None and (frame.get("code_sha256"), frame.get("cell")) != (code_sha256(code), self._sent):
             # The kernel answered for other code than this cell's, or for another of its cells: no result of this.
@@ -525,8 +610,10 @@ class Kernel:
         ending, error, frame, state_kept = outcome
         stop = stop_reason(attrs.evolve(ending, cost_bound=cost_bound))
         stdout, stderr = collector.finish()
-        redact = NameRedactor(plan.secret_values)
-        results, dropped = self._results(frame, number, redact)
+        results, dropped = self._results(frame, number, redact, shown)
+        for rich in results:
+            if not any(rich is seen for seen in shown.values()):
+                listeners.call("on_result", rich)  # not sent live (a kernel that sends no display frames)
         if frame is not None and isinstance(frame.get("error"), dict):
             error = _cell_error(frame["error"], redact)
         return CellResult(
@@ -593,7 +680,11 @@ class Kernel:
         return Ending(), error, None, False
 
     def _results(
-        self, frame: dict[str, Any] | None, number: int, redact: NameRedactor
+        self,
+        frame: dict[str, Any] | None,
+        number: int,
+        redact: NameRedactor,
+        shown: dict[tuple[int, str], RichResult],
     ) -> tuple[tuple[RichResult, ...], int]:
         if frame is None:
             return (), 0
@@ -602,7 +693,10 @@ class Kernel:
         dropped = dropped if isinstance(dropped, int) and not isinstance(dropped, bool) else 0
         out: list[RichResult] = []
         for index, item in enumerate(items if isinstance(items, list) else ()):
-            result = self._rich(item, number, index, redact)
+            key = _display_key(item)
+            result = shown.get(key) if key is not None else None  # the one that came live, never kept twice
+            if result is None:
+                result = self._rich(item, number, len(shown) + index, redact)
             if result is None:
                 dropped += 1
             else:
@@ -613,24 +707,31 @@ class Kernel:
         if not isinstance(item, dict):
             return None
         mime, text, encoding = item.get("mime"), item.get("data"), item.get("encoding")
-        if mime not in MIME_TYPES or not isinstance(text, str):
+        if not is_mime(mime) or not isinstance(text, str):
             return None
+        assert isinstance(mime, str)
+        display = item.get("display")
+        display = display if isinstance(display, int) and not isinstance(display, bool) and display >= 0 else None
+        main = item.get("main") is True
         data: str | bytes
         if encoding == "base64":
             try:
                 data = base64.b64decode(text, validate=True)
             except (binascii.Error, ValueError):
                 return None
-            if mime != "image/png":
-                data = redact(data.decode("utf-8", "replace"))
+            if not is_binary(mime):
+                data = redact(data.decode("utf-8", "replace"))  # every text form is redacted, however it came
+        elif is_binary(mime):
+            return None  # a binary form must come base64
         else:
             data = redact(text)
         raw = data if isinstance(data, bytes) else data.encode()
         if len(raw) <= INLINE_LIMIT:
-            return RichResult(mime, data)
+            return RichResult(mime, data, display=display, main=main)
         session = self._session
-        ref = session.lifecycle.keep_file(session.tenant, f"cell-{number}-{index}.{_EXTENSIONS[mime]}", raw)
-        return None if ref is None else RichResult(mime, None, ref)
+        extension = _EXTENSIONS.get(mime, "bin" if is_binary(mime) else "txt")
+        ref = session.lifecycle.keep_file(session.tenant, f"cell-{number}-{index}.{extension}", raw)
+        return None if ref is None else RichResult(mime, None, ref, display=display, main=main)
 
 
 _SYNC_REFUSAL = (
@@ -754,6 +855,16 @@ def _mark_start(data: bytes, mark: bytes) -> int:
             return len(data) - at
         at = data.find(mark[:1], at + 1)
     return 0
+
+
+def _display_key(item: object) -> tuple[int, str] | None:
+    """A result item's (display index, MIME type): what makes it one form of one output; None without an index."""
+    if not isinstance(item, dict):
+        return None
+    display, mime = item.get("display"), item.get("mime")
+    if isinstance(display, int) and not isinstance(display, bool) and isinstance(mime, str):
+        return display, mime
+    return None
 
 
 def _parse_frame(raw: bytes) -> dict[str, Any] | None:

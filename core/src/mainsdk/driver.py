@@ -25,6 +25,8 @@ import attrs
 import pluggy
 
 # Re-exported for drivers (``X as X``: an explicit re-export). None of these modules imports this one.
+from mainsdk.egress import EgressHeader as EgressHeader
+from mainsdk.egress import EgressRule as EgressRule
 from mainsdk.errors import COST as COST
 from mainsdk.errors import DEFAULT_OUTAGE_REMEDY
 from mainsdk.errors import DRIVER_UNAVAILABLE as DRIVER_UNAVAILABLE
@@ -157,6 +159,10 @@ class Capabilities:
     # Puts the pinned packages of ``sandbox.packages`` in a box (``BoxSpec.packages``), without widening its network.
     # A driver without it refuses any call that would get packages (MAIN-SANDBOX-0001), never runs without them.
     packages: bool = False
+    # Sets the headers of ``BoxSpec.egress`` on the box's requests to each named host (HTTPS included), replacing
+    # a header of the same name the code sent, on no other host's, with the values never inside the box. A driver
+    # without it refuses any call with ``egress`` (MAIN-SANDBOX-0001 naming the driver).
+    egress_headers: bool = False
 
 
 def extra_reach(caps: Capabilities, hosts: tuple[str, ...]) -> tuple[str, ...]:
@@ -206,6 +212,9 @@ class BoxSpec:
     # True for a session's box, where more commands are likely to follow; False for a one-shot run's box, which
     # runs one command and stops. A driver may prepare ahead for a session's next command, and skip that for a run.
     session: bool = False
+    # Headers to set at the egress on requests to each host (``mainsdk.egress``), with the secrets' values
+    # resolved: never put them in the box, a log, an error or a cassette. Each host is one of ``hosts`` (covered).
+    egress: tuple[EgressRule, ...] = attrs.field(default=(), repr=False)
 
 
 class InputStream:
@@ -437,9 +446,38 @@ class OptionalDriverHooks(Protocol):
         policy, never one recomputed from ``spec.hosts``. Return plain JSON-able data holding no secret.
         """
 
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_kernel_site(self, box: Box, language: str) -> str | None:
+        """The in-box folder holding the cell kernel's own packages for ``language``, ready to import from.
+
+        Core awaits it before it starts a cell interpreter of ``language`` in ``box`` (a session's first cell,
+        and again after each restart: remember the box's answer). Return the absolute path, inside the box, of a
+        folder holding ``KERNEL_PACKAGES[language]`` installed flat (``pip install --target`` layout), readable
+        by the box's user, apart from the user's own site-packages and off the box's default ``sys.path``. Core
+        sends it in the kernel's start line (``site``); the Python executor appends it to ``sys.path`` after
+        the user's site-packages, so a user who pins ipython in ``sandbox.packages`` gets theirs. Return None
+        for a language with no set: the kernel then runs without one (Python: plain cells, no IPython).
+
+        Raise ``MAIN-SANDBOX-0001`` (nothing ran) when the box's interpreter cannot take the set, naming it,
+        and ``MAIN-SANDBOX-0006`` (``ran=False``) for an outage while getting the set into the box.
+        """
+
     @hookspec
     def mainsdk_driver_shutdown(self) -> None:
         """Release what the driver holds for the whole process (helper processes, clients). May be called twice."""
+
+
+# The cell kernel's own packages, by language (``mainsdk_driver_kernel_site``): for Python, ipython 9 and its whole
+# dependency closure for CPython 3.11+ on Linux, each pinned exactly (the set is closed: install it with
+# ``--no-deps``), and pip, which ``%pip install`` runs where the box's own is hidden or absent.
+KERNEL_PACKAGES: Mapping[str, tuple[str, ...]] = {
+    "python": (
+        "asttokens==3.0.2", "executing==2.3.0", "ipython==9.18.1", "ipython-pygments-lexers==1.1.1",
+        "jedi==0.20.1", "matplotlib-inline==0.2.2", "parso==0.8.7", "pexpect==4.9.0", "pip==26.3",
+        "prompt-toolkit==3.0.53", "psutil==7.2.2", "ptyprocess==0.7.0", "pure-eval==0.2.4", "pygments==2.21.0",
+        "stack-data==0.6.3", "traitlets==5.16.1", "typing-extensions==4.16.0", "wcwidth==0.9.4",
+    ),
+}  # fmt: skip
 
 
 DriverEntryPoint = Callable[..., object]

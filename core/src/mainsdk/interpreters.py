@@ -9,6 +9,7 @@ cell, whose cells keep their limits, redaction, cost and audit event (which name
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 
 from mainsdk import arguments
 from mainsdk.cells import (
@@ -21,6 +22,7 @@ from mainsdk.cells import (
     cell_language,
     check_cells,
 )
+from mainsdk.secrets import SecretRef
 from mainsdk.session_runtime import SessionRuntime
 
 
@@ -90,10 +92,12 @@ class AsyncInterpreter:
         on_output: OutputCallback | None = None,
         on_result: ResultCallback | None = None,
         on_error: ErrorCallback | None = None,
+        env: Mapping[str, str | SecretRef] | None = None,
     ) -> CellResult:
         """Run ``code`` as a cell in this interpreter; see ``AsyncSession.run_code`` for the timeout, the
-        callbacks and the result. Cells of one interpreter run one at a time; other interpreters run alongside."""
-        return await run_in(self, code, timeout, CellCallbacks(on_output, on_result, on_error))
+        callbacks, ``env`` and the result. Cells of one interpreter run one at a time; other interpreters run
+        alongside."""
+        return await run_in(self, code, timeout, CellCallbacks(on_output, on_result, on_error), env=env)
 
     async def restart(self) -> None:
         """Empty it: its kernel ends (after the running cell, if one runs) and the next cell starts a new one, with
@@ -118,10 +122,16 @@ class AsyncInterpreter:
 
 
 async def run_in(
-    interpreter: AsyncInterpreter, code: object, timeout: object, callbacks: CellCallbacks, *, blocking: bool = False
+    interpreter: AsyncInterpreter,
+    code: object,
+    timeout: object,
+    callbacks: CellCallbacks,
+    *,
+    blocking: bool = False,
+    env: Mapping[str, str | SecretRef] | None = None,
 ) -> CellResult:
     """``interpreter.run_code``, and the synchronous twin's with ``blocking`` (its callbacks are plain functions)."""
-    return await interpreter._kernel.run(code, interpreter.language, timeout, callbacks, blocking=blocking)
+    return await interpreter._kernel.run(code, interpreter.language, timeout, callbacks, blocking=blocking, env=env)
 
 
 class Interpreters:
@@ -134,7 +144,7 @@ class Interpreters:
 
     def listed(self) -> list[AsyncInterpreter]:
         """Those open, in the order they were opened."""
-        self._open = [i for i in self._open if not i._kernel.closed]  # closed ones are ended already
+        # Read only: the sync twin lists from the app's thread while the loop's thread may add one.
         return [i for i in self._open if not i.closed]
 
     def open(self, language: object, cwd: object, name: object) -> AsyncInterpreter:
@@ -164,7 +174,7 @@ class Interpreters:
         # Not drawn from ``cells.token``: replays seed that for the kernels' tokens, which an id must not shift.
         kernel = Kernel(self._runtime, language, cwd, f"interp_{secrets.token_hex(6)}")
         interpreter = AsyncInterpreter(self._runtime, kernel, name, default=default)
-        self._open = [*(i for i in self._open if not i._kernel.closed), interpreter]
+        self._open = [*(i for i in self._open if not i._kernel.closed), interpreter]  # closed ones are ended
         return interpreter
 
     async def kill_all(self) -> None:

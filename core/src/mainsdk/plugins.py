@@ -312,6 +312,13 @@ class Hooks:
             return None
         return cast("Box | None", await self._await("mainsdk_driver_reconnect", spec=spec))
 
+    async def kernel_site(self, box: Box, language: str) -> str | None:
+        """The in-box folder of the cell kernel's packages for ``language``; None when the driver has no such hook."""
+        if not self._hook.mainsdk_driver_kernel_site.get_hookimpls():
+            return None
+        site = await self._await("mainsdk_driver_kernel_site", box=box, language=language)
+        return site if isinstance(site, str) else None
+
     async def stop(self, box: Box) -> None:
         """Stop a box."""
         await self._await("mainsdk_driver_stop", box=box)

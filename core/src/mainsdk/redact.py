@@ -11,6 +11,8 @@ which bounds what is held back.
 
 from __future__ import annotations
 
+import html
+import json
 import re
 from collections.abc import Iterable
 
@@ -156,19 +158,36 @@ CUT_MARK = "..."  # how drivers end a name they cut to a length
 MIN_CUT_PREFIX = 4  # a cut name ending in at least this much of a value's start loses it
 
 
+def _escaped(value: str) -> set[str]:
+    """How ``value`` reads inside a JSON string (ASCII-only or not) and inside HTML text, where that differs."""
+    forms = {
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        html.escape(value, quote=False),
+        html.escape(value),
+    }
+    forms.discard(value)
+    return forms
+
+
 class NameRedactor:
     """Redacts secret values and key formats from short strings the code chose: refused hosts, out-file names.
 
     Such a string leaves the box whole (in a result, an audit event, a log
     line), so it is redacted as output is, plus one hostname-specific rule: a
     secret value matches in any letter case, since DNS names are
-    case-insensitive and the proxy lowercases them. Hex, base32 or other
-    encodings of a value are not recognised (output redaction does not either).
+    case-insensitive and the proxy lowercases them. A cell's rich results are
+    redacted with it too, and the kernel writes values into them escaped: so a
+    value also matches as a JSON string holds it (``\\"``, ``\\u00e4``: the
+    data forms, ``application/json``) and HTML-escaped (``&amp;``, ``&quot;``:
+    ``text/html``). Hex, base32 or other encodings of a value are not
+    recognised (output redaction does not either).
     The pattern is compiled at first use: most runs have nothing to redact.
     """
 
     def __init__(self, values: Iterable[bytes]) -> None:
-        self._values = sorted({v.decode("utf-8", "replace") for v in values if v}, key=len, reverse=True)
+        plain = {v.decode("utf-8", "replace") for v in values if v}
+        self._values = sorted(plain | {e for v in plain for e in _escaped(v)}, key=len, reverse=True)
         self._pattern: re.Pattern[str] | None = None
 
     def __call__(self, text: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -24,6 +24,7 @@ from mainsdk.interpreters import AsyncInterpreter, Interpreters, run_in
 from mainsdk.lifecycle import Lifecycle, OpenBox
 from mainsdk.limits import Listener
 from mainsdk.plugins import DriverHookError
+from mainsdk.secrets import SecretRef
 from mainsdk.session_runtime import CommandResult, SessionRuntime, no_session
 
 DEFAULT_IDLE = 300.0
@@ -206,6 +207,7 @@ class AsyncSession:
         on_output: OutputCallback | None = None,
         on_result: ResultCallback | None = None,
         on_error: ErrorCallback | None = None,
+        env: Mapping[str, str | SecretRef] | None = None,
     ) -> CellResult:
         """Run ``code`` as a cell in the session's default interpreter of ``language``: variables, imports and open
         files stay.
@@ -219,13 +221,19 @@ class AsyncSession:
 
         Callbacks, each a plain function or an ``async def``: ``on_output(stream, data)`` each chunk of output as
         it comes (redacted); ``on_result(result)`` each of the cell's rich results (the ``RichResult`` objects its
-        ``results`` holds) once the kernel sends them, at the cell's end; ``on_error(error)`` the cell's
+        ``results`` holds) as each display output is made, while the cell runs; ``on_error(error)`` the cell's
         ``CellError``, once, when it has one. An async callback is awaited, in the order of the events, before
         ``run_code`` returns (an async ``on_output`` while the cell runs). A callback that raises is called no
         more, and its exception is raised once the cell is over (``ran`` True); the interpreter lives on. A
         callback must not run a cell in this session: the session waits for it.
+
+        ``env``: variables for this cell only, over the session's (``os.environ`` in the interpreter and what its
+        ``!cmd`` children inherit), restored after it; a value may be ``secret("NAME")`` for a secret listed under
+        ``sandbox.secrets`` (otherwise MAIN-SANDBOX-0009 and nothing runs), and its value is redacted from the
+        cell's output, results and error.
         """
-        return await run_cell(self, code, language, timeout, CellCallbacks(on_output, on_result, on_error))
+        callbacks = CellCallbacks(on_output, on_result, on_error)
+        return await run_cell(self, code, language, timeout, callbacks, env=env)
 
     async def close(self) -> None:
         """Close the session and remove everything its box held. Closing twice is fine."""
@@ -278,10 +286,12 @@ async def run_cell(
     callbacks: CellCallbacks,
     *,
     blocking: bool = False,
+    env: Mapping[str, str | SecretRef] | None = None,
 ) -> CellResult:
     """``session.run_code``, and the synchronous twin's with ``blocking`` (its callbacks must be plain functions)."""
     refuse_cell(session._runtime, code, language)  # a language no interpreter here runs: audited and raised
-    return await run_in(session._interpreters.default(str(language)), code, timeout, callbacks, blocking=blocking)
+    interpreter = session._interpreters.default(str(language))
+    return await run_in(interpreter, code, timeout, callbacks, blocking=blocking, env=env)
 
 
 def find_session(sessions: dict[str, AsyncSession], session_id: object, tenant: str) -> AsyncSession:

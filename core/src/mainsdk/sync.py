@@ -26,6 +26,7 @@ from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
 from mainsdk.interpreters import AsyncInterpreter, run_in
 from mainsdk.rich import RichResult
+from mainsdk.secrets import SecretRef
 from mainsdk.sessions import AsyncSession, SessionOpener, run_cell
 
 T = TypeVar("T")
@@ -122,6 +123,8 @@ class Sandbox:
             risk=action.risk,
             feature=action.feature,
             session=action.session,
+            network=action.network,
+            egress=action.egress,
         )
 
     def create(self, **options: Any) -> Session:
@@ -166,7 +169,6 @@ class Session:
 
     def __init__(self, session: AsyncSession) -> None:
         self._async = session
-        self._twins: dict[str, Interpreter] = {}  # one twin per interpreter, so a listing returns the same objects
 
     @property
     def id(self) -> str:
@@ -200,26 +202,24 @@ class Session:
         on_output: Callable[[str, bytes], None] | None = None,
         on_result: Callable[[RichResult], None] | None = None,
         on_error: Callable[[CellError], None] | None = None,
+        env: Mapping[str, str | SecretRef] | None = None,
     ) -> CellResult:
-        """Run ``code`` as a cell in the session's interpreter; see ``AsyncSession.run_code``.
+        """Run ``code`` as a cell in the session's default interpreter of ``language``; see ``AsyncSession.run_code``
+        (``env`` included).
 
         The callbacks are plain functions, called on the sandbox's own thread; an ``async def`` is refused with
         MAIN-SANDBOX-0001 (nothing here could await it): use ``AsyncSandbox`` for async callbacks.
         """
         callbacks = CellCallbacks(on_output, on_result, on_error)
-        return _LOOP.call(run_cell(self._async, code, language, timeout, callbacks, blocking=True))
+        return _LOOP.call(run_cell(self._async, code, language, timeout, callbacks, blocking=True, env=env))
 
     def interpreter(self, language: str = "python", *, cwd: str | None = None, name: str | None = None) -> Interpreter:
         """Open another interpreter in the session's box, with its own state; see ``AsyncSession.interpreter``."""
-        return self._twin(_LOOP.call(_opened(self._async, language, cwd, name)))
+        return Interpreter(_LOOP.call(_opened(self._async, language, cwd, name)))
 
     def interpreters(self) -> list[Interpreter]:
         """The session's open interpreters, in the order they were opened; see ``AsyncSession.interpreters``."""
-        return [self._twin(i) for i in self._async.interpreters()]
-
-    def _twin(self, interpreter: AsyncInterpreter) -> Interpreter:
-        self._twins = {k: t for k, t in self._twins.items() if not t.closed}
-        return self._twins.setdefault(interpreter.id, Interpreter(interpreter))
+        return [Interpreter(i) for i in self._async.interpreters()]
 
     close = _blocking(AsyncSession.close)
 
@@ -283,10 +283,11 @@ class Interpreter:
         on_output: Callable[[str, bytes], None] | None = None,
         on_result: Callable[[RichResult], None] | None = None,
         on_error: Callable[[CellError], None] | None = None,
+        env: Mapping[str, str | SecretRef] | None = None,
     ) -> CellResult:
-        """Run ``code`` as a cell in this interpreter; see ``Session.run_code`` (plain-function callbacks)."""
+        """Run ``code`` as a cell in this interpreter; see ``Session.run_code`` (plain-function callbacks, ``env``)."""
         callbacks = CellCallbacks(on_output, on_result, on_error)
-        return _LOOP.call(run_in(self._async, code, timeout, callbacks, blocking=True))
+        return _LOOP.call(run_in(self._async, code, timeout, callbacks, blocking=True, env=env))
 
     restart = _blocking(AsyncInterpreter.restart)
     close = _blocking(AsyncInterpreter.close)
@@ -296,6 +297,13 @@ class Interpreter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __eq__(self, other: object) -> bool:
+        # Twins made at different calls (``interpreter()``, each ``interpreters()``) of one interpreter are equal.
+        return isinstance(other, Interpreter) and other._async is self._async
+
+    def __hash__(self) -> int:
+        return hash(id(self._async))
 
     def __repr__(self) -> str:
         return repr(self._async).replace("<AsyncInterpreter", "<Interpreter", 1)

@@ -18,6 +18,10 @@ REPORT_LIMIT = 4096  # the longest setup error a forked stage reports
 MAX_POOL = 64  # warm interpreters a server may keep idle at most (about 10 MB each; see pool.py)
 # A box's folders, all on its own tmpfs (its disk limit): /work, /out and /tmp in its root (``stages``).
 BOX_FOLDERS = ("work", "out", "tmp")
+# Where a box's python execs see the cell kernel's own packages (IPython), read-only: apart from the user's
+# site-packages and off sys.path (the kernel appends it; mainsdk_driver_kernel_site). An overlay's one target
+# that is not a hidden path.
+KERNEL_SITE = "/opt/mainsdk/kernel"
 HOME_IN_TMP = "home"  # the code's HOME: a folder of the box's tmp/, made with the box (``boxes.make_box_fs``)
 
 

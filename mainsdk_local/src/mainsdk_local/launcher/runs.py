@@ -93,8 +93,10 @@ class ExecRequest:
         pairs: dict[str, str] = {}
         for source, target in value:
             ExecRequest._paths([source, target], "overlays")
-            if target not in hidden:
-                raise common.RequestError("value", f"overlay target {target} is not one of the hidden paths")
+            if target not in hidden and target != common.KERNEL_SITE:
+                raise common.RequestError(
+                    "value", f"overlay target {target} is not one of the hidden paths nor {common.KERNEL_SITE}"
+                )
             if target in pairs:
                 raise common.RequestError("value", f"overlay target {target} is given twice")
             if os.path.realpath(source) != source or not os.path.isdir(source):
