@@ -84,3 +84,24 @@ async def test_a_bash_cells_set_x_traces_its_own_commands_only(async_sandbox: As
         assert first.stderr.splitlines()[-1].endswith("v=1") and second.stdout == "1\n"
         assert second.stderr.splitlines() == [second.stderr.strip()] and second.stderr.strip().endswith("echo 1")
         assert "__mainsdk" not in first.stderr + second.stderr  # the kernel's loop is never traced
+
+
+@needs_node
+async def test_a_typescript_cell_runs_in_the_box_through_node_or_the_kernels_typescript_set(
+    async_sandbox: AsyncSandbox,
+) -> None:
+    # node >= 22.13 strips the types itself; an older one (this machine's node 20) gets the kernel's typescript,
+    # built on the host with npm and bound read-only in the box, its folder given as the start line's site.
+    async with async_sandbox.create() as session:
+        code = "enum Size { S = 1 }\ninterface P { n: number }\nconst p: P = { n: await Promise.resolve(2) };\np.n"
+        first = await session.run_code(code, language="typescript")
+        assert first.error is None and first.text == "2"
+        second = await session.run_code("p.n + Size.S", language="typescript")
+        assert second.text == "3" and not second.restarted
+        # Its site folder (the executor's fourth argument) is read-only, where the box has one.
+        written = await session.run_code(
+            "const site = process.argv[4];\n"
+            'site ? require("node:fs").writeFileSync(site + "/node_modules/typescript/package.json", "") : "no set"',
+            language="typescript",
+        )
+        assert written.text == "'no set'" or (written.error is not None and "EROFS" in written.error.value)

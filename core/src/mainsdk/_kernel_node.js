@@ -80,7 +80,7 @@ function stripper() {
       const warn = process.emitWarning;
       process.emitWarning = () => {};
       try {
-        return nodeModule.stripTypeScriptTypes(code, { mode: "strip" });
+        return nodeModule.stripTypeScriptTypes(code, { mode: "transform" }); // enums and namespaces too
       } finally {
         process.emitWarning = warn;
       }

@@ -44,6 +44,8 @@ from mainsdk.driver import (
 )
 from mainsdk.hookspecs import hookimpl
 from mainsdk.plugins import DriverHookError
+from mainsdk_driverkit.host_tools import absolute_path
+from mainsdk_driverkit.node_sets import NODE_KERNEL_SETS, ensure_node_set
 
 from mainsdk_local.config import DEFAULT_POOL, MAX_POOL, LocalPrograms
 from mainsdk_local.egress_proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
@@ -55,7 +57,7 @@ from mainsdk_local.egress_tls import (
     trust_environment,
     upstream_context,
 )
-from mainsdk_local.launcher.common import KERNEL_SITE
+from mainsdk_local.launcher.common import KERNEL_SITE, NODE_KERNEL_SITE
 from mainsdk_local.launcher.protocol import MAX_HEADER, PROXY_PORT
 from mainsdk_local.launcher_client import ExecSpec, Launcher, LauncherBox, LauncherError, OpenFailed
 from mainsdk_local.packages import EnvBuilder
@@ -91,23 +93,33 @@ class LocalBox:
     # The cell kernel's packages (IPython) on the host, once a cell asked for them: bound read-only at KERNEL_SITE
     # in the box's python execs from then on. A holder, set once per box by mainsdk_driver_kernel_site.
     kernel: list[str] = attrs.field(factory=list, eq=False)
+    # The kernel's node packages (typescript) on the host, the same way, at NODE_KERNEL_SITE.
+    node_kernel: list[str] = attrs.field(factory=list, eq=False)
 
 
 @functools.cache
-def _cell_languages() -> frozenset[str]:
-    """The cell languages of a local box, whose programs are this machine's: the kernel's Python and bash
-    executors, JavaScript where node is on the PATH, TypeScript where that node strips types itself (node >= 22.13:
-    no TypeScript package set is built for local boxes yet)."""
-    languages = {"python", "bash"} if shutil.which("bash") else {"python"}
+def _node_strips_types() -> bool | None:
+    """Whether this machine's node strips TypeScript types itself (node >= 22.13); None: there is no node."""
     node = shutil.which("node")
-    if node is not None:
+    if node is None:
+        return None
+    try:
+        version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=10, check=True).stdout
+        major, minor = (int(part) for part in version.strip().lstrip("v").split(".")[:2])
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return False
+    return (major, minor) >= (22, 13)
+
+
+def _cell_languages(isolation: str) -> frozenset[str]:
+    """The cell languages of a local box, whose programs are this machine's: the kernel's Python and bash
+    executors, JavaScript where node is on the PATH, TypeScript where that node strips types itself or, in a
+    namespace box, through the kernel's typescript set (built with npm, bound read-only)."""
+    languages = {"python", "bash"} if shutil.which("bash") else {"python"}
+    strips = _node_strips_types()
+    if strips is not None:
         languages.add("javascript")
-        try:
-            version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=10, check=True).stdout
-            major, minor = (int(part) for part in version.strip().lstrip("v").split(".")[:2])
-        except (OSError, subprocess.SubprocessError, ValueError):
-            major = minor = 0
-        if (major, minor) >= (22, 13):
+        if strips or (isolation == "namespace" and shutil.which("npm", path=absolute_path()) is not None):
             languages.add("typescript")
     return frozenset(languages)
 
@@ -163,7 +175,7 @@ class LocalDriver:
             reports_signals=True,
             outage_remedy=LOCAL_REMEDY,
             cells=True,
-            cells_languages=_cell_languages(),
+            cells_languages=_cell_languages(isolation),
             background=True,
             # Package envs reach the box bound over the interpreter's site-packages, in the run's mount namespace;
             # weak mode has none, and would have to loosen -E or -s to add a path: it declares no packages.
@@ -251,10 +263,21 @@ class LocalDriver:
         self._ready[tuple(pins)] = site
         return site
 
+    async def _node_kernel_site(self, box: LocalBox) -> str | None:
+        # TypeScript: node's own type stripping where it has it (no set); otherwise typescript from the kernel's
+        # node set, built once on the host with npm (mainsdk_driverkit.node_sets) and bound read-only.
+        if _node_strips_types() or self._launcher.isolation != "namespace":
+            return None
+        if not box.node_kernel:
+            box.node_kernel.append(await asyncio.to_thread(ensure_node_set, NODE_KERNEL_SETS["typescript"]))
+        return NODE_KERNEL_SITE
+
     @hookimpl
     async def mainsdk_driver_kernel_site(self, box: LocalBox, language: str) -> str | None:
         # Built once on the host with the same builder as sandbox.packages (its cache, wheels only, host tools
         # isolated), then bound read-only at a path of its own: never over the user's site-packages.
+        if language == "typescript":
+            return await self._node_kernel_site(box)
         pins = KERNEL_PACKAGES.get(language)
         if not pins or self._launcher.isolation != "namespace":
             return None  # weak mode binds nothing: its cells run plain Python
@@ -422,10 +445,11 @@ class LocalDriver:
 
 def _package_overlay(box: LocalBox, program_name: str, program: Program) -> tuple[tuple[str, str], ...]:
     """For python in a box with packages: its env over the first site-packages ``site`` reads (hidden otherwise);
-    and the cell kernel's packages at KERNEL_SITE once a cell asked for them."""
+    and the cell kernel's packages at KERNEL_SITE (node's at NODE_KERNEL_SITE) once a cell asked for them."""
     if _PROGRAM_LANGUAGE.get(program_name) != "python":
         return ()
-    kernel = ((box.kernel[0], KERNEL_SITE),) if box.kernel else ()
+    kernel: tuple[tuple[str, str], ...] = ((box.kernel[0], KERNEL_SITE),) if box.kernel else ()
+    kernel += ((box.node_kernel[0], NODE_KERNEL_SITE),) if box.node_kernel else ()
     if box.packages is None or not program.hidden_paths:
         return kernel
     return ((box.packages, program.hidden_paths[0]), *kernel)

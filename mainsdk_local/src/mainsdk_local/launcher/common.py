@@ -22,6 +22,10 @@ BOX_FOLDERS = ("work", "out", "tmp")
 # site-packages and off sys.path (the kernel appends it; mainsdk_driver_kernel_site). An overlay's one target
 # that is not a hidden path.
 KERNEL_SITE = "/opt/mainsdk/kernel"
+# The same for the kernel's node packages (typescript, for TypeScript cells where the box's node strips no types),
+# which the node executor loads from its start line's site: the other overlay target that is not a hidden path.
+NODE_KERNEL_SITE = "/opt/mainsdk/node-kernel"
+KERNEL_SITES = (KERNEL_SITE, NODE_KERNEL_SITE)
 HOME_IN_TMP = "home"  # the code's HOME: a folder of the box's tmp/, made with the box (``boxes.make_box_fs``)
 
 

@@ -275,11 +275,13 @@ class Templates:
                 linux.bind_readonly(over[path], target, recursive=False)
                 continue
             linux.bind_readonly(source, target, recursive=False)
-        if common.KERNEL_SITE in over:
+        for site in common.KERNEL_SITES:
+            if site not in over:
+                continue
             # The cell kernel's packages, read-only at a path of their own (never a site-packages folder).
-            if any(within(common.KERNEL_SITE, b) or within(b, common.KERNEL_SITE) for b in bound if b != "/usr"):
-                raise OSError(errno.EINVAL, f"{common.KERNEL_SITE} is inside a readonly path")
-            linux.bind_readonly(over[common.KERNEL_SITE], _mkdirs(root, common.KERNEL_SITE), recursive=False)
+            if any(within(site, b) or within(b, site) for b in bound if b != "/usr"):
+                raise OSError(errno.EINVAL, f"{site} is inside a readonly path")
+            linux.bind_readonly(over[site], _mkdirs(root, site), recursive=False)
         linux.mount(
             None, root, None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV
         )

@@ -93,9 +93,9 @@ class ExecRequest:
         pairs: dict[str, str] = {}
         for source, target in value:
             ExecRequest._paths([source, target], "overlays")
-            if target not in hidden and target != common.KERNEL_SITE:
+            if target not in hidden and target not in common.KERNEL_SITES:
                 raise common.RequestError(
-                    "value", f"overlay target {target} is not one of the hidden paths nor {common.KERNEL_SITE}"
+                    "value", f"overlay target {target} is not one of the hidden paths nor {common.KERNEL_SITES}"
                 )
             if target in pairs:
                 raise common.RequestError("value", f"overlay target {target} is given twice")
