@@ -22,6 +22,8 @@ CAPABILITY_FLAGS = (
     "cells",
     "background",
     "packages",
+    "private_tmp",
+    "disk_limit",
 )
 MEMORY_LIMIT_TREE = "memory_limit_tree"  # Capabilities.memory_limit_scope == "tree"
 
@@ -31,7 +33,7 @@ def requires(*needs: str) -> Callable[[F], F]:
 
     A need is a boolean field of ``mainsdk.driver.Capabilities`` (``sessions``,
     ``memory_limit``, ``network``, ``wildcard_hosts``, ``reports_signals``, ``cells``, ``background``,
-    ``packages``),
+    ``packages``, ``private_tmp``, ``disk_limit``),
     ``memory_limit_tree``
     (the driver declares ``memory_limit_scope="tree"``), ``language:<name>``,
     ``replay``, ``live`` or ``unavailable``. A test whose needs the driver does

@@ -216,6 +216,10 @@ class E2BDriver:
             network=True,
             wildcard_hosts=True,
             memory_limit=False,  # memory is the template's size, not a per-run limit
+            # Each box is a VM of its own: its /tmp and HOME (/home/user, the template's user, set by shell_line)
+            # are its disk's and go with it. That disk is the template's size, not permissions.disk.temp.max.
+            private_tmp=True,
+            disk_limit=False,
             sessions=True,
             production=True,
             price_per_second=self._price,

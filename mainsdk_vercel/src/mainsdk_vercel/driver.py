@@ -254,6 +254,11 @@ class VercelDriver:
             network=True,
             wildcard_hosts=True,
             memory_limit=False,  # a command gets the whole VM: no per-command memory cap to enforce
+            # Each box is a VM of its own: its /tmp and the image user's HOME (vercel-sandbox's, /home/vercel-sandbox,
+            # which Vercel's command runner sets) are its disk's and go with it. That disk is Vercel's size, not
+            # permissions.disk.temp.max.
+            private_tmp=True,
+            disk_limit=False,
             sessions=True,
             # Cells and background processes are commands left running in a session's sandbox: Vercel runs any
             # number of commands at once in one session, each streaming its own logs (``cmd?wait=true&logs=true``
