@@ -46,6 +46,7 @@ def main(only: set[str]) -> None:
     for scenario, env in (
         (scenarios.runs_and_a_session, made),
         (scenarios.the_tutorial_chart, {}),
+        (scenarios.the_cell_kernels_packages, {}),
         (scenarios.a_set_that_cannot_be_resolved, made),
     ):
         name = scenario.__name__
