@@ -86,11 +86,13 @@ class Command:
         # reaches nothing: where it errs, it errs on the strict side).
         policy = sandbox.body.get("networkPolicy") or {"mode": "allow-all"}
         isolate = [] if policy == {"mode": "allow-all"} else ["-n"]
+        # /opt/mainsdk too: the cell kernel's packages, which the driver installs there and cells name as they are.
         mounts = (
             'mount --bind "$1" /tmp && mount -t tmpfs none /home && mkdir -m 700 "$3" && mount --bind "$2" "$3" '
-            '&& shift 3 && unset PWD && exec "$@"'
+            '&& mount -t tmpfs none /opt && mkdir /opt/mainsdk && mount --bind "$4" /opt/mainsdk '
+            '&& shift 4 && unset PWD && exec "$@"'
         )
-        wrapper = ["unshare", "-m", *isolate, "sh", "-c", mounts, "sh", sandbox.tmp, sandbox.home, HOME]
+        wrapper = ["unshare", "-m", *isolate, "sh", "-c", mounts, "sh", sandbox.tmp, sandbox.home, HOME, sandbox.opt]
         # Live stdin (``attachStdin``): a pipe the stdin endpoint writes to; without it the command's stdin is empty.
         self.attached = body.get("attachStdin") is True
         self.stdin_written = 0  # bytes the command has received on its stdin (the endpoint's ``bytesWritten``)
@@ -198,6 +200,7 @@ class Sandbox:
         self.tmp = tempfile.mkdtemp(prefix="vercel-sim-tmp-", dir=BASE)
         os.chmod(self.tmp, 0o1777)
         self.home = tempfile.mkdtemp(prefix="vercel-sim-home-", dir=BASE)
+        self.opt = tempfile.mkdtemp(prefix="vercel-sim-opt-", dir=BASE)  # the VM's /opt/mainsdk, root's
         # The default image (vercel/sandbox/universal) has Node 24, Python and Bash (sandbox.ts, Sandbox.create).
         for name_, target in (("node", shutil.which("node")), ("bash", "/bin/bash")):
             if target:
@@ -288,6 +291,7 @@ class Sandbox:
         shutil.rmtree(self.bin, ignore_errors=True)
         shutil.rmtree(self.tmp, ignore_errors=True)
         shutil.rmtree(self.home, ignore_errors=True)
+        shutil.rmtree(self.opt, ignore_errors=True)
 
 
 def _policy_readback(policy: Any) -> Any:
