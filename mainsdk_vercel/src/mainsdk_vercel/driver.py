@@ -267,8 +267,9 @@ class VercelDriver:
             network=True,
             wildcard_hosts=True,
             memory_limit=False,  # a command gets the whole VM: no per-command memory cap to enforce
-            # Each box is a VM of its own: its /tmp and the image user's HOME (vercel-sandbox's, /home/vercel-sandbox,
-            # which Vercel's command runner sets) are its disk's and go with it. That disk is Vercel's size, not
+            # Each box is a VM of its own: its /tmp and the image's HOME (the default image's /vercel, its user's
+            # home; the legacy runtimes' /home/vercel-sandbox: github vercel/sandbox images/ubuntu/Dockerfile,
+            # runtime-base/Dockerfile) are its disk's and go with it. That disk is Vercel's size, not
             # permissions.disk.temp.max.
             private_tmp=True,
             disk_limit=False,
