@@ -30,6 +30,7 @@ from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION
 from mainsdk_conformance.replay import ReplayServer
 from mainsdk_driverkit.wheelhouse import Wheelhouse
+from mainsdk_e2b.driver import E2BBox
 from mainsdk_e2b.packages import KERNEL, BoxPython, kernel_python_problem
 
 from mainsdk_e2b import e2b_sandbox_driver
@@ -195,6 +196,7 @@ def the_cell_kernels_packages(server: ReplayServer, wheels: Path, key: str = KEY
             for name in ("first", "second"):
                 async with await sandbox.create() as session:
                     box = session._runtime.opened.box
+                    assert isinstance(box, E2BBox)
                     before = len(server.received)
                     site = await driver.mainsdk_driver_kernel_site(box=box, language="python")
                     sent = [(r.method, r.path) for r in server.received[before:]]

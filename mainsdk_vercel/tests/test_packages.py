@@ -42,6 +42,7 @@ from mainsdk_conformance.plugin import seeded_cell_tokens
 from mainsdk_conformance.profiles import VERCEL
 from mainsdk_conformance.replay import ReplayServer
 from mainsdk_driverkit.wheelhouse import Wheelhouse, WheelSet, failure_message, wheels_key
+from mainsdk_vercel.driver import VercelBox
 from mainsdk_vercel.packages import (
     INSTALL,
     INSTALL_WHEELS,
@@ -535,6 +536,7 @@ async def _two_kernel_sessions(h: Harness, text: str) -> dict[str, Any]:
         for name in ("first", "second"):
             async with await sandbox.create() as session:
                 box = session._runtime.opened.box
+                assert isinstance(box, VercelBox)
                 mark = len(h.server.received)
                 site = await h.driver.mainsdk_driver_kernel_site(box=box, language="python")
                 sent = h.steps(mark)
