@@ -237,11 +237,11 @@ def chart_wheels(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def kernel_wheels(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
-    """The kernel's wheelhouse: IPython and its 16 dependencies, from the package index (as the chart's)."""
+    """The kernel's wheelhouse: IPython, its dependencies and pip, from the package index (as the chart's)."""
     index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple/")
     if not index_answers(index.rstrip("/") + "/ipython/"):
         host = urllib.parse.urlsplit(index).hostname or index.split(":", 1)[0]  # never a token the URL may hold
-        pytest.skip(f"the package index on {host} does not answer here: the kernel's 17 wheels come from it")
+        pytest.skip(f"the package index on {host} does not answer here: the kernel's 18 wheels come from it")
     cache = getattr(request.config, "cache", None)  # downloaded once per checkout, as an app keeps its cache
     return Path(cache.mkdir("mainsdk-e2b-kernel-wheelhouses")) if cache is not None else tmp_path
 

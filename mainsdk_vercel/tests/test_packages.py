@@ -252,10 +252,10 @@ def index_wheels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 
 @pytest.fixture
 def kernel_wheels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Wheelhouse:
-    """The app's real wheelhouse for the cell kernel's set (IPython and its 16 dependencies), from the index."""
+    """The app's real wheelhouse for the cell kernel's set (IPython, its dependencies and pip), from the index."""
     why = _index_reachable()
     if why is not None and not os.environ.get(AUTHOR_ENV):
-        pytest.skip(f"{why}: this test installs the cell kernel's 17 real wheels (IPython) fetched from it")
+        pytest.skip(f"{why}: this test installs the cell kernel's 18 real wheels (IPython) fetched from it")
     cache = getattr(request.config, "cache", None)
     root = Path(cache.mkdir("mainsdk-vercel-kernel-wheels")) if cache is not None else tmp_path_factory.mktemp("k")
     return Wheelhouse(str(root))

@@ -58,18 +58,6 @@ StopReason = Literal["timeout", "memory", "output", "cost"]
 # its own executable (the local driver through ``sandbox.local``).
 LANGUAGE_PROGRAMS: Mapping[str, str] = {"python": "python3", "node": "node", "bash": "bash"}
 
-# The cell kernel's own packages, by cell language: installed by a driver apart from the user's site-packages
-# (``mainsdk_driver_kernel_site``). The whole closure of ``ipython==9.18.1`` for CPython 3.11+ on Linux, each
-# pinned exactly, wheels only: a driver installs them as a set, with no resolution of its own (``--no-deps``).
-KERNEL_PACKAGES: Mapping[str, tuple[str, ...]] = {
-    "python": (
-        "asttokens==3.0.2", "executing==2.3.0", "ipython==9.18.1", "ipython-pygments-lexers==1.1.1",
-        "jedi==0.20.1", "matplotlib-inline==0.2.2", "parso==0.8.7", "pexpect==4.9.0", "prompt-toolkit==3.0.53",
-        "psutil==7.2.2", "ptyprocess==0.7.0", "pure-eval==0.2.4", "pygments==2.21.0", "stack-data==0.6.3",
-        "traitlets==5.16.1", "typing-extensions==4.16.0", "wcwidth==0.9.4",
-    ),
-}  # fmt: skip
-
 # The protocols a driver can filter by host name: plain HTTP by its Host header, TLS by its SNI.
 Scheme = Literal["http", "https"]
 
@@ -447,29 +435,38 @@ class OptionalDriverHooks(Protocol):
         policy, never one recomputed from ``spec.hosts``. Return plain JSON-able data holding no secret.
         """
 
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_kernel_site(self, box: Box, language: str) -> str | None:
+        """The in-box folder holding the cell kernel's own packages for ``language``, ready to import from.
+
+        Core awaits it before it starts a cell interpreter of ``language`` in ``box`` (a session's first cell,
+        and again after each restart: remember the box's answer). Return the absolute path, inside the box, of a
+        folder holding ``KERNEL_PACKAGES[language]`` installed flat (``pip install --target`` layout), readable
+        by the box's user, apart from the user's own site-packages and off the box's default ``sys.path``. Core
+        sends it in the kernel's start line (``site``); the Python executor appends it to ``sys.path`` after
+        the user's site-packages, so a user who pins ipython in ``sandbox.packages`` gets theirs. Return None
+        for a language with no set: the kernel then runs without one (Python: plain cells, no IPython).
+
+        Raise ``MAIN-SANDBOX-0001`` (nothing ran) when the box's interpreter cannot take the set, naming it,
+        and ``MAIN-SANDBOX-0006`` (``ran=False``) for an outage while getting the set into the box.
+        """
+
     @hookspec
     def mainsdk_driver_shutdown(self) -> None:
         """Release what the driver holds for the whole process (helper processes, clients). May be called twice."""
 
-    @hookspec(firstresult=True)
-    async def mainsdk_driver_kernel_site(self, box: Box, language: str) -> str | None:
-        """The in-box folder holding the kernel's own packages for ``language``, ready to import from.
 
-        Core awaits it before it starts a cell interpreter of ``language`` in ``box`` (a session's first cell, and
-        again after each restart: make the second call cheap, e.g. remember the box's answer). Return the absolute
-        path *inside the box* of a folder whose contents are ``KERNEL_PACKAGES[language]`` installed flat
-        (``pip install --target <folder>`` layout: ``<folder>/IPython/...``), readable by the box's user, never
-        the user's own site-packages and never on the box's default ``sys.path``. Core puts it in the start
-        line's ``site``; the Python executor appends it to ``sys.path`` AFTER the user's site-packages (a user
-        who pins ipython in ``sandbox.packages`` gets theirs). Return None for a language you have no set for
-        (``KERNEL_PACKAGES`` has no entry, or e.g. "bash"): the kernel then runs without one (Python: plain
-        standard-library cells, no IPython dialect).
-
-        Raise ``SandboxError(INVALID_OPTION, ...)`` (0001, nothing ran) when the box's interpreter cannot take
-        the set, naming the interpreter (e.g. "the box's python 3.10 on linux-x86_64 cannot run the cells'
-        IPython (ipython 9 needs Python >= 3.11): ..."); ``DRIVER_UNAVAILABLE`` (0006, ran=False, retryable) for
-        an outage while fetching/uploading.
-        """
+# The cell kernel's own packages, by language (``mainsdk_driver_kernel_site``): for Python, ipython 9 and its whole
+# dependency closure for CPython 3.11+ on Linux, each pinned exactly (the set is closed: install it with
+# ``--no-deps``), and pip, which ``%pip install`` runs where the box's own is hidden or absent.
+KERNEL_PACKAGES: Mapping[str, tuple[str, ...]] = {
+    "python": (
+        "asttokens==3.0.2", "executing==2.3.0", "ipython==9.18.1", "ipython-pygments-lexers==1.1.1",
+        "jedi==0.20.1", "matplotlib-inline==0.2.2", "parso==0.8.7", "pexpect==4.9.0", "pip==26.3",
+        "prompt-toolkit==3.0.53", "psutil==7.2.2", "ptyprocess==0.7.0", "pure-eval==0.2.4", "pygments==2.21.0",
+        "stack-data==0.6.3", "traitlets==5.16.1", "typing-extensions==4.16.0", "wcwidth==0.9.4",
+    ),
+}  # fmt: skip
 
 
 DriverEntryPoint = Callable[..., object]
