@@ -270,7 +270,8 @@ for name in sorted(n for n in os.listdir(".") if n.endswith(".whl")):
 """
 
 # Installs the uploaded kernel wheels offline into ``KERNEL`` (``$2``) with the box's ``python3``, compiled for it
-# (the sandbox user imports from there at every kernel start and cannot write bytecode next to it), readable by
+# on every CPU (the sandbox user imports from there at every kernel start, 0.3 s with bytecode and 0.7 s without
+# on the authoring host, and cannot write bytecode next to it), readable by
 # all; as root through ``sudo -n`` where the user cannot write the folder's parent. Into a fresh folder renamed
 # into place: a failed install leaves no half set; a box that has the set (a session another worker opened) keeps
 # it. $0 is the wheel folder (removed after), $1 the installing script (``KERNEL_WHEELS``); nothing else is given.
@@ -280,7 +281,7 @@ KERNEL_INSTALL = (
     'if [ -d "$target" ]; then command -p rm -rf -- "$dir"; exit 0; fi\n'
     'parent=${target%/*}; if mkdir -p "$parent" 2>/dev/null && [ -w "$parent" ]; then as=; else as="sudo -n"; fi\n'
     '$as mkdir -p -- "$parent" && $as rm -rf -- "$target.new" && $as "$py" -I -c "$script" "$dir" "$target.new" && '
-    '$as "$py" -I -m compileall -q "$target.new" >/dev/null && $as chmod -R a+rX,go-w "$target.new" && '
+    '$as "$py" -I -m compileall -q -j 0 "$target.new" >/dev/null && $as chmod -R a+rX,go-w "$target.new" && '
     '$as mv -T -- "$target.new" "$target"; r=$?\n'
     '$as rm -rf -- "$target.new"; command -p rm -rf -- "$dir"; exit $r\n'
 )
