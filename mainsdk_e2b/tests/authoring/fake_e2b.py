@@ -6,7 +6,8 @@ mode with the recorder forwarding here instead of to E2B, so every request in
 a cassette is exactly what the real SDK sent, and every answer is shaped as
 envd and the control plane shape theirs (Connect JSON envelopes, multipart
 upload, ListDir entries). Commands really run, on this host, in a folder
-standing in for ``/home/user`` of the sandbox; a few answers (network,
+standing in for ``/home/user`` of the sandbox (and ``/opt/mainsdk``, bound
+at its path in a mount namespace of each command's); a few answers (network,
 files of the host) are then corrected by hand in the cassettes, and say so.
 
 Process semantics follow envd (e2b-dev/infra ``packages/envd``), never kinder:
