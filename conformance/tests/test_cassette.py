@@ -20,7 +20,9 @@ from mainsdk_conformance.cassette import (
     find_credentials,
     load,
     scrub,
+    scrub_fields,
 )
+from mainsdk_conformance.profiles import E2B, VERCEL
 
 E2B_KEY = "e2b_" + "ab" * 20
 JSON_TYPE = {"content-type": "application/json"}
@@ -245,6 +247,20 @@ def test_the_check_command_refuses_a_cassette_holding_a_token(
     assert "1 cassettes clean, 1 refused" in out.out and "dirty.json holds credentials" in out.err
 
 
+def test_the_check_command_refuses_an_egress_value_left_in_a_create(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mainsdk_conformance.cli import main
+
+    rules = {"a.test": [{"transform": {"headers": {"X-Key": "left-by-hand"}}}]}
+    create = {"request": {"method": "POST", "path": "/v2/sandboxes", "body": {"json": {"network": {"rules": rules}}}}}
+    path = tmp_path / "egress.json"
+    path.write_text(json.dumps(cassette([create])))  # an e2b cassette: E2B's profile names the field
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr()
+    assert "holds a value in a secret field" in out.err and "left-by-hand" not in out.err + out.out
+
+
 def test_recording_without_an_account_says_what_to_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -254,3 +270,58 @@ def test_recording_without_an_account_says_what_to_set(
     monkeypatch.delenv("E2B_ACCESS_TOKEN", raising=False)
     assert main(["record", "--driver", "e2b", "--tests", str(tmp_path)]) == 2
     assert "needs a real account: set E2B_API_KEY or E2B_ACCESS_TOKEN" in capsys.readouterr().err
+
+
+def test_a_named_secret_is_scrubbed_to_its_name_in_a_body_and_a_credential_header() -> None:
+    """Egress header values: gone from the cassette, each marked by its secret's name, which a check accepts."""
+    value = "egk-5c4b3a29-conformance"
+    rules = {"api.example.test": [{"transform": {"headers": {"X-Api-Key": value, "X-Other": f"Bearer {value}"}}}]}
+    data = cassette(
+        [
+            {
+                "request": {
+                    "method": "POST",
+                    "path": "/v2/sandboxes",
+                    "headers": {"Authorization": f"Bearer {value}"},
+                    "body": {"json": {"network": {"rules": rules}}},
+                },
+                "response": {"status": 201, "body": {"text": base64.b64encode(value.encode()).decode()}},
+            }
+        ]
+    )
+    clean = scrub(data, named={"EGRESS_KEY": value})
+    assert value not in json.dumps(clean) and find_credentials(clean) == []
+    request = clean["interactions"][0]["request"]
+    headers = request["body"]["json"]["network"]["rules"]["api.example.test"][0]["transform"]["headers"]
+    assert headers == {"X-Api-Key": "[scrubbed:EGRESS_KEY]", "X-Other": "Bearer [scrubbed:EGRESS_KEY]"}
+    assert request["headers"]["Authorization"] == "Bearer [scrubbed:EGRESS_KEY]"
+    assert base64.b64decode(clean["interactions"][0]["response"]["body"]["text"]) == b"[scrubbed:EGRESS_KEY]"
+    # Anything else in a credential header is still a credential, and still found.
+    for kept in ("sk9f8e7d6c5b4a3f2e1d [scrubbed:K]", "[scrubbed:K] extra", "Bearer [scrubbed:K][scrubbed:K]"):
+        leaky = cassette([{"request": {"method": "GET", "path": "/o", "headers": {"X-Api-Key": kept}}}])
+        assert find_credentials(leaky), kept
+
+
+def test_a_profiles_secret_fields_hold_no_value_known_or_not() -> None:
+    """E2B's egress headers: a known secret marked by name (after a scheme word too), any other value scrubbed."""
+    rules = {
+        "a.test": [{"transform": {"headers": {"X-Key": "tok-1", "Authorization": "Bearer tok-1", "X-New": "v9"}}}],
+        "b.test": [{"transform": {"headers": {"X-Key": "plain"}}}],
+    }
+    body = {"network": {"allowOut": ["a.test", "b.test"], "rules": rules}, "envVars": {"K": "tok-1"}}
+    clean = scrub_fields(body, E2B.secret_fields, {"K1": "tok-1"})
+    assert clean["network"]["rules"] == {
+        "a.test": [
+            {
+                "transform": {
+                    "headers": {"X-Key": "[scrubbed:K1]", "Authorization": "Bearer [scrubbed:K1]", "X-New": SCRUBBED}
+                }
+            }
+        ],
+        "b.test": [{"transform": {"headers": {"X-Key": SCRUBBED}}}],
+    }
+    assert clean["network"]["allowOut"] == ["a.test", "b.test"] and clean["envVars"] == {"K": "tok-1"}  # only there
+    vercel = {"networkPolicy": {"allow": {"a.test": [{"transform": [{"headers": {"X-Key": "tok-1"}}]}], "b.test": []}}}
+    assert scrub_fields(vercel, VERCEL.secret_fields, {"K1": "tok-1"}) == {
+        "networkPolicy": {"allow": {"a.test": [{"transform": [{"headers": {"X-Key": "[scrubbed:K1]"}}]}], "b.test": []}}
+    }

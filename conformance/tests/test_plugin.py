@@ -70,6 +70,25 @@ def test_a_test_needing_a_capability_the_driver_lacks_is_skipped_saying_which(py
     result.stdout.fnmatch_lines(["*driver stub declares no language node*", "*driver stub declares no sessions*"])
 
 
+def test_a_test_needing_cells_in_a_language_the_driver_lacks_is_skipped_saying_which(
+    pytester: pytest.Pytester,
+) -> None:
+    # Cells declared, in no language: the suite's interpreter tests (requires_cells_language("python")) skip.
+    declared = "sessions=True, cells=True, cells_languages=frozenset()"
+    pytester.makeconftest(STUB.replace("sessions=False", declared).replace("EXPECTED", "{}"))
+    pytester.makepyfile(test_conformance=STAR)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", "-k", "second_interpreter")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*driver stub declares no cells in python (Capabilities.cells_languages)*"])
+
+
+def test_a_cells_language_the_kernel_does_not_have_is_a_mistake_in_the_test() -> None:
+    from mainsdk_conformance.marks import requires_cells_language
+
+    with pytest.raises(ValueError, match="'node' is not a cell language"):
+        requires_cells_language("node")
+
+
 def test_an_expected_failure_that_passes_is_reported(pytester: pytest.Pytester) -> None:
     expected = {"TestErrors::test_an_unknown_language_is_refused": "believed broken"}
     result = run_suite(pytester, expected, STAR, "-k", "test_an_unknown_language_is_refused")

@@ -343,3 +343,63 @@ def test_a_replayed_answer_holds_its_epoch_millisecond_times_moved_by_the_same_o
     assert before - 5 <= answer["createdAt"] / 1000 <= time.time() + 1
     assert answer["startedAt"] - answer["createdAt"] == 1500
     assert answer["memory"] == session["memory"]  # a number under another key is the provider's, never moved
+
+
+def test_a_named_secret_is_matched_by_name_where_it_was_recorded_and_nowhere_else(tmp_path: Path) -> None:
+    """The cassette holds ``[scrubbed:NAME]``; replay scrubs each request the same way before matching it, so a
+    driver that sends the value in the recorded field matches, and one that puts it anywhere else does not."""
+    value = "egk-5c4b3a29-conformance"
+    recorded = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Api-Key": "[scrubbed:EGRESS_KEY]"}}}]}}}
+    interactions = [
+        {"request": {"method": "POST", "path": "/boxes", "body": {"json": recorded}}, "response": {"status": 201}}
+    ]
+    path = write(tmp_path / "named.json", interactions)
+    right = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Api-Key": value}}}]}}}
+    wrong_field = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Key": value}}}]}}}
+    other_value = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Api-Key": "another"}}}]}}}
+    for body, matches in ((right, True), (wrong_field, False), (other_value, False)):
+        server = ReplayServer.replayer(ONE, path, named={"EGRESS_KEY": value})
+        server.start()
+        try:
+            with httpx.Client() as client:
+                answer = client.post(f"{server.url()}/boxes", json=body)
+        finally:
+            server.stop()
+        assert (answer.status_code == 201) is matches, body
+        assert value not in answer.text and all(value not in problem for problem in server.problems(final=False))
+
+
+def test_a_recorded_egress_header_is_scrubbed_and_replay_still_tells_which_value_it_was(tmp_path: Path) -> None:
+    """Recorded through E2B's profile: the known value is ``[scrubbed:NAME]`` in the saved cassette; a replayed
+    create with that value matches, one with another value does not, and neither is echoed."""
+    body = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Key": "tok-1"}}}]}}, "ok": 1}
+    path = tmp_path / "egress.json"
+    recorder = ReplayServer.recorder(E2B, path, upstreams={"api": "http://127.0.0.1:9"}, known={"K1": "tok-1"})
+    create = {"method": "POST", "path": "/v2/sandboxes", "body": {"json": body}}
+    recorder.cassette.interactions.append({"upstream": "api", "request": create, "response": {"status": 201}})
+    recorder.save()
+    text = path.read_text()
+    assert "tok-1" not in text and "[scrubbed:K1]" in text
+    for value, matches in (("tok-1", True), ("tok-2", False)):
+        sent = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Key": value}}}]}}, "ok": 1}
+        server = ReplayServer.replayer(E2B, path, known={"K1": "tok-1"})
+        server.start()
+        try:
+            with httpx.Client() as client:
+                answer = client.post(f"{server.url('api')}/v2/sandboxes", json=sent)
+        finally:
+            server.stop()
+        assert (answer.status_code == 201) is matches, value
+        assert "tok-" not in answer.text
+
+
+def test_a_cassette_with_a_value_in_a_secret_field_is_refused_naming_where(tmp_path: Path) -> None:
+    body = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Key": "written-by-hand"}}}]}}}
+    interaction = {"request": {"method": "POST", "path": "/v2/sandboxes", "body": {"json": body}}}
+    with pytest.raises(CassetteError) as caught:
+        ReplayServer.replayer(E2B, write(tmp_path / "raw.json", [interaction], "e2b"))
+    assert "interactions[0].request holds a value in a secret field" in str(caught.value)
+    assert "written-by-hand" not in str(caught.value)
+    marked = {"network": {"rules": {"a.test": [{"transform": {"headers": {"X-Key": "[scrubbed:K]"}}}]}}}
+    interaction["request"]["body"] = {"json": marked}
+    ReplayServer.replayer(E2B, write(tmp_path / "marked.json", [interaction], "e2b"))  # a mark is what it must hold

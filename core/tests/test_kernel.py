@@ -1,9 +1,9 @@
 """The cell kernel's own protocol, run as the real processes on this machine (no sandbox): supervisor and executor.
 
 Core's kernel (``mainsdk/_kernel.py``) is started here the way a driver starts it, ``python3 -I -u -c <kernel>``
-with the token as the first stdin line and each cell one JSON line after it; the tests read its stdout for the
-frames. The "probe" watch (what the supervisor falls back to where ``/proc/<child>/syscall`` cannot be read) is
-the same source with that path pointed at nothing.
+with the token as the first stdin line, the start line second and each cell one JSON line after; the tests read
+its stdout for the frames. The "probe" watch (what the supervisor falls back to where ``/proc/<child>/syscall``
+cannot be read) is the same source with that path pointed at nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from mainsdk.cells import kernel_source
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the cell kernel runs in Linux boxes")
 TOKEN = "0123456789abcdef0123456789abcdef"
+# The start line: a Python interpreter, no packages of its own.
+START: dict[str, Any] = {"language": "python", "cwd": None, "site": []}
 MARK = b"\x1e" + TOKEN.encode() + b":"
 # A thread left by one cell writes a forged result line for cell 2, one second into it, into every descriptor.
 FORGE = """
@@ -51,7 +53,7 @@ def _syscall_readable() -> bool:
 class Kernel:
     """One kernel process and the frames it writes."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, start: dict[str, Any] = START) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-u", "-c", source],
             stdin=subprocess.PIPE,
@@ -61,6 +63,7 @@ class Kernel:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self.stdin.write(TOKEN.encode() + b"\n")
+        self.stdin.write(json.dumps(start).encode() + b"\n")
         self.stdin.flush()
 
     def cell(self, code: str, timeout: float = 10.0) -> tuple[bytes, dict[str, Any], float]:
@@ -133,3 +136,24 @@ def test_an_executor_that_dies_ends_the_kernel_with_its_status(kernel: tuple[Ker
     running.stdin.write(json.dumps({"code": "import os\nos._exit(7)", "timeout": 10}).encode() + b"\n")
     running.stdin.flush()
     assert running.proc.wait(10) == 7
+
+
+def test_the_start_line_names_the_folder_and_the_kernels_own_packages_and_a_bad_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    own = tmp_path / "kernel-site"
+    own.mkdir()
+    (own / "kernel_only.py").write_text("WHERE = 'kernel site'\n")
+    running = Kernel(kernel_source(), {"language": "python", "cwd": str(tmp_path), "site": [str(own)]})
+    out, frame, _ = running.cell("import os, sys, kernel_only\nprint(os.getcwd())\nsys.path[-1], kernel_only.WHERE")
+    assert out == f"{tmp_path}\n".encode() and frame["error"] is None
+    assert frame["results"][0]["data"] == repr((str(own), "kernel site"))  # last on sys.path: after the user's
+    assert running.close() == 0
+    for start, why in (
+        ({"language": "cobol"}, b"no executor for language 'cobol'"),
+        ({"language": "python", "cwd": str(tmp_path / "missing")}, b"cannot enter the interpreter's folder"),
+        ({"language": "python", "site": "/opt"}, b"not a list of folders"),
+    ):
+        refused = Kernel(kernel_source(), start)
+        assert refused.proc.wait(10) == 125, start  # nothing started: the app reports the kernel's exit
+        assert refused.proc.stderr is not None and why in refused.proc.stderr.read(), start

@@ -7,7 +7,7 @@ here, never from each other).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from mainsdk_conformance.plugin import seeded_cell_tokens
@@ -20,14 +20,21 @@ PACKAGES = Path(__file__).parent / "cassettes" / "packages"  # the default folde
 
 @contextlib.contextmanager
 def provider(
-    name: str, upstreams: dict[str, str] | None = None, key: str = KEY, folder: Path = PACKAGES
+    name: str,
+    upstreams: dict[str, str] | None = None,
+    key: str = KEY,
+    folder: Path = PACKAGES,
+    named: Mapping[str, str] | None = None,
 ) -> Iterator[ReplayServer]:
-    """Replay ``<folder>/<name>.json``; with ``upstreams``, record it from them instead (authoring)."""
+    """Replay ``<folder>/<name>.json``; with ``upstreams``, record it from them instead (authoring).
+
+    ``named``: secrets (name to value) the cassette holds as ``[scrubbed:NAME]``, and replay scrubs so too.
+    """
     path = folder / f"{name}.json"
     if upstreams is None:
-        server = ReplayServer.replayer(E2B, path)
+        server = ReplayServer.replayer(E2B, path, named=named)
     else:
-        server = ReplayServer.recorder(E2B, path, upstreams=upstreams, secrets=[key])
+        server = ReplayServer.recorder(E2B, path, upstreams=upstreams, secrets=[key], named=named)
     server.start()
     try:
         with seeded_cell_tokens(name):  # the suite's own seeding: the kernel's frames match what was recorded

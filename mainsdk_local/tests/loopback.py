@@ -40,26 +40,52 @@ permissions:
 class Seen:
     """What a loopback server saw of one request."""
 
-    def __init__(self, method: str, path: str, host: str | None, headers: dict[str, str]) -> None:
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        host: str | None,
+        headers: dict[str, str],
+        raw: list[tuple[str, str]] | None = None,
+    ) -> None:
         self.method = method
         self.path = path
         self.host = host
         self.headers = headers
+        self.raw = raw or []  # every header line as sent, repeats kept
+
+
+REDIRECT = "/redirect?to="  # a path answered with 302 to what follows it
+HEADERS = "/headers"  # a path answered with the request's headers, as JSON: a header echo
 
 
 class LoopbackServer:
     """An HTTP or HTTPS server on 127.0.0.1 (a random port) answering ``<scheme> <Host> <path>``."""
 
-    def __init__(self, *, tls: bool) -> None:
+    def __init__(self, *, tls: bool, keep_alive: bool = False) -> None:
         seen: list[Seen] = []
         self.seen = seen
         routes: dict[str, tuple[str, bytes]] = {}
         self.routes = routes  # path -> (content type, body), answered instead of the echo
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
             def do_GET(self) -> None:
-                seen.append(Seen("GET", self.path, self.headers.get("Host"), dict(self.headers.items())))
+                raw = list(self.headers.items())
+                seen.append(Seen(self.command, self.path, self.headers.get("Host"), dict(raw), raw))
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                if self.path.startswith(REDIRECT):
+                    self.send_response(302)
+                    self.send_header("Location", self.path[len(REDIRECT) :])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 kind, body = routes.get(self.path.split("#")[0], ("text/plain", b""))
+                if self.path == HEADERS:
+                    kind, body = "application/json", json.dumps(raw).encode()
                 if not body:
                     body = f"{'https' if tls else 'http'} {self.headers.get('Host')} {self.path}\n".encode()
                 self.send_response(200)

@@ -294,13 +294,12 @@ class NoNetworkHere(LocalDriver):
 
     checked: list[tuple[str, tuple[str, ...], Any]]
 
-    # The hook's full signature; the local driver's own takes the command alone, as pluggy allows (hence the ignore).
     @hookimpl
-    def mainsdk_driver_check(self, command: Command, spec: BoxSpec) -> None:  # type: ignore[override]
+    def mainsdk_driver_check(self, command: Command, spec: BoxSpec) -> None:
         self.checked.append((command.program, spec.hosts, spec.network_policy))
         if spec.hosts:
             raise SandboxError(HOST_NOT_ALLOWED, "this backend gives no box network access; call it without network")
-        LocalDriver.mainsdk_driver_check(self, command)  # and the program, as the local driver checks it
+        LocalDriver.mainsdk_driver_check(self, command, spec)  # and the program, as the local driver checks it
 
 
 def test_the_drivers_check_sees_the_planned_box_and_refuses_before_anything_starts(lab: Callable[..., Lab]) -> None:

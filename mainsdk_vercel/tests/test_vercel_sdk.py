@@ -32,14 +32,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from mainsdk.driver import EgressHeader, EgressRule
 from mainsdk_conformance.cassette import decode_payload, load
-from mainsdk_vercel.driver import ROOT, vercel_network_policy
+from mainsdk_vercel.driver import ROOT, vercel_injection_policy, vercel_network_policy
 
 # Vercel's client is a test-only extra (pip install 'mainsdk-vercel[sdk-check]', which tox installs): without
 # it this module fails to import rather than skipping, so the check cannot silently not run.
 from vercel.sandbox import NetworkPolicy, SandboxClient, SandboxResources
-from vercel.sandbox._internal.models import _serialize_network_policy
+from vercel.sandbox._internal.models import NetworkPolicyRule, NetworkPolicyTransform, _serialize_network_policy
 from vercel.sandbox._internal.options import SandboxCredentials, SandboxServiceOptions
 
 HERE = Path(__file__).parent
@@ -241,14 +243,23 @@ def _our_body(request: dict[str, Any]) -> Any:
 
 
 def _policies() -> list[Any]:
-    """The network policies Vercel's client serializes for the hosts the suite uses: none, one, a wildcard."""
-    from mainsdk_conformance.target import NetworkHosts
+    """The network policies Vercel's client serializes for the hosts the suite uses: none, one, a wildcard, and
+    one with egress headers (the suite's, and test_egress.py's weather key), their values as cassettes hold them."""
+    from mainsdk_conformance.suite.secrets import EGRESS_HEADER
+    from mainsdk_conformance.target import SECRET, NetworkHosts
+
+    def injecting(header: str, secret: str) -> NetworkPolicyRule:
+        return NetworkPolicyRule(transform=[NetworkPolicyTransform(headers={header: f"[scrubbed:{secret}]"})])
 
     hosts = NetworkHosts()
     return [
         _serialize_network_policy(NetworkPolicy.deny_all()),
         _serialize_network_policy(NetworkPolicy.custom({hosts.allowed: ()})),
         _serialize_network_policy(NetworkPolicy.custom({hosts.wildcard: ()})),
+        _serialize_network_policy(NetworkPolicy.custom({hosts.allowed: (injecting(EGRESS_HEADER, SECRET),)})),
+        _serialize_network_policy(
+            NetworkPolicy.custom({"api.openweathermap.org": (injecting("X-Api-Key", "OPENWEATHER_KEY"),)})
+        ),
     ]
 
 
@@ -256,6 +267,62 @@ def _policies() -> list[Any]:
 def test_our_network_policy_is_the_one_vercels_client_sends(hosts: tuple[str, ...]) -> None:
     expected = NetworkPolicy.custom({host: () for host in hosts}) if hosts else NetworkPolicy.deny_all()
     assert vercel_network_policy(hosts) == _serialize_network_policy(expected)
+
+
+def test_our_egress_headers_are_the_injection_rules_vercels_client_sends() -> None:
+    # One host with headers, one without, one wildcard: each as vercel-sandbox 0.10.0 serializes them.
+    rules = (
+        EgressRule(
+            "api.example.com", (EgressHeader("X-Api-Key", "K", "v1", "v1"), EgressHeader("X-B", "B", "v2", "v2"))
+        ),
+    )
+    ours = vercel_injection_policy(vercel_network_policy(["api.example.com", "example.org", "*.example.net"]), rules)
+    transform = NetworkPolicyTransform(headers={"X-Api-Key": "v1", "X-B": "v2"})
+    expected = NetworkPolicy.custom(
+        {"api.example.com": (NetworkPolicyRule(transform=[transform]),), "example.org": (), "*.example.net": ()}
+    )
+    assert ours == _serialize_network_policy(expected)
+
+
+def test_vercels_client_reads_the_simulators_injection_readback_as_names_only() -> None:
+    """The stand-in takes the policy Vercel's client sends with header injection, and answers with what the
+    client parses as ``NetworkPolicyInjectionRuleSummary`` (the header's name): the value is in no answer."""
+    sim = Simulator(token=TOKEN)
+    sim.start()
+    value = "v-sdk-check-not-a-secret"
+
+    async def credentials() -> SandboxCredentials:
+        return SandboxCredentials(token=TOKEN, team_id=TEAM, project_id=PROJECT)
+
+    async def main() -> Any:
+        client = SandboxClient.create(options=SandboxServiceOptions(base_url=sim.url, credentials_factory=credentials))
+        try:
+            rule = NetworkPolicyRule(transform=[NetworkPolicyTransform(headers={"X-Api-Key": value})])
+            sandbox = await client.create_sandbox(
+                execution_time_limit=70,
+                resources=SandboxResources(vcpus=2),
+                persistent=False,
+                network_policy=NetworkPolicy.custom({"api.example.com": (rule,), "example.org": ()}),
+            )
+            session = sandbox.current_session
+            assert session is not None
+            return session.id, session.network_policy
+        finally:
+            await client.aclose()
+
+    try:
+        session_id, readback = asyncio.run(main())
+        # The session read back as the API answers it, raw: the header's name, never its value.
+        answer = httpx.get(
+            f"{sim.url}/v2/sandboxes/sessions/{session_id}", headers={"authorization": f"Bearer {TOKEN}"}
+        )
+    finally:
+        sim.stop()
+    assert readback.mode == "custom" and set(readback.allowed_domains) == {"api.example.com", "example.org"}
+    assert [(r.domain, r.header_names) for r in readback.injection_rules] == [("api.example.com", ("X-Api-Key",))]
+    [create] = [r for r in sim.requests if r["path"] == "/v3/sandboxes"]
+    assert value in create["body"].decode()  # the client sent it to the API, which keeps it to itself
+    assert answer.status_code == 200 and "headerNames" in answer.text and value not in answer.text
 
 
 def test_the_written_files_land_where_vercels_client_puts_them(theirs: dict[str, list[dict[str, Any]]]) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from mainsdk.config import AppConfig
-from mainsdk_conformance import ConformanceTarget, NetworkHosts
+from mainsdk_conformance import EGRESS_ORIGIN_CA, ConformanceTarget, NetworkHosts
 from mainsdk_local.config import LocalPrograms
 
 from mainsdk_local import LocalDriver, local_sandbox_driver
@@ -18,12 +18,14 @@ HOSTS = NetworkHosts()
 
 def local_driver(config: AppConfig) -> LocalDriver:
     """The local driver as main.yaml describes it, with the suite's host names mapped to this machine's loopback
-    for its proxy alone: the network tests reach the suite's origin on 127.0.0.1 and nothing else."""
+    for its proxy alone: the network tests reach the suite's origin on 127.0.0.1 and nothing else. The proxy checks
+    the egress tests' origin against the suite's test CA (its ``upstream_ca`` test hook)."""
     local = config.sandbox.section("local", LocalPrograms)
     return local_sandbox_driver(
         permissions=config.permissions,
         programs={"python": local.python, "node": local.node, "bash": local.bash},
         resolve=dict.fromkeys(HOSTS.names(), "127.0.0.1"),
+        upstream_ca=EGRESS_ORIGIN_CA,  # the egress tests' origin, checked by the proxy as the system's trust would be
     )
 
 

@@ -12,6 +12,6 @@ import pytest
 pytest.register_assert_rewrite("mainsdk_conformance.suite")
 
 from mainsdk_conformance.marks import requires  # noqa: E402
-from mainsdk_conformance.target import Built, Conformance, ConformanceTarget, NetworkHosts  # noqa: E402
+from mainsdk_conformance.target import EGRESS_ORIGIN_CA, Built, Conformance, ConformanceTarget, NetworkHosts  # noqa: E402
 
-__all__ = ["Built", "Conformance", "ConformanceTarget", "NetworkHosts", "requires"]
+__all__ = ["EGRESS_ORIGIN_CA", "Built", "Conformance", "ConformanceTarget", "NetworkHosts", "requires"]

@@ -83,6 +83,10 @@ CREDENTIAL_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\bvc[kpiar]_[0-9A-Za-z]{20,}"),  # Vercel tokens with a kind prefix
     re.compile(r"\bBearer\s+(?!\[scrubbed\])[A-Za-z0-9._~+/-]{16,}=*", re.IGNORECASE),
 )
+# A known secret's value scrubbed by name (``scrub``'s ``named``): ``[scrubbed:NAME]``. A credential header may
+# hold one after a scheme word of letters ("Bearer [scrubbed:NAME]"), nothing else: no digits, nothing long.
+NAMED_MARK = "[scrubbed:{}]"
+_SCRUBBED_HEADER = re.compile(r"(?:[A-Za-z][A-Za-z-]{0,15} )?\[scrubbed(?::[A-Za-z_][A-Za-z0-9_]*)?\]")
 # Values made up by the suite to look like keys: not secrets, so a cassette may hold them.
 FAKE_KEYS = frozenset({"ghp_" + "conformanceFAKEkey" + "0" * 18})
 
@@ -371,7 +375,7 @@ def find_credentials(cassette: Mapping[str, Any]) -> list[str]:
     found: list[str] = []
     for location, key, value in _walk(cassette, ""):
         credential_key = isinstance(key, str) and (key.lower() in CREDENTIAL_HEADERS or key in CREDENTIAL_FIELDS)
-        if credential_key and isinstance(value, str) and value != SCRUBBED:
+        if credential_key and isinstance(value, str) and _SCRUBBED_HEADER.fullmatch(value) is None:
             found.append(f"{location}: a {key} with a value")
             continue
         if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
@@ -386,7 +390,15 @@ def find_credentials(cassette: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def _scrub_text(text: str, values: Sequence[str]) -> str:
+def _scrub_named(text: str, named: Mapping[str, str]) -> str:
+    for name, value in named.items():
+        if value:
+            text = text.replace(value, NAMED_MARK.format(name))
+    return text
+
+
+def _scrub_text(text: str, values: Sequence[str], named: Mapping[str, str] = {}) -> str:
+    text = _scrub_named(text, named)
     for value in values:
         if value:
             text = text.replace(value, SCRUBBED)
@@ -395,37 +407,111 @@ def _scrub_text(text: str, values: Sequence[str]) -> str:
     return text
 
 
-def _scrub_string(text: str, values: Sequence[str]) -> str:
+def _scrub_string(text: str, values: Sequence[str], named: Mapping[str, str] = {}) -> str:
     """A string scrubbed, looking inside it too when it is base64."""
     decoded = _unbase64(text)
     if decoded is not None:
-        cleaned = _scrub_text(decoded, values)
+        cleaned = _scrub_text(decoded, values, named)
         if cleaned != decoded:
             return base64.b64encode(cleaned.encode("latin-1")).decode()
-    return _scrub_text(text, values)
+    return _scrub_text(text, values, named)
 
 
-def scrub(value: Any, values: Sequence[str] = ()) -> Any:
+def scrub(value: Any, values: Sequence[str] = (), named: Mapping[str, str] | None = None) -> Any:
     """A copy of a cassette (or any part of one) with every credential replaced by ``[scrubbed]``.
 
     ``values`` are known secret values (the recorder's own key) to replace
     wherever they appear. Credential headers, JSON fields and query parameters
-    are replaced whatever their value; everything else by pattern.
+    are replaced whatever their value; everything else by pattern. ``named``
+    (secret name to value) are replaced first by ``[scrubbed:NAME]``, in a
+    credential header too ("Bearer [scrubbed:NAME]"): replay scrubs a request the
+    same way (``scrub_named``), so it still checks which value went where.
     """
+    named = named or {}
     if isinstance(value, str):
-        return _scrub_string(value, values)
+        return _scrub_string(value, values, named)
     if isinstance(value, list):
-        return [scrub(item, values) for item in value]
+        return [scrub(item, values, named) for item in value]
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
             if isinstance(item, str) and (key.lower() in CREDENTIAL_HEADERS or key in CREDENTIAL_FIELDS):
-                out[key] = SCRUBBED
+                marked = _scrub_named(item, named)
+                out[key] = marked if _SCRUBBED_HEADER.fullmatch(marked) else SCRUBBED
             elif key == "query" and isinstance(item, list):
-                out[key] = [[k, SCRUBBED if str(k).lower() in CREDENTIAL_QUERY else scrub(v, values)] for k, v in item]
+                out[key] = [
+                    [k, SCRUBBED if str(k).lower() in CREDENTIAL_QUERY else scrub(v, values, named)] for k, v in item
+                ]
             else:
-                out[key] = scrub(item, values)
+                out[key] = scrub(item, values, named)
         return out
+    return value
+
+
+def _pointer_matches(parts: Sequence[str], pattern: Sequence[str]) -> bool:
+    return len(parts) == len(pattern) and all(want in ("*", got) for got, want in zip(parts, pattern, strict=True))
+
+
+def scrub_fields(value: Any, patterns: Sequence[str], known: Mapping[str, str] | None = None) -> Any:
+    """A copy of a JSON value with the string at each pointer matching one of ``patterns`` scrubbed.
+
+    ``patterns`` are JSON pointers whose ``*`` stands for any key or index (``Profile.secret_fields``).
+    A field holding a ``known`` secret's value (name to value), alone or after a scheme word ("Bearer "),
+    becomes ``[scrubbed:NAME]`` (``Bearer [scrubbed:NAME]``); any other value, ``[scrubbed]``: so the saved
+    cassette holds no value there whatever it was, and replay, scrubbing a request the same way, still tells
+    which known value went to which field.
+    """
+    wanted = [pattern.split("/")[1:] for pattern in patterns]
+    if not wanted:
+        return value
+
+    def walk(item: Any, parts: tuple[str, ...]) -> Any:
+        if isinstance(item, Mapping):
+            return {key: walk(child, (*parts, str(key))) for key, child in item.items()}
+        if isinstance(item, list):
+            return [walk(child, (*parts, str(index))) for index, child in enumerate(item)]
+        if isinstance(item, str) and any(_pointer_matches(parts, pattern) for pattern in wanted):
+            marked = _scrub_named(item, known or {})
+            return marked if _SCRUBBED_HEADER.fullmatch(marked) else SCRUBBED
+        return item
+
+    return walk(value, ())
+
+
+def scrub_request_fields(request: Mapping[str, Any], patterns: Sequence[str], known: Mapping[str, str]) -> Any:
+    """A request (as a cassette stores it) with its JSON body's ``patterns`` fields scrubbed (``scrub_fields``)."""
+    body = request.get("body")
+    if not patterns or not isinstance(body, Mapping) or "json" not in body:
+        return request
+    return {**request, "body": {**body, "json": scrub_fields(body["json"], patterns, known)}}
+
+
+def secret_field_values(interactions: Sequence[Mapping[str, Any]], patterns: Sequence[str]) -> list[str]:
+    """Where a request holds anything but a mark in one of ``patterns``' fields: one line each, no value shown."""
+    return [
+        f"interactions[{index}].request holds a value in a secret field ({', '.join(patterns)}); it must be "
+        f"{SCRUBBED} or {NAMED_MARK.format('NAME')}"
+        for index, interaction in enumerate(interactions)
+        if scrub_request_fields(interaction["request"], patterns, {}) != interaction["request"]
+    ]
+
+
+def scrub_named(value: Any, named: Mapping[str, str]) -> Any:
+    """A copy of ``value`` with only the ``named`` secrets' values replaced by ``[scrubbed:NAME]``, as ``scrub``
+    does: what replay does to a request before matching it (base64 strings looked into too)."""
+    if not named:
+        return value
+    if isinstance(value, str):
+        decoded = _unbase64(value)
+        if decoded is not None:
+            cleaned = _scrub_named(decoded, named)
+            if cleaned != decoded:
+                return base64.b64encode(cleaned.encode("latin-1")).decode()
+        return _scrub_named(value, named)
+    if isinstance(value, list):
+        return [scrub_named(item, named) for item in value]
+    if isinstance(value, Mapping):
+        return {key: scrub_named(item, named) for key, item in value.items()}
     return value
 
 

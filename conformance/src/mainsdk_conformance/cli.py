@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mainsdk_conformance.cassette import CassetteError, iter_files, load
+from mainsdk_conformance.cassette import CassetteError, iter_files, load, secret_field_values
 from mainsdk_conformance.profiles import PROFILES
 
 # Where this repository keeps each driver's conformance conftest; a third party passes --tests.
@@ -48,7 +48,12 @@ def _check(args: argparse.Namespace) -> int:
     files = list(iter_files(Path(p) for p in args.paths))
     for path in files:
         try:
-            load(path)
+            cassette = load(path)
+            # A provider's secret fields (egress headers) hold only marks (Profile.secret_fields).
+            profile = PROFILES.get(str(cassette.meta.get("provider")))
+            found = secret_field_values(cassette.interactions, profile.secret_fields) if profile is not None else []
+            if found:
+                raise CassetteError(f"{path}: " + "; ".join(found))
         except CassetteError as exc:
             bad += 1
             print(exc, file=sys.stderr)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
+from mainsdk.driver import CELL_LANGUAGES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,10 +23,12 @@ CAPABILITY_FLAGS = (
     "cells",
     "background",
     "packages",
+    "egress_headers",
     "private_tmp",
     "disk_limit",
 )
 MEMORY_LIMIT_TREE = "memory_limit_tree"  # Capabilities.memory_limit_scope == "tree"
+CELLS_LANGUAGE = "cells_language:"  # + a name of Capabilities.cells_languages
 
 
 def requires(*needs: str) -> Callable[[F], F]:
@@ -33,15 +36,24 @@ def requires(*needs: str) -> Callable[[F], F]:
 
     A need is a boolean field of ``mainsdk.driver.Capabilities`` (``sessions``,
     ``memory_limit``, ``network``, ``wildcard_hosts``, ``reports_signals``, ``cells``, ``background``,
-    ``packages``, ``private_tmp``, ``disk_limit``),
+    ``packages``, ``egress_headers``, ``private_tmp``, ``disk_limit``),
     ``memory_limit_tree``
-    (the driver declares ``memory_limit_scope="tree"``), ``language:<name>``,
+    (the driver declares ``memory_limit_scope="tree"``), ``language:<name>`` (of ``Capabilities.languages``),
+    ``cells_language:<name>`` (of ``Capabilities.cells_languages``: ``requires_cells_language``),
     ``replay``, ``live`` or ``unavailable``. A test whose needs the driver does
     not meet is skipped, saying which.
     """
     for need in needs:
         known = (REPLAY, LIVE, UNAVAILABLE, MEMORY_LIMIT_TREE)
-        if not (need in CAPABILITY_FLAGS or need.startswith("language:") or need in known):
+        prefixed = need.startswith(("language:", CELLS_LANGUAGE))
+        if not (need in CAPABILITY_FLAGS or prefixed or need in known):
             raise ValueError(f"unknown conformance requirement {need!r}")
     marker: Callable[[F], F] = pytest.mark.conformance_requires(*needs)
     return marker
+
+
+def requires_cells_language(language: str) -> Callable[[F], F]:
+    """Mark a test as needing cells (and sessions) in ``language``: ``Capabilities.cells_languages`` holds it."""
+    if language not in CELL_LANGUAGES:
+        raise ValueError(f"{language!r} is not a cell language; use one of {', '.join(CELL_LANGUAGES)}")
+    return requires("sessions", "cells", CELLS_LANGUAGE + language)

@@ -44,9 +44,16 @@ pytest.register_assert_rewrite("mainsdk_conformance.suite")
 from mainsdk import Capabilities  # noqa: E402
 
 from mainsdk_conformance.cassette import hand_set, keep_on_record  # noqa: E402
-from mainsdk_conformance.marks import CAPABILITY_FLAGS, LIVE, MEMORY_LIMIT_TREE, REPLAY, UNAVAILABLE  # noqa: E402
+from mainsdk_conformance.marks import (  # noqa: E402
+    CAPABILITY_FLAGS,
+    CELLS_LANGUAGE,
+    LIVE,
+    MEMORY_LIMIT_TREE,
+    REPLAY,
+    UNAVAILABLE,
+)
 from mainsdk_conformance.suite._helpers import ORIGIN_BODY  # noqa: E402
-from mainsdk_conformance.target import Conformance, ConformanceTarget  # noqa: E402
+from mainsdk_conformance.target import DATA, Conformance, ConformanceTarget  # noqa: E402
 
 REPLAY_KEY = pytest.StashKey[Any]()
 CAPS_KEY = pytest.StashKey[dict[str, Capabilities]]()
@@ -145,6 +152,11 @@ def _missing(
     if need.startswith("language:"):
         language = need.split(":", 1)[1]
         return None if language in caps.languages else f"driver {driver} declares no language {language}"
+    if need.startswith(CELLS_LANGUAGE):
+        language = need.removeprefix(CELLS_LANGUAGE)
+        if language in caps.cells_languages:
+            return None
+        return f"driver {driver} declares no cells in {language} (Capabilities.cells_languages)"
     if need == REPLAY:
         if recording:
             # A provider cannot be made to fail on cue: fault cassettes are authored, and recording keeps them.
@@ -267,6 +279,59 @@ def conformance_tls_origin_port(conformance: Conformance, request: pytest.Fixtur
         thread.join()
 
 
+class EgressOrigin:
+    """The egress tests' HTTPS origin on 127.0.0.1: its port, and the headers of each request, by the Host named."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, list[tuple[str, str]]]] = []
+        seen = self.seen
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keeps connections open, as an API does
+
+            def do_GET(self) -> None:
+                seen.append(((self.headers.get("Host") or "").split(":")[0], list(self.headers.items())))
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(ORIGIN_BODY)))
+                self.end_headers()
+                self.wfile.write(ORIGIN_BODY)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(DATA / "egress-origin.pem", DATA / "egress-origin.key")
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = int(self.server.server_address[1])
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def values(self, host: str, header: str) -> list[list[str]]:
+        """The values of ``header`` (any case, repeats kept) in each request that named ``host``."""
+        return [[v for n, v in headers if n.lower() == header.lower()] for named, headers in self.seen if named == host]
+
+    def close(self) -> None:
+        """Stop serving."""
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join()
+
+
+@pytest.fixture
+def conformance_egress_origin() -> Iterator[EgressOrigin]:
+    """An HTTPS origin on 127.0.0.1 whose certificate names the suite's hosts, from ``EGRESS_ORIGIN_CA``.
+
+    For the live egress tests: it records the headers each request carried, so a test sees what the driver's
+    egress sent, and what it did not.
+    """
+    origin = EgressOrigin()
+    try:
+        yield origin
+    finally:
+        origin.close()
+
+
 @pytest.fixture
 def conformance_capabilities(request: pytest.FixtureRequest, conformance: Conformance) -> Capabilities:
     """What the driver declares, read once per driver per test run through ``sandbox.capabilities()``."""
@@ -346,6 +411,7 @@ def conformance_replay(
     writes the cassette, scrubbed, when the test ends.
     """
     from mainsdk_conformance.replay import ReplayServer, parse_upstreams
+    from mainsdk_conformance.target import SECRET_VALUES
 
     path = conformance_cassette_dir / cassette_name(request.node)
     rechecked: list[str] = []
@@ -356,9 +422,12 @@ def conformance_replay(
         rechecked = hand_set(path)  # recorded again: the live run must pass the test as the hand-set answers did
         upstreams = parse_upstreams(request.config.getoption("conformance_upstream"))
         secrets = [os.environ[name] for name in conformance_profile.credential_env if os.environ.get(name)]
-        server = ReplayServer.recorder(conformance_profile, path, upstreams=upstreams, secrets=secrets)
+        # The suite's secrets, marked by name where a create gives them to the provider's egress (secret_fields).
+        server = ReplayServer.recorder(
+            conformance_profile, path, upstreams=upstreams, secrets=secrets, known=SECRET_VALUES
+        )
     else:
-        server = ReplayServer.replayer(conformance_profile, path)
+        server = ReplayServer.replayer(conformance_profile, path, known=SECRET_VALUES)
     server.start()
     request.node.stash[REPLAY_KEY] = server
     try:

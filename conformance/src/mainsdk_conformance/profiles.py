@@ -62,6 +62,9 @@ class Profile:
     ``header_rules``: headers the server refuses unless they match (``HeaderRule``).
     ``epoch_ms_keys``: JSON keys whose number is a time in milliseconds since the epoch (Vercel's
     ``startedAt``); replay moves them, with every RFC 3339 time of an answer, so the recorded session starts now.
+    ``secret_fields``: JSON pointers (``*`` for any key or index) of request fields that hold a credential the
+    provider is given to use on the box's behalf (egress headers): recorder and replay scrub them
+    (``cassette.scrub_fields``), a known secret's value to ``[scrubbed:NAME]``, anything else to ``[scrubbed]``.
     """
 
     name: str
@@ -76,6 +79,7 @@ class Profile:
     sdk: str = ""  # the SDK distribution whose version a recorded cassette notes
     header_rules: tuple[HeaderRule, ...] = ()
     epoch_ms_keys: tuple[str, ...] = ()
+    secret_fields: tuple[str, ...] = ()
 
     def broken_rule(self, method: str, path: str, headers: Message) -> HeaderRule | None:
         """The first header rule a request breaks (its headers as ``http.server`` parsed them), or None."""
@@ -137,6 +141,9 @@ E2B = Profile(
     # machine turns 7 into 6. Its value is checked by mainsdk_e2b's own tests, not by the replay.
     volatile=(r"\b(?:run|ses)[_-][0-9a-f]{16,24}\b", r"(?<=\( sleep )\d+(?= & s=\$!;)"),
     header_rules=(E2B_IDEMPOTENCY_KEY,),
+    # A create's egress headers: network.rules, host to rules, each a transform setting headers to their values
+    # (e2b-dev/infra spec/openapi.yml SandboxNetworkConfig.rules, SandboxNetworkRule, SandboxNetworkTransform).
+    secret_fields=("/network/rules/*/*/transform/headers/*",),
 )
 
 # Vercel Sandbox as its current clients speak it: create with POST /v3/sandboxes, then everything keyed by the
@@ -154,6 +161,9 @@ VERCEL = Profile(
     volatile=(r"(?<=^/v2/sandboxes/)mainsdk-ses-[0-9a-f]{24}$",),
     # The session's times (vercel-sandbox's SandboxSession model): the driver measures the plan's cap from startedAt.
     epoch_ms_keys=("createdAt", "requestedAt", "startedAt", "updatedAt", "stoppedAt"),
+    # A create's (or a policy update's) header injection: networkPolicy.allow, domain to rules, each a list of
+    # transforms setting headers (vercel-sandbox 0.10.0 models._serialize_network_policy).
+    secret_fields=("/networkPolicy/allow/*/*/transform/*/headers/*",),
 )
 
 PROFILES = {profile.name: profile for profile in (E2B, VERCEL)}

@@ -39,12 +39,16 @@ import attrs
 from mainsdk_conformance.cassette import (
     CREDENTIAL_QUERY,
     Cassette,
+    CassetteError,
     body_frames,
     body_meaning,
     encode_body,
     is_stream,
     load,
     scrub,
+    scrub_named,
+    scrub_request_fields,
+    secret_field_values,
 )
 from mainsdk_conformance.profiles import Profile
 
@@ -145,8 +149,15 @@ class ReplayServer:
         cassette: Cassette | None,
         upstreams: Mapping[str, str] | None = None,
         secrets: Sequence[str] = (),
+        named: Mapping[str, str] | None = None,
+        known: Mapping[str, str] | None = None,
     ) -> None:
         self.profile = profile
+        # Secrets scrubbed by name (``cassette.scrub``): from the saved cassette, and from each request replayed
+        # before it is matched, so the match still says which value went where.
+        self._named = dict(named or {})
+        # Secrets marked by name where they fill the profile's secret fields (egress headers) and nowhere else.
+        self._known = dict(known or {})
         self.path = path
         self.recording = upstreams is not None
         self.upstreams = dict(upstreams or {})
@@ -167,13 +178,36 @@ class ReplayServer:
         self._epoch_ms = re.compile(rb'("(?:' + keys.encode() + rb')"\s*:\s*)(\d{12,14})\b') if keys else None
 
     @classmethod
-    def replayer(cls, profile: Profile, path: Path) -> ReplayServer:
-        """Replay ``path``; a missing file fails each request that comes, a bad one raises ``CassetteError`` now."""
-        return cls(profile, path, cassette=load(path) if path.exists() else None)
+    def replayer(
+        cls,
+        profile: Profile,
+        path: Path,
+        *,
+        named: Mapping[str, str] | None = None,
+        known: Mapping[str, str] | None = None,
+    ) -> ReplayServer:
+        """Replay ``path``; a missing file fails each request that comes, a bad one raises ``CassetteError`` now.
+
+        ``named``: secret name to value, replaced by ``[scrubbed:NAME]`` in each request before it is matched;
+        ``known``: the same, in the profile's ``secret_fields`` only (any other value there is ``[scrubbed]``).
+        A cassette holding anything but a mark in a secret field is refused (``CassetteError``), naming where.
+        """
+        cassette = load(path) if path.exists() else None
+        found = secret_field_values(cassette.interactions, profile.secret_fields) if cassette is not None else []
+        if found:
+            raise CassetteError(f"{path}: " + "; ".join(found))
+        return cls(profile, path, cassette=cassette, named=named, known=known)
 
     @classmethod
     def recorder(
-        cls, profile: Profile, path: Path, *, upstreams: Mapping[str, str] | None = None, secrets: Sequence[str] = ()
+        cls,
+        profile: Profile,
+        path: Path,
+        *,
+        upstreams: Mapping[str, str] | None = None,
+        secrets: Sequence[str] = (),
+        named: Mapping[str, str] | None = None,
+        known: Mapping[str, str] | None = None,
     ) -> ReplayServer:
         """Forward to the provider (the profile's upstreams, overridden by ``upstreams``) and record into ``path``."""
         merged = dict(profile.upstreams) | dict(upstreams or {})
@@ -197,7 +231,15 @@ class ReplayServer:
             # A provider on this machine is a stand-in, never the real service: what it answered is authored.
             meta["made"] = "authored"
             meta["how"] = f"recorded against a stand-in on this machine ({', '.join(standins)})"
-        server = cls(profile, path, cassette=Cassette(meta, [], path), upstreams=merged, secrets=secrets)
+        server = cls(
+            profile,
+            path,
+            cassette=Cassette(meta, [], path),
+            upstreams=merged,
+            secrets=secrets,
+            named=named,
+            known=known,
+        )
         return server
 
     # --- lifecycle ------------------------------------------------------------------------------------------------
@@ -238,9 +280,17 @@ class ReplayServer:
 
     def save(self) -> Path:
         """Write the recorded cassette, scrubbed; refuses to write one still holding a credential."""
-        data = scrub(self.cassette.to_dict(), self._secrets)
+        data = self.cassette.to_dict()
+        data["interactions"] = [
+            None if i is None else {**i, "request": self._scrub_fields(i["request"])} for i in data["interactions"]
+        ]
+        data = scrub(data, self._secrets, self._named)
         self.cassette = Cassette(data["meta"], [i for i in data["interactions"] if i is not None], self.path)
         return self.cassette.save()
+
+    def _scrub_fields(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """``request`` with the profile's secret fields scrubbed (``cassette.scrub_fields``)."""
+        return dict(scrub_request_fields(request, self.profile.secret_fields, {**self._named, **self._known}))
 
     # --- what happened --------------------------------------------------------------------------------------------
 
@@ -416,6 +466,8 @@ class ReplayServer:
         if self.recording:
             self._forward(handler, upstream, request, parts.query, body, got)
             return
+        # As the recorder saved it: the cassette never holds these values.
+        request = scrub_named(self._scrub_fields(request), self._named)
         rule = self.profile.broken_rule(handler.command, parts.path, handler.headers)
         if rule is not None:
             # The provider's server refuses it before anything else: answer as it does, and fail the test.

@@ -34,6 +34,13 @@ OTHER_SECRET = "CONFORMANCE_OTHER_SECRET"
 UNSET_SECRET = "CONFORMANCE_UNSET_SECRET"
 SECRET_VALUES = {SECRET: "tok-9f8e7d6c5b4a-conformance", OTHER_SECRET: "tok-1a2b3c4d5e6f-other"}
 
+# The egress tests' TLS origin (``conformance_egress_origin``) shows a certificate for the suite's host names
+# (``NetworkHosts``) from this test CA, made once for the suite (its key is in the package: a test key, trusted by
+# nothing but a driver told to). A driver that checks the real server's certificate when it sets egress headers
+# (the local driver's proxy) is given it as its test trust, as it is given ``resolve`` for the names.
+DATA = Path(__file__).parent / "data"
+EGRESS_ORIGIN_CA = (DATA / "egress-origin-ca.pem").read_text()
+
 
 @attrs.frozen
 class NetworkHosts:

@@ -15,12 +15,13 @@ from mainsdk.driver import Capabilities, NetworkReach
 from mainsdk.engine import AsyncSandbox, SandboxDeps
 from mainsdk.errors import ConfigError, SandboxError
 from mainsdk.files import FileRef
+from mainsdk.interpreters import AsyncInterpreter
 from mainsdk.lifecycle import RunResult
 from mainsdk.rich import RichResult
 from mainsdk.secrets import SecretRef, secret
 from mainsdk.session_runtime import CommandResult
 from mainsdk.sessions import AsyncSession
-from mainsdk.sync import Process, Sandbox, Session, create_sandbox
+from mainsdk.sync import Interpreter, Process, Sandbox, Session, create_sandbox
 
 # The one place the version is written: every distribution's pyproject reads it (hatch's dynamic version).
 __version__ = "0.4.0"
@@ -31,6 +32,7 @@ logging.getLogger("mainsdk").addHandler(logging.NullHandler())
 
 __all__ = [
     "AppConfig",
+    "AsyncInterpreter",
     "AsyncProcess",
     "AsyncSandbox",
     "AsyncSession",
@@ -40,6 +42,7 @@ __all__ = [
     "CommandResult",
     "ConfigError",
     "FileRef",
+    "Interpreter",
     "NetworkReach",
     "Process",
     "RichResult",

@@ -10,12 +10,13 @@ token as the first line of its stdin, and keeps that stdin open (``Command.input
 on it, one JSON object per line (``{"code", "timeout", "grace", "max_results"}``), and nothing else writes
 there. The app never imports this file.
 
-Two processes. The SUPERVISOR (this command) makes itself undumpable first (``prctl(PR_SET_DUMPABLE, 0)``),
-so no other process of the box's uid can read its memory or open its descriptors through ``/proc``, then
-reads the token and starts the EXECUTOR with fork+exec (``-I -u -c <this> executor R W``): a fresh
-interpreter that never held the token, its stdin ``/dev/null``, its stdout and stderr the supervisor's own
-(a cell's output streams live), and a private pipe pair: R brings it each cell, W takes each cell's result
-(one JSON line). The executor runs cells in its main thread and, between cells, waits in ``read(R)``.
+Two processes. The SUPERVISOR (this command) makes itself undumpable first (``prctl(PR_SET_DUMPABLE, 0)``), so no
+other process of the box's uid can read its memory or open its descriptors through ``/proc``, then reads the token,
+then the start line (one JSON object: ``{"language", "cwd", "site"}``, the interpreter to run, its folder, and the
+folders of the kernel's own packages), and starts the EXECUTOR with fork+exec (``-I -u -c <this> executor R W``): a
+fresh interpreter that never held the token, its stdin ``/dev/null``, its stdout and stderr the supervisor's own (a
+cell's output streams live), and a private pipe pair: R brings it each cell, W takes each cell's result (one JSON
+line). The executor runs cells in its main thread and, between cells, waits in ``read(R)``.
 
 The end of a cell is the supervisor's own observation, never the executor's word: after a result line has
 come, the cell is over only once ``/proc/<executor>/syscall`` shows the executor's main thread blocked in
@@ -86,6 +87,7 @@ CHECK_LAST = 0.01  # ... doubling up to this while the main thread is still busy
 READY_WAIT = 30.0  # how long a new executor may take to reach its first wait
 SYSCALL_PATH = "/proc/{}/syscall"  # where the supervisor sees what the executor's main thread is blocked in
 PROBE = b"\0"  # the probe byte (the "probe" watch); a request line never holds one
+LANGUAGES = ("python",)  # the executors this kernel can start (the start line's "language")
 RICH_METHODS = (
     ("image/png", "_repr_png_"),
     ("image/svg+xml", "_repr_svg_"),
@@ -171,10 +173,33 @@ class _Supervisor:
         self.mark_out = (MARK + token + ":").encode()
         self.end_err = (MARK + token + ":end\n").encode()
         del token
+        self.start = self._start_line()
         self.seen = False  # result bytes came since the last look at the executor
         self.sel = selectors.SelectSelector()  # microsecond timeouts (epoll and poll round up to a millisecond)
         self.sel.register(0, selectors.EVENT_READ, "stdin")
         self._spawn()
+
+    def _start_line(self):
+        """The second stdin line: which interpreter to run, in which folder, with which kernel packages."""
+        try:
+            start = json.loads(self._read_line())
+        except ValueError:
+            start = None
+        if not isinstance(start, dict):
+            self._unsupported("the start line is not a JSON object")
+        language = start.get("language", "python")
+        if language not in LANGUAGES:
+            self._unsupported(f"no executor for language {language!r}")
+        site = start.get("site") or []
+        if not isinstance(site, list) or not all(isinstance(folder, str) for folder in site):
+            self._unsupported("the start line's site is not a list of folders")
+        cwd = start.get("cwd")
+        if cwd is not None:
+            try:
+                os.chdir(cwd)  # the executor inherits it
+            except (OSError, TypeError) as exc:
+                self._unsupported(f"cannot enter the interpreter's folder {cwd!r}: {exc}")
+        return {"language": language, "cwd": cwd, "site": site}
 
     def _spawn(self):
         req_r, self.req_w = os.pipe()
@@ -183,6 +208,7 @@ class _Supervisor:
         os.set_inheritable(res_w, True)
         self.req_fd = req_r
         argv = [sys.executable, "-I", "-u", "-c", _own_source(), "executor", str(req_r), str(res_w)]
+        argv.append(json.dumps(self.start))
         self.pid = os.posix_spawn(
             sys.executable,
             argv,
@@ -560,10 +586,12 @@ def _error(exc, skip):
     return {"name": type(exc).__name__, "value": value[:TEXT_LIMIT], "traceback": text[-TEXT_LIMIT:]}
 
 
-def _executor(req_fd, res_fd):
+def _executor(req_fd, res_fd, start):
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the supervisor gone, nothing would ever end this cell
     sys.argv[:] = [""]
     sys.path.insert(0, "")  # a notebook imports from its folder (``-I`` left it out while the kernel imported)
+    # The kernel's own packages come after the user's site-packages: a user who pins one of them gets theirs.
+    sys.path.extend(start.get("site") or [])
     os.set_inheritable(req_fd, False)
     os.set_inheritable(res_fd, False)
     current = [None, set()]  # the running cell's results, and the ids of the figures it has shown
@@ -648,7 +676,7 @@ def _executor(req_fd, res_fd):
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["executor"]:
-        _executor(int(sys.argv[2]), int(sys.argv[3]))
+        _executor(int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]))
     else:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the executor's to take (it is reset there)
         _Supervisor().serve()

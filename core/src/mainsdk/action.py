@@ -20,6 +20,7 @@ from mainsdk import arguments, errors
 from mainsdk.action_cells import ConversationSessions, SessionSandbox, cell_action_result
 from mainsdk.config import AppConfig
 from mainsdk.driver import LANGUAGES
+from mainsdk.egress import check_shape as check_egress
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
 from mainsdk.lifecycle import RunResult
@@ -92,6 +93,8 @@ class ActionSandbox(SessionSandbox, Protocol):
         limits: Mapping[str, Any] | None = None,
         max_cost: object = None,
         on_output: Listener | None = None,
+        network: Sequence[str] = (),
+        egress: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> RunResult:
         """Run code in a new box (``AsyncSandbox.run``)."""
 
@@ -110,6 +113,8 @@ class CodeRunAction:
         risk: Risk = "write",
         feature: str | None = None,
         session: bool = False,
+        network: Sequence[str] = (),
+        egress: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         name = arguments.text(name, "name", max_bytes=arguments.MAX_LABEL_CHARS)
         session = arguments.boolean(session, "session")
@@ -131,6 +136,11 @@ class CodeRunAction:
         self.feature = feature or name
         self.sandbox = sandbox  # what it runs in (an MCP server opens its kept session there)
         self.session = session
+        # What every run of the action is given: hosts (checked at each run, as a call's) and headers set at the
+        # egress for them, whose values the code never sees (``mainsdk.egress``).
+        self.network = arguments.hosts(network, "network")
+        check_egress(egress)
+        self.egress = egress
         self._conversations: ConversationSessions | None = None
         if session:
             if self.languages != ("python",):
@@ -138,7 +148,7 @@ class CodeRunAction:
                     errors.INVALID_OPTION,
                     f"action {name!r}: session=True keeps a Python interpreter; languages must be ['python']",
                 )
-            self._conversations = ConversationSessions(sandbox, self.feature)
+            self._conversations = ConversationSessions(sandbox, self.feature, self.network, egress)
 
     @property
     def input_schema(self) -> dict[str, Any]:
@@ -166,8 +176,12 @@ class CodeRunAction:
     @property
     def description(self) -> str:
         """What the tool does, for a model."""
+        reach = f"reaching only {', '.join(self.network)}" if self.network else "with no network"
+        keys = ""
+        if self.egress:
+            keys = f" (requests to {', '.join(self.egress)} are authenticated for you: send them without credentials)"
         return (
-            f"{self.intent}. Runs {', '.join(self.languages)} code in an isolated sandbox with no network and "
+            f"{self.intent}. Runs {', '.join(self.languages)} code in an isolated sandbox {reach}{keys} and "
             "no secrets; files passed in are in the working folder, files written to ../out/ come back as files."
         )
 
@@ -266,7 +280,15 @@ class CodeRunAction:
                 budget.charge(agent, cell.cost)
             return cell_action_result(cell, restarted)
         result = await self.sandbox.run(
-            code, language, files=files, feature=self.feature, max_cost=max_cost, limits=limits, on_output=on_output
+            code,
+            language,
+            files=files,
+            feature=self.feature,
+            max_cost=max_cost,
+            limits=limits,
+            on_output=on_output,
+            network=self.network,
+            egress=self.egress,
         )
         if budget is not None:
             budget.charge(agent, result.cost)

@@ -8,7 +8,7 @@ whose session closed (idle expiry, a kill) gets a new one on its next call, and 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -24,7 +24,14 @@ DEFAULT_CONVERSATION = "default"
 class SessionSandbox(Protocol):
     """What the conversations of an action use of its sandbox (``mainsdk.engine.AsyncSandbox`` is one)."""
 
-    def create(self, *, feature: str | None = None, max_cost: object = None) -> Awaitable[AsyncSession]:
+    def create(
+        self,
+        *,
+        feature: str | None = None,
+        max_cost: object = None,
+        network: Sequence[str] = (),
+        egress: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Awaitable[AsyncSession]:
         """Open a session (``AsyncSandbox.create``)."""
 
     def tenant(self) -> str:
@@ -34,9 +41,17 @@ class SessionSandbox(Protocol):
 class ConversationSessions:
     """The open sessions of one action, by (tenant, conversation)."""
 
-    def __init__(self, sandbox: SessionSandbox, feature: str) -> None:
+    def __init__(
+        self,
+        sandbox: SessionSandbox,
+        feature: str,
+        network: Sequence[str] = (),
+        egress: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         self._sandbox = sandbox
         self._feature = feature
+        self._network = tuple(network)
+        self._egress = egress
         self._sessions: dict[tuple[str, str], AsyncSession] = {}
 
     def _key(self, conversation: str | None, agent: str | None) -> tuple[str, str]:
@@ -60,7 +75,9 @@ class ConversationSessions:
         restarted = False
         if session is None or session.closed:
             restarted = session is not None
-            session = await self._sandbox.create(feature=self._feature, max_cost=max_cost)
+            session = await self._sandbox.create(
+                feature=self._feature, max_cost=max_cost, network=self._network, egress=self._egress
+            )
             self._sessions[key] = session
         for path, text in files.items():
             await session.write(path, text)

@@ -53,9 +53,12 @@ class AuditEvent:
     # The egress policy core handed the driver's start hook (``mainsdk_network_policy``'s translation of
     # ``hosts``), so an auditor sees what the backend was asked to enforce. JSON-able, no secret in it.
     network_policy: Any = None
+    # The headers the egress set, as (host, header, secret name): never a value (``mainsdk.egress``).
+    egress: tuple[tuple[str, str, str], ...] = ()
     cost: Decimal | None = None
     session_id: str | None = None
-    cell: int | None = None  # a session cell's number (1, 2, ...), counted across interpreter restarts
+    cell: int | None = None  # a session cell's number (1, 2, ...), counted across the session's interpreters
+    interpreter: str | None = None  # the id of the interpreter a cell ran in (``session.interpreter``)
     time: str = attrs.field(factory=_now)
 
     def to_dict(self) -> dict[str, Any]:
@@ -65,5 +68,6 @@ class AuditEvent:
         data["hosts_refused"] = list(self.hosts_refused)
         data["extra_reach"] = list(self.extra_reach)
         data["env_names"] = list(self.env_names)
+        data["egress"] = [{"host": h, "header": n, "secret": s} for h, n, s in self.egress]
         data["cost"] = None if self.cost is None else str(self.cost)
         return data

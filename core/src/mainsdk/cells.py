@@ -28,7 +28,7 @@ import attrs
 
 from mainsdk import arguments, errors
 from mainsdk.audit import code_sha256
-from mainsdk.driver import Command, ExecOutcome, InputStream, StopReason
+from mainsdk.driver import CELL_LANGUAGES, Command, ExecOutcome, InputStream, StopReason
 from mainsdk.errors import SandboxError
 from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
 from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
@@ -227,17 +227,78 @@ class _KernelStream:
             self.collector.host_refused(host)
 
 
-class Interpreter:
-    """One live kernel in a session's box: started on the first cell, restarted after it died."""
+def cell_language(value: object) -> str:
+    """A cell language (``CELL_LANGUAGES``), or MAIN-SANDBOX-0001 naming the value and the valid ones."""
+    if isinstance(value, str) and value in CELL_LANGUAGES:
+        return value
+    shown = repr(value) if isinstance(value, str) else f"a value of type {arguments.type_name(value)}"
+    hint = " (a node cell is language='javascript')" if value == "node" else ""
+    raise arguments.invalid("language", f"{shown} is not a cell language; use one of {', '.join(CELL_LANGUAGES)}{hint}")
 
-    def __init__(self, session: SessionRuntime) -> None:
+
+def check_cells(session: SessionRuntime, language: str) -> None:
+    """MAIN-SANDBOX-0001 unless the session's driver declares cells, in ``language``."""
+    lifecycle = session.lifecycle
+    capabilities = lifecycle.capabilities()
+    if not capabilities.cells:
+        raise SandboxError(
+            errors.INVALID_OPTION,
+            f"the {lifecycle.driver_id!r} driver does not declare cells (Capabilities.cells); "
+            "run code with session.run(...) or sandbox.run(...) there",
+        )
+    if language not in capabilities.cells_languages:
+        declared = ", ".join(sorted(capabilities.cells_languages)) or "no language"
+        raise arguments.invalid(
+            "language",
+            f"the {lifecycle.driver_id!r} driver runs cells in {declared}, not {language} "
+            "(Capabilities.cells_languages); run that code as a program with session.run(...) there",
+        )
+
+
+def refuse_cell(session: SessionRuntime, code: object, language: object) -> None:
+    """Refuse, as the session's next cell, one ``session.run_code`` can give no interpreter: its language is no
+    cell language, or none the driver's cells run (MAIN-SANDBOX-0001, audited as refused). Returns otherwise,
+    and nothing is opened for a refused one."""
+    try:
+        check_cells(session, cell_language(language))
+    except SandboxError as exc:
+        refusal = exc
+    else:
+        return
+    session.cells += 1
+    event = session.opened.event(
+        f"cell_{token.token_hex(8)}",
+        "cell",
+        cell=session.cells,
+        language=language if isinstance(language, str) else None,
+        code_sha256=code_sha256(code) if isinstance(code, str) else None,
+    )
+
+    def refuse() -> None:
+        raise refusal
+
+    session.lifecycle.plan(event, refuse)
+
+
+class Kernel:
+    """One interpreter's kernel in a session's box: started on its first cell, restarted after it died.
+
+    ``language`` is its executor's, ``cwd`` the folder it runs in (None: the session's work folder), ``id`` what
+    its cells' audit events name. ``session.interpreter`` (``mainsdk.interpreters``) is the app's handle on it.
+    """
+
+    def __init__(self, session: SessionRuntime, language: str, cwd: str | None, ident: str) -> None:
         self._session = session
+        self.language = language
+        self.cwd = cwd  # the interpreter's folder in the box; None: the exec's own
+        self.site: tuple[str, ...] = ()  # in-box folders of the kernel's own packages, after the user's
+        self.id = ident
+        self.closed = False  # ``close``: it runs no more cells
         self._task: asyncio.Task[ExecOutcome] | None = None
         self._stream: _KernelStream | None = None
         self._input: InputStream | None = None
         self._sent = 0  # cells sent to the current kernel
         self._started_before = False
-        self.cells = 0  # cells run in the session, across restarts
         self._lock = asyncio.Lock()
 
     @property
@@ -255,10 +316,12 @@ class Interpreter:
         # The token goes first on stdin, not argv: it never shows in the box's /proc/<pid>/cmdline. The same
         # stdin then stays open for the cells (``Command.input``): only the app writes there.
         self._input = InputStream()
+        # The start line: which interpreter the kernel runs, in which folder, with which packages of its own.
+        start = {"language": self.language, "cwd": self.cwd, "site": list(self.site)}
         command = Command(
             "python3",
             ("-I", "-u", "-c", kernel_source()),
-            stdin=f"{secret}\n".encode(),
+            stdin=f"{secret}\n".encode() + json.dumps(start).encode() + b"\n",
             timeout=MAX_TIMEOUT,
             env=session.opened.plan.env,
             input=self._input,
@@ -281,6 +344,28 @@ class Interpreter:
         with contextlib.suppress(BaseException):
             await task
 
+    async def restart(self) -> None:
+        """End the kernel once no cell runs in it (a running cell ends first); the next cell starts an empty one."""
+        async with self._lock:
+            self._refuse_closed()
+            await self.kill()
+            self._started_before = False  # asked for: the next cell's result does not say ``restarted``
+
+    async def close(self) -> None:
+        """End the kernel now (a running cell raises MAIN-SANDBOX-0008) and run no more cells. Twice is fine."""
+        self.closed = True
+        await self.kill()
+
+    def _refuse_closed(self) -> None:
+        self._session.check_open()
+        if self.closed:
+            raise SandboxError(
+                errors.NO_SESSION,
+                f"no open interpreter {self.id!r} in sandbox session {self._session.id!r}: it was closed; "
+                "open another with session.interpreter(...)",
+                status=404,
+            )
+
     async def run(
         self, code: object, language: object, timeout: object, callbacks: CellCallbacks, *, blocking: bool = False
     ) -> CellResult:
@@ -294,33 +379,30 @@ class Interpreter:
     ) -> CellResult:
         session = self._session
         lifecycle = session.lifecycle
-        self.cells += 1
-        number = self.cells
+        session.cells += 1
+        number = session.cells
         cell_id = f"cell_{token.token_hex(8)}"
         event = session.opened.event(
             cell_id,
             "cell",
             cell=number,
+            interpreter=self.id,
             language=language if isinstance(language, str) else None,
             code_sha256=code_sha256(code) if isinstance(code, str) else None,
         )
 
         def plan() -> tuple[_Listeners, str, CommandPlan]:
             listeners = _Listeners(callbacks, blocking)
-            checked_language = arguments.language(language)
-            if checked_language != "python":
+            checked_language = cell_language(language)
+            if checked_language != self.language:
                 raise arguments.invalid(
                     "language",
-                    f"cells run Python only, not {checked_language!r}; run other languages with session.run(...)",
+                    f"interpreter {self.id!r} runs {self.language}, not {checked_language}; open one for "
+                    f"{checked_language} with session.interpreter(language={checked_language!r})",
                 )
             checked_code = arguments.code(code)
-            if not lifecycle.capabilities().cells:
-                raise SandboxError(
-                    errors.INVALID_OPTION,
-                    f"the {lifecycle.driver_id!r} driver does not declare cells (Capabilities.cells); "
-                    "run code with session.run(...) or sandbox.run(...) there",
-                )
-            session.check_open()
+            check_cells(session, checked_language)
+            self._refuse_closed()
             return listeners, checked_code, lifecycle.plan_command(session.opened, "python3", (), timeout, session.cost)
 
         listeners, checked_code, command_plan = lifecycle.plan(event, plan)
@@ -467,10 +549,9 @@ class Interpreter:
         ``mainsdk.lifecycle.stop_reason`` turns the facts into the stop, as for a run or a session command.
         """
         if self._task is not task:
-            # The session closed while the cell ran, and took the interpreter with it.
-            raise SandboxError(
-                errors.NO_SESSION, f"sandbox session {self._session.id!r} was closed while the cell ran", status=404
-            )
+            # The session (or this interpreter) closed while the cell ran, and took the kernel with it.
+            closed = f"sandbox session {self._session.id!r}" if self._session.closed else f"interpreter {self.id!r}"
+            raise SandboxError(errors.NO_SESSION, f"{closed} was closed while the cell ran", status=404)
         if collector.cut or stream.frame_too_large.is_set():
             await self.kill()
             return Ending(output_cut=True), None, None, False
@@ -497,6 +578,11 @@ class Interpreter:
         if exit_code == WATCHDOG_EXIT:
             return Ending(timed_out=True), None, None, False
         how = f"died of {signal}" if signal else f"exited with status {exit_code}"
+        if exit_code == UNSUPPORTED_EXIT:
+            # The kernel's own "cannot start here" (its reason on stderr): with a folder, most likely that folder.
+            how += " (the kernel could not start; its reason is on stderr)"
+            if self.cwd is not None:
+                how += f"; check that its folder {self.cwd!r} exists in the box, or open one with another cwd"
         error = CellError("InterpreterExited", f"the interpreter {how}; the next cell starts a new one", "")
         return Ending(), error, None, False
 

@@ -40,11 +40,12 @@ from ruamel.yaml.events import (
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from mainsdk import arguments
+from mainsdk.egress import from_config as egress_from_config
 from mainsdk.entry_points import KNOWN_DRIVER_PACKAGES, config_section_names, driver_section_name, load_config_section
 from mainsdk.errors import INVALID_OPTION, UNKNOWN_CONFIG_KEY, ConfigError, ConfigProblem, SandboxError
 from mainsdk.hosts import validate_host_pattern
 from mainsdk.packages import MAX_PACKAGES, check_unique, parse_pin
-from mainsdk.secrets import Credential, SecretResolver
+from mainsdk.secrets import Credential, SecretRef, SecretResolver
 from mainsdk.units import (
     MAX_DISK,
     MAX_FILES,
@@ -171,6 +172,8 @@ class SandboxConfig:
     network: tuple[str, ...] = ()
     secrets: tuple[str, ...] = ()
     packages: Packages = attrs.field(factory=Packages)
+    # Headers set at the egress for each host a run is given (``mainsdk.egress``): host -> header -> secret.
+    egress: Mapping[str, Mapping[str, SecretRef]] = attrs.field(factory=dict)
     price: Decimal | None = attrs.field(  # dollars per second
         default=None, validator=_bounded("sandbox.price", MAX_MONEY, "$1,000,000", zero=True)
     )
@@ -416,6 +419,7 @@ def _build_converter() -> cattrs.Converter:
         driver=override(struct_hook=_hook(_driver_id)),
         network=override(struct_hook=_hook(_sandbox_host_list)),
         secrets=override(struct_hook=_hook(_secret_list)),
+        egress=override(struct_hook=_hook(egress_from_config)),
         price=override(struct_hook=_hook(_or_none(parse_money))),
         sections=override(omit=True),
     )

@@ -25,6 +25,8 @@ import attrs
 import pluggy
 
 # Re-exported for drivers (``X as X``: an explicit re-export). None of these modules imports this one.
+from mainsdk.egress import EgressHeader as EgressHeader
+from mainsdk.egress import EgressRule as EgressRule
 from mainsdk.errors import COST as COST
 from mainsdk.errors import DEFAULT_OUTAGE_REMEDY
 from mainsdk.errors import DRIVER_UNAVAILABLE as DRIVER_UNAVAILABLE
@@ -51,6 +53,10 @@ from mainsdk.units import parse_duration as parse_duration
 
 Language = Literal["python", "node", "bash"]
 LANGUAGES: tuple[Language, ...] = ("python", "node", "bash")
+# The languages of session cells (``session.run_code``, ``session.interpreter``): the kernel's executors, named as
+# notebook users name them (E2B's contexts too), so JavaScript is "javascript" here where a run says "node".
+CellLanguage = Literal["python", "javascript", "typescript", "bash"]
+CELL_LANGUAGES: tuple[CellLanguage, ...] = ("python", "javascript", "typescript", "bash")
 Isolation = Literal["microvm", "namespace", "weak"]
 StopReason = Literal["timeout", "memory", "output", "cost"]
 
@@ -151,10 +157,17 @@ class Capabilities:
     # driver declaring cells must deliver. Background processes (``session.start``): several execs run at once in a
     # session and each is killed, whole tree, on cancel. Declared only once the suite's tests pass on the driver.
     cells: bool = False
+    # Of CELL_LANGUAGES: the languages the driver's cells run (each one the kernel's executor for it needs in the
+    # box: node for javascript and typescript). A cell or interpreter in another is refused (MAIN-SANDBOX-0001).
+    cells_languages: frozenset[str] = frozenset()
     background: bool = False
     # Puts the pinned packages of ``sandbox.packages`` in a box (``BoxSpec.packages``), without widening its network.
     # A driver without it refuses any call that would get packages (MAIN-SANDBOX-0001), never runs without them.
     packages: bool = False
+    # Sets the headers of ``BoxSpec.egress`` on the box's requests to each named host (HTTPS included), replacing
+    # a header of the same name the code sent, on no other host's, with the values never inside the box. A driver
+    # without it refuses any call with ``egress`` (MAIN-SANDBOX-0001 naming the driver).
+    egress_headers: bool = False
 
 
 def extra_reach(caps: Capabilities, hosts: tuple[str, ...]) -> tuple[str, ...]:
@@ -204,6 +217,9 @@ class BoxSpec:
     # True for a session's box, where more commands are likely to follow; False for a one-shot run's box, which
     # runs one command and stops. A driver may prepare ahead for a session's next command, and skip that for a run.
     session: bool = False
+    # Headers to set at the egress on requests to each host (``mainsdk.egress``), with the secrets' values
+    # resolved: never put them in the box, a log, an error or a cassette. Each host is one of ``hosts`` (covered).
+    egress: tuple[EgressRule, ...] = attrs.field(default=(), repr=False)
 
 
 class InputStream:

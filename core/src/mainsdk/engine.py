@@ -234,6 +234,7 @@ class AsyncSandbox:
         on_output: Listener | None = None,
         packages: Sequence[str] | None = None,
         timeout: object = None,
+        egress: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> RunResult:
         """Run ``code`` in a new box and return what it did.
 
@@ -248,6 +249,9 @@ class AsyncSandbox:
         ``SandboxError`` and nothing runs. ``packages`` names the pinned packages
         of ``sandbox.packages.python`` the box gets (by name, like ``["pandas"]``);
         a python run gets all of them by default, a run in another language none.
+        ``egress`` adds headers whose values are secrets to the code's requests to a host of ``network``,
+        at the egress, so the code uses a credential it cannot read:
+        ``egress={"api.example.com": {"headers": {"X-Api-Key": secret("EXAMPLE_KEY")}}}`` (``mainsdk.egress``).
         """
         run_id = f"run_{token.token_hex(8)}"
         tenant = self.tenant()
@@ -276,6 +280,7 @@ class AsyncSandbox:
                 max_cost=max_cost,
                 packages=packages,
                 command_for=code_command,
+                egress_rules=egress,
             )
 
         plan = self._lifecycle.plan(event, plan_run)
@@ -290,13 +295,25 @@ class AsyncSandbox:
         risk: Risk = "write",
         feature: str | None = None,
         session: bool = False,
+        network: Sequence[str] = (),
+        egress: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> CodeRunAction:
         """A code-runner action for agents; see ``mainsdk.action``.
 
         ``session=True`` keeps one Python interpreter per agent conversation (``mainsdk.action_cells``).
+        ``network`` and ``egress`` are given to every run of the action, as to ``run``'s: the agent's code
+        calls the hosts, with credentials it never sees.
         """
         return CodeRunAction(
-            self, name=name, intent=intent, languages=languages, risk=risk, feature=feature, session=session
+            self,
+            name=name,
+            intent=intent,
+            languages=languages,
+            risk=risk,
+            feature=feature,
+            session=session,
+            network=network,
+            egress=egress,
         )
 
     def create(
@@ -310,6 +327,7 @@ class AsyncSandbox:
         limits: Mapping[str, Any] | None = None,
         max_cost: object = None,
         packages: Sequence[str] | None = None,
+        egress: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> SessionOpener:
         """Open a session: one box kept across commands, closed after ``idle`` (default 5 minutes) without a call.
 
@@ -336,6 +354,7 @@ class AsyncSandbox:
                     limits=limits,
                     max_cost=max_cost,
                     packages=packages,
+                    egress_rules=egress,
                 )
 
             plan = self._lifecycle.plan(event, plan_session)

@@ -29,7 +29,7 @@ from typing import Any, Literal, TypeVar
 
 import attrs
 
-from mainsdk import arguments, errors, figures, preflight
+from mainsdk import arguments, egress, errors, figures, preflight
 from mainsdk.audit import AuditEvent
 from mainsdk.config import AppConfig
 from mainsdk.driver import (
@@ -203,6 +203,7 @@ class OpenBox:
             extra_reach=self.extra_reach,
             network_policy=self.network_policy,
             env_names=self.plan.env_names,
+            egress=egress.audit_entries(self.plan.egress),
             **fields,
         )
 
@@ -319,6 +320,7 @@ class Lifecycle:
         max_cost: object,
         packages: Sequence[str] | None,
         command_for: Callable[[str, str, float, Mapping[str, str]], Command],
+        egress_rules: object = None,
     ) -> RunPlan:
         """Every check of a one-shot run, in the order a user would fix them; ``command_for`` builds its command."""
         arguments.optional_text(feature, "feature")
@@ -330,7 +332,7 @@ class Lifecycle:
         preflight.check_language(language, caps, self.driver_id)
         if packages is None and language != "python":
             packages = ()  # python packages by default only for python code
-        box = self.plan_box(caps, files, network, env, limits, max_cost, packages)
+        box = self.plan_box(caps, files, network, env, limits, max_cost, packages, egress_rules)
         command = command_for(language, code, box.limits.timeout, box.env)
         spec = self.box_spec(run_id, box, tenant=tenant)
         self.hooks.check(command, spec)
@@ -349,6 +351,7 @@ class Lifecycle:
         limits: Mapping[str, Any] | None,
         max_cost: object,
         packages: Sequence[str] | None,
+        egress_rules: object = None,
     ) -> SessionPlan:
         """Every check of a session's opening."""
         arguments.optional_text(feature, "feature")
@@ -357,7 +360,7 @@ class Lifecycle:
         if not caps.sessions:
             raise SandboxError(errors.INVALID_OPTION, f"the {self.driver_id!r} driver cannot keep a session open")
         idle_seconds = preflight.check_idle(idle)
-        box = self.plan_box(caps, files, network, env, limits, max_cost, packages)
+        box = self.plan_box(caps, files, network, env, limits, max_cost, packages, egress_rules)
         spec = self.box_spec(session_id, box, idle=idle_seconds, tenant=tenant, session=True)
         return SessionPlan(box, spec, caps, idle_seconds)
 
@@ -395,6 +398,7 @@ class Lifecycle:
         limits: Mapping[str, Any] | None,
         max_cost: object,
         packages: object = None,
+        egress_rules: object = None,
     ) -> preflight.RunPlan:
         """The box a call gets, checked against this sandbox's config, allowlist, secrets and driver."""
         return preflight.plan_run(
@@ -409,6 +413,7 @@ class Lifecycle:
             limits=limits,
             max_cost=max_cost,
             packages=packages,
+            egress_rules=egress_rules,
         )
 
     # -- start --------------------------------------------------------------------------------------------
@@ -436,6 +441,7 @@ class Lifecycle:
             tenant=tenant,
             packages=plan.packages,
             session=session,
+            egress=plan.egress,
         )
 
     async def start(self, spec: BoxSpec) -> Box:
@@ -649,6 +655,7 @@ class Lifecycle:
             hosts=box_plan.hosts,
             extra_reach=extra_reach(plan.caps, box_plan.hosts),
             env_names=box_plan.env_names,
+            egress=egress.audit_entries(box_plan.egress),
             # The policy the driver is asked to enforce, on record (a translation of the hosts: no secret).
             network_policy=plan.spec.network_policy,
         )

@@ -15,9 +15,10 @@ from typing import Any
 
 import attrs
 
-from mainsdk import arguments, errors
+from mainsdk import arguments, egress, errors
 from mainsdk.config import AppConfig, Limits
 from mainsdk.driver import LANGUAGES, Capabilities, RunLimits
+from mainsdk.egress import EgressRule
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered, validate_host_pattern
 from mainsdk.packages import select_packages
@@ -51,6 +52,8 @@ class RunPlan:
     price: Decimal
     max_cost: Decimal | None
     packages: tuple[str, ...] = ()  # pinned python packages the box gets (``sandbox.packages``)
+    # Headers the egress sets per host (``mainsdk.egress``), resolved: never printed, never in the box.
+    egress: tuple[EgressRule, ...] = attrs.field(default=(), repr=False)
 
 
 def is_production(environment: str | None = None) -> bool:
@@ -212,7 +215,7 @@ def resolve_env(
                 secret_values.append(secret_value.encode())
             except UnicodeEncodeError:
                 raise _invalid(f"env.{name}: secret {value.name!r} is not valid Unicode text") from None
-            resolved[name] = secret_value
+            resolved[name] = value.prefix + secret_value
         else:
             resolved[name] = value
     if arguments.argv_env_bytes((), resolved) > arguments.MAX_ARGV_ENV_BYTES:
@@ -283,6 +286,7 @@ def plan_run(
     limits: Mapping[str, Any] | None,
     max_cost: object,
     packages: object = None,
+    egress_rules: object = None,
 ) -> RunPlan:
     """Check a call's options against the config and the driver, in the order a user would fix them."""
     run_limits = lower_limits(limits, config)
@@ -291,6 +295,16 @@ def plan_run(
     checked_files = check_files(files, run_limits.files, run_limits.disk)
     hosts = check_hosts(arguments.hosts(network), config, network_allow, caps, driver_id)
     resolved_env, secret_values = resolve_env(env, config, resolver)
+    rules = egress.plan_egress(
+        egress_rules,
+        hosts=hosts,
+        secrets=config.sandbox.secrets,
+        resolver=resolver,
+        can=caps.egress_headers,
+        driver_id=driver_id,
+        configured=config.sandbox.egress,
+    )
+    secret_values = tuple(dict.fromkeys((*secret_values, *egress.secret_values(rules))))
     price, ceiling = check_cost(max_cost, config, caps, run_limits.timeout)
     chosen_packages = check_packages(packages, config, caps, driver_id)
     return RunPlan(
@@ -303,4 +317,5 @@ def plan_run(
         price=price,
         max_cost=ceiling,
         packages=chosen_packages,
+        egress=rules,
     )

@@ -19,18 +19,30 @@ class SecretRef:
     """A reference to a secret by name. Its value is looked up only when a run starts."""
 
     name: str
+    prefix: str = ""  # text before the value, like "Bearer " for an Authorization header (not secret)
 
     def __repr__(self) -> str:
-        return f"secret({self.name!r})"
+        return f"secret({self.name!r}, prefix={self.prefix!r})" if self.prefix else f"secret({self.name!r})"
 
 
-def secret(name: str) -> SecretRef:
-    """Name a secret for a run's ``env``; it must be listed under ``sandbox.secrets``."""
+MAX_PREFIX = 64
+
+
+def secret(name: str, *, prefix: str = "") -> SecretRef:
+    """Name a secret for a run's ``env`` or ``egress`` headers; it must be listed under ``sandbox.secrets``.
+
+    ``prefix`` goes before the value (``secret("GITHUB_TOKEN", prefix="Bearer ")`` for an Authorization header).
+    """
     if not isinstance(name, str) or not SECRET_NAME.match(name):
         raise SandboxError(
             INVALID_OPTION, f"secret({name!r}): a secret name is letters, digits and _, like OPENWEATHER_KEY"
         )
-    return SecretRef(name)
+    if not isinstance(prefix, str) or len(prefix) > MAX_PREFIX or not all(" " <= c <= "~" for c in prefix):
+        raise SandboxError(
+            INVALID_OPTION,
+            f"secret({name!r}, prefix=...): a prefix is at most {MAX_PREFIX} visible ASCII characters, like 'Bearer '",
+        )
+    return SecretRef(name, prefix)
 
 
 def environment_secrets(name: str) -> str | None:

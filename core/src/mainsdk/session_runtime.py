@@ -105,6 +105,7 @@ class SessionRuntime:
         self.closed = False
         self.busy = 0  # calls running now: an idle session is one with none for ``idle`` seconds
         self.last_used = time.monotonic()
+        self.cells = 0  # cells run in the session: numbered across all its interpreters and their restarts
         self._close = close
 
     def check_open(self) -> None:

@@ -16,10 +16,11 @@ from typing import Any
 
 from mainsdk import arguments, errors
 from mainsdk.background import AsyncProcess
-from mainsdk.cells import CellCallbacks, CellResult, ErrorCallback, Interpreter, OutputCallback, ResultCallback
+from mainsdk.cells import CellCallbacks, CellResult, ErrorCallback, OutputCallback, ResultCallback, refuse_cell
 from mainsdk.driver import Folder, NetworkPolicy, box_path
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
+from mainsdk.interpreters import AsyncInterpreter, Interpreters, run_in
 from mainsdk.lifecycle import Lifecycle, OpenBox
 from mainsdk.limits import Listener
 from mainsdk.plugins import DriverHookError
@@ -67,7 +68,7 @@ class AsyncSession:
         # Reconnected from another process (``sandbox.get``): going idle here only lets go of it, since the
         # opener (or another worker) may still be using it; ``close()`` still stops it.
         self._detached = detached
-        self._interpreter: Interpreter | None = None
+        self._interpreters = Interpreters(self._runtime)
         self._processes: list[AsyncProcess] = []
         self._watchdog = asyncio.get_running_loop().create_task(self._close_when_idle())
 
@@ -176,6 +177,26 @@ class AsyncSession:
         self._processes = [*(p for p in self._processes if p.running), process]
         return process
 
+    def interpreter(
+        self, language: str = "python", *, cwd: str | None = None, name: str | None = None
+    ) -> AsyncInterpreter:
+        """Open another interpreter in the session's box, with its own state: E2B's ``create_code_context``.
+
+        ``language``: one the driver's cells run (``Capabilities.cells_languages``: ``python`` on every driver
+        with cells; ``javascript``, ``typescript``, ``bash`` where declared). ``cwd``: the folder its cells run
+        in, relative to the session's work folder or absolute (None: the work folder). ``name``: a label of
+        yours, unique among the session's open interpreters. A bad argument, or a language the driver does not
+        run, is MAIN-SANDBOX-0001 here and nothing starts; the interpreter itself starts in the box with its
+        first cell. See ``mainsdk.interpreters.AsyncInterpreter`` for its calls (``run_code``, ``restart``,
+        ``close``); closing the session closes it.
+        """
+        return self._interpreters.open(language, cwd, name)
+
+    def interpreters(self) -> list[AsyncInterpreter]:
+        """The session's open interpreters, in the order they were opened: those ``interpreter()`` opened and
+        the default ones ``run_code`` opened (``default`` True)."""
+        return self._interpreters.listed()
+
     async def run_code(
         self,
         code: str,
@@ -186,9 +207,11 @@ class AsyncSession:
         on_result: ResultCallback | None = None,
         on_error: ErrorCallback | None = None,
     ) -> CellResult:
-        """Run ``code`` as a cell in the session's interpreter: variables, imports and open files stay.
+        """Run ``code`` as a cell in the session's default interpreter of ``language``: variables, imports and open
+        files stay.
 
-        The interpreter starts with the first cell and lives as long as the session. ``timeout``
+        That interpreter starts with the language's first cell and lives as long as the session (other
+        interpreters: ``session.interpreter(...)``). ``timeout``
         lowers the session's time limit for this cell: at it the cell gets ``KeyboardInterrupt``
         (the state is kept), and a cell that does not stop within a second more ends the
         interpreter (``state_kept`` False; the next cell starts an empty one, ``restarted`` True).
@@ -215,9 +238,8 @@ class AsyncSession:
         await asyncio.shield(self._stop_everything())
 
     async def _stop_everything(self) -> None:
-        # The interpreter and background processes first (the driver kills each tree), then the box.
-        if self._interpreter is not None:
-            await self._interpreter.kill()
+        # The interpreters and background processes first (the driver kills each tree), then the box.
+        await self._interpreters.kill_all()
         for process in self._processes:
             await process.kill()
         await self._runtime.lifecycle.stop(self._runtime.opened.box)
@@ -258,9 +280,8 @@ async def run_cell(
     blocking: bool = False,
 ) -> CellResult:
     """``session.run_code``, and the synchronous twin's with ``blocking`` (its callbacks must be plain functions)."""
-    if session._interpreter is None:
-        session._interpreter = Interpreter(session._runtime)
-    return await session._interpreter.run(code, language, timeout, callbacks, blocking=blocking)
+    refuse_cell(session._runtime, code, language)  # a language no interpreter here runs: audited and raised
+    return await run_in(session._interpreters.default(str(language)), code, timeout, callbacks, blocking=blocking)
 
 
 def find_session(sessions: dict[str, AsyncSession], session_id: object, tenant: str) -> AsyncSession:

@@ -24,6 +24,7 @@ from mainsdk.driver import Capabilities
 from mainsdk.engine import AsyncSandbox, SandboxDeps
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
+from mainsdk.interpreters import AsyncInterpreter, run_in
 from mainsdk.rich import RichResult
 from mainsdk.sessions import AsyncSession, SessionOpener, run_cell
 
@@ -121,6 +122,8 @@ class Sandbox:
             risk=action.risk,
             feature=action.feature,
             session=action.session,
+            network=action.network,
+            egress=action.egress,
         )
 
     def create(self, **options: Any) -> Session:
@@ -199,13 +202,21 @@ class Session:
         on_result: Callable[[RichResult], None] | None = None,
         on_error: Callable[[CellError], None] | None = None,
     ) -> CellResult:
-        """Run ``code`` as a cell in the session's interpreter; see ``AsyncSession.run_code``.
+        """Run ``code`` as a cell in the session's default interpreter of ``language``; see ``AsyncSession.run_code``.
 
         The callbacks are plain functions, called on the sandbox's own thread; an ``async def`` is refused with
         MAIN-SANDBOX-0001 (nothing here could await it): use ``AsyncSandbox`` for async callbacks.
         """
         callbacks = CellCallbacks(on_output, on_result, on_error)
         return _LOOP.call(run_cell(self._async, code, language, timeout, callbacks, blocking=True))
+
+    def interpreter(self, language: str = "python", *, cwd: str | None = None, name: str | None = None) -> Interpreter:
+        """Open another interpreter in the session's box, with its own state; see ``AsyncSession.interpreter``."""
+        return Interpreter(_LOOP.call(_opened(self._async, language, cwd, name)))
+
+    def interpreters(self) -> list[Interpreter]:
+        """The session's open interpreters, in the order they were opened; see ``AsyncSession.interpreters``."""
+        return [Interpreter(i) for i in self._async.interpreters()]
 
     close = _blocking(AsyncSession.close)
 
@@ -218,6 +229,80 @@ class Session:
 
 async def _started(session: AsyncSession, program: str, args: Sequence[str], options: dict[str, Any]) -> AsyncProcess:
     return session.start(program, args, **options)  # on the loop: the process's task lives there
+
+
+async def _opened(session: AsyncSession, language: str, cwd: str | None, name: str | None) -> AsyncInterpreter:
+    return session.interpreter(language, cwd=cwd, name=name)  # on the loop, where its kernel will run
+
+
+@arguments.checked_calls("interpreter")
+class Interpreter:
+    """The synchronous twin of ``AsyncInterpreter``: one interpreter in a session's box, used as ``with``."""
+
+    def __init__(self, interpreter: AsyncInterpreter) -> None:
+        self._async = interpreter
+
+    @property
+    def id(self) -> str:
+        """Its id (``interp_...``), on the audit event of each of its cells."""
+        return self._async.id
+
+    @property
+    def language(self) -> str:
+        """Its language."""
+        return self._async.language
+
+    @property
+    def cwd(self) -> str | None:
+        """The folder its cells run in, as given; None: the session's work folder."""
+        return self._async.cwd
+
+    @property
+    def name(self) -> str | None:
+        """The name it was opened with, if any."""
+        return self._async.name
+
+    @property
+    def default(self) -> bool:
+        """Whether it is the session's default interpreter of its language (the one ``session.run_code`` uses)."""
+        return self._async.default
+
+    @property
+    def closed(self) -> bool:
+        """Whether it is closed."""
+        return self._async.closed
+
+    def run_code(
+        self,
+        code: str,
+        *,
+        timeout: object = None,
+        on_output: Callable[[str, bytes], None] | None = None,
+        on_result: Callable[[RichResult], None] | None = None,
+        on_error: Callable[[CellError], None] | None = None,
+    ) -> CellResult:
+        """Run ``code`` as a cell in this interpreter; see ``Session.run_code`` (plain-function callbacks)."""
+        callbacks = CellCallbacks(on_output, on_result, on_error)
+        return _LOOP.call(run_in(self._async, code, timeout, callbacks, blocking=True))
+
+    restart = _blocking(AsyncInterpreter.restart)
+    close = _blocking(AsyncInterpreter.close)
+
+    def __enter__(self) -> Interpreter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __eq__(self, other: object) -> bool:
+        # Twins made at different calls (``interpreter()``, each ``interpreters()``) of one interpreter are equal.
+        return isinstance(other, Interpreter) and other._async is self._async
+
+    def __hash__(self) -> int:
+        return hash(id(self._async))
+
+    def __repr__(self) -> str:
+        return repr(self._async).replace("<AsyncInterpreter", "<Interpreter", 1)
 
 
 @arguments.checked_calls("process")

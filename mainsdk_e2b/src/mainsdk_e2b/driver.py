@@ -38,6 +38,7 @@ from e2b.exceptions import (
     FileNotFoundException,
     NotFoundException,
     RateLimitException,
+    SandboxException,
     ServiceBusyException,
 )
 from e2b.sandbox.commands.command_handle import CommandExitException
@@ -54,6 +55,7 @@ from mainsdk.driver import (
     Capabilities,
     Collected,
     Command,
+    EgressRule,
     ExecOutcome,
     Folder,
     NetworkReach,
@@ -136,6 +138,82 @@ def e2b_network_policy(hosts: Sequence[str]) -> dict[str, list[str]]:
     and SNI on 443) and wins over ``deny_out``, which denies all IPv4 here.
     """
     return {"allow_out": list(hosts), "deny_out": ["0.0.0.0/0"]}
+
+
+# E2B's API limits on a create's network.rules (e2b-dev/infra packages/api/internal/handlers/sandbox_create.go,
+# validateNetworkRules): core's own limits are wider, so the driver refuses what E2B would, before any request.
+MAX_RULE_DOMAINS = 10
+MAX_RULE_DOMAIN_BYTES = 128
+MAX_HEADER_NAME_BYTES = 64
+MAX_HEADER_VALUE_BYTES = 2048
+MAX_HEADERS_PER_RULE = 20
+# A header value with these in it is read by E2B's egress proxy as a placeholder for a token or a team secret
+# it holds (packages/shared/pkg/networktransform/placeholders.go): a secret's value is never one.
+E2B_PLACEHOLDERS = ("${e2b.identity.tokens.", "${e2b.secrets.")
+# govalidator IsDNSName, which the API holds each rule's domain to (no "*", no IP).
+_DNS_NAME = re.compile(r"([a-zA-Z0-9_][a-zA-Z0-9_-]{0,62})(\.[a-zA-Z0-9_][a-zA-Z0-9_-]{0,62})*[._]?")
+
+
+def e2b_network_rules(rules: Sequence[EgressRule]) -> dict[str, list[dict[str, Any]]]:
+    """The create's ``network.rules`` for the box's egress headers: per host, one rule that sets them.
+
+    E2B's egress proxy sets each header on the box's HTTP and HTTPS requests to that domain, replacing one
+    of the same name (spec/openapi.yml ``SandboxNetworkTransform``: "An existing header with the same name is
+    replaced"); at most one rule per domain (``maxNetworkRuleTransformsPerDomain``). The values are the
+    secrets' own: they go to E2B's API, never into the sandbox.
+    """
+    return {rule.host: [{"transform": {"headers": {h.name: h.value for h in rule.headers}}}] for rule in rules}
+
+
+def check_egress(rules: Sequence[EgressRule]) -> None:
+    """Refuse (MAIN-SANDBOX-0001, nothing sent) egress headers E2B's API would answer with a 400.
+
+    Names the host, the header or the secret at fault, never a value.
+    """
+    if len(rules) > MAX_RULE_DOMAINS:
+        raise SandboxError(
+            INVALID_OPTION,
+            f"egress names {len(rules)} hosts; E2B takes network rules for at most {MAX_RULE_DOMAINS} "
+            "(network.rules, sandbox_create.go maxNetworkRuleDomains): give this run fewer",
+            ran=False,
+        )
+    for rule in rules:
+        where = f"egress[{rule.host!r}]"
+        if len(rule.host.encode()) > MAX_RULE_DOMAIN_BYTES or _DNS_NAME.fullmatch(rule.host) is None:
+            raise SandboxError(
+                INVALID_OPTION,
+                f"{where}: E2B takes network rules for DNS names of at most {MAX_RULE_DOMAIN_BYTES} characters "
+                "only; name the host another way or drop it from egress",
+                ran=False,
+            )
+        if len(rule.headers) > MAX_HEADERS_PER_RULE:
+            raise SandboxError(
+                INVALID_OPTION,
+                f"{where}.headers: E2B sets at most {MAX_HEADERS_PER_RULE} headers per host; give fewer",
+                ran=False,
+            )
+        for header in rule.headers:
+            at = f"{where}.headers.{header.name}"
+            if len(header.name.encode()) > MAX_HEADER_NAME_BYTES:
+                raise SandboxError(
+                    INVALID_OPTION,
+                    f"{at}: E2B takes header names of at most {MAX_HEADER_NAME_BYTES} characters; use a shorter one",
+                    ran=False,
+                )
+            if len(header.value.encode()) > MAX_HEADER_VALUE_BYTES:
+                raise SandboxError(
+                    INVALID_OPTION,
+                    f"{at}: the value of secret {header.secret!r} (with its prefix) is longer than the "
+                    f"{MAX_HEADER_VALUE_BYTES} bytes E2B takes for a header value",
+                    ran=False,
+                )
+            if any(marker in header.value for marker in E2B_PLACEHOLDERS):
+                raise SandboxError(
+                    INVALID_OPTION,
+                    f"{at}: the value of secret {header.secret!r} (with its prefix) holds '${{e2b.', which E2B's "
+                    "egress proxy would read as a placeholder for another credential; it cannot be sent as it is",
+                    ran=False,
+                )
 
 
 def estimate_price(vcpus: int = DEFAULT_VCPUS, memory_mib: int = DEFAULT_MEMORY_MIB) -> Decimal:
@@ -246,9 +324,13 @@ class E2BDriver:
             # signals the one pid envd started (handler.go ``cmd.Process.Signal``), which is this driver's
             # script, not the kernel. A stuck kernel is killed like any command: its whole session.
             cells=True,
+            cells_languages=frozenset({"python"}),  # the kernel's Python executor
             background=True,
             # Wheels fetched on the app side, uploaded with the work files, installed offline: see packages.py.
             packages=True,
+            # The create's network.rules: E2B's egress proxy, outside the VM, sets the headers on the box's
+            # requests to each named domain (e2b_network_rules); the values never enter the sandbox.
+            egress_headers=True,
         )
 
     @hookimpl
@@ -281,6 +363,10 @@ class E2BDriver:
         lifetime = min(math.ceil((spec.idle or 0) + spec.limits.timeout) + SANDBOX_MARGIN, self._max_length)
         # Exactly the policy core handed over (and audited); none at all: nothing out.
         policy = spec.network_policy if spec.network_policy is not None else e2b_network_policy(())
+        if spec.egress:
+            check_egress(spec.egress)
+            # The headers' values join the policy here only, never the audited one core holds.
+            policy = {**policy, "rules": e2b_network_rules(spec.egress)}
         # The box's id (core's run or session id) and its tenant: how a failed create's orphans and a session
         # another worker opened are found again (GET /v2/sandboxes?metadata=, spec/openapi.yml).
         metadata = {META_BOX: spec.id, META_TENANT: spec.tenant}
@@ -298,11 +384,25 @@ class E2BDriver:
                 **opts,
             )
         except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
+            if spec.egress and isinstance(exc, SandboxException) and getattr(exc, "status_code", None) == 400:
+                # The API checks network.rules before it makes anything (sandbox_create.go validateNetworkConfig):
+                # a team without E2B's network-transform-rules feature is told so here. Not retryable.
+                reason = self._reason(exc, spec.egress)
+                remedy = (
+                    "network transform rules must be enabled for your E2B team, or drop egress"
+                    if "not available for your team" in reason
+                    else "fix what E2B names, or drop egress"
+                )
+                raise SandboxError(
+                    INVALID_OPTION,
+                    f"E2B refused the create with egress headers (network.rules): {reason}; {remedy}",
+                    ran=False,
+                ) from None
             # A create that succeeded but answered 502/504 (or timed out), on any of the SDK's tries, leaves a
             # billed sandbox: find it by the box's id in its metadata and kill it. A 401 refused them all.
             if not isinstance(exc, AuthenticationException):
                 await self._kill_orphans(spec.id)
-            raise self._unavailable("create a sandbox", exc) from None
+            raise self._unavailable("create a sandbox", exc, egress=spec.egress) from None
         box = E2BBox(spec.id, sandbox, sandbox.sandbox_id, asked + lifetime, lifetime, cap_at=asked + self._max_length)
         if spec.idle is None:
             box.archive_limit = spec.limits.files
@@ -756,16 +856,18 @@ class E2BDriver:
         if time.monotonic() >= box.cap_at:
             raise self._cap_reached(box)
 
-    def _unavailable(self, what: str, exc: BaseException, box: E2BBox | None = None) -> SandboxError:
+    def _unavailable(
+        self, what: str, exc: BaseException, box: E2BBox | None = None, *, egress: Sequence[EgressRule] = ()
+    ) -> SandboxError:
         """MAIN-SANDBOX-0006 with the provider's reason and what to check (``OUTAGE_REMEDY``), never the key.
 
         A session's request that failed once its sandbox reached the plan's cap is the cap's answer instead.
         """
         if box is not None and time.monotonic() >= box.cap_at - CAP_SLACK:
             return self._cap_reached(box)
-        return SandboxError(DRIVER_UNAVAILABLE, f"E2B could not {what}: {self._reason(exc)}; {OUTAGE_REMEDY}")
+        return SandboxError(DRIVER_UNAVAILABLE, f"E2B could not {what}: {self._reason(exc, egress)}; {OUTAGE_REMEDY}")
 
-    def _reason(self, exc: BaseException) -> str:
+    def _reason(self, exc: BaseException, egress: Sequence[EgressRule] = ()) -> str:
         kinds = (
             (AuthenticationException, "authentication failed (check sandbox.e2b.key)"),
             (RateLimitException, "rate limited"),
@@ -780,8 +882,10 @@ class E2BDriver:
         if label is None:
             label = "unreachable" if isinstance(exc, (OSError, httpx.TransportError)) else type(exc).__name__
         detail = " ".join(str(exc).split())[:200]
-        if self._api_key:
-            detail = detail.replace(self._api_key, "[redacted]")
+        # Neither the key nor an egress header's value, should an answer ever repeat one (E2B's never do).
+        for value in (self._api_key, *(v for rule in egress for h in rule.headers for v in (h.value, h.secret_value))):
+            if value:
+                detail = detail.replace(value, "[redacted]")
         return f"{label}: {detail}" if detail else label
 
 

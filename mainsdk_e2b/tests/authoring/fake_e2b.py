@@ -166,6 +166,181 @@ class State:
             box.kill()
 
 
+# The API's limits on a create's network.rules (e2b-dev/infra packages/api/internal/handlers/sandbox_create.go).
+MAX_RULE_DOMAINS = 10
+MAX_TRANSFORMS_PER_DOMAIN = 1
+MAX_RULE_DOMAIN_LEN = 128
+MAX_HEADER_NAME_LEN = 64
+MAX_HEADER_VALUE_LEN = 2048
+MAX_HEADERS_PER_RULE = 20
+MAX_MARKER_NAMES = 32  # packages/shared/pkg/networktransform/placeholders.go MaxMarkerNames
+MIN_ENVD_FOR_RULES = (0, 5, 13)  # sandbox_create.go minEnvdVersionForNetworkRules
+ALL_TRAFFIC = "0.0.0.0/0"  # packages/shared/pkg/sandbox-network/firewall.go AllInternetTrafficCIDR
+DOMAINS_NEED_BLOCK_ALL = (
+    "When specifying allowed domains in allow out, you must include 'ALL_TRAFFIC' in deny out to block all "
+    "other traffic."
+)
+# github.com/asaskevich/govalidator patterns.go DNSName, which IsDNSName matches (after refusing "", an IP and
+# more than 255 characters without the dots): no "*", so a wildcard has no rules.
+_DNS_NAME = re.compile(r"([a-zA-Z0-9_][a-zA-Z0-9_-]{0,62})(\.[a-zA-Z0-9_][a-zA-Z0-9_-]{0,62})*[._]?")
+# golang.org/x/net/http/httpguts ValidHeaderFieldName: one or more RFC 7230 token characters.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# networktransform/placeholders.go: the two prefixes a header value's placeholders start with.
+_PLACEHOLDER_PREFIXES = ("${e2b.identity.tokens.", "${e2b.secrets.")
+# secretsstore/name.go NormalizeName: 1 to 128 bytes of [A-Za-z0-9_-] once trimmed, not starting "sec_"
+# (id.SecretIDPrefix).
+_SECRET_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def _is_ip_or_cidr(text: str) -> bool:
+    """sandbox-network/firewall.go IsIPOrCIDR: Go's net.ParseIP or net.ParseCIDR accepts it."""
+    import ipaddress
+
+    try:
+        if "/" in text:
+            ipaddress.ip_network(text, strict=False)
+        else:
+            ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_specified(text: str) -> bool:
+    """firewall.go IsSpecifiedIPOrCIDR: an IP or CIDR whose address is not 0.0.0.0 / ::, save 0.0.0.0/0 itself."""
+    import ipaddress
+
+    if not _is_ip_or_cidr(text):
+        return False
+    if text == ALL_TRAFFIC:
+        return True
+    address = text.split("/", 1)[0]
+    return not ipaddress.ip_address(address).is_unspecified
+
+
+def _is_dns_name(text: str) -> bool:
+    """govalidator IsDNSName."""
+    if not text or len(text.replace(".", "")) > 255 or (_is_ip_or_cidr(text) and "/" not in text):
+        return False
+    return _DNS_NAME.fullmatch(text) is not None
+
+
+def _valid_header_value(value: str) -> bool:
+    """httpguts ValidHeaderFieldValue: no control byte but space and tab (obs-text, bytes >= 0x80, allowed)."""
+    return all(not (ord(c) < 0x20 or ord(c) == 0x7F) or c in " \t" for c in value)
+
+
+def _placeholders(value: str) -> list[tuple[str, str]] | None:
+    """networktransform.ParsePlaceholders: (prefix, name) of each placeholder, left to right; None if malformed."""
+    found: list[tuple[str, str]] = []
+    cursor = 0
+    while cursor < len(value):
+        starts = [(value.find(p, cursor), p) for p in _PLACEHOLDER_PREFIXES if value.find(p, cursor) >= 0]
+        if not starts:
+            return found
+        start, prefix = min(starts)
+        name_start = start + len(prefix)
+        end = value.find("}", name_start)
+        if end < 0:
+            return None
+        name = value[name_start:end]
+        if not name or any(p in name for p in _PLACEHOLDER_PREFIXES):
+            return None
+        if prefix == "${e2b.secrets.":
+            trimmed = name.strip()
+            if _SECRET_NAME.fullmatch(trimmed) is None or trimmed.lower().startswith("sec_"):
+                return None
+            name = trimmed.lower()
+        found.append((prefix, name))
+        cursor = end + 1
+    return found
+
+
+def network_problem(network: Any, envd_version: str) -> str | None:
+    """What E2B's API answers (400, ``message``) to a create's ``network``, or None when it takes it.
+
+    handlers/sandbox_create.go ``validateNetworkConfig``: ``validateEgressRules`` (denyOut only IPs and CIDRs;
+    allowOut's addresses specified; domains in allowOut need 0.0.0.0/0 in denyOut), then
+    ``validateNetworkRules`` in its order: the team's ``network-transform-rules`` flag (off by default outside
+    development, featureflags/flags.go; ``FAKE_E2B_TRANSFORM_RULES=0`` stands for a team without it), envd at
+    least 0.5.13, at most 10 domains, each a DNS name of at most 128 characters with at most 1 rule, at most 20
+    headers a rule, each name a token of at most 64 characters, each value of valid characters, at most 2048
+    long, its ``${e2b.…}`` placeholders well formed, at most 32 secret names a domain. Lengths are Go's: bytes.
+    """
+    if not isinstance(network, dict):
+        return None
+    deny = network.get("denyOut") or []
+    allow = network.get("allowOut") or []
+    for cidr in deny:
+        if not _is_specified(cidr):
+            return f"invalid denied CIDR {cidr}"
+    if allow:
+        addresses = [entry for entry in allow if _is_ip_or_cidr(entry)]
+        domains = [entry for entry in allow if not _is_ip_or_cidr(entry)]
+        for address in addresses:
+            if not _is_specified(address):
+                return f"invalid allowed address {address}"
+        if domains and ALL_TRAFFIC not in deny:
+            return DOMAINS_NEED_BLOCK_ALL
+    rules = network.get("rules")
+    if rules is None:
+        return None
+    if os.environ.get("FAKE_E2B_TRANSFORM_RULES", "1") == "0":
+        return "Network transform rules are not available for your team."
+    if tuple(int(part) for part in envd_version.split(".")) < MIN_ENVD_FOR_RULES:
+        return (
+            "network transform rules are not supported; template must be rebuilt. Template envd version is "
+            f"{envd_version}, must be at least 0.5.13"
+        )
+    if len(rules) > MAX_RULE_DOMAINS:
+        return f"Network rules can have at most {MAX_RULE_DOMAINS} domains."
+    for domain, domain_rules in rules.items():
+        quoted = json.dumps(domain)  # Go's %q, for the names this suite uses
+        if not domain:
+            return "Rule domain must not be empty."
+        if len(domain.encode()) > MAX_RULE_DOMAIN_LEN:
+            return f"Rule domain {quoted} exceeds maximum length of {MAX_RULE_DOMAIN_LEN} characters."
+        if not _is_dns_name(domain):
+            return f"Rule domain {quoted} is not a valid domain name."
+        if len(domain_rules) > MAX_TRANSFORMS_PER_DOMAIN:
+            return f"Domain {quoted} can have at most {MAX_TRANSFORMS_PER_DOMAIN} transform rule."
+        secrets: set[str] = set()
+        for rule in domain_rules:
+            headers = (rule.get("transform") or {}).get("headers") or {}
+            if rule.get("transform") is None:
+                continue
+            if len(headers) > MAX_HEADERS_PER_RULE:
+                return f"Domain {quoted} can have at most {MAX_HEADERS_PER_RULE} headers per rule."
+            for name, value in headers.items():
+                named = json.dumps(name)
+                if not name:
+                    return f"Header name in rule for domain {quoted} must not be empty."
+                if _TOKEN.fullmatch(name) is None:
+                    return (
+                        f"Header name {named} in rule for domain {quoted} must contain only valid HTTP token "
+                        "characters."
+                    )
+                if len(name) > MAX_HEADER_NAME_LEN:
+                    return (
+                        f"Header name {named} in rule for domain {quoted} exceeds maximum length of "
+                        f"{MAX_HEADER_NAME_LEN} characters."
+                    )
+                if not _valid_header_value(value):
+                    return f"Value for header {named} in rule for domain {quoted} contains invalid characters."
+                if len(value.encode()) > MAX_HEADER_VALUE_LEN:
+                    return (
+                        f"Value for header {named} in rule for domain {quoted} exceeds maximum length of "
+                        f"{MAX_HEADER_VALUE_LEN} characters."
+                    )
+                found = _placeholders(value)
+                if found is None:
+                    return "Network transform header contains a malformed E2B placeholder."
+                secrets.update(name for prefix, name in found if prefix == "${e2b.secrets.")
+                if len(secrets) > MAX_MARKER_NAMES:
+                    return f"Rule domain {quoted} references more than {MAX_MARKER_NAMES} secrets."
+    return None
+
+
 def _iso(when: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
@@ -237,6 +412,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         STATE.evict()
         if method == "POST" and path == "/v2/sandboxes":
             request = json.loads(body)
+            # handlers/sandbox_create.go validateNetworkConfig: after the body parses, before anything is made.
+            refused = network_problem(request.get("network"), ENVD_VERSION)
+            if refused is not None:
+                self.send_json(400, {"code": 400, "message": refused})
+                return
             # handlers/timeout_helper.go validateAndParseTimeout: default 15 s, > 0, at most MaxLengthHours.
             timeout = request.get("timeout", 15)
             if timeout <= 0:

@@ -24,6 +24,7 @@ from mainsdk.driver import (
     LANGUAGE_PROGRAMS,
     LANGUAGES,
     NO_SESSION,
+    WORK_DIR,
     BoxGone,
     BoxSpec,
     Capabilities,
@@ -42,6 +43,14 @@ from mainsdk.plugins import DriverHookError
 
 from mainsdk_local.config import DEFAULT_POOL, MAX_POOL, LocalPrograms
 from mainsdk_local.egress_proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
+from mainsdk_local.egress_tls import (
+    TRUST_BUNDLE,
+    TRUST_FOLDER,
+    BoxAuthority,
+    system_trust,
+    trust_environment,
+    upstream_context,
+)
 from mainsdk_local.launcher.protocol import MAX_HEADER, PROXY_PORT
 from mainsdk_local.launcher_client import ExecSpec, Launcher, LauncherBox, LauncherError, OpenFailed
 from mainsdk_local.packages import EnvBuilder
@@ -89,9 +98,12 @@ class LocalDriver:
         force_weak: bool = False,
         resolve: Mapping[str, str] | None = None,
         pool: int = DEFAULT_POOL,
+        upstream_ca: str | None = None,
     ) -> None:
         self._permissions = permissions or Permissions()
         self._resolve = check_resolve_mapping(resolve)
+        self._upstream_ca = upstream_ca
+        self._upstream_tls: Any = None  # made on the first box with egress headers (ssl.SSLContext)
         self._programs = {"python": "python3", "node": "node", "bash": "bash", **(programs or {})}
         self._restrict = restrict_processes
         self._max_processes = max_processes
@@ -128,10 +140,14 @@ class LocalDriver:
             reports_signals=True,
             outage_remedy=LOCAL_REMEDY,
             cells=True,
+            cells_languages=frozenset({"python"}),  # the kernel's Python executor
             background=True,
             # Package envs reach the box bound over the interpreter's site-packages, in the run's mount namespace;
             # weak mode has none, and would have to loosen -E or -s to add a path: it declares no packages.
             packages=isolation == "namespace",
+            # The proxy sets egress headers over TLS it terminates with a CA made per box, trusted through a bundle
+            # in the box's /work; weak mode has no fixed /work path to name it by, and declares none.
+            egress_headers=isolation == "namespace",
         )
 
     @hookimpl
@@ -148,6 +164,10 @@ class LocalDriver:
         # The proxy lets through exactly the policy core handed over (and audited); none: nothing out.
         hosts = tuple((spec.network_policy or {}).get("hosts", ()))
         egress = EgressPolicy(hosts, self._resolve) if hosts else None
+        files = spec.files
+        if spec.egress and egress is not None:
+            egress, trust = self._egress_headers(spec, egress)
+            files = {**spec.files, TRUST_BUNDLE: trust}
         if not spec.session:
             # A one-shot run: the open and the files go out now unanswered, the exec follows them and asks
             # for /out and the close too, so the whole run is one exchange with the launcher (README, "The
@@ -158,7 +178,7 @@ class LocalDriver:
                 memory_bytes=spec.limits.memory,
                 max_sockets=max_sockets,
                 one_shot=True,
-                files=spec.files,
+                files=files,
             )
             return LocalBox(spec.id, box, spec.limits.memory, egress, packages, one_shot_collect=spec.limits.files)
         box = await self._launcher.open_box(
@@ -169,12 +189,25 @@ class LocalDriver:
             max_sockets=max_sockets,
         )
         try:
-            for path, data in spec.files.items():
+            for path, data in files.items():
                 await box.write_file(path, data)
         except BaseException:
             await box.close()
             raise
         return LocalBox(spec.id, box, spec.limits.memory, egress, packages)
+
+    def _egress_headers(self, spec: BoxSpec, egress: EgressPolicy) -> tuple[EgressPolicy, bytes]:
+        """The box's policy with its egress headers and a CA made for it, and the trust bundle the box gets."""
+        if self._launcher.isolation != "namespace":
+            raise SandboxError(INVALID_OPTION, "egress: the local driver in weak mode cannot add headers at the egress")
+        if self._upstream_tls is None:
+            self._upstream_tls = upstream_context(self._upstream_ca)
+        _check_egress_box(spec)
+        authority = BoxAuthority(rule.host for rule in spec.egress)
+        bundle = authority.bundle()
+        headers = {rule.host: tuple((h.name, h.value) for h in rule.headers) for rule in spec.egress}
+        policy = attrs.evolve(egress, headers=headers, authority=authority, upstream_tls=self._upstream_tls)
+        return policy, bundle
 
     async def _packages(self, pins: Sequence[str]) -> str:
         """The site-packages folder of ``pins`` for this driver's python, built on the host the first time."""
@@ -196,15 +229,19 @@ class LocalDriver:
         return site
 
     @hookimpl
-    def mainsdk_driver_check(self, command: Command) -> None:
+    def mainsdk_driver_check(self, command: Command, spec: BoxSpec) -> None:
         # A program the config does not permit is refused before any box starts.
         self._permitted_name(command.program)
+        if spec.egress:
+            _check_egress_box(spec)
 
     @hookimpl
     async def mainsdk_driver_exec(self, box: LocalBox, command: Command, output: OutputSink) -> ExecOutcome:
         _alive(box)
         program = await self._program(command.program)
         env = dict(command.env)
+        if box.egress is not None and box.egress.headers:
+            env.update(trust_environment(WORK_DIR))  # the box's bundle: the system's CAs and its own
         _check_encoded_size(command.args, env)
         proxy, weak_port = self._start_proxy(box, output, env) if box.egress is not None else (None, None)
         try:
@@ -345,6 +382,23 @@ def _package_overlay(box: LocalBox, program_name: str, program: Program) -> tupl
     return ((box.packages, program.hidden_paths[0]),)
 
 
+def _check_egress_box(spec: BoxSpec) -> None:
+    """Refuse, before anything starts, a box with egress whose files take the trust bundle's place or room."""
+    if any(path == TRUST_FOLDER or path.startswith(f"{TRUST_FOLDER}/") for path in spec.files):
+        raise SandboxError(
+            INVALID_OPTION,
+            f"files: {TRUST_FOLDER}/ in the work folder holds the box's trust bundle when a run has egress; "
+            "name your file otherwise",
+        )
+    needed = len(system_trust()) + 8192  # the system's CAs, and the box's own CA (and their pages)
+    if sum(len(data) for data in spec.files.values()) + needed > spec.limits.disk:
+        raise SandboxError(
+            INVALID_OPTION,
+            f"egress: the box's trust bundle ({needed // 1024} KB: the system's CAs and the box's own) does not "
+            "fit permissions.disk.temp.max with the files; raise it in main.yaml",
+        )
+
+
 def _open_failed(cause: Exception) -> SandboxError:
     """A one-shot box's open or file failed, found by its exec: the error the start hook would have raised.
 
@@ -421,6 +475,7 @@ def local_sandbox_driver(
     force_weak: bool = False,
     resolve: Mapping[str, str] | None = None,
     pool: int = DEFAULT_POOL,
+    upstream_ca: str | None = None,
 ) -> LocalDriver:
     """The ``local`` driver: a limited subprocess for development and tests.
 
@@ -435,6 +490,8 @@ def local_sandbox_driver(
     lets a test allow a server it started on loopback by name. A host must still
     be given to a run to be reached. ``pool`` is how many warm Python interpreters
     may wait idle for runs (``sandbox.local.pool``; 0: none, every run starts cold).
+    ``upstream_ca`` (tests): the PEM of the only CA the proxy trusts for a real server's certificate when it
+    sets egress headers, in place of the system's trust, like ``resolve`` for a server a test started.
     """
     permissions = _permissions_argument(permissions)
     return LocalDriver(
@@ -445,6 +502,7 @@ def local_sandbox_driver(
         resolve=_resolve_argument(resolve),
         pool=arguments.count(pool, "pool", minimum=0, maximum=MAX_POOL),
         restrict_processes=permissions is not None and permissions.processes is not None,
+        upstream_ca=None if upstream_ca is None else arguments.text(upstream_ca, "upstream_ca"),
     )
 
 

@@ -41,6 +41,7 @@ import ipaddress
 import logging
 import re
 import socket
+import ssl
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,6 +49,9 @@ from urllib.parse import urlsplit
 import attrs
 import h11
 from mainsdk.driver import HOST_NOT_ALLOWED, host_covered, validate_host_pattern
+
+from mainsdk_local.egress_tls import BoxAuthority
+from mainsdk_local.intercept import intercept
 
 log = logging.getLogger("mainsdk")
 
@@ -170,10 +174,18 @@ def split_authority(text: str, default_port: int | None) -> tuple[str, int]:
 
 @attrs.frozen
 class EgressPolicy:
-    """The hosts one run may reach, and the names the proxy resolves without DNS (tests only)."""
+    """The hosts one run may reach, and the names the proxy resolves without DNS (tests only).
+
+    ``headers``: per host, the ``(name, value)`` headers to set on every request to it (``BoxSpec.egress``):
+    a CONNECT to such a host, on any port, is terminated here with a leaf of ``authority`` and its
+    requests forwarded over TLS checked by ``upstream_tls`` (``intercept.py``). Never shown by ``repr``.
+    """
 
     hosts: tuple[str, ...]
     resolve: Mapping[str, str] = attrs.field(factory=dict)
+    headers: Mapping[str, tuple[tuple[str, str], ...]] = attrs.field(factory=dict, repr=False)
+    authority: BoxAuthority | None = attrs.field(default=None, repr=False)
+    upstream_tls: ssl.SSLContext | None = attrs.field(default=None, repr=False)
 
     def allows(self, host: str) -> bool:
         """Whether ``host`` (a name or an IP) falls under one of the run's hosts."""
@@ -315,6 +327,13 @@ class EgressProxy:
             except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                 return
             self._writers.add(upstream)
+            if request.body is None and request.host in self.policy.headers and self.policy.authority is not None:
+                # A host with egress headers: TLS ends here, each request is read and its headers set.
+                rules = self.policy.headers[request.host]
+                await intercept(
+                    self.policy.authority, request.host, rules, rest, reader, writer, upstream_reader, upstream
+                )
+                return
             if request.body is None:  # CONNECT: a tunnel, bytes both ways
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 upstream.write(rest)
@@ -417,11 +436,25 @@ class EgressProxy:
     async def _open_upstream(self, request: Request) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         addresses = await self._admit(request.host, request.port)
         last: OSError | None = None
+        tls = self.policy.upstream_tls if request.body is None and request.host in self.policy.headers else None
         for address in addresses:
             try:
+                if tls is not None:
+                    # Checked as a client checks it (system trust, the host's name), before the code hears 200.
+                    return await asyncio.wait_for(
+                        asyncio.open_connection(
+                            address, request.port, ssl=tls, server_hostname=request.host, limit=MAX_HEAD
+                        ),
+                        CONNECT_TIMEOUT,
+                    )
                 return await asyncio.wait_for(asyncio.open_connection(address, request.port), CONNECT_TIMEOUT)
             except TimeoutError:
                 raise Refusal(504, "Gateway Timeout", f"{request.host}:{request.port} did not answer") from None
+            except ssl.SSLError as exc:
+                reason = exc.reason or type(exc).__name__
+                raise Refusal(
+                    502, "Bad Gateway", f"{request.host}:{request.port}: its TLS certificate did not verify ({reason})"
+                ) from None
             except OSError as exc:
                 last = exc
         raise Refusal(502, "Bad Gateway", f"{request.host}:{request.port} refused the connection ({last})")

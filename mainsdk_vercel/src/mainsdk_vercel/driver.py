@@ -40,6 +40,7 @@ from mainsdk.driver import (
     Capabilities,
     Collected,
     Command,
+    EgressRule,
     ExecOutcome,
     Folder,
     InputStream,
@@ -155,6 +156,27 @@ def vercel_network_policy(hosts: Sequence[str]) -> dict[str, Any]:
     if not hosts:
         return {"mode": "deny-all"}
     return {"allow": {host: [] for host in hosts}}
+
+
+def vercel_injection_policy(policy: Mapping[str, Any], rules: Sequence[EgressRule]) -> dict[str, Any]:
+    """``policy`` (``vercel_network_policy``'s) with the egress headers: per host, one rule that sets them.
+
+    The form is vercel-sandbox 0.10.0's (``models._serialize_network_policy``, a ``NetworkPolicyRule`` of one
+    ``NetworkPolicyTransform``): ``{"allow": {host: [{"transform": [{"headers": {name: value}}]}]}}``; Vercel's
+    firewall, outside the VM, adds or replaces those headers on the box's HTTPS requests to the host
+    (changelog "Safely inject credentials in HTTP headers"), and reads back only their names
+    (``injectionRules[].headerNames``, github vercel/sandbox ``utils/network-policy.ts``: "secret values are
+    stripped"). Every other host keeps its plain entry.
+    """
+    allowed = policy.get("allow")
+    allow: dict[str, Any] = (
+        {host: list(entry) for host, entry in allowed.items()}
+        if isinstance(allowed, Mapping)
+        else {host: [] for host in allowed or ()}
+    )
+    for rule in rules:
+        allow[rule.host] = [{"transform": [{"headers": {h.name: h.value for h in rule.headers}}]}]
+    return {**policy, "allow": allow}
 
 
 def default_price(vcpus: int = VCPUS) -> Decimal:
@@ -279,6 +301,7 @@ class VercelDriver:
             # stays open until the command exits; vercel-sandbox 0.10.0 ``run_process``, @vercel/sandbox
             # ``api-client.ts`` ``runCommand``), and other requests (the cell files' ``fs/write``) go alongside.
             cells=True,
+            cells_languages=frozenset({"python"}),  # the kernel's Python executor
             background=True,
             # Wheels downloaded on the app's side and installed offline in the box (packages.py): the run's
             # network is never widened for them.
@@ -289,6 +312,9 @@ class VercelDriver:
             # (providers.md, "Checked against the providers' own sources"). Only HTTPS on 443 is declared:
             # whether SNI is matched on other ports, and plain HTTP by Host, is unverified (README).
             network_reach=NetworkReach(filtered=(("https", 443),)),
+            # The create's networkPolicy carries the headers per host (vercel_injection_policy): Vercel's firewall
+            # sets them on the box's HTTPS requests to that host, outside the VM.
+            egress_headers=True,
             outage_remedy="check Vercel's status and the token (sandbox.vercel.token, default secret:VERCEL_TOKEN)",
         )
 
@@ -519,14 +545,17 @@ class VercelDriver:
             wheels = await asyncio.to_thread(self._wheelhouse.ensure, self._python, pins)
         needed = self._lifetime(box, box.spec.limits.timeout) + (INSTALL_TIMEOUT if pins else 0.0)
         lease = min(needed * (2 if box.session else 1), self._cap)  # Vercel refuses a timeout past the plan's cap
-        policy = box.spec.network_policy
+        policy = box.spec.network_policy if box.spec.network_policy is not None else vercel_network_policy(())
+        if box.spec.egress:
+            # The headers' values join the policy here only, never the audited one core holds.
+            policy = vercel_injection_policy(policy, box.spec.egress)
         body: dict[str, Any] = {
             "projectId": self._project,
             "timeout": int(lease * 1000),
             "resources": {"vcpus": self._vcpus},
             "persistent": False,
-            # Exactly the policy core handed over (and audited); none at all: nothing out.
-            "networkPolicy": policy if policy is not None else vercel_network_policy(()),
+            # Exactly the policy core handed over (and audited), with the egress headers; none at all: nothing out.
+            "networkPolicy": policy,
         }
         if self._image:
             body["image"] = self._image
@@ -535,7 +564,12 @@ class VercelDriver:
             # for the same tenant (mainsdk_driver_reconnect).
             body["name"] = session_name(box.id)
             body["tags"] = {TAG_SESSION: box.id, TAG_TENANT: box.spec.tenant}
-        answer = await self._api.json("POST", "/v3/sandboxes", "create", json_body=body, idempotent=False)
+        try:
+            answer = await self._api.json("POST", "/v3/sandboxes", "create", json_body=body, idempotent=False)
+        except VercelError as exc:
+            if not box.spec.egress:
+                raise
+            raise _without_values(exc, box.spec.egress) from None
         try:
             box.session_id = str(answer["session"]["id"])
             box.name = str(answer["sandbox"]["name"])
@@ -1169,3 +1203,12 @@ def driver_from_config(config: AppConfig, **overrides: Any) -> VercelDriver:
             raise SandboxError(INVALID_OPTION, token.missing())
         settings["token"] = token.value
     return vercel_sandbox_driver(**settings)
+
+
+def _without_values(error: VercelError, rules: Sequence[EgressRule]) -> VercelError:
+    """``error`` with no egress header's value in its message, should Vercel's answer ever repeat one."""
+    message = error.message
+    for value in (v for rule in rules for h in rule.headers for v in (h.value, h.secret_value)):
+        if value:
+            message = message.replace(value, "[redacted]")
+    return type(error)(message, error.vercel_status, error.vercel_code)

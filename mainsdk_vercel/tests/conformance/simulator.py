@@ -304,7 +304,74 @@ def _policy_readback(policy: Any) -> Any:
     if not isinstance(policy, dict) or "mode" in policy:
         return policy or {"mode": "allow-all"}
     allow = policy.get("allow") or []
-    return {"mode": "custom", "allowedDomains": list(allow)}
+    readback: dict[str, Any] = {"mode": "custom", "allowedDomains": list(allow)}
+    # Header injection reads back as names only (github vercel/sandbox utils/network-policy.ts fromAPINetworkPolicy:
+    # "The API returns headerNames (secret values are stripped)"; vercel-sandbox 0.10.0 models.py
+    # NetworkPolicyInjectionRuleSummary): never a value in an answer.
+    injections = [
+        {"domain": domain, "headerNames": list(transform.get("headers") or {})}
+        for domain, rules in (allow.items() if isinstance(allow, dict) else ())
+        for rule in rules
+        for transform in rule.get("transform") or ()
+    ]
+    if injections:
+        readback["injectionRules"] = injections
+    return readback
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _string_record(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def policy_problem(policy: Any) -> str | None:
+    """Why a create's ``networkPolicy`` is refused, or None: held to the request schema Vercel's client checks.
+
+    Vercel's server is not public; the strictest rule at hand is github vercel/sandbox
+    ``packages/vercel-sandbox/src/api-client/validators.ts`` ``NetworkPolicyRequestValidator``: a mode
+    (``allow-all`` / ``deny-all``), or ``{allow, subnets}`` with ``allow`` a list of domains or a record of
+    domain to rules; each rule ``{match?, transform?, forwardURL?}`` with exactly one of ``transform`` and
+    ``forwardURL`` (vercel-sandbox 0.10.0 ``NetworkPolicyRule`` adds ``response`` as a third); a transform
+    ``{headers?: {string: string}}``. Which status and words the API answers is unverified: 400 ``bad_request``.
+    """
+    if policy is None:
+        return None
+    if not isinstance(policy, dict):
+        return "networkPolicy must be an object"
+    if "mode" in policy:
+        return (
+            None if policy["mode"] in ("allow-all", "deny-all") else "networkPolicy.mode must be allow-all or deny-all"
+        )
+    allow = policy.get("allow")
+    if allow is not None and not _strings(allow):
+        if not isinstance(allow, dict):
+            return "networkPolicy.allow must be a list of domains or a record of domain to rules"
+        for domain, rules in allow.items():
+            if not isinstance(rules, list):
+                return f"networkPolicy.allow[{domain}] must be a list of rules"
+            for rule in rules:
+                if not isinstance(rule, dict):
+                    return f"networkPolicy.allow[{domain}]: a rule must be an object"
+                handlers = [key for key in ("transform", "forwardURL", "response") if rule.get(key) is not None]
+                if len(handlers) != 1:
+                    return f"networkPolicy.allow[{domain}]: a rule needs exactly one of transform or forwardURL"
+                transforms = rule.get("transform")
+                if transforms is not None:
+                    if not isinstance(transforms, list):
+                        return f"networkPolicy.allow[{domain}].transform must be a list"
+                    for transform in transforms:
+                        headers = transform.get("headers") if isinstance(transform, dict) else None
+                        if not isinstance(transform, dict) or (headers is not None and not _string_record(headers)):
+                            return f"networkPolicy.allow[{domain}].transform: headers must map strings to strings"
+    subnets = policy.get("subnets")
+    if subnets is not None and (
+        not isinstance(subnets, dict) or any(not _strings(subnets[key]) for key in ("allow", "deny") if key in subnets)
+    ):
+        return "networkPolicy.subnets must be {allow?: [cidr], deny?: [cidr]}"
+    return None
 
 
 class Simulator:
@@ -412,6 +479,9 @@ class Simulator:
         return h.rfile.read(int(h.headers.get("content-length") or 0))
 
     def _create(self, h: http.server.BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+        problem = policy_problem(request.get("networkPolicy"))
+        if problem is not None:
+            return _json(h, 400, _error("bad_request", problem))
         if request.get("timeout", 300000) > self.max_duration * 1000:
             return _json(h, 400, _error("bad_request", "timeout exceeds the plan's maximum sandbox duration"))
         number = next(self.ids)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import base64
+import os
 import time
 from collections.abc import Callable
 
+import pytest
 from mainsdk.audit import code_sha256
+from mainsdk.driver import CELL_LANGUAGES
+from mainsdk.errors import INVALID_OPTION, NO_SESSION, SandboxError
 from mainsdk.sync import Process
 
-from mainsdk_conformance.marks import requires
+from mainsdk_conformance.marks import requires, requires_cells_language
 from mainsdk_conformance.target import Conformance
 
 # A 1x1 PNG, so a rich result can be checked byte for byte with the standard library alone in the box.
@@ -83,7 +87,8 @@ def _until(check: Callable[[], bool], seconds: float = 30.0) -> bool:
 
 @requires("sessions", "cells")
 class TestCells:
-    """One interpreter per session: state across cells, values, errors, timeouts, rich results, audit."""
+    """A session's interpreters: state across cells, values, errors, timeouts, rich results, audit; several
+    interpreters in one session, each with its own state and folder, listed, restarted and closed."""
 
     def test_state_stays_across_cells(self, conformance: Conformance) -> None:
         with conformance.sandbox().create() as session:
@@ -184,6 +189,101 @@ class TestCells:
                 raise AssertionError("the listener's error was not raised")
             after = session.run_code("x")
             assert after.text == "2" and not after.restarted
+
+    @requires_cells_language("python")
+    def test_a_second_interpreter_keeps_its_own_state(self, conformance: Conformance) -> None:
+        built = conformance.build()
+        with built.sandbox.create() as session:
+            session.run_code("x = 'default'")
+            other = session.interpreter("python")
+            assert other.run_code("'x' in globals()").text == "False"
+            other.run_code("x = 'other'")
+            assert session.run_code("x").text == "'default'" and other.run_code("x").text == "'other'"
+            [default] = [i for i in session.interpreters() if i.default]
+            assert default.id != other.id and (other.language, other.cwd, other.default) == ("python", None, False)
+        cells = [(e.cell, e.interpreter, e.language) for e in built.events if e.kind == "cell"]
+        assert cells == [
+            (1, default.id, "python"),
+            (2, other.id, "python"),
+            (3, other.id, "python"),
+            (4, default.id, "python"),
+            (5, other.id, "python"),
+        ]
+
+    @requires_cells_language("python")
+    def test_interpreters_are_listed_restarted_and_closed(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            assert session.interpreters() == []  # the default one opens with the first cell
+            session.run_code("kept = 1")
+            [default] = session.interpreters()
+            named = session.interpreter(name="scratch")
+            assert session.interpreters() == [default, named] and named.name == "scratch"
+            named.run_code("y = 2")
+            named.restart()
+            after = named.run_code("'y' in globals()")
+            assert after.text == "False" and not after.restarted  # asked for: not reported as a death
+            named.close()
+            assert named.closed and session.interpreters() == [default]
+            with pytest.raises(SandboxError) as closed:
+                named.run_code("1")
+            assert closed.value.code == NO_SESSION and named.id in closed.value.message
+            assert session.run_code("kept").text == "1"
+            reused = session.interpreter(name="scratch")  # the name is free again once its holder closed
+            assert reused.id != named.id
+
+    @requires_cells_language("python")
+    def test_an_interpreter_runs_in_its_folder(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            session.write("data/numbers.txt", "1 2 3")
+            here = session.run_code("import os\nos.getcwd()").text
+            inside = session.interpreter(cwd="data")
+            found = inside.run_code("import os\nprint(os.getcwd())\nsum(map(int, open('numbers.txt').read().split()))")
+            assert here is not None and found.text == "6"
+            assert found.stdout.strip() == os.path.join(here.strip("'"), "data")
+
+    @requires_cells_language("python")
+    def test_run_code_in_a_language_uses_its_default_interpreter(self, conformance: Conformance) -> None:
+        with conformance.sandbox().create() as session:
+            session.run_code("z = 3", language="python")
+            assert session.run_code("z").text == "3"
+            [default] = session.interpreters()
+            assert (default.language, default.default) == ("python", True)
+
+    @requires_cells_language("python")
+    def test_closing_the_session_closes_every_interpreter(self, conformance: Conformance) -> None:
+        session = conformance.sandbox().create()
+        session.run_code("a = 1")
+        other = session.interpreter()
+        other.run_code("b = 2")
+        session.close()
+        assert other.closed and session.interpreters() == []
+        with pytest.raises(SandboxError) as closed:
+            other.run_code("b")
+        assert closed.value.code == NO_SESSION
+
+    def test_bad_interpreter_arguments_are_refused_before_anything_runs(self, conformance: Conformance) -> None:
+        built = conformance.build()
+        declared = conformance.capabilities().cells_languages
+        with built.sandbox.create() as session:
+            session.interpreter(name="taken")
+            calls: list[tuple[Callable[[], object], str]] = [
+                (lambda: session.interpreter("cobol"), "'cobol' is not a cell language"),
+                (lambda: session.interpreter(cwd=3), "cwd: must be a folder"),  # type: ignore[arg-type]
+                (lambda: session.interpreter(name=""), "name: is empty"),
+                (lambda: session.interpreter(name="taken"), "named 'taken'"),
+                (lambda: session.run_code("1", language="node"), "language='javascript'"),
+            ]
+            for language in (language for language in CELL_LANGUAGES if language not in declared):
+                # Named with the driver: a language the kernel has, which this driver's cells do not run.
+                said = f"the {conformance.driver_id!r} driver runs cells in"
+                calls.append((lambda language=language: session.interpreter(language), said))  # type: ignore[misc]
+                calls.append((lambda language=language: session.run_code("1", language), said))  # type: ignore[misc]
+            for call, said in calls:
+                with pytest.raises(SandboxError) as refused:
+                    call()
+                assert refused.value.code == INVALID_OPTION and said in refused.value.message
+            assert [i.name for i in session.interpreters()] == ["taken"]
+        assert not [e for e in built.events if e.kind == "cell"]  # a refused cell is audited as refused
 
 
 @requires("sessions", "background")

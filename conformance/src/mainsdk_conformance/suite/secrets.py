@@ -1,15 +1,36 @@
-"""No secrets or app values unless named: a secret reaches a run only when listed and passed by name."""
+"""No secrets or app values unless named: a secret reaches a run only when listed and passed by name.
+
+A driver declaring ``Capabilities.egress_headers`` also sets ``egress`` headers at its egress: the allowed TLS
+origin receives the header (the code's own header of that name replaced), another host never does, and the
+code cannot read the value from its environment, its files or any process it can see.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from mainsdk import secret
 from mainsdk.errors import SECRET_NOT_ALLOWED
 
-from mainsdk_conformance.suite._helpers import refused
-from mainsdk_conformance.target import OTHER_SECRET, SECRET, SECRET_VALUES, UNSET_SECRET, Conformance, iter_strings
+from mainsdk_conformance.marks import LIVE, requires
+from mainsdk_conformance.suite._helpers import ORIGIN_BODY, refused
+from mainsdk_conformance.target import (
+    EGRESS_ORIGIN_CA,
+    OTHER_SECRET,
+    SECRET,
+    SECRET_VALUES,
+    UNSET_SECRET,
+    Conformance,
+    iter_strings,
+)
+
+EGRESS_HEADER = "X-Conformance-Key"
+
+
+def _egress(host: str) -> dict[str, Any]:
+    return {host: {"headers": {EGRESS_HEADER: secret(SECRET)}}}
 
 
 class TestSecrets:
@@ -37,3 +58,59 @@ class TestSecrets:
     def test_a_listed_secret_without_a_value_is_refused(self, conformance: Conformance) -> None:
         built = conformance.build()
         refused(built, lambda: built.sandbox.run("print(1)", env={"K": secret(UNSET_SECRET)}), SECRET_NOT_ALLOWED)
+
+    @requires("egress_headers", LIVE)
+    def test_egress_headers_reach_the_allowed_tls_origin_and_no_other_host(
+        self, conformance: Conformance, conformance_egress_origin: Any
+    ) -> None:
+        hosts = conformance.target.hosts
+        built = conformance.build()
+        port = conformance_egress_origin.port
+        # The code trusts its box's own store, plus the suite's origin CA for the host that stays a blind tunnel;
+        # it sends the header itself too, under another case: the egress replaces it, never merges.
+        code = (
+            "import ssl, urllib.request\n"
+            f"context = ssl.create_default_context(); context.load_verify_locations(cadata={EGRESS_ORIGIN_CA!r})\n"
+            f"for host in ({hosts.allowed!r}, {hosts.under_wildcard!r}):\n"
+            f"    url, mine = f'https://{{host}}:{port}/', {{'x-conformance-key': 'mine'}}\n"
+            "    request = urllib.request.Request(url, headers=mine)\n"
+            "    body = urllib.request.urlopen(request, timeout=10, context=context).read()\n"
+            f"    print(host, 'reached' if body == {ORIGIN_BODY!r} else 'refused')\n"
+        )
+        result = built.sandbox.run(
+            code, network=[hosts.allowed, hosts.wildcard], egress=_egress(hosts.allowed), limits={"timeout": "10s"}
+        )
+        assert result.stdout == f"{hosts.allowed} reached\n{hosts.under_wildcard} reached\n", result.stderr
+        assert conformance_egress_origin.values(hosts.allowed, EGRESS_HEADER) == [[SECRET_VALUES[SECRET]]]
+        assert conformance_egress_origin.values(hosts.under_wildcard, EGRESS_HEADER) == [["mine"]]
+        run = [e for e in built.events if e.kind == "run"]
+        assert [e.egress for e in run] == [((hosts.allowed, EGRESS_HEADER, SECRET),)]
+        assert all(SECRET_VALUES[SECRET] not in text for text in iter_strings([e.to_dict() for e in built.events]))
+
+    @requires("egress_headers")
+    def test_egress_header_values_are_not_in_the_box(self, conformance: Conformance) -> None:
+        hosts = conformance.target.hosts
+        built = conformance.build()
+        value = SECRET_VALUES[SECRET].encode()
+        # The value's hex in the code, not the value: the code itself is in a process's cmdline.
+        code = (
+            "import os\n"
+            f"needle = bytes.fromhex({value.hex()!r})\n"
+            "hits, read = [], 0\n"
+            "if needle in repr(dict(os.environ)).encode(): hits.append('env')\n"
+            "def scan(path):\n"
+            "    global read\n"
+            "    try:\n"
+            "        with open(path, 'rb') as f: data = f.read(1 << 22)\n"
+            "    except OSError: return\n"
+            "    read += 1\n"
+            "    if needle in data: hits.append(path.encode().hex())\n"
+            "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+            "    for name in ('environ', 'cmdline'): scan(f'/proc/{pid}/{name}')\n"
+            "for top in {os.getcwd(), os.path.expanduser('~'), '/tmp'}:\n"
+            "    for folder, _, names in os.walk(top):\n"
+            "        for n in names[:500]: scan(os.path.join(folder, n))\n"
+            "print(read > 0, hits)\n"
+        )
+        result = built.sandbox.run(code, network=[hosts.allowed], egress=_egress(hosts.allowed))
+        assert result.stdout == "True []\n", result.stderr

@@ -1,0 +1,213 @@
+"""Secrets at the egress on E2B (issue 27): the create's ``network.rules``, and the value never in the sandbox.
+
+E2B's egress proxy, outside the VM, sets each header of a rule on the sandbox's requests to its domain
+(e2b-dev/infra spec/openapi.yml ``SandboxNetworkRule``/``SandboxNetworkTransform``; the SDK's
+``e2b/sandbox/sandbox_api.py`` ``SandboxNetworkOpts.rules``). Replayed from ``cassettes/egress/``, authored by
+``authoring/egress.py`` from this module's own scenarios against ``fake_e2b.py``, which checks a create's
+network as E2B's API does (``handlers/sandbox_create.go`` ``validateNetworkConfig``). The header's value is in
+no cassette: it is ``[scrubbed:OPENWEATHER_KEY]``, and replay scrubs each request the same way before matching,
+so a value sent anywhere but the rule's header (the command's environment, its line) fails the match.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2b_replay import KEY, provider
+from mainsdk import Sandbox, SandboxDeps, SandboxError, secret
+from mainsdk.audit import AuditEvent
+from mainsdk.config import load_config_text
+from mainsdk.driver import EgressHeader, EgressRule
+from mainsdk.errors import INVALID_OPTION
+from mainsdk_conformance.replay import ReplayServer
+from mainsdk_e2b.driver import MAX_HEADER_VALUE_BYTES, e2b_network_rules
+
+from mainsdk_e2b import e2b_sandbox_driver
+
+CASSETTES = Path(__file__).parent / "cassettes" / "egress"
+HOST = "api.openweathermap.org"
+SECRET = "OPENWEATHER_KEY"
+VALUE = "owm-7d1e0c5a9b-authoring"  # made up: the key the app holds, which the sandbox must never see
+NAMED = {SECRET: VALUE}
+MARK = f"[scrubbed:{SECRET}]"
+CONFIG = (
+    "sandbox:\n"
+    "  driver: e2b\n"
+    "  limits: {timeout: 20s}\n"
+    f"  network: [{HOST}]\n"
+    f"  secrets: [{SECRET}]\n"
+    f"network: {{allow: [{HOST}]}}\n"
+)
+# The seed's weather example: the code calls the API as if it were open, and says what it holds.
+WEATHER = (
+    "import json, os, urllib.request\n"
+    "print(sorted(os.environ))\n"
+    f"url = 'https://{HOST}/data/2.5/weather?q=Paris&units=metric'\n"
+    "try:\n"
+    "    with urllib.request.urlopen(url, timeout=5) as answer:\n"
+    "        print(answer.status, json.load(answer)['name'])\n"
+    "except OSError as exc:\n"
+    "    print('unreachable', type(exc).__name__)\n"
+)
+
+
+def _sandbox(server: ReplayServer, events: list[AuditEvent], key: str = KEY) -> Sandbox:
+    driver = e2b_sandbox_driver(api_key=key, api_url=server.url("api"), sandbox_url=server.url("sandbox"))
+    config = load_config_text(CONFIG)
+    return Sandbox(SandboxDeps(config=config, driver=driver, secret=NAMED.get, log=events.append))
+
+
+def the_weather_example(server: ReplayServer, key: str = KEY) -> dict[str, Any]:
+    """One run of the weather code with the key added at the egress for the API's host alone."""
+    events: list[AuditEvent] = []
+    sandbox = _sandbox(server, events, key)
+    try:
+        result = sandbox.run(WEATHER, network=[HOST], egress={HOST: {"headers": {"X-Api-Key": secret(SECRET)}}})
+    finally:
+        sandbox.close()
+    return {"stdout": result.stdout, "stderr": result.stderr, "exit": result.exit_code, "events": events}
+
+
+def a_session_with_egress(server: ReplayServer, key: str = KEY) -> dict[str, Any]:
+    """A session opened with the key at the egress: its one create carries the rule, for every command after."""
+    events: list[AuditEvent] = []
+    sandbox = _sandbox(server, events, key)
+    try:
+        with sandbox.create(network=[HOST], egress={HOST: {"headers": {"X-Api-Key": secret(SECRET)}}}) as session:
+            outputs = [session.run("python3", ["-c", WEATHER]).stdout, session.run("echo", ["second"]).stdout]
+    finally:
+        sandbox.close()
+    return {"outputs": outputs, "events": events}
+
+
+def a_team_without_network_rules(server: ReplayServer, key: str = KEY) -> dict[str, Any]:
+    """The same run for a team E2B has not given network transform rules: the create's 400."""
+    events: list[AuditEvent] = []
+    sandbox = _sandbox(server, events, key)
+    try:
+        with pytest.raises(SandboxError) as caught:
+            sandbox.run("print(1)", network=[HOST], egress={HOST: {"headers": {"X-Api-Key": secret(SECRET)}}})
+    finally:
+        sandbox.close()
+    return {"error": caught.value, "events": events}
+
+
+def test_the_weather_example_sends_the_key_to_e2bs_egress_and_never_into_the_sandbox(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)  # every logger, the SDK's and httpx's included
+    with provider("the_weather_example", folder=CASSETTES, named=NAMED) as server:
+        seen = the_weather_example(server)
+    assert server.problems(final=True) == []  # every request as recorded: the value in the rule, nowhere else
+    assert not [r for r in caplog.records if VALUE in r.getMessage()]  # no log line holds it
+    names, weather = seen["stdout"].splitlines()
+    assert seen["exit"] == 0 and weather == "200 Paris"  # E2B's answer through its egress proxy (authored)
+    # What the code's environment holds (python's own LC_CTYPE coercion included): no key, no proxy setting.
+    assert set(json.loads(names.replace("'", '"'))) <= {"HOME", "LC_CTYPE", "PATH"}
+    assert SECRET not in seen["stdout"] and VALUE not in seen["stdout"] + seen["stderr"]
+    [event] = [e for e in seen["events"] if e.kind == "run"]
+    assert event.to_dict()["egress"] == [{"host": HOST, "header": "X-Api-Key", "secret": SECRET}]
+    assert event.network_policy == {"allow_out": [HOST], "deny_out": ["0.0.0.0/0"]}  # audited without the rules
+    assert all(VALUE not in json.dumps(e.to_dict(), default=str) for e in seen["events"])
+    # The cassette: the value in no request or answer; its mark once, in the create's rule for the host.
+    text = (CASSETTES / "the_weather_example.json").read_text()
+    assert VALUE not in text and text.count(MARK) == 1
+    create = json.loads(text)["interactions"][0]["request"]
+    assert create["path"] == "/v2/sandboxes"
+    network = create["body"]["json"]["network"]
+    assert network == {
+        "allowOut": [HOST],
+        "denyOut": ["0.0.0.0/0"],
+        "rules": {HOST: [{"transform": {"headers": {"X-Api-Key": MARK}}}]},
+    }
+
+
+def test_a_session_gets_the_rule_once_at_its_create_and_every_command_the_header() -> None:
+    with provider("a_session_with_egress", folder=CASSETTES, named=NAMED) as server:
+        seen = a_session_with_egress(server)
+    assert server.problems(final=True) == []  # one create with the rule; each Start as recorded, without the value
+    assert seen["outputs"][0].splitlines()[1] == "200 Paris" and seen["outputs"][1] == "second\n"
+    commands = [e for e in seen["events"] if e.kind == "command"]
+    assert len(commands) == 2 and all(e.egress == ((HOST, "X-Api-Key", SECRET),) for e in commands)
+    text = (CASSETTES / "a_session_with_egress.json").read_text()
+    assert VALUE not in text and text.count(MARK) == 1
+    assert [i["request"]["path"] for i in json.loads(text)["interactions"]].count("/v2/sandboxes") == 1
+
+
+def test_a_team_without_e2bs_network_rules_is_0001_saying_so_and_nothing_runs() -> None:
+    with provider("a_team_without_network_rules", folder=CASSETTES, named=NAMED) as server:
+        seen = a_team_without_network_rules(server)
+    assert server.problems(final=True) == []  # the create alone: a 400 made nothing, so no orphan is looked for
+    error: SandboxError = seen["error"]
+    assert (error.code, error.status, error.retryable, error.ran) == (INVALID_OPTION, 400, False, False)
+    assert "Network transform rules are not available for your team." in error.message
+    assert "network transform rules must be enabled for your E2B team, or drop egress" in error.message
+    assert VALUE not in error.message and VALUE not in repr(error)
+
+
+def _refused(egress: dict[str, Any], secrets: dict[str, str], hosts: list[str]) -> SandboxError:
+    """Run with ``egress`` against a loopback port that refuses: a 0001 proves no request was sent."""
+    refusing = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    refusing.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{refusing.getsockname()[1]}"
+    listed = ", ".join(hosts)
+    config = load_config_text(
+        f"sandbox: {{driver: e2b, limits: {{timeout: 10s}}, network: [{listed}], secrets: [{', '.join(secrets)}]}}\n"
+        f"network: {{allow: [{listed}]}}\n"
+    )
+    driver = e2b_sandbox_driver(api_key=KEY, api_url=url, sandbox_url=url)
+    sandbox = Sandbox(SandboxDeps(config=config, driver=driver, secret=secrets.get))
+    try:
+        with pytest.raises(SandboxError) as caught:
+            sandbox.run("print(1)", network=hosts, egress=egress)
+    finally:
+        sandbox.close()
+        refusing.close()
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("eleven hosts", "E2B takes network rules for at most 10"),
+        ("a long header name", "E2B takes header names of at most 64 characters"),
+        ("a long value", f"longer than the {MAX_HEADER_VALUE_BYTES} bytes E2B takes"),
+        ("an e2b placeholder", "read as a placeholder for another credential"),
+    ],
+)
+def test_what_e2bs_api_would_refuse_is_0001_naming_it_before_any_request(case: str, said: str) -> None:
+    value = {"a long value": "v" * (MAX_HEADER_VALUE_BYTES + 1), "an e2b placeholder": "x${e2b.secrets.other}"}.get(
+        case, VALUE
+    )
+    hosts = [f"h{n}.example.com" for n in range(11 if case == "eleven hosts" else 1)]
+    name = "X-" + "L" * 63 if case == "a long header name" else "X-Api-Key"
+    egress = {host: {"headers": {name: secret(SECRET)}} for host in hosts}
+    error = _refused(egress, {SECRET: value}, hosts)
+    assert (error.code, error.ran) == (INVALID_OPTION, False), error.message  # not 0006: nothing was sent
+    assert said in error.message
+    assert value not in error.message and VALUE not in error.message
+    if case != "eleven hosts":
+        assert f"egress['{hosts[0]}']" in error.message
+    if case in ("a long value", "an e2b placeholder"):
+        assert repr(SECRET) in error.message
+
+
+def test_the_rules_set_each_hosts_headers_in_one_transform() -> None:
+    rules = (
+        EgressRule("a.example.com", (EgressHeader("X-Api-Key", "K", "v1", "v1"),)),
+        EgressRule(
+            "b.example.com",
+            (EgressHeader("Authorization", "T", "Bearer v2", "v2"), EgressHeader("X-B", "K", "v1", "v1")),
+        ),
+    )
+    assert e2b_network_rules(rules) == {
+        "a.example.com": [{"transform": {"headers": {"X-Api-Key": "v1"}}}],
+        "b.example.com": [{"transform": {"headers": {"Authorization": "Bearer v2", "X-B": "v1"}}}],
+    }
+    caps = e2b_sandbox_driver(api_key=KEY).mainsdk_driver_capabilities()
+    assert caps.egress_headers is True
