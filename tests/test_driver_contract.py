@@ -130,7 +130,8 @@ def test_capabilities_claim_nothing_but_the_isolation_by_default() -> None:
     caps = Capabilities(isolation="weak")
     claims = {f.name: getattr(caps, f.name) for f in attrs.fields(Capabilities)}
     assert claims["languages"] == frozenset()
-    for flag in ("network", "wildcard_hosts", "memory_limit", "sessions", "production", "reports_signals"):
+    flags = ("network", "wildcard_hosts", "memory_limit", "sessions", "production", "reports_signals")
+    for flag in (*flags, "private_tmp", "disk_limit"):
         assert claims[flag] is False, flag
     assert (caps.memory_limit_scope, caps.network_reach) == (None, None)
 

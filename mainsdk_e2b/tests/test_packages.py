@@ -10,8 +10,10 @@ fails the replay.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
+import json
 import os
 import urllib.parse
 import urllib.request
@@ -20,14 +22,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from e2b_replay import KEY, provider
-from mainsdk import Sandbox, SandboxDeps, SandboxError
+from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION
 from mainsdk_conformance.replay import ReplayServer
 from mainsdk_driverkit.wheelhouse import Wheelhouse
-from mainsdk_e2b.packages import BoxPython
+from mainsdk_e2b.driver import E2BBox
+from mainsdk_e2b.packages import KERNEL, BoxPython, kernel_python_problem
 
 from mainsdk_e2b import e2b_sandbox_driver
 
@@ -164,6 +168,53 @@ def a_set_that_cannot_be_resolved(server: ReplayServer, wheels: Path, key: str =
     return {"error": caught.value, "requests": len(server.received)}
 
 
+# What a session's own python finds of IPython: nothing, the kernel's set being in a folder of its own.
+FIND_IPYTHON = "import importlib.util; print(importlib.util.find_spec('IPython'))"
+
+
+def kernel_cell(site: str) -> str:
+    """A cell that imports IPython from ``site`` (as the kernel's executor will, after the user's site-packages)."""
+    return (
+        f"import sys\nsys.path.append({site!r})\nimport IPython\n"
+        "shell = IPython.core.interactiveshell.InteractiveShell.instance()\n"
+        "(IPython.__version__, IPython.__file__, shell.run_cell('6 * 7', store_history=False).result)"
+    )
+
+
+def the_cell_kernels_packages(server: ReplayServer, wheels: Path, key: str = KEY) -> dict[str, Any]:
+    """Two sessions of one driver, no ``sandbox.packages``: each box gets the kernel's set, fetched once."""
+
+    async def scenario() -> dict[str, Any]:
+        config = load_config_text("sandbox: {driver: e2b, limits: {timeout: 60s}}\n")
+        house = Wheelhouse(str(wheels))
+        driver = e2b_sandbox_driver(
+            api_key=key, api_url=server.url("api"), sandbox_url=server.url("sandbox"), wheelhouse=house
+        )
+        sandbox = AsyncSandbox(SandboxDeps(config=config, driver=driver))
+        seen: dict[str, Any] = {"downloads_before": house.downloads}
+        try:
+            for name in ("first", "second"):
+                async with await sandbox.create() as session:
+                    box = session._runtime.opened.box
+                    assert isinstance(box, E2BBox)
+                    before = len(server.received)
+                    site = await driver.mainsdk_driver_kernel_site(box=box, language="python")
+                    sent = [(r.method, r.path) for r in server.received[before:]]
+                    before = len(server.received)
+                    again = await driver.mainsdk_driver_kernel_site(box=box, language="python")
+                    bash = await driver.mainsdk_driver_kernel_site(box=box, language="bash")
+                    seen[f"{name}_again"] = (again, bash, len(server.received) - before)
+                    user = await session.run("python3", ["-c", FIND_IPYTHON])
+                    cell = await session.run_code(kernel_cell(str(site)))
+                    seen[name] = {"site": site, "sent": sent, "user": user.stdout, "cell": (cell.text, cell.error)}
+                    seen[f"{name}_downloads"] = house.downloads
+        finally:
+            await sandbox.aclose()
+        return seen
+
+    return asyncio.run(scenario())
+
+
 def index_answers(url: str) -> bool:
     """Whether the package index at ``url`` (a simple index) answers at all, within a few seconds."""
     try:
@@ -182,6 +233,17 @@ def chart_wheels(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
         pytest.skip(f"the package index on {host} does not answer here: the chart's 13 wheels (55 MB) come from it")
     cache = getattr(request.config, "cache", None)  # downloaded once per checkout, as an app keeps its cache
     return Path(cache.mkdir("mainsdk-e2b-wheelhouses")) if cache is not None else tmp_path
+
+
+@pytest.fixture
+def kernel_wheels(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """The kernel's wheelhouse: IPython, its dependencies and pip, from the package index (as the chart's)."""
+    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple/")
+    if not index_answers(index.rstrip("/") + "/ipython/"):
+        host = urllib.parse.urlsplit(index).hostname or index.split(":", 1)[0]  # never a token the URL may hold
+        pytest.skip(f"the package index on {host} does not answer here: the kernel's 18 wheels come from it")
+    cache = getattr(request.config, "cache", None)  # downloaded once per checkout, as an app keeps its cache
+    return Path(cache.mkdir("mainsdk-e2b-kernel-wheelhouses")) if cache is not None else tmp_path
 
 
 @pytest.fixture
@@ -232,6 +294,41 @@ def test_a_set_that_cannot_be_resolved_is_one_0001_naming_the_package_before_any
     assert "doesnotexist-xyz==1.0" in error.message and MADE not in error.message
     assert "pip said: ERROR" in error.message
     assert seen["requests"] == 3  # create, the probe, the kill: the code never started
+
+
+def test_each_session_gets_the_kernels_ipython_in_a_folder_of_its_own_from_wheels_fetched_once(
+    kernel_wheels: Path,
+) -> None:
+    with provider("the_cell_kernels_packages") as server:
+        seen = the_cell_kernels_packages(server, kernel_wheels)
+    assert server.problems(final=True) == []
+    for name in ("first", "second"):
+        box = seen[name]
+        assert box["site"] == KERNEL
+        # One box, one set: the probe (the template's python, first box only), the wheels' upload, the install.
+        probe = [("POST", "/process.Process/Start")] if name == "first" else []
+        assert box["sent"] == [*probe, ("POST", "/files"), ("POST", "/process.Process/Start")], box["sent"]
+        assert seen[f"{name}_again"] == (KERNEL, None, 0)  # a restart's call: the box's answer, no request
+        assert box["user"] == "None\n"  # the session's own python has no IPython: the set is apart from it
+        text, error = box["cell"]
+        assert error is None, error
+        assert text == repr(("9.18.1", f"{KERNEL}/IPython/__init__.py", 42))
+    # The wheels were fetched at most once (none when this checkout's cache had them), uploaded to each box.
+    assert seen["second_downloads"] == seen["first_downloads"] <= seen["downloads_before"] + 1
+    # Both uploads are the same wheels (the cassette keeps each by its sha256; replay matched them part by part).
+    data = json.loads((CASSETTES / "the_cell_kernels_packages.json").read_text())
+    uploads = [i["request"]["body"] for i in data["interactions"] if i["request"]["path"] == "/files"]
+    assert len(uploads) == 2 and uploads[0] == uploads[1]
+
+
+def test_a_box_python_older_than_3_11_cannot_take_the_kernels_set() -> None:
+    old = BoxPython.from_probe(
+        '{"implementation": "cpython", "version": [3, 10], "free_threaded": false, "libc": "glibc 2.36",'
+        ' "machine": "x86_64"}'
+    )
+    problem = kernel_python_problem(old)
+    assert problem is not None and "python 3.10" in problem and "3.11" in problem and "sandbox.e2b.template" in problem
+    assert kernel_python_problem(attrs.evolve(old, version="3.11", abi="cp311")) is None
 
 
 def test_the_box_python_is_read_from_the_probe_and_odd_boxes_are_refused() -> None:

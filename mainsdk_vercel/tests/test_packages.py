@@ -18,6 +18,7 @@ as a zip), the box's python and the code really ran there (the PNGs are matplotl
 from __future__ import annotations
 
 import ast
+import asyncio
 import base64
 import hashlib
 import importlib.util
@@ -34,14 +35,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mainsdk import Sandbox, SandboxDeps, SandboxError
+from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION
 from mainsdk_conformance.plugin import seeded_cell_tokens
 from mainsdk_conformance.profiles import VERCEL
 from mainsdk_conformance.replay import ReplayServer
 from mainsdk_driverkit.wheelhouse import Wheelhouse, WheelSet, failure_message, wheels_key
-from mainsdk_vercel.packages import INSTALL, INSTALL_WHEELS, INSTALLER_ZIP, PROBE, BoxPython, installer_zip
+from mainsdk_vercel.driver import VercelBox
+from mainsdk_vercel.packages import (
+    INSTALL,
+    INSTALL_WHEELS,
+    INSTALLER_ZIP,
+    KERNEL,
+    PROBE,
+    BoxPython,
+    installer_zip,
+    kernel_python_problem,
+)
 
 from mainsdk_vercel import VercelDriver
 
@@ -236,6 +247,17 @@ def index_wheels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         pytest.skip(f"{why}: this test installs 14 real wheels (pandas, matplotlib) fetched from it")
     cache = getattr(request.config, "cache", None)
     root = Path(cache.mkdir("mainsdk-vercel-wheels")) if cache is not None else tmp_path_factory.mktemp("wheels")
+    return Wheelhouse(str(root))
+
+
+@pytest.fixture
+def kernel_wheels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Wheelhouse:
+    """The app's real wheelhouse for the cell kernel's set (IPython, its dependencies and pip), from the index."""
+    why = _index_reachable()
+    if why is not None and not os.environ.get(AUTHOR_ENV):
+        pytest.skip(f"{why}: this test installs the cell kernel's 18 real wheels (IPython) fetched from it")
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir("mainsdk-vercel-kernel-wheels")) if cache is not None else tmp_path_factory.mktemp("k")
     return Wheelhouse(str(root))
 
 
@@ -491,3 +513,70 @@ def test_installer_ships_as_the_same_zip_of_the_apps_own_copy() -> None:
         sources = {n: archive.read(n).decode() for n in names if n.endswith(".py")}
     for name, text in {"INSTALL_WHEELS": INSTALL_WHEELS, **sources}.items():
         ast.parse(text, filename=name, feature_version=(3, 7))
+
+
+# What a session's own python finds of IPython: nothing, the kernel's set being in a folder of its own.
+FIND_IPYTHON = "import importlib.util; print(importlib.util.find_spec('IPython'))"
+
+
+def kernel_cell(site: str) -> str:
+    """A cell that imports IPython from ``site`` (as the kernel's executor will, after the user's site-packages)."""
+    return (
+        f"import sys\nsys.path.append({site!r})\nimport IPython\n"
+        "shell = IPython.core.interactiveshell.InteractiveShell.instance()\n"
+        "(IPython.__version__, IPython.__file__, shell.run_cell('6 * 7', store_history=False).result)"
+    )
+
+
+async def _two_kernel_sessions(h: Harness, text: str) -> dict[str, Any]:
+    """Two sessions of one driver: the kernel's site asked twice and for bash in each, a command and a cell."""
+    sandbox = AsyncSandbox(SandboxDeps(config=load_config_text(text), driver=h.driver, load_entrypoints=False))
+    seen: dict[str, Any] = {}
+    try:
+        for name in ("first", "second"):
+            async with await sandbox.create() as session:
+                box = session._runtime.opened.box
+                assert isinstance(box, VercelBox)
+                mark = len(h.server.received)
+                site = await h.driver.mainsdk_driver_kernel_site(box=box, language="python")
+                sent = h.steps(mark)
+                mark = len(h.server.received)
+                again = await h.driver.mainsdk_driver_kernel_site(box=box, language="python")
+                bash = await h.driver.mainsdk_driver_kernel_site(box=box, language="bash")
+                seen[f"{name}_again"] = (again, bash, h.steps(mark))
+                user = await session.run("python3", ["-c", FIND_IPYTHON])
+                cell = await session.run_code(kernel_cell(str(site)))
+                seen[name] = {"site": site, "sent": sent, "user": user.stdout, "cell": (cell.text, cell.error)}
+                seen[f"{name}_downloads"] = h.wheelhouse.downloads
+    finally:
+        await sandbox.aclose()
+    return seen
+
+
+def test_each_session_gets_the_kernels_ipython_in_a_folder_of_its_own_from_wheels_fetched_once(
+    harness: Any, kernel_wheels: Wheelhouse
+) -> None:
+    text = "sandbox: {driver: vercel-sandbox, limits: {timeout: 30s}}\n"  # no sandbox.packages: the kernel's own
+    h = harness("cell_kernel", text, kernel_wheels)
+    downloads = kernel_wheels.downloads
+    seen = asyncio.run(_two_kernel_sessions(h, text))
+    for name in ("first", "second"):
+        box = seen[name]
+        assert box["site"] == KERNEL
+        # One box, one set: the image's python (first box of the driver only), the wheels' write, the install.
+        probe = ["POST cmd"] if name == "first" else []
+        assert box["sent"] == [*probe, "POST write", "POST cmd"], box["sent"]
+        assert seen[f"{name}_again"] == (KERNEL, None, [])  # a restart's call: the box's answer, no request
+        assert box["user"] == "None\n"  # the session's own python has no IPython: the set is apart from it
+        text_, error = box["cell"]
+        assert error is None, error
+        assert text_ == repr(("9.18.1", f"{KERNEL}/IPython/__init__.py", 42))
+    # Fetched at most once (none when this checkout's cache had them), uploaded to each box.
+    assert seen["second_downloads"] == seen["first_downloads"] <= downloads + 1
+
+
+def test_an_image_python_older_than_3_11_cannot_take_the_kernels_set() -> None:
+    old = BoxPython(version="3.9", glibc="2.34")  # Amazon Linux 2023's python3 (the legacy runtimes)
+    problem = kernel_python_problem(old)
+    assert problem is not None and "python 3.9" in problem and "sandbox.vercel.runtime" in problem
+    assert kernel_python_problem(BoxPython(version="3.13", glibc="2.34")) is None

@@ -24,6 +24,8 @@ CAPABILITY_FLAGS = (
     "background",
     "packages",
     "egress_headers",
+    "private_tmp",
+    "disk_limit",
 )
 MEMORY_LIMIT_TREE = "memory_limit_tree"  # Capabilities.memory_limit_scope == "tree"
 CELLS_LANGUAGE = "cells_language:"  # + a name of Capabilities.cells_languages
@@ -34,7 +36,7 @@ def requires(*needs: str) -> Callable[[F], F]:
 
     A need is a boolean field of ``mainsdk.driver.Capabilities`` (``sessions``,
     ``memory_limit``, ``network``, ``wildcard_hosts``, ``reports_signals``, ``cells``, ``background``,
-    ``packages``, ``egress_headers``),
+    ``packages``, ``egress_headers``, ``private_tmp``, ``disk_limit``),
     ``memory_limit_tree``
     (the driver declares ``memory_limit_scope="tree"``), ``language:<name>`` (of ``Capabilities.languages``),
     ``cells_language:<name>`` (of ``Capabilities.cells_languages``: ``requires_cells_language``),

@@ -136,6 +136,11 @@ class Capabilities:
     # What the memory limit holds for: "tree" the run's whole process tree (a cgroup, a VM), "process" each
     # process on its own (RLIMIT_AS: 8 processes may each take the limit); None: not declared.
     memory_limit_scope: Literal["tree", "process"] | None = None
+    # A writable /tmp and HOME of the box's own: kept across a session's commands, gone with the box, never the
+    # host's or another box's (pip, matplotlib and tempfile need them).
+    private_tmp: bool = False
+    # Holds ``permissions.disk.temp.max`` (``RunLimits.disk``) for all the box writes: work, out, /tmp and HOME.
+    disk_limit: bool = False
     sessions: bool = False
     production: bool = False  # True: allowed when MAINSDK_ENV=production; otherwise refused (MAIN-SANDBOX-0011)
     price_per_second: Decimal = Decimal(0)  # the driver's own estimate; ``sandbox.price`` overrides it

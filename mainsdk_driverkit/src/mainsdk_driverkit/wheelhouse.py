@@ -180,6 +180,24 @@ def failure_message(pins: Sequence[str], output: str, where: str) -> str:
     )
 
 
+def kernel_failure(error: SandboxError | str, where: str) -> SandboxError:
+    """The 0001 of the cell kernel's own set (``mainsdk.driver.KERNEL_PACKAGES``) failing ``where``: no pin of the
+    user's, so nothing in main.yaml to fix. ``error``: ``ensure``'s 0001, or pip's output in the box."""
+    said = error.message.partition("pip said: ")[2].rpartition(" -- fix")[0] if isinstance(error, SandboxError) else ""
+    if not isinstance(error, SandboxError):
+        lines = [line.strip() for line in error.splitlines() if line.strip()]
+        said = " ".join([line for line in lines if line.startswith("ERROR")] or lines[-5:])
+    if len(said) > _MESSAGE_CHARS:
+        said = said[:_MESSAGE_CHARS] + " ..."
+    return SandboxError(
+        INVALID_OPTION,
+        f"cells: the kernel's own packages (IPython and its dependencies, mainsdk.driver.KERNEL_PACKAGES) could not "
+        f"be installed {where}; pip said: {said or '(nothing)'} -- the box's python must take CPython wheels of "
+        "them (3.11 or later, glibc): choose an image or template that has one; nothing ran",
+        ran=False,
+    )
+
+
 def _names(pin: str, said: str) -> bool:
     """Whether the canonical text ``said`` names ``pin``'s package as a whole word (six, not six-extras)."""
     return re.search(rf"(?<![a-z0-9-]){re.escape(parse_pin(pin).key)}(?![a-z0-9]|-[a-z])", said) is not None

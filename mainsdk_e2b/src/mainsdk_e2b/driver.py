@@ -47,6 +47,7 @@ from mainsdk.config import AppConfig
 from mainsdk.driver import (
     DRIVER_UNAVAILABLE,
     INVALID_OPTION,
+    KERNEL_PACKAGES,
     LANGUAGES,
     NO_SESSION,
     BoxGone,
@@ -62,13 +63,24 @@ from mainsdk.driver import (
     OutputSink,
     SandboxError,
     SecretResolver,
+    before_command,
     environment_secrets,
 )
 from mainsdk.hookspecs import hookimpl
-from mainsdk_driverkit.wheelhouse import Wheelhouse, failure_message
+from mainsdk_driverkit.wheelhouse import Wheelhouse, failure_message, kernel_failure
 
 from mainsdk_e2b.config import PLAN_HOURS, E2BConfig
-from mainsdk_e2b.packages import ENV_PYTHON, PROBE, WHEELS, BoxPython, install_line
+from mainsdk_e2b.packages import (
+    ENV_PYTHON,
+    KERNEL,
+    KERNEL_WHEELS,
+    PROBE,
+    WHEELS,
+    BoxPython,
+    install_line,
+    kernel_install_line,
+    kernel_python_problem,
+)
 
 if TYPE_CHECKING:
     from e2b.sandbox.sandbox_api import SandboxNetworkOpts
@@ -225,6 +237,7 @@ class E2BBox:
     stdin_files: int = 0
     stopped: bool = False
     python: str | None = None  # the interpreter of the box's packages (``packages.ENV_PYTHON``), when it has some
+    kernel_site: str | None = None  # the folder of the cell kernel's packages, once installed (``KERNEL``)
     # A session's requests go one at a time, in an order set by core's calls, never by network timing: core
     # starts the cell kernel's exec as a task and writes the first cell at once, so without this the kernel's
     # input upload and the cell's write race (and a replay, strict about one sandbox's order, sees them
@@ -294,6 +307,10 @@ class E2BDriver:
             network=True,
             wildcard_hosts=True,
             memory_limit=False,  # memory is the template's size, not a per-run limit
+            # Each box is a VM of its own: its /tmp and HOME (/home/user, the template's user, set by shell_line)
+            # are its disk's and go with it. That disk is the template's size, not permissions.disk.temp.max.
+            private_tmp=True,
+            disk_limit=False,
             sessions=True,
             production=True,
             price_per_second=self._price,
@@ -490,6 +507,24 @@ class E2BDriver:
         return ExecOutcome(exit_code=exit_code, duration=time.monotonic() - started)
 
     @hookimpl
+    async def mainsdk_driver_kernel_site(self, box: E2BBox, language: str) -> str | None:
+        """The folder of the cell kernel's packages in ``box`` (``KERNEL``), installed at the first call.
+
+        As ``sandbox.packages``: the wheels of ``KERNEL_PACKAGES[language]`` for the template's python come from
+        the app's wheelhouse (downloaded once, then reused by every box), go up in one request and are installed
+        offline, as root, into ``KERNEL``: one upload and one command per box, none at a later call (a restart).
+        The network of the box is never widened for them. None for a language with no set.
+        """
+        pins = KERNEL_PACKAGES.get(language)
+        if not pins:
+            return None
+        if box.kernel_site is None:
+            # Before the kernel's exec: whatever fails here ran no code (0001 for the box's python, 0006 else).
+            await before_command(self._install_kernel(box, pins))
+            box.kernel_site = KERNEL
+        return box.kernel_site
+
+    @hookimpl
     async def mainsdk_driver_write_file(self, box: E2BBox, folder: Folder, path: str, data: bytes) -> None:
         """Write one file into a folder of the box (sessions); a write, like a cell's input, keeps the sandbox alive."""
         # Core's cell kernel is one command that outlives any deadline; each cell is a write. A write may start up
@@ -656,6 +691,39 @@ class E2BDriver:
         except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
             raise self._unavailable("install the packages", exc) from None
         box.python = ENV_PYTHON
+
+    async def _install_kernel(self, box: E2BBox, pins: Sequence[str]) -> None:
+        """Probe (once per template), fetch, upload and install the kernel's set, in the box's turn."""
+        with await self._in_turn(box):
+            self._check_cap(box)
+            box_python = self._box_pythons.get(self._template) or await self._probe(box)
+            problem = kernel_python_problem(box_python)
+            if problem is not None:
+                raise SandboxError(INVALID_OPTION, problem, ran=False)
+            try:
+                wheels = (await asyncio.to_thread(self._wheelhouse.ensure, box_python, pins)).paths
+            except SandboxError as exc:
+                if exc.code != INVALID_OPTION:
+                    raise
+                raise kernel_failure(exc, f"as wheels for {box_python.describe()}") from None
+            entries = [{"path": f"{KERNEL_WHEELS}/{wheel.name}", "data": wheel.read_bytes()} for wheel in wheels]
+            try:
+                await box.sandbox.files.write_files(entries, use_octet_stream=False)  # type: ignore[arg-type]
+            except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
+                raise self._unavailable("upload the cell kernel's packages", exc, box) from None
+            try:
+                await box.sandbox.commands.run(
+                    kernel_install_line([wheel.name for wheel in wheels]),
+                    envs={"PATH": BASE_PATH},
+                    user="root",
+                    timeout=INSTALL_TIMEOUT,
+                    request_timeout=self._request_timeout,
+                )
+            except CommandExitException as exc:
+                where = "in the E2B box (offline, from the wheels fetched for it)"
+                raise kernel_failure(exc.stdout + exc.stderr, where) from None
+            except Exception as exc:  # noqa: BLE001 - any SDK failure is the provider's: 0006
+                raise self._unavailable("install the cell kernel's packages", exc, box) from None
 
     @staticmethod
     async def _in_turn(box: E2BBox) -> _Turn:

@@ -84,3 +84,45 @@ def install_line(wheels: Sequence[str]) -> str:
             f"r=$?; rm -rf -- {WHEELS}; exit $r",
         ]
     )
+
+
+# The cell kernel's own packages (``mainsdk.driver.KERNEL_PACKAGES``): installed flat (``pip install --target``)
+# into a folder of their own, apart from the user's environment (``ENV``) and never on any default sys.path;
+# core puts it on the kernel's sys.path after the user's site-packages. Installed as root and left read-only to
+# the box's user ("user"), so code in the box cannot change the kernel's IPython under later cells or restarts.
+KERNEL = "/opt/mainsdk/kernel"
+KERNEL_WHEELS = "/tmp/mainsdk-kernel-wheels"
+KERNEL_PYTHON = (3, 11)  # ipython 9's Requires-Python
+
+
+def kernel_python_problem(box_python: BoxPython) -> str | None:
+    """Why ``box_python`` cannot run the kernel's IPython, or None when it can."""
+    major, minor = (int(part) for part in box_python.version.split("."))
+    if (major, minor) >= KERNEL_PYTHON:
+        return None
+    return (
+        f"{box_python.describe()} cannot run the cells' IPython (ipython 9 needs Python >= 3.11): use an E2B "
+        "template whose python3 is 3.11 or later (sandbox.e2b.template)"
+    )
+
+
+def kernel_install_line(wheels: Sequence[str]) -> str:
+    """The box's command (as root): the kernel's wheels installed offline into ``KERNEL``, the wheels removed.
+
+    ``--no-index --no-deps``: the set is closed and was fetched on the app side. Compiled (pip's default), so the
+    box's user, who cannot write there, imports IPython from bytecode at every kernel start; readable by all.
+    Installed into a fresh folder renamed into place, so a failed install leaves no half set; a box that has the
+    set already (a session another worker opened) keeps it.
+    """
+    paths = " ".join(shlex.quote(f"{KERNEL_WHEELS}/{name}") for name in wheels)
+    return "\n".join(
+        [
+            "export PIP_CONFIG_FILE=/dev/null PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "
+            "PIP_ROOT_USER_ACTION=ignore",
+            "umask 022",
+            f"if [ -d {KERNEL} ]; then r=0; else rm -rf -- {KERNEL}.new && mkdir -p {KERNEL}.new && "
+            f"python3 -E -s -m pip install --no-index --no-deps -q --target {KERNEL}.new {paths} && "
+            f"chmod -R a+rX,go-w {KERNEL}.new && mv -T -- {KERNEL}.new {KERNEL}; r=$?; fi",
+            f"rm -rf -- {KERNEL_WHEELS} {KERNEL}.new; exit $r",
+        ]
+    )

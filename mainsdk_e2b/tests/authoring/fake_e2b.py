@@ -6,7 +6,8 @@ mode with the recorder forwarding here instead of to E2B, so every request in
 a cassette is exactly what the real SDK sent, and every answer is shaped as
 envd and the control plane shape theirs (Connect JSON envelopes, multipart
 upload, ListDir entries). Commands really run, on this host, in a folder
-standing in for ``/home/user`` of the sandbox; a few answers (network,
+standing in for ``/home/user`` of the sandbox (and ``/opt/mainsdk``, bound
+at its path in a mount namespace of each command's); a few answers (network,
 files of the host) are then corrected by hand in the cassettes, and say so.
 
 Process semantics follow envd (e2b-dev/infra ``packages/envd``), never kinder:
@@ -68,6 +69,7 @@ from mainsdk_conformance.profiles import E2B
 ENVD_VERSION = "0.6.13"  # packages/envd/pkg/version.go
 STD_CHUNK_SIZE = 32 << 10  # packages/envd/internal/services/process/handler/handler.go stdChunkSize
 HOME = "/home/user"
+OPT_MOUNT = 'mount -t tmpfs none /opt && mkdir /opt/mainsdk && mount --bind "$1" /opt/mainsdk && shift && exec "$@"'
 
 
 class Box:
@@ -85,6 +87,7 @@ class Box:
         self.root = Path(tempfile.mkdtemp(prefix=f"fake-e2b-{sandbox_id}-"))
         (self.root / "home/user").mkdir(parents=True)
         (self.root / "tmp").mkdir()
+        (self.root / "opt/mainsdk").mkdir(parents=True)
         self.procs: dict[int, Proc] = {}
 
     def listed(self) -> dict[str, Any]:
@@ -623,6 +626,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         request = json.loads(body[5:])
         process = request["process"]
         argv = [process["cmd"], *[box.rewrite(arg) for arg in process.get("args") or []]]
+        # The sandbox's /opt/mainsdk (the cell kernel's packages, which its start line and cells name as they
+        # are, on stdin) at its real path, in a mount namespace of the command's own: the host's /opt is not the
+        # VM's. unshare (no --fork) and sh's exec keep the command at the pid started here, as envd's.
+        argv = ["unshare", "-m", "sh", "-c", OPT_MOUNT, "sh", str(box.map("/opt/mainsdk")), *argv]
         env = dict(process.get("envs") or {})
         env.setdefault("PATH", os.environ.get("PATH", "/usr/bin:/bin"))
         # envd gives a command its user's HOME and USER; here the stand-in's home, so no profile of this host runs.

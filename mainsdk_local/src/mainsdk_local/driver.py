@@ -168,6 +168,10 @@ class LocalDriver:
             memory_limit=True,
             # A cgroup per command holds the whole tree; without a writable one, RLIMIT_AS holds per process.
             memory_limit_scope="process" if enforcement == "rlimit" else "tree",
+            # /work, /out and /tmp (HOME in it) on the box's own tmpfs of permissions.disk.temp.max; weak mode has
+            # no /tmp of its own (TMPDIR and HOME are folders of the box's private directory) and only RLIMIT_FSIZE.
+            private_tmp=isolation == "namespace",
+            disk_limit=isolation == "namespace",
             sessions=True,
             production=False,
             # The box's only way out is its proxy, which checks every request's or CONNECT's host, on any port.

@@ -32,6 +32,7 @@ from mainsdk.config import AppConfig
 from mainsdk.driver import (
     DRIVER_UNAVAILABLE,
     INVALID_OPTION,
+    KERNEL_PACKAGES,
     LANGUAGES,
     NO_SESSION,
     BoxGone,
@@ -51,11 +52,22 @@ from mainsdk.driver import (
     environment_secrets,
 )
 from mainsdk.hookspecs import hookimpl
-from mainsdk_driverkit.wheelhouse import Wheelhouse, failure_message
+from mainsdk_driverkit.wheelhouse import Wheelhouse, failure_message, kernel_failure
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
 from mainsdk_vercel.config import PLAN_MAX_DURATION, VercelConfig
-from mainsdk_vercel.packages import INSTALL, INSTALL_WHEELS, INSTALLER_ZIP, PROBE, BoxPython, installer_zip
+from mainsdk_vercel.packages import (
+    INSTALL,
+    INSTALL_WHEELS,
+    INSTALLER_ZIP,
+    KERNEL,
+    KERNEL_INSTALL,
+    KERNEL_WHEELS,
+    PROBE,
+    BoxPython,
+    installer_zip,
+    kernel_python_problem,
+)
 
 log = logging.getLogger("mainsdk.vercel")
 DRIVER_ID = "vercel-sandbox"
@@ -193,6 +205,7 @@ class VercelBox:
     # interpreter and its first cell file, or two background processes, then reach Vercel (and a replayed
     # cassette) in one order. Kills and the stop never wait for it.
     sending: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    kernel_site: str | None = None  # the folder of the cell kernel's packages, once installed (``KERNEL``)
 
 
 class _Capture:
@@ -276,6 +289,12 @@ class VercelDriver:
             network=True,
             wildcard_hosts=True,
             memory_limit=False,  # a command gets the whole VM: no per-command memory cap to enforce
+            # Each box is a VM of its own: its /tmp and the image's HOME (the default image's /vercel, its user's
+            # home; the legacy runtimes' /home/vercel-sandbox: github vercel/sandbox images/ubuntu/Dockerfile,
+            # runtime-base/Dockerfile) are its disk's and go with it. That disk is Vercel's size, not
+            # permissions.disk.temp.max.
+            private_tmp=True,
+            disk_limit=False,
             sessions=True,
             # Cells and background processes are commands left running in a session's sandbox: Vercel runs any
             # number of commands at once in one session, each streaming its own logs (``cmd?wait=true&logs=true``
@@ -440,6 +459,24 @@ class VercelDriver:
             raise self._capped(box)  # killed as Vercel stopped the VM at the cap: not the code's own end
         box.archive = archive or None
         return ExecOutcome(exit_code=run.exit_code, duration=loop.time() - started)
+
+    @hookimpl
+    async def mainsdk_driver_kernel_site(self, box: VercelBox, language: str) -> str | None:
+        """The folder of the cell kernel's packages in ``box`` (``KERNEL``), installed at the first call.
+
+        As ``sandbox.packages``: the wheels of ``KERNEL_PACKAGES[language]`` for the image's python come from the
+        app's wheelhouse (downloaded once, then reused by every box), go up in one ``fs/write`` with the installer
+        and are installed offline into ``KERNEL``: one upload and one command per box, none at a later call (a
+        restart). The sandbox's network is never widened for them. None for a language with no set.
+        """
+        pins = KERNEL_PACKAGES.get(language)
+        if not pins:
+            return None
+        if box.kernel_site is None:
+            # Before the kernel's exec: whatever fails here ran no code (0001 for the box's python, 0006 else).
+            await before_command(self._install_kernel(box, pins))
+            box.kernel_site = KERNEL
+        return box.kernel_site
 
     @hookimpl
     async def mainsdk_driver_write_file(self, box: VercelBox, folder: Folder, path: str, data: bytes) -> None:
@@ -657,6 +694,47 @@ class VercelDriver:
             said = captured.text("stderr") + captured.text("stdout")
             where = "in the Vercel sandbox (offline, from the wheels fetched for it)"
             raise SandboxError(INVALID_OPTION, failure_message(pins, said, where), ran=False)
+
+    async def _install_kernel(self, box: VercelBox, pins: Sequence[str]) -> None:
+        """Probe (once per driver), fetch, upload and install the kernel's set, in the box's turn to send."""
+        async with box.sending:
+            await self._ensure(box)
+            if self._python is None:
+                try:
+                    self._python = await self._probe(box)
+                except SandboxError as exc:
+                    if exc.code != INVALID_OPTION:
+                        raise
+                    raise kernel_failure(exc.message, "in the Vercel sandbox: its python3 did not answer") from None
+            problem = kernel_python_problem(self._python)
+            if problem is not None:
+                raise SandboxError(INVALID_OPTION, problem, ran=False)
+            try:
+                wheels = await asyncio.to_thread(self._wheelhouse.ensure, self._python, pins)
+            except SandboxError as exc:
+                if exc.code != INVALID_OPTION:
+                    raise
+                raise kernel_failure(exc, f"as wheels for {self._python.describe()}") from None
+            folder = f".mainsdk/kernel-wheels-{wheels.key[:16]}"
+            upload = {f"{folder}/{name}": data for name, data in (await asyncio.to_thread(wheels.read)).items()}
+            upload[f"{folder}/{INSTALLER_ZIP}"] = await asyncio.to_thread(installer_zip)
+            await self._write(box, upload, level=1)  # wheels are zips already
+            captured = _Capture()
+            run = _Run()
+            args = ["-c", KERNEL_INSTALL, f"{ROOT}/{folder}", KERNEL_WHEELS, KERNEL]
+            try:
+                async with asyncio.timeout(INSTALL_TIMEOUT):
+                    await self._run(box, "bash", args, {}, run, captured)
+            except TimeoutError:
+                raise SandboxError(
+                    DRIVER_UNAVAILABLE,
+                    f"cells: installing the kernel's IPython in the Vercel sandbox took more than "
+                    f"{INSTALL_TIMEOUT:.0f}s; retry",
+                    ran=False,
+                ) from None
+            if run.exit_code != 0:
+                said = captured.text("stderr") + captured.text("stdout")
+                raise kernel_failure(said, "in the Vercel sandbox (offline, from the wheels fetched for it)")
 
     async def _ensure(self, box: VercelBox) -> None:
         """Refuse a stopped box; extend a session's timeout when less than one command's lease is left.

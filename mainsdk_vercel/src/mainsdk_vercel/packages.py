@@ -227,3 +227,72 @@ class BoxPython:
         """``the Vercel sandbox's python 3.13 (cp313, x86_64, glibc 2.34)``, for messages."""
         libc = f"glibc {self.glibc}" if self.glibc else "no glibc"
         return f"the Vercel sandbox's python {self.version} (cp{self.nodot}{self.abiflags}, {self.machine}, {libc})"
+
+
+# The cell kernel's own packages (``mainsdk.driver.KERNEL_PACKAGES``): installed flat into a folder of their own,
+# apart from the image's site-packages (where ``sandbox.packages`` go) and on no default sys.path; core puts it on
+# the kernel's sys.path after the user's site-packages. Owned by root where the sandbox user cannot write /opt
+# (Vercel's images: ``sudo -n``), so code in the box cannot change the kernel's IPython under later cells.
+KERNEL = "/opt/mainsdk/kernel"
+KERNEL_PYTHON = (3, 11)  # ipython 9's Requires-Python
+
+# Run as ``python3 -I -c KERNEL_WHEELS <wheel folder> <target>``, with only the standard library and the zip:
+# every wheel's RECORD validated, then installed by pypa's installer into one flat folder (``pip install --target``
+# layout: packages at the top, scripts in bin/), no name outside it. Errors are ``ERROR:`` lines, as pip's.
+KERNEL_WHEELS = r"""
+import os, sys
+folder, target = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+sys.path.insert(0, os.path.join(folder, "installer.zip"))
+import installer
+from installer.destinations import SchemeDictionaryDestination
+from installer.sources import WheelFile
+
+class Destination(SchemeDictionaryDestination):
+    def write_to_fs(self, scheme, path, stream, is_executable):
+        root = os.path.abspath(self.scheme_dict[scheme])
+        if os.path.commonpath([root, os.path.abspath(os.path.join(root, path))]) != root:
+            raise ValueError("%s would be written outside %s" % (path, root))
+        return super().write_to_fs(scheme, path, stream, is_executable)
+
+os.chdir(folder)
+for name in sorted(n for n in os.listdir(".") if n.endswith(".whl")):
+    try:
+        with WheelFile.open(name) as source:
+            source.validate_record(validate_contents=True)
+            scheme = {"purelib": target, "platlib": target, "scripts": os.path.join(target, "bin"),
+                      "data": os.path.join(target, "data"), "headers": os.path.join(target, "include")}
+            destination = Destination(scheme, interpreter=sys.executable, script_kind="posix")
+            installer.install(source, destination, additional_metadata={"INSTALLER": b"mainsdk\n"})
+    except Exception as exc:
+        for line in getattr(exc, "issues", None) or ["%s: %s" % (name, str(exc) or type(exc).__name__)]:
+            print("ERROR: " + line, file=sys.stderr)
+        sys.exit(1)
+"""
+
+# Installs the uploaded kernel wheels offline into ``KERNEL`` (``$2``) with the box's ``python3``, compiled for it
+# on every CPU (the sandbox user imports from there at every kernel start, 0.3 s with bytecode and 0.7 s without
+# on the authoring host, and cannot write bytecode next to it), readable by
+# all; as root through ``sudo -n`` where the user cannot write the folder's parent. Into a fresh folder renamed
+# into place: a failed install leaves no half set; a box that has the set (a session another worker opened) keeps
+# it. $0 is the wheel folder (removed after), $1 the installing script (``KERNEL_WHEELS``); nothing else is given.
+KERNEL_INSTALL = (
+    "dir=$0 script=$1 target=$2; umask 022\n"
+    'py=$(command -v python3) || { echo "mainsdk: no python3 in the sandbox" >&2; exit 127; }\n'
+    'if [ -d "$target" ]; then command -p rm -rf -- "$dir"; exit 0; fi\n'
+    'parent=${target%/*}; if mkdir -p "$parent" 2>/dev/null && [ -w "$parent" ]; then as=; else as="sudo -n"; fi\n'
+    '$as mkdir -p -- "$parent" && $as rm -rf -- "$target.new" && $as "$py" -I -c "$script" "$dir" "$target.new" && '
+    '$as "$py" -I -m compileall -q -j 0 "$target.new" >/dev/null && $as chmod -R a+rX,go-w "$target.new" && '
+    '$as mv -T -- "$target.new" "$target"; r=$?\n'
+    '$as rm -rf -- "$target.new"; command -p rm -rf -- "$dir"; exit $r\n'
+)
+
+
+def kernel_python_problem(box_python: BoxPython) -> str | None:
+    """Why ``box_python`` cannot run the kernel's IPython, or None when it can."""
+    major, minor = (int(part) for part in box_python.version.split("."))
+    if (major, minor) >= KERNEL_PYTHON and box_python.implementation == "cpython":
+        return None
+    return (
+        f"{box_python.describe()} cannot run the cells' IPython (ipython 9 needs CPython >= 3.11): choose an image "
+        "whose python3 is 3.11 or later (sandbox.vercel.runtime)"
+    )

@@ -30,6 +30,7 @@ from mainsdk_conformance.cassette import authored_meta, mark_edited  # noqa: E40
 from mainsdk_conformance.profiles import VERCEL  # noqa: E402
 from mainsdk_conformance.target import NetworkHosts  # noqa: E402
 from mainsdk_vercel.driver import MARGIN, WRAPPER  # noqa: E402
+from mainsdk_vercel.packages import KERNEL_INSTALL  # noqa: E402
 
 # The placeholder ids the conftest replays with (imported by path: the tests are no package).
 _conftest = importlib.import_module("conftest")
@@ -86,6 +87,8 @@ def finish(simulated: bool, durations: dict[str, float] | None = None) -> None:
                 "written from vercel-sandbox 0.10.0 and @vercel/sandbox"
             )
         _hold_abandoned_streams(data)
+        if simulated:
+            _unpace_kernel_installs(data)
         if durations:
             _pace(data, durations)
         _rewrap(data)
@@ -100,6 +103,23 @@ _LOGS = re.compile(r"^/v2/sandboxes/sessions/[^/]+/cmd/([^/]+)/logs$")
 _WAIT = re.compile(r"^/v2/sandboxes/sessions/[^/]+/cmd/([^/]+)$")
 HELD = "authored: Vercel keeps a command's log stream open until the command ends, here at the kill"
 PACED = "authored: Vercel answers the wait when the command exits; it ran this long in the simulator"
+
+
+KERNEL_UNPACED = (
+    "pace: the cell kernel's install commands answer at once (their lines' arrival times dropped): installing "
+    "IPython offline took its time on the authoring host, which each replay would wait again"
+)
+
+
+def _unpace_kernel_installs(data: dict[str, Any]) -> None:
+    """Drop the ``at`` of every line of a command installing the cell kernel's set (``KERNEL_INSTALL``)."""
+    for interaction in data["interactions"]:
+        request = interaction["request"]
+        if KERNEL_INSTALL not in (((request.get("body") or {}).get("json") or {}).get("args") or []):
+            continue
+        lines = ((interaction.get("response") or {}).get("body") or {}).get("ndjson") or []
+        if [line.pop("at") for line in lines if "at" in line]:
+            mark_edited(data["meta"], KERNEL_UNPACED)
 
 
 def _lane_steps(data: dict[str, Any]) -> list[tuple[str, int]]:

@@ -25,8 +25,8 @@ everything the sandbox ran. A wrong token is answered as Vercel's
 API does: 403 with ``invalidToken`` (providers.md, checked 2026-11-30).
 
 Commands run as plain host processes in a private temporary folder standing
-for ``/vercel/sandbox``, in their own mount namespace with a private ``/tmp``
-(the host's files are not the VM's). Not a sandbox: test code only.
+for ``/vercel`` (the image user's home, ``/vercel/sandbox`` in it), in their own mount namespace with the
+sandbox's own ``/tmp`` and ``/opt/mainsdk`` (the host's files are not the VM's). Not a sandbox: test code only.
 """
 
 from __future__ import annotations
@@ -53,8 +53,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 ROOT = "/vercel/sandbox"
+# HOME is the image's own (the driver gives none): ``/vercel`` in the default image, whose user ubuntu has it
+# as home and owns it, /vercel/sandbox inside it (github vercel/sandbox, images/ubuntu/Dockerfile: ``usermod
+# --home /vercel ubuntu``, ``ENV HOME=/vercel``); /home/vercel-sandbox in the legacy Amazon Linux runtimes
+# (images/runtime-base/Dockerfile: ``useradd -m ... vercel-sandbox``). The stand-in's is its folder for /vercel.
 PYTHON = os.path.realpath(sys.executable)
-BASE = "/var/tmp"  # not under /tmp, which each command gets empty
+BASE = "/var/tmp"  # not under /tmp, which each command sees as its sandbox's own
 SESSIONS = "/v2/sandboxes/sessions/"
 # The API takes JSON bodies up to 1 MB: vercel-sandbox 0.10.0 sends stdin in 512 KiB chunks "keeping the base64 JSON
 # body under the API's 1 MB limit" (``_internal/process_stdin.py``, STDIN_CHUNK_SIZE).
@@ -75,13 +79,20 @@ class Command:
         self.cond = threading.Condition()
         self.exit_code: int | None = None
         args = [sandbox.map(a) for a in body.get("args", [])]
-        env = {"PATH": f"{sandbox.venv}/bin:{sandbox.bin}:/usr/bin:/bin", "HOME": sandbox.dir, **body.get("env", {})}
-        # A private /tmp: the VM does not share the app's files. No network unless the policy is allow-all: a
-        # deny-all VM reaches nothing, and a custom policy reaches named hosts only by TLS SNI, which this
-        # stand-in has no firewall to tell (so it reaches nothing: where it errs, it errs on the strict side).
+        env = {"PATH": f"{sandbox.venv}/bin:{sandbox.bin}:/usr/bin:/bin", "HOME": sandbox.top, **body.get("env", {})}
+        # The VM's /tmp: the sandbox's own (every command of it sees the same one, as in one VM), never the host's,
+        # bound at its real path in a mount namespace of the command's. The VM does not share the app's files.
+        # No network unless the policy is allow-all: a deny-all VM reaches nothing, and a custom policy reaches
+        # named hosts only by TLS SNI, which this stand-in has no firewall to tell (so it reaches nothing: where
+        # it errs, it errs on the strict side).
         policy = sandbox.body.get("networkPolicy") or {"mode": "allow-all"}
         isolate = [] if policy == {"mode": "allow-all"} else ["-n"]
-        wrapper = ["unshare", "-m", *isolate, "sh", "-c", 'mount -t tmpfs none /tmp && unset PWD && exec "$@"', "sh"]
+        # /opt/mainsdk too: the cell kernel's packages, which the driver installs there and cells name as they are.
+        mounts = (
+            'mount --bind "$1" /tmp && mount -t tmpfs none /opt && mkdir /opt/mainsdk '
+            '&& mount --bind "$2" /opt/mainsdk && shift 2 && unset PWD && exec "$@"'
+        )
+        wrapper = ["unshare", "-m", *isolate, "sh", "-c", mounts, "sh", sandbox.tmp, sandbox.opt]
         # Live stdin (``attachStdin``): a pipe the stdin endpoint writes to; without it the command's stdin is empty.
         self.attached = body.get("attachStdin") is True
         self.stdin_written = 0  # bytes the command has received on its stdin (the endpoint's ``bytesWritten``)
@@ -183,8 +194,14 @@ class Sandbox:
         self.lease: threading.Timer | None = None
         self.session_id = session_id
         self.body = body
-        self.dir = tempfile.mkdtemp(prefix="vercel-sim-", dir=BASE)
+        self.top = tempfile.mkdtemp(prefix="vercel-sim-", dir=BASE)  # /vercel: the image user's HOME
+        self.dir = os.path.join(self.top, "sandbox")  # /vercel/sandbox
+        os.mkdir(self.dir)
         self.bin = tempfile.mkdtemp(prefix="vercel-sim-bin-", dir=BASE)
+        # The VM's /tmp (1777, as every image's), empty when the sandbox is created.
+        self.tmp = tempfile.mkdtemp(prefix="vercel-sim-tmp-", dir=BASE)
+        os.chmod(self.tmp, 0o1777)
+        self.opt = tempfile.mkdtemp(prefix="vercel-sim-opt-", dir=BASE)  # the VM's /opt/mainsdk, root's
         # The default image (vercel/sandbox/universal) has Node 24, Python and Bash (sandbox.ts, Sandbox.create).
         for name_, target in (("node", shutil.which("node")), ("bash", "/bin/bash")):
             if target:
@@ -269,10 +286,12 @@ class Sandbox:
                 command.proc.kill()
         # What the code left in the background dies with the VM: whatever names the folder, or works in it (a
         # child a command started keeps its cwd there).
-        subprocess.run(["pkill", "-KILL", "-f", self.dir], check=False)
-        _kill_working_in(self.dir)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        subprocess.run(["pkill", "-KILL", "-f", self.top], check=False)
+        _kill_working_in(self.top)
+        shutil.rmtree(self.top, ignore_errors=True)
         shutil.rmtree(self.bin, ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        shutil.rmtree(self.opt, ignore_errors=True)
 
 
 def _policy_readback(policy: Any) -> Any:

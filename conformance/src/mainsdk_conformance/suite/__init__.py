@@ -7,6 +7,7 @@ overrides a suite test, and expected failures go in the target instead.
 
 from mainsdk_conformance.suite.action import TestAction
 from mainsdk_conformance.suite.audit import TestAudit
+from mainsdk_conformance.suite.box import TestTmpAndHome
 from mainsdk_conformance.suite.cells import TestBackground, TestCells
 from mainsdk_conformance.suite.errors import TestErrors
 from mainsdk_conformance.suite.faults import TestFaults
@@ -36,6 +37,7 @@ __all__ = [
     "TestRun",
     "TestSecrets",
     "TestSessions",
+    "TestTmpAndHome",
 ]
 
 SUITE_CLASSES: tuple[type, ...] = (
@@ -56,4 +58,5 @@ SUITE_CLASSES: tuple[type, ...] = (
     TestRun,
     TestSecrets,
     TestSessions,
+    TestTmpAndHome,
 )

@@ -1,0 +1,19 @@
+"""What every e2b test shares: the drivers' wheels in this checkout's cache."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def wheel_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Wheels a driver fetches with its default wheelhouse (the cell kernel's IPython set for every session's
+    first cell, ``mainsdk_driver_kernel_site``) go in this checkout's pytest cache, downloaded once from the
+    package index, never in the user's ~/.cache."""
+    cache = getattr(request.config, "cache", None)
+    folder = cache.mkdir("mainsdk-driver-wheels") if cache is not None else tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(folder))
+        yield
