@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from mainsdk import AsyncSandbox, secret
+from mainsdk_local.driver import _node_strips_types
 
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="JavaScript cells need node (.ci/run installs it)")
 
@@ -87,6 +88,10 @@ async def test_a_bash_cells_set_x_traces_its_own_commands_only(async_sandbox: As
 
 
 @needs_node
+@pytest.mark.skipif(
+    shutil.which("npm") is None and not _node_strips_types(),
+    reason="this node strips no types and there is no npm to build the kernel's typescript set (.ci/run installs it)",
+)
 async def test_a_typescript_cell_runs_in_the_box_through_node_or_the_kernels_typescript_set(
     async_sandbox: AsyncSandbox,
 ) -> None:
