@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from mainsdk import rich
 from mainsdk.cells import CellResult
-from mainsdk.rich import Display, RichResult, group_displays, is_binary, is_mime
+from mainsdk.rich import CHART_MIME, DATAFRAME_MIME, Display, RichResult, group_displays, is_binary, is_mime
 
 
 def _cell(results: tuple[RichResult, ...]) -> CellResult:
@@ -47,3 +50,14 @@ def test_mime_types_a_cell_may_return() -> None:
         assert not is_mime(wrong), wrong
     assert is_binary("image/png") and is_binary("image/jpeg") and is_binary("application/pdf")
     assert not is_binary("image/svg+xml") and not is_binary("text/html") and not is_binary("application/json")
+
+
+def test_a_displays_chart_and_data_forms_read_as_json_and_are_none_when_absent_or_broken() -> None:
+    chart = Display(0, (RichResult(CHART_MIME, '{"type": "bar", "elements": [{"label": "a", "value": 3}]}'),))
+    frame = Display(1, (RichResult(DATAFRAME_MIME, '{"columns": ["n"], "index": [0], "data": {"n": [1]}}'),))
+    assert chart.chart == {"type": "bar", "elements": [{"label": "a", "value": 3}]} and chart.data is None
+    assert frame.data == {"columns": ["n"], "index": [0], "data": {"n": [1]}} and frame.chart is None
+    assert Display(2, (RichResult(CHART_MIME, "{cut"),)).chart is None  # a form that is not JSON: no chart
+    # The box's side names the same types (it cannot import this module: it runs inside the box).
+    source = (Path(rich.__file__).parent / "_kernel_forms.py").read_text()
+    assert f'CHART_MIME = "{CHART_MIME}"' in source and f'DATAFRAME_MIME = "{DATAFRAME_MIME}"' in source

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 from typing import Any
 
@@ -25,6 +26,10 @@ MIME_TYPES = (
     "application/json",
     "application/javascript",
 )
+# The kernel's data forms (``_kernel_forms.py``; docs/notebooks-and-agents.md): a matplotlib figure's chart, and a
+# pandas DataFrame's columns and values, each as JSON a model can read without vision.
+CHART_MIME = "application/vnd.mainsdk.chart+json"
+DATAFRAME_MIME = "application/vnd.mainsdk.dataframe+json"
 # Forms whose data is bytes (``RichResult.data`` is ``bytes``, sent base64); every other form is text.
 BINARY_MIME_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"})
 _MIME = re.compile(r"[a-z0-9][a-z0-9.+-]{0,62}/[a-z0-9][a-z0-9.+-]{0,126}")
@@ -85,6 +90,28 @@ class Display:
         """Its ``text/plain`` form, when inline."""
         form = self.get("text/plain")
         return form.data if form is not None and isinstance(form.data, str) else None
+
+    @property
+    def chart(self) -> Any:
+        """A figure's chart form, parsed (``{"type": "bar", "title": ..., "elements": [...]}``), or None.
+
+        The shape of E2B's ``result.chart`` (``docs/notebooks-and-agents.md``)."""
+        return self._json(CHART_MIME)
+
+    @property
+    def data(self) -> Any:
+        """A DataFrame's data form, parsed (``{"columns": [...], "index": [...], "data": {column: values}}``), or
+        None. As E2B's ``result.data``, by column."""
+        return self._json(DATAFRAME_MIME)
+
+    def _json(self, mime: str) -> Any:
+        form = self.get(mime)
+        if form is None or not isinstance(form.data, str):
+            return None  # absent, or kept as a file (over INLINE_LIMIT): read it with sandbox.files.read
+        try:
+            return json.loads(form.data)
+        except ValueError:
+            return None
 
 
 def group_displays(results: tuple[RichResult, ...]) -> tuple[Display, ...]:
