@@ -51,15 +51,19 @@ def test_every_plain_run_costs_the_stated_figure() -> None:
 
 
 def test_a_cell_in_a_warm_session_is_one_request() -> None:
-    # The interpreter is one command with a live stdin (attachStdin) whose stream stays open; its token is the first
-    # write to that stdin, and each cell is one more write (its request line), answered on the command's stream.
-    # Closing kills the interpreter, then stops.
+    # The session's first cell gives the box the kernel's IPython set: the image's python probed, the wheels
+    # written, one offline install. The interpreter is then one command with a live stdin (attachStdin) whose stream
+    # stays open; its token and start line are the first write to that stdin, and each cell is one more write (its
+    # request line), answered on the command's stream. Closing kills the interpreter, then stops.
     steps = _steps("TestCells/test_state_stays_across_cells.json")
     assert steps == [
         "POST sandboxes",
         "GET sandbox",  # until it runs
+        "POST cmd",  # the probe of the image's python
+        "POST write",  # the kernel set's wheels
+        "POST cmd",  # their offline install into /opt/mainsdk/kernel
         "POST cmd",  # the kernel
-        "POST stdin",  # its token
+        "POST stdin",  # its token and start line
         "POST stdin",  # cell 1
         "POST stdin",  # cell 2
         "POST kill",
