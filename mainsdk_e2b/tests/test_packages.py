@@ -28,6 +28,7 @@ from e2b_replay import KEY, provider
 from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION
+from mainsdk.rich import CHART_MIME, DATAFRAME_MIME, Display
 from mainsdk_conformance.replay import ReplayServer
 from mainsdk_driverkit.wheelhouse import Wheelhouse
 from mainsdk_e2b.driver import E2BBox
@@ -37,8 +38,8 @@ from mainsdk_e2b import e2b_sandbox_driver
 
 HERE = Path(__file__).parent
 CASSETTES = HERE / "cassettes" / "packages"
-# A tiny pure-Python wheel this module makes (``made_wheel``) and serves from a find-links folder with no index
-# (``offline_index``): the runs-and-session and unresolvable-set tests need no network and no cache.
+# A tiny pure-Python wheel this module makes (``made_wheel``) and serves from a find-links folder
+# (``offline_index``); the kernel's set that a session's first cell installs comes from the index (its cache).
 MADE = "mainsdk-e2b-made==1.0"
 # The tutorial's chart needs pandas and matplotlib; every dependency is pinned too, so the set pip resolves (and
 # the wheels a cassette holds the digests of) stays the same when a dependency makes a new release.
@@ -86,13 +87,14 @@ def made_wheel(folder: Path) -> Path:
 
 
 def offline_index(folder: Path) -> dict[str, str]:
-    """Make ``made_wheel`` in ``folder``; the pip settings that take wheels from there and from no index.
+    """Make ``made_wheel`` in ``folder``; the pip settings that take wheels from there as well as the index.
 
     These are the app's explicit index settings (environment variables), which the wheelhouse's pip honours.
+    The index stays on: a session's first cell installs the kernel's set (IPython), whose wheels come from it.
     """
     folder.mkdir(parents=True, exist_ok=True)
     made_wheel(folder)
-    return {"PIP_FIND_LINKS": str(folder), "PIP_NO_INDEX": "1"}
+    return {"PIP_FIND_LINKS": str(folder)}
 
 
 def sandbox_on(server: ReplayServer, pins: Sequence[str], wheels: Path, key: str = KEY) -> Sandbox:
@@ -148,6 +150,11 @@ def the_tutorial_chart(server: ReplayServer, wheels: Path, key: str = KEY) -> di
             session.write("data.csv", CSV)
             loaded = session.run_code("import pandas as pd\ndf = pd.read_csv('data.csv')\nlen(df)")
             drawn = session.run_code("df.plot.bar(x='item', y='count');")
+            # The tutorial's chart as a cell, and display(df): every display with all its forms (core's kernel).
+            charted = session.run_code(TUTORIAL_CELL)
+            framed = session.run_code("display(df)")
+            seen["chart_cell"] = [forms_of(sandbox, d) for d in charted.displays], charted.error, charted.stderr
+            seen["frame_cell"] = [forms_of(sandbox, d) for d in framed.displays], framed.error, framed.stderr
         seen["cells"] = (loaded.text, loaded.error, drawn.error)
         seen["cell_pngs"] = [
             r.bytes() if r.file is None else sandbox.files.read(r.file) for r in drawn.results if r.mime == "image/png"
@@ -155,6 +162,22 @@ def the_tutorial_chart(server: ReplayServer, wheels: Path, key: str = KEY) -> di
     finally:
         sandbox.close()
     return seen
+
+
+# The tutorial's chart as a cell (mainsdk_local/tests/test_cell_forms.py asserts the same forms on local).
+TUTORIAL_CELL = """
+import pandas as pd
+import matplotlib.pyplot as plt
+
+df = pd.read_csv("data.csv")
+df.plot.bar(x="item", y="count", title="Counts")
+plt.show()
+"""
+
+
+def forms_of(sandbox: Sandbox, display: Display) -> dict[str, Any]:
+    """Each form of ``display`` by its MIME type, as bytes or text (a form kept as a file is read back)."""
+    return {form.mime: form.data if form.file is None else sandbox.files.read(form.file) for form in display.forms}
 
 
 def a_set_that_cannot_be_resolved(server: ReplayServer, wheels: Path, key: str = KEY) -> dict[str, Any]:
@@ -173,11 +196,13 @@ FIND_IPYTHON = "import importlib.util; print(importlib.util.find_spec('IPython')
 
 
 def kernel_cell(site: str) -> str:
-    """A cell that imports IPython from ``site`` (as the kernel's executor will, after the user's site-packages)."""
+    """A cell that imports IPython from ``site`` and asks whether it runs in that IPython's shell (the kernel's).
+
+    The cell runs inside the kernel's IPython already: a nested ``run_cell`` would display its own result."""
     return (
         f"import sys\nsys.path.append({site!r})\nimport IPython\n"
-        "shell = IPython.core.interactiveshell.InteractiveShell.instance()\n"
-        "(IPython.__version__, IPython.__file__, shell.run_cell('6 * 7', store_history=False).result)"
+        "shell = IPython.get_ipython()\n"
+        "(IPython.__version__, IPython.__file__, isinstance(shell, IPython.core.interactiveshell.InteractiveShell))"
     )
 
 
@@ -247,11 +272,12 @@ def kernel_wheels(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh wheelhouse whose pip finds the made wheel in a folder of this test and asks no index."""
+def made(kernel_wheels: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The kernel's wheelhouse (a session's first cell installs IPython), whose pip also finds the made wheel in a
+    folder of this test. The made set may be cached there too: its bytes are the same on every run."""
     for name, value in offline_index(tmp_path / "find-links").items():
         monkeypatch.setenv(name, value)
-    return tmp_path / "wheelhouse"
+    return kernel_wheels
 
 
 def test_a_run_gets_its_packages_and_what_it_costs_in_requests(made: Path) -> None:
@@ -267,7 +293,8 @@ def test_a_run_gets_its_packages_and_what_it_costs_in_requests(made: Path) -> No
     # A session installs once (create, upload, install); its commands and cells then cost what they cost without.
     assert seen["session_open"] == 3
     assert seen["session_command"][0].stdout == "Made\n" and seen["session_command"][1] == 1
-    assert seen["first_cell"][0].ok and seen["first_cell"][1] == 3  # the kernel's input, its start, the cell
+    # The kernel's set (upload, install: the box's first cell only), the kernel's input, its start, the cell.
+    assert seen["first_cell"][0].ok and seen["first_cell"][1] == 5
     assert seen["second_cell"][0].text == "'Made'" and seen["second_cell"][1] == 1
     uploads = [r for r in server.received if r.method == "POST" and r.path == "/files"]
     assert uploads  # the wheels went up with the work files: counted above as one request per box
@@ -283,6 +310,31 @@ def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(chart_wheel
     assert seen["run_requests"] == 7  # create, probe, upload (data.csv and 13 wheels), install, start, out/, kill
     assert seen["cells"] == ("3", None, None)
     assert len(seen["cell_pngs"]) == 1 and seen["cell_pngs"][0].startswith(PNG)
+    [figure], error, stderr = seen["chart_cell"]
+    assert error is None and stderr == "", (error, stderr)
+    assert set(figure) == {"image/png", "text/plain", CHART_MIME}
+    assert figure["image/png"].startswith(PNG) and figure["text/plain"] == "<Figure size 640x480 with 1 Axes>"
+    chart = json.loads(figure[CHART_MIME])
+    assert (chart["type"], chart["title"], chart["x_label"], chart["y_label"]) == ("bar", "Counts", "item", None)
+    assert chart["elements"] == [
+        {"label": "a", "group": "count", "value": 1.0},
+        {"label": "b", "group": "count", "value": 2.0},
+        {"label": "c", "group": "count", "value": 3.0},
+    ]
+    [frame], error, stderr = seen["frame_cell"]
+    assert error is None and stderr == "", (error, stderr)
+    assert set(frame) == {"text/html", "text/plain", DATAFRAME_MIME}
+    assert "<table" in frame["text/html"] and frame["text/plain"].split() == [
+        "item", "count", "0", "a", "1", "1", "b", "2", "2", "c", "3",
+    ]  # fmt: skip
+    assert json.loads(frame[DATAFRAME_MIME]) == {
+        "columns": ["item", "count"],
+        "index": [0, 1, 2],
+        "data": {"item": ["a", "b", "c"], "count": [1, 2, 3]},
+        "dtypes": {"item": "object", "count": "int64"},
+        "shape": [3, 2],
+        "truncated": False,
+    }
 
 
 def test_a_set_that_cannot_be_resolved_is_one_0001_naming_the_package_before_any_code_runs(made: Path) -> None:
@@ -312,7 +364,7 @@ def test_each_session_gets_the_kernels_ipython_in_a_folder_of_its_own_from_wheel
         assert box["user"] == "None\n"  # the session's own python has no IPython: the set is apart from it
         text, error = box["cell"]
         assert error is None, error
-        assert text == repr(("9.18.1", f"{KERNEL}/IPython/__init__.py", 42))
+        assert text == repr(("9.18.1", f"{KERNEL}/IPython/__init__.py", True))
     # The wheels were fetched at most once (none when this checkout's cache had them), uploaded to each box.
     assert seen["second_downloads"] == seen["first_downloads"] <= seen["downloads_before"] + 1
     # Both uploads are the same wheels (the cassette keeps each by its sha256; replay matched them part by part).

@@ -37,7 +37,9 @@ from typing import Any
 import pytest
 from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
+from mainsdk.driver import KERNEL_PACKAGES
 from mainsdk.errors import INVALID_OPTION
+from mainsdk.rich import CHART_MIME, DATAFRAME_MIME
 from mainsdk_conformance.plugin import seeded_cell_tokens
 from mainsdk_conformance.profiles import VERCEL
 from mainsdk_conformance.replay import ReplayServer
@@ -169,11 +171,14 @@ class MadeWheels:
     has no wheel for is the 0001 the real wheelhouse raises when pip cannot resolve it.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, kernel: Wheelhouse | None = None) -> None:
         self.root = root
         self.downloads = 0
+        self.kernel = kernel  # the real wheelhouse the cell kernel's set (IPython) comes from, if any
 
     def ensure(self, python: BoxPython, pins: Sequence[str]) -> WheelSet:
+        if self.kernel is not None and tuple(pins) == KERNEL_PACKAGES["python"]:
+            return self.kernel.ensure(python, pins)  # a session's first cell: real wheels, none made here
         key = wheels_key(python, pins)
         folder = self.root / key
         wheels: dict[str, bytes] = {}
@@ -312,8 +317,9 @@ def test_a_first_run_probes_uploads_and_installs_and_a_second_skips_the_probe_an
 
 
 def test_a_session_installs_once_and_its_later_commands_and_cells_cost_nothing_more(
-    harness: Any, made_wheels: MadeWheels
+    harness: Any, made_wheels: MadeWheels, kernel_wheels: Wheelhouse
 ) -> None:
+    made_wheels.kernel = kernel_wheels  # its cell installs the kernel's IPython first
     h = harness("session_made", config([DEMO]), made_wheels)
     with h.sandbox.create() as session:
         opened = h.steps()
@@ -390,10 +396,55 @@ def test_a_cell_drawing_with_pandas_and_matplotlib_returns_the_figure_as_a_png(
         assert loaded.ok and loaded.text == "3", loaded.error
         drawn = session.run_code("df.plot.bar(x='item', y='count');")
         assert drawn.ok, drawn.error
+        # The tutorial's chart as a cell, and display(df): each display with all its forms (core's kernel).
+        charted = session.run_code(TUTORIAL_CELL)
+        framed = session.run_code("display(df)")
     pngs = [r for r in drawn.results if r.mime == "image/png"]
     assert len(pngs) == 1
     data = pngs[0].bytes() if pngs[0].file is None else h.sandbox.files.read(pngs[0].file)
     assert data is not None and data.startswith(PNG)
+    assert charted.ok and charted.stderr == "", charted
+    [figure] = charted.displays
+    assert set(figure.mimes) == {"image/png", "text/plain", CHART_MIME}
+    assert figure.text == "<Figure size 640x480 with 1 Axes>"
+    png = figure.get("image/png")
+    assert png is not None
+    png_data = png.bytes() if png.file is None else h.sandbox.files.read(png.file)
+    assert png_data is not None and png_data.startswith(PNG)
+    chart = figure.chart
+    assert (chart["type"], chart["title"], chart["x_label"], chart["y_label"]) == ("bar", "Counts", "item", None)
+    assert chart["elements"] == [
+        {"label": "a", "group": "count", "value": 1.0},
+        {"label": "b", "group": "count", "value": 2.0},
+        {"label": "c", "group": "count", "value": 3.0},
+    ]
+    assert framed.ok and framed.stderr == "", framed
+    [frame] = framed.displays
+    assert set(frame.mimes) == {"text/html", "text/plain", DATAFRAME_MIME}
+    html = frame.get("text/html")
+    assert html is not None and isinstance(html.data, str) and "<table" in html.data
+    assert frame.text is not None and frame.text.split() == [
+        "item", "count", "0", "a", "1", "1", "b", "2", "2", "c", "3",
+    ]  # fmt: skip
+    assert frame.data == {
+        "columns": ["item", "count"],
+        "index": [0, 1, 2],
+        "data": {"item": ["a", "b", "c"], "count": [1, 2, 3]},
+        "dtypes": {"item": "object", "count": "int64"},
+        "shape": [3, 2],
+        "truncated": False,
+    }
+
+
+# The tutorial's chart as a cell (mainsdk_local/tests/test_cell_forms.py asserts the same forms on local).
+TUTORIAL_CELL = """
+import pandas as pd
+import matplotlib.pyplot as plt
+
+df = pd.read_csv("data.csv")
+df.plot.bar(x="item", y="count", title="Counts")
+plt.show()
+"""
 
 
 def test_the_probe_run_by_a_real_python_says_what_pip_needs_and_odd_answers_are_refused() -> None:
@@ -520,11 +571,13 @@ FIND_IPYTHON = "import importlib.util; print(importlib.util.find_spec('IPython')
 
 
 def kernel_cell(site: str) -> str:
-    """A cell that imports IPython from ``site`` (as the kernel's executor will, after the user's site-packages)."""
+    """A cell that imports IPython from ``site`` and asks whether it runs in that IPython's shell (the kernel's).
+
+    The cell runs inside the kernel's IPython already: a nested ``run_cell`` would display its own result."""
     return (
         f"import sys\nsys.path.append({site!r})\nimport IPython\n"
-        "shell = IPython.core.interactiveshell.InteractiveShell.instance()\n"
-        "(IPython.__version__, IPython.__file__, shell.run_cell('6 * 7', store_history=False).result)"
+        "shell = IPython.get_ipython()\n"
+        "(IPython.__version__, IPython.__file__, isinstance(shell, IPython.core.interactiveshell.InteractiveShell))"
     )
 
 
@@ -570,7 +623,7 @@ def test_each_session_gets_the_kernels_ipython_in_a_folder_of_its_own_from_wheel
         assert box["user"] == "None\n"  # the session's own python has no IPython: the set is apart from it
         text_, error = box["cell"]
         assert error is None, error
-        assert text_ == repr(("9.18.1", f"{KERNEL}/IPython/__init__.py", 42))
+        assert text_ == repr(("9.18.1", f"{KERNEL}/IPython/__init__.py", True))
     # Fetched at most once (none when this checkout's cache had them), uploaded to each box.
     assert seen["second_downloads"] == seen["first_downloads"] <= downloads + 1
 

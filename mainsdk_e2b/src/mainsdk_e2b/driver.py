@@ -324,7 +324,11 @@ class E2BDriver:
             # signals the one pid envd started (handler.go ``cmd.Process.Signal``), which is this driver's
             # script, not the kernel. A stuck kernel is killed like any command: its whole session.
             cells=True,
-            cells_languages=frozenset({"python"}),  # the kernel's Python executor
+            # The kernel's Python, node and bash executors. E2B's default template ("base", github e2b-dev/E2B
+            # templates/base/e2b.Dockerfile: FROM python:3.11.6, Debian bookworm) installs node 20.9.0 into
+            # /usr/local and has /bin/bash (envd runs every command as /bin/bash -l -c). Node 20 strips no
+            # TypeScript types, and the box has no typescript set: no "typescript" cells here.
+            cells_languages=frozenset({"python", "javascript", "bash"}),
             background=True,
             # Wheels fetched on the app side, uploaded with the work files, installed offline: see packages.py.
             packages=True,

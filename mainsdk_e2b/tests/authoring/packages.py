@@ -61,8 +61,8 @@ def main(only: set[str]) -> None:
 
     api, sandbox = fake_e2b.serve()
     wheels = Path(tempfile.gettempdir()) / "mainsdk-e2b-authoring-wheels"
-    # The made wheel's scenarios take it from a find-links folder and ask no index, as their tests do; the chart
-    # takes pandas and matplotlib from the app's index.
+    # The made wheel's scenarios take it from a find-links folder, as their tests do; the chart's pandas and
+    # matplotlib and the kernel's set (a session's first cell) come from the app's index, into one wheelhouse.
     made = scenarios.offline_index(Path(tempfile.mkdtemp(prefix="mainsdk-e2b-find-links-")))
     for scenario, env in (
         (scenarios.runs_and_a_session, made),
@@ -77,8 +77,7 @@ def main(only: set[str]) -> None:
         os.environ.update(env)
         try:
             with e2b_replay.provider(name, {"api": api, "sandbox": sandbox}, KEY) as server:
-                where = Path(tempfile.mkdtemp(prefix="mainsdk-e2b-wheelhouse-")) if env else wheels
-                seen = scenario(server, where, KEY)
+                seen = scenario(server, wheels, KEY)
                 print(name, {k: v for k, v in seen.items() if "png" not in k and "files" not in k})
         finally:
             for k, v in saved.items():

@@ -301,7 +301,11 @@ class VercelDriver:
             # stays open until the command exits; vercel-sandbox 0.10.0 ``run_process``, @vercel/sandbox
             # ``api-client.ts`` ``runCommand``), and other requests (the cell files' ``fs/write``) go alongside.
             cells=True,
-            cells_languages=frozenset({"python"}),  # the kernel's Python executor
+            # The kernel's Python, node and bash executors. The default image, vercel/sandbox/universal (github
+            # vercel/sandbox images/universal/Dockerfile and images/README.md: Ubuntu, Node.js 24 from nodejs.org
+            # into /usr/local, Python 3.14, bash). Node 24 strips TypeScript types, but the replays are authored
+            # through a stand-in whose node (20 on the authoring host) does not: no "typescript" cells declared.
+            cells_languages=frozenset({"python", "javascript", "bash"}),
             background=True,
             # Wheels downloaded on the app's side and installed offline in the box (packages.py): the run's
             # network is never widened for them.
