@@ -58,11 +58,17 @@ SHAPES = {"python": ("-E", "-s", "-c"), "exec": ("-E", "-s", "-X", "utf8", "-c")
 
 
 async def _ready(launcher: Launcher, python: Program, kind: str, count: int) -> None:
-    """Ask for entries of ``kind`` (a run of its shape), then wait until ``count`` are ready."""
+    """Ask for entries of ``kind`` (a run of its shape), then wait until ``count`` are ready.
+
+    Each asking run's text differs: the same text twice in a row is a streak, and the python kind then warms its
+    refills with that text compiled ahead, which serve only a run of that very text (``Kind.fits``). Under load
+    this loop asks more than once, and the test's later runs would go cold for that reason alone."""
     deadline = time.monotonic() + 60
+    asked = 0
     while (await stats(launcher))[f"{kind}_ready"] < count:
         if not (await stats(launcher))[f"{kind}_warming"]:
-            await run(launcher, python, "pass", flags=SHAPES[kind])
+            asked += 1
+            await run(launcher, python, f"pass  # asking {asked}", flags=SHAPES[kind])
         assert time.monotonic() < deadline, f"the pool never held {count} ready entries of kind {kind}"
         await asyncio.sleep(0.05)
 
