@@ -29,7 +29,9 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import re
+import stat
 import struct
 import tarfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -97,6 +99,7 @@ JSON_STYLES: dict[str, dict[str, Any]] = {
     "spaced-ascii": {"separators": (", ", ": "), "ensure_ascii": True},
 }
 CONNECT_TYPES = ("application/connect+json", "application/connect+proto")
+MAX_CASSETTE_BYTES = 64 * 1024 * 1024  # the largest cassette here is under 6 MB
 DIGEST_OVER = 256 * 1024  # request parts larger than this are stored as their sha256 and size
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/json-seq")
 
@@ -583,12 +586,13 @@ def check(data: Mapping[str, Any], where: str) -> None:
         request = interaction.get("request") if isinstance(interaction, Mapping) else None
         if not isinstance(request, Mapping) or not request.get("method") or not request.get("path"):
             raise CassetteError(f"{where}: interactions[{index}].request needs a method and a path")
+        # Each part's type before its fields: a response or fault of another type raised AttributeError here.
         response = interaction.get("response")
-        if response is not None and not isinstance((response or {}).get("status"), int):
-            raise CassetteError(f"{where}: interactions[{index}].response needs a status")
+        if response is not None and not (isinstance(response, Mapping) and isinstance(response.get("status"), int)):
+            raise CassetteError(f"{where}: interactions[{index}].response needs a status (an object with one)")
         fault = interaction.get("fault")
-        if fault is not None and fault.get("kind") not in ("reset", "delay"):
-            raise CassetteError(f"{where}: interactions[{index}].fault.kind must be reset or delay")
+        if fault is not None and not (isinstance(fault, Mapping) and fault.get("kind") in ("reset", "delay")):
+            raise CassetteError(f"{where}: interactions[{index}].fault must be an object whose kind is reset or delay")
     found = find_credentials(data)
     if found:
         raise CassetteError(
@@ -676,16 +680,39 @@ def hand_set(path: Path) -> list[str]:
     return [] if found is None else [edit for edit in _edits(found[0]) if not edit.startswith(FAULT_EDIT)]
 
 
+def _read_cassette_file(path: Path) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``MAX_CASSETTE_BYTES``; ``CassetteError`` otherwise.
+
+    Opened without blocking and judged by fstat of the open file: a FIFO blocked ``check`` for ever, and
+    ``/dev/zero`` filled its memory.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CassetteError(f"{path}: not a regular file (a FIFO, a device or a folder); name a cassette")
+            os.set_blocking(fd, True)
+            data = file.read(MAX_CASSETTE_BYTES + 1)
+    except OSError as exc:
+        raise CassetteError(f"{path}: cannot read the cassette: {exc.strerror or exc}") from None
+    if len(data) > MAX_CASSETTE_BYTES:
+        raise CassetteError(f"{path}: over {MAX_CASSETTE_BYTES:,} bytes, larger than a cassette may be")
+    return data
+
+
 def load(path: Path | str) -> Cassette:
     """Read and check a cassette file. A cassette holding a credential is refused (``CassetteError``)."""
     path = Path(path)
+    data_bytes = _read_cassette_file(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = json.loads(data_bytes.decode("utf-8"))
+        if not isinstance(data, Mapping):
+            raise CassetteError(f"{path}: a cassette is a JSON object")
+        check(data, str(path))
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError too
         raise CassetteError(f"{path}: cannot read the cassette: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise CassetteError(f"{path}: a cassette is a JSON object")
-    check(data, str(path))
+    except RecursionError:
+        raise CassetteError(f"{path}: nested too deeply to be a cassette") from None
     return Cassette(dict(data["meta"]), list(data["interactions"]), path)
 
 

@@ -23,6 +23,7 @@ from mainsdk.driver import LANGUAGES
 from mainsdk.egress import check_shape as check_egress
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
+from mainsdk.hosts import host_covered
 from mainsdk.lifecycle import RunResult
 from mainsdk.limits import Listener
 from mainsdk.rich import rich_entry
@@ -139,7 +140,14 @@ class CodeRunAction:
         # What every run of the action is given: hosts (checked at each run, as a call's) and headers set at the
         # egress for them, whose values the code never sees (``mainsdk.egress``).
         self.network = arguments.hosts(network, "network")
-        check_egress(egress)
+        # An egress host outside the action's own network would be refused at every run: refuse it once, here.
+        for host in check_egress(egress):
+            if not host_covered(host, self.network):
+                raise SandboxError(
+                    errors.HOST_NOT_ALLOWED,
+                    f"action {name!r}: egress host {host!r} is not in its network={list(self.network)!r}; add it "
+                    "to network=[...] (and to sandbox.network and network.allow), or drop it from egress",
+                )
         self.egress = egress
         self._conversations: ConversationSessions | None = None
         if session:

@@ -33,7 +33,8 @@ from mainsdk.errors import SandboxError
 from mainsdk.secrets import SecretRef
 from mainsdk.units import describe
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Matched whole (fullmatch): ``$`` also matches before a final newline, so "A\n" passed as a name.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Linux refuses one argv or environment string of 128 KiB or more (MAX_ARG_STRLEN) with E2BIG, and all of
 # them together past ARG_MAX; refuse before that, as a mistake, not after as an outage.
 MAX_ARG_BYTES = 128 * 1024 - 1
@@ -188,7 +189,7 @@ def env(value: object) -> dict[str, str | SecretRef]:
     """Variable name to a string or ``secret('NAME')``; names are letters, digits and _, values text without NUL."""
     checked: dict[str, str | SecretRef] = {}
     for name, item in mapping(value, "env", "{'MODE': 'fast'}").items():
-        if not isinstance(name, str) or not ENV_NAME.match(name) or len(name) > 255:
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name) or len(name) > 255:
             raise invalid("env", f"{name!r} is not a variable name; use letters, digits and _, like MODE")
         if isinstance(item, SecretRef):
             checked[name] = item

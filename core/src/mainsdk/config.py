@@ -10,6 +10,7 @@ import difflib
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
@@ -1035,10 +1036,18 @@ def _config_file(path: str | os.PathLike[str] | None) -> str | os.PathLike[str] 
 def read_config_file(path: str | os.PathLike[str]) -> str:
     """The text of a config file, reading no more than a main.yaml may hold (never all of /dev/zero or 1GB).
 
-    Raises ``OSError`` or ``UnicodeDecodeError`` as reading does, and a ``ConfigError`` for a file too large.
+    Raises ``OSError`` or ``UnicodeDecodeError`` as reading does, and a ``ConfigError`` for a file too large
+    or not a regular file (a FIFO blocked the open, a device never ends).
     """
     limit = 4 * MAX_CONFIG_BYTES  # UTF-8 takes at most 4 bytes a character
-    with open(path, "rb") as file:
+    # O_NONBLOCK: opening a FIFO waits for a writer (``--config`` naming one hung the CLI); it is refused
+    # by what fstat says of the open file, with no window for a swap between a check and the open.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            message = "not a regular file (a FIFO, a device or a folder); name your main.yaml"
+            raise ConfigError([_problem(INVALID_OPTION, DEFAULT_CONFIG_FILE, message, source=str(path))])
+        os.set_blocking(fd, True)
         data = file.read(limit + 1)
     if len(data) > limit:
         message = f"the file is over {limit:,} bytes; a main.yaml may be at most {MAX_CONFIG_BYTES:,} characters"

@@ -24,10 +24,10 @@ import attrs
 from mainsdk import errors
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered, validate_host_pattern
-from mainsdk.secrets import SECRET_PREFIX, SecretRef, SecretResolver, secret
+from mainsdk.secrets import SECRET_NAME, SECRET_PREFIX, SecretRef, SecretResolver, secret
 
-# RFC 9110 5.6.2: a field name is a token.
-HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
+# RFC 9110 5.6.2: a field name is a token. Matched whole (fullmatch): ``$`` also matches before a final newline.
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
 # Headers that frame the message or steer the connection: the egress sets none of them (RFC 9110 7.6.1, 6.4).
 FORBIDDEN_HEADERS = frozenset(
     {
@@ -119,7 +119,7 @@ def check_shape(value: object) -> dict[str, dict[str, SecretRef]]:
         names: dict[str, SecretRef] = {}
         seen: set[str] = set()
         for name, ref in headers.items():
-            if not isinstance(name, str) or not HEADER_NAME.match(name):
+            if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
                 raise _invalid(f"{where}.headers", f"{name!r} is not an HTTP header name (letters, digits, -)")
             if name.lower() in FORBIDDEN_HEADERS or name.lower().startswith("proxy-"):
                 raise _invalid(f"{where}.headers", f"{name} frames the request or the connection; it cannot be set")
@@ -156,12 +156,23 @@ def from_config(value: object) -> dict[str, dict[str, SecretRef]]:
 
 
 def _configured_secret(item: object, where: str) -> SecretRef:
+    # secret()'s own refusal names only the secret: here it says which host's header holds it, as a call's does.
     if isinstance(item, str) and item.startswith(SECRET_PREFIX):
-        return secret(item.removeprefix(SECRET_PREFIX))
+        name = item.removeprefix(SECRET_PREFIX)
+        if not SECRET_NAME.fullmatch(name):
+            raise _invalid(
+                where,
+                f"{item[:60]!r} names no secret: after secret: comes a secret name of letters, digits and _ "
+                "(not first a digit), like secret:EXAMPLE_KEY",
+            )
+        return secret(name)
     if isinstance(item, Mapping) and set(item) <= {"secret", "prefix"} and isinstance(item.get("secret"), str):
         prefix = item.get("prefix", "")
         if isinstance(prefix, str):
-            return secret(item["secret"], prefix=prefix)
+            try:
+                return secret(item["secret"], prefix=prefix)
+            except SandboxError as exc:
+                raise _invalid(where, exc.message) from None
     raise _invalid(
         where,
         "must be secret:NAME or {secret: NAME, prefix: 'Bearer '} naming a secret of sandbox.secrets; "
@@ -226,7 +237,8 @@ def plan_egress(
             if not secret_value:
                 raise SandboxError(
                     errors.SECRET_NOT_ALLOWED,
-                    f"{where}: secret {ref.name!r} is listed but has no value; set it in the app's environment",
+                    f"{where}: secret {ref.name!r} is listed but has no value"
+                    f"{' (it is empty)' if secret_value == '' else ''}; set it in the app's environment",
                 )
             header_value = ref.prefix + secret_value
             # Never shown: only that it cannot be sent. Visible ASCII and tabs (RFC 9110 5.5), no CR/LF.

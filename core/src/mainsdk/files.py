@@ -29,7 +29,7 @@ import attrs
 from mainsdk import arguments, units
 from mainsdk.errors import INVALID_OPTION, NO_SESSION, SandboxError
 
-_FILE_ID = re.compile(r"^file_[0-9a-f]{32}$")
+_FILE_ID = re.compile(r"file_[0-9a-f]{32}")  # matched whole: ``$`` would let a final newline by
 DEFAULT_MAX_BYTES = 1024**3  # 1 GB of out files kept per store
 DEFAULT_MAX_AGE = 3600.0  # a ref can be read for an hour
 TEMP_PREFIX = "mainsdk-files-"
@@ -153,7 +153,7 @@ class LocalDirectoryFileStore:
 
     def read(self, tenant: str, file_id: str) -> bytes:
         """Return the bytes of ``file_id`` if ``tenant`` owns it; else ``MAIN-SANDBOX-0008``."""
-        if isinstance(file_id, str) and _FILE_ID.match(file_id):
+        if isinstance(file_id, str) and _FILE_ID.fullmatch(file_id):
             path = self._tenant_dir(tenant) / file_id
             with self._lock:
                 self._evict(time.time(), room=0)
@@ -192,7 +192,7 @@ class LocalDirectoryFileStore:
             if not folder.is_dir() or folder.is_symlink():
                 continue
             for path in folder.iterdir():
-                if not _FILE_ID.match(path.name):
+                if not _FILE_ID.fullmatch(path.name):
                     continue
                 with contextlib.suppress(OSError):
                     stat = path.stat()

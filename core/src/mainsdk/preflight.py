@@ -203,10 +203,13 @@ def resolve_env(
                     f"env.{name}: the secret resolver (deps.secret) returned {type(secret_value).__name__} for "
                     f"{value.name!r}; it must return the value as a string, or None"
                 )
-            if secret_value is None:
+            # Empty is no value, as for egress and a driver's credential: an unset CI secret expands to "", and a
+            # value that is nothing can be neither used nor redacted.
+            if not secret_value:
                 raise SandboxError(
                     errors.SECRET_NOT_ALLOWED,
-                    f"env.{name}: secret {value.name!r} is listed but has no value; set it in the app's environment",
+                    f"env.{name}: secret {value.name!r} is listed but has no value"
+                    f"{' (it is empty)' if secret_value == '' else ''}; set it in the app's environment",
                 )
             # Never shown: the value is a secret. Only whether it could be passed at all.
             if "\0" in secret_value or len(secret_value.encode("utf-8", "replace")) > arguments.MAX_ARG_BYTES:

@@ -11,7 +11,8 @@ import attrs
 from mainsdk.errors import INVALID_OPTION, SandboxError
 
 SecretResolver = Callable[[str], "str | None"]
-SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Matched whole (fullmatch): ``$`` also matches before a final newline, so "K\n" passed as a name.
+SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @attrs.frozen(repr=False)
@@ -33,7 +34,7 @@ def secret(name: str, *, prefix: str = "") -> SecretRef:
 
     ``prefix`` goes before the value (``secret("GITHUB_TOKEN", prefix="Bearer ")`` for an Authorization header).
     """
-    if not isinstance(name, str) or not SECRET_NAME.match(name):
+    if not isinstance(name, str) or not SECRET_NAME.fullmatch(name):
         raise SandboxError(
             INVALID_OPTION, f"secret({name!r}): a secret name is letters, digits and _, like OPENWEATHER_KEY"
         )
@@ -81,7 +82,7 @@ class Credential:
         """``secret:NAME`` names a secret; any other text is the value itself."""
         if text.startswith(SECRET_PREFIX):
             name = text.removeprefix(SECRET_PREFIX)
-            if not SECRET_NAME.match(name):
+            if not SECRET_NAME.fullmatch(name):
                 raise ValueError(
                     f"secret:{name[:40]!r} is not a secret reference: a secret name is letters, digits and _, "
                     "like secret:E2B_API_KEY"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import tokenize
 from collections.abc import Sequence
@@ -13,13 +14,15 @@ from mainsdk.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_FILE
 from mainsdk_check.config_checks import CannotCheck, check_config_files, is_config_file, overlay_files
 from mainsdk_check.findings import Finding
 from mainsdk_check.unsafe_eval import find_unsafe_eval
-from mainsdk_check.walk import Walker, find_root
+from mainsdk_check.walk import Walker, find_root, read_regular
 
 __all__ = ["CheckResult", "display_path", "find_config", "run_check"]
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
 EXIT_CANNOT_CHECK = 2
+# A Python file past this is refused unread: no source is that large, and the parser's memory grows with it.
+MAX_SOURCE_BYTES = 32 * 1024 * 1024
 
 
 @attrs.frozen
@@ -85,18 +88,22 @@ def find_config(config: str | None, cwd: Path) -> Path | None:
 
 def _check_file(path: Path, shown: str) -> list[Finding] | str:
     """The findings in one Python file, or why it could not be checked."""
-    if not path.is_file():  # a FIFO named on the command line blocked the open for ever
-        return f"cannot read {shown}: not a regular file"
     try:
-        # tokenize.open honours a PEP 263 coding line, as Python does.
-        with tokenize.open(path) as file:
-            source = file.read()
-    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+        data = read_regular(path, MAX_SOURCE_BYTES)  # a FIFO named on the command line blocked the open for ever
+        if data is None:
+            return f"cannot read {shown}: not a regular file"
+        if len(data) > MAX_SOURCE_BYTES:
+            return f"cannot check {shown}: it is over {MAX_SOURCE_BYTES:,} bytes, too large to be source code"
+        # What tokenize.open does: the PEP 263 coding line (or BOM) honoured, as Python does, newlines universal.
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        source = io.TextIOWrapper(io.BytesIO(data), encoding, line_buffering=True).read()
+    except (OSError, SyntaxError, UnicodeDecodeError, LookupError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return f"cannot read {shown}: {reason}"
     try:
         return find_unsafe_eval(source, shown)
-    except RecursionError:
+    except (RecursionError, MemoryError):
+        # CPython's parser gives up on deep nesting with either (50,000 ``not``s: MemoryError from ast.parse).
         return f"cannot check {shown}: an expression is nested too deeply to analyse"
     except (SyntaxError, ValueError) as exc:
         line = f" line {exc.lineno}" if isinstance(exc, SyntaxError) and exc.lineno else ""

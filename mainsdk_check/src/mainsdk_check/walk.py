@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cache
 from pathlib import Path
@@ -57,15 +58,30 @@ def find_root(start: Path) -> Path:
     return start
 
 
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """Up to ``limit`` + 1 bytes of the regular file at ``path``; None when it is anything else.
+
+    Opened without blocking and judged by what fstat says of the open file: a FIFO named on the command line
+    (or put where a ``.gitignore`` is) blocked the open for ever, and a device never ends.
+    Raises ``OSError`` as opening does.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        os.set_blocking(fd, True)
+        return file.read(limit + 1)
+
+
 def is_python_file(path: Path) -> bool:
     """A ``.py``/``.pyw`` file, or a script whose first line is a Python ``#!`` line (as pre-commit sees it)."""
     if path.suffix in PYTHON_SUFFIXES:
         return True
     try:
-        with path.open("rb") as file:
-            first = file.readline(200)
+        head = read_regular(path, 200)
     except OSError:
         return False
+    first = (head or b"").split(b"\n", 1)[0]
     return first.startswith(b"#!") and b"python" in first
 
 
@@ -160,11 +176,15 @@ class IgnorePattern:
         return relative != "." and self.regex.match(relative) is not None
 
 
+MAX_IGNORE_FILE_BYTES = 1024 * 1024
+
+
 def _read_patterns(file: Path, base: Path) -> list[IgnorePattern]:
     try:
-        text = file.read_text(encoding="utf-8", errors="replace")
+        data = read_regular(file, MAX_IGNORE_FILE_BYTES)
     except OSError:
         return []
+    text = (data or b"")[:MAX_IGNORE_FILE_BYTES].decode("utf-8", errors="replace")
     return [p for line in text.splitlines() if (p := IgnorePattern.parse(line, base)) is not None]
 
 

@@ -51,7 +51,9 @@ def _parser(plugin_commands: dict[tuple[str, ...], CliCommand]) -> argparse.Argu
     run.add_argument("path", nargs="?", help="a file of code, or - for stdin (default: stdin when --code is not given)")
     run.add_argument("--code", help="the code to run")
     run.add_argument(
-        "--language", choices=["python", "node", "bash"], help="default: from the file's extension, else python"
+        "--language",
+        choices=["python", "node", "bash"],
+        help="default: from the file's extension (.py, .js, .sh, ...; any other is refused), else python",
     )
     run.add_argument(
         "--file", action="append", default=[], metavar="NAME=PATH", help="put PATH in the work folder as NAME"
@@ -116,6 +118,26 @@ def _read_regular_file(path: str, context: str) -> bytes:
         raise UsageError(f"{context}: {exc.strerror}") from None
 
 
+def _language_of(path: str | None) -> str:
+    """The language a code file's extension names; python for stdin or a file without one.
+
+    Any other extension is refused: ``x.ts`` or ``x.rb`` run as Python only failed with a SyntaxError that
+    hid the mistake, or worse, ran.
+    """
+    suffix = Path(path).suffix if path else ""
+    if not suffix:
+        return "python"
+    if suffix not in EXTENSIONS:
+        known = ", ".join(f"{ext} ({lang})" for ext, lang in EXTENSIONS.items())
+        raise SandboxError(
+            errors.INVALID_OPTION,
+            f"{_shown(path or '')}: cannot tell the language from {_shown(suffix)}; a run takes {known}: pass "
+            "--language python, node or bash (TypeScript runs in a session's typescript interpreter, not here)",
+            ran=False,
+        )
+    return EXTENSIONS[suffix]
+
+
 def _pairs(values: Sequence[str], option: str) -> dict[str, str]:
     pairs = {}
     for value in values:
@@ -147,7 +169,7 @@ def _open_out(args: argparse.Namespace) -> OutDir | None:
 
 def _run(args: argparse.Namespace) -> int:
     code, path = _read_code(args)
-    language = args.language or EXTENSIONS.get(Path(path).suffix if path else "", "python")
+    language = args.language or _language_of(path)
     files: dict[str, str | bytes] = {}
     for name, file_path in _pairs(args.file, "--file").items():
         files[name] = _read_regular_file(file_path, f"--file {name}={file_path}")

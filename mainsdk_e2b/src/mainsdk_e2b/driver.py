@@ -128,7 +128,7 @@ META_BOX = "mainsdk_box"
 META_TENANT = "mainsdk_tenant"
 # What every MAIN-SANDBOX-0006 of this driver ends with (Capabilities.outage_remedy, the README's promise).
 OUTAGE_REMEDY = "check E2B's status and the API key (sandbox.e2b.key, default secret:E2B_API_KEY)"
-_SECRET_REF = re.compile(r"^secret:([A-Za-z_][A-Za-z0-9_]*)$")
+_SECRET_REF = re.compile(r"secret:([A-Za-z_][A-Za-z0-9_]*)")  # matched whole: ``$`` lets a final newline by
 
 
 def e2b_network_policy(hosts: Sequence[str]) -> dict[str, list[str]]:
@@ -1165,7 +1165,7 @@ def resolve_key(
     ``secret:NAME`` goes through the app's secret resolver (``SandboxDeps.secret``)
     when core passes one, else the environment; anything else is the key itself.
     """
-    match = _SECRET_REF.match(reference)
+    match = _SECRET_REF.fullmatch(reference)
     if match is None:
         return reference, "sandbox.e2b.key is empty"
     name = match.group(1)
