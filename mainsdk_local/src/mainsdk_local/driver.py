@@ -8,6 +8,7 @@ Development only: ``MAINSDK_ENV=production`` refuses it (MAIN-SANDBOX-0011).
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import json
 import os
@@ -347,6 +348,8 @@ class LocalDriver:
             except LauncherError as exc:
                 if exc.ran is not False:
                     raise  # core judges it: the command may have run
+                if exc.stage == "execve" and exc.errno in (errno.EACCES, errno.EPERM):
+                    raise _not_executable(box, command.program, program.executable) from exc
                 # The launcher could not start it (a cgroup it could not make, a worker that died first):
                 # nothing ran, so it is safe to retry; never run with a weaker limit instead.
                 raise SandboxError(
@@ -445,6 +448,25 @@ class LocalDriver:
         # Resolved once (it runs the interpreter); every later exec takes it here, without a thread hop.
         cached = self._cache.cached(language, name)
         return cached if cached is not None else await asyncio.to_thread(self._cache.get, language, name)
+
+
+def _not_executable(box: LocalBox, program_name: str, executable: str) -> SandboxError:
+    """The box's user may not execute the interpreter: a mistake of the config, which no retry fixes (0001).
+
+    Weak mode runs the code as the box's own host uid, so an interpreter under a folder only its owner may
+    enter (a pyenv or venv under /root) cannot be executed there, though the app's user runs it.
+    """
+    language = _PROGRAM_LANGUAGE.get(program_name, program_name)
+    who = f"the box's user (uid {box.box.host_uid})" if box.box.host_uid >= 0 else "the box's user"
+    mode = "" if box.box.namespaces else " in weak mode (no namespaces: the code runs as that host uid)"
+    example = "/usr/bin/python3" if language == "python" else f"/usr/bin/{language}"
+    return SandboxError(
+        INVALID_OPTION,
+        f"sandbox.local.{language}: {who} may not execute the interpreter {executable}{mode}; make it and every "
+        f"folder above it executable by others (chmod o+x), or set sandbox.local.{language} in main.yaml to an "
+        f"interpreter it can run, like {example}",
+        ran=False,
+    )
 
 
 def _package_overlay(box: LocalBox, program_name: str, program: Program) -> tuple[tuple[str, str], ...]:

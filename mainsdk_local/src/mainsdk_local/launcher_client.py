@@ -62,9 +62,13 @@ class LauncherError(Exception):
     ``ran``: False when the launcher says the request did nothing (for an exec: no code ran); None otherwise.
     """
 
-    def __init__(self, message: str, *, ran: bool | None = None) -> None:
+    def __init__(
+        self, message: str, *, ran: bool | None = None, stage: str | None = None, error_number: int | None = None
+    ) -> None:
         super().__init__(message)
         self.ran = ran
+        self.stage = stage  # where a run's setup failed (``execve``), when the launcher says
+        self.errno = error_number  # and the error number it failed with
 
 
 class OpenFailed(LauncherError):
@@ -166,7 +170,13 @@ def _error_from(header: dict[str, Any], what: str) -> Exception:
     if kind == "os":
         err = header.get("errno")
         return OSError(err if isinstance(err, int) else errno.EIO, message)
-    return LauncherError(f"{what}: {message}", ran=False if header.get("ran") is False else None)
+    stage, err = header.get("stage"), header.get("errno")
+    return LauncherError(
+        f"{what}: {message}",
+        ran=False if header.get("ran") is False else None,
+        stage=stage if isinstance(stage, str) else None,
+        error_number=err if isinstance(err, int) else None,
+    )
 
 
 def _stop_server(proc: subprocess.Popen[bytes] | None, boot: socket.socket | None) -> None:

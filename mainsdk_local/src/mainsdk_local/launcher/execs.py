@@ -520,7 +520,10 @@ class Executor:
                 msg = f"exec setup failed at {describe_failure(error)}"
                 # Before C's execve, or in B before it forked C, the code did not run; past that, who knows.
                 ran = False if error.get("ran") is False else None
-                self._send(run.box, {"id": run.rid, "ok": False, "kind": "launcher", "error": msg, "ran": ran})
+                # The stage and errno too: the driver tells a program the box may not execute (EACCES at execve, a
+                # mistake no retry fixes) from a launcher that failed.
+                reply = {"id": run.rid, "ok": False, "kind": "launcher", "error": msg, "ran": ran}
+                self._send(run.box, {**reply, "stage": error.get("stage"), "errno": error.get("errno")})
             else:
                 self._send(run.box, self._result(run, oom, ended))
                 self._collect_after(run)  # a one-shot box's /out, with no request to wait for
