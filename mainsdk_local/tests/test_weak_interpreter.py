@@ -55,5 +55,6 @@ def test_an_interpreter_the_weak_box_may_not_execute_is_0001_naming_it(
     assert (exc.code, exc.retryable, exc.ran) == (INVALID_OPTION, False, False), str(exc)
     assert "sandbox.local.bash" in exc.message and str(bash) in exc.message and "chmod o+x" in exc.message
     assert "weak mode" in exc.message
-    private.chmod(0o755)  # the fix the message gives: now the box's user may enter the folder
+    private.chmod(0o755)  # the fix the message gives: the box's user may now enter the folder and run the file
+    bash.chmod(0o755)
     assert built.sandbox.run("echo ran", "bash").stdout == "ran\n"
