@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -259,6 +262,59 @@ def test_the_check_command_refuses_an_egress_value_left_in_a_create(
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr()
     assert "holds a value in a secret field" in out.err and "left-by-hand" not in out.err + out.out
+
+
+def _check_in_a_process(*paths: str) -> subprocess.CompletedProcess[str]:
+    # A process of its own, with a deadline: a FIFO blocked the old check in its open, /dev/zero filled its memory.
+    command = [sys.executable, "-c", "import sys; from mainsdk_conformance.cli import main; sys.exit(main())"]
+    return subprocess.run([*command, "check", *paths], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_the_check_command_refuses_a_fifo_a_device_and_deep_nesting_naming_each(tmp_path: Path) -> None:
+    # Must hold (issue 31): each is a cassette refused with its path, never a hang or a raw RecursionError.
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    meta = cassette([{"request": {"method": "GET", "path": "/o"}, "response": {"status": 200}}])
+    nested: dict[str, Any] = {}
+    inner = nested
+    for _ in range(900):  # within json's own limit, past what the credential walk recursed through
+        inner["a"] = {}
+        inner = inner["a"]
+    meta["meta"]["deep"] = nested
+    walked = tmp_path / "walked.json"
+    walked.write_text(json.dumps(meta))
+    try:
+        done = _check_in_a_process(str(fifo), "/dev/zero", str(deep), str(walked))
+    except subprocess.TimeoutExpired:
+        pytest.fail("mainsdk-conformance check hung")
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1 and done.stdout.endswith("refused\n"), done.stdout
+    for path in (fifo, "/dev/zero", deep):
+        assert f"{path}: " in done.stderr, done.stderr
+    assert f"{fifo}: not a regular file" in done.stderr and "/dev/zero: not a regular file" in done.stderr
+    assert f"{deep}: nested too deeply to be a cassette" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("interaction", "says"),
+    [
+        ({"response": "200"}, "interactions[0].response needs a status"),
+        ({"response": [200]}, "interactions[0].response needs a status"),
+        ({"response": {"status": 200}, "fault": "reset"}, "interactions[0].fault must be an object"),
+        ({"response": {"status": 200}, "fault": ["reset"]}, "interactions[0].fault must be an object"),
+    ],
+)
+def test_a_response_or_fault_of_the_wrong_type_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], interaction: dict[str, Any], says: str
+) -> None:
+    from mainsdk_conformance.cli import main
+
+    path = tmp_path / "typed.json"
+    path.write_text(json.dumps(cassette([{"request": {"method": "GET", "path": "/o"}, **interaction}])))
+    assert main(["check", str(path)]) == 1  # an AttributeError out of the command before
+    assert f"{path}: {says}" in capsys.readouterr().err
 
 
 def test_recording_without_an_account_says_what_to_set(

@@ -47,6 +47,29 @@ def test_check_does_not_hang_on_a_fifo_named_like_python(tmp_path: Path) -> None
     assert "Traceback" not in done.stderr
 
 
+def test_check_does_not_hang_on_a_fifo_without_an_extension_or_as_an_ignore_file(tmp_path: Path) -> None:
+    # Must hold (issue 31): a FIFO named on the command line without .py (read for a #! line) or in a
+    # .gitignore's place blocked the open for ever; it is no Python file, and no ignore file.
+    os.mkfifo(tmp_path / "script")
+    os.mkfifo(tmp_path / ".gitignore")
+    (tmp_path / "bad.py").write_text("eval(x)\n")
+    try:
+        named = run("-m", "mainsdk_cli", "check", "script", cwd=tmp_path)
+        walked = run("-m", "mainsdk_cli", "check", ".", cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mainsdk check hung: {exc.cmd}")
+    assert (named.returncode, "Traceback" in named.stderr) == (0, False), named.stderr
+    assert walked.returncode == 1 and "MAIN-SANDBOX-0010" in walked.stdout and "bad.py" in walked.stdout
+
+
+def test_a_python_file_nested_past_the_parser_is_one_it_could_not_check(tmp_path: Path) -> None:
+    # Must hold (issue 31): ast.parse raised MemoryError on 50,000 `not`s, a traceback out of `mainsdk check`.
+    (tmp_path / "deep.py").write_text("x = " + "not " * 50_000 + "y\n")
+    done = run("-m", "mainsdk_cli", "check", "deep.py", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "cannot check deep.py: an expression is nested too deeply to analyse" in done.stderr
+
+
 def test_the_linter_needs_no_command_line(tmp_path: Path) -> None:
     # Only the plugin module (mainsdk_check.cli) is the command line's; the library and `python -m mainsdk_check`
     # run without mainsdk-cli.

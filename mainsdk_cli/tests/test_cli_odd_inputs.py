@@ -73,3 +73,44 @@ def test_out_file_names_the_code_chose_reach_the_terminal_escaped(
         assert done.returncode == 0, done.stderr
         assert "\x1b" not in done.stderr and "\x07" not in done.stderr, done.stderr
         assert all(line.startswith("mainsdk: ") for line in done.stderr.splitlines()), done.stderr
+
+
+# -- what the surfaces fuzz found (issue 31) -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", ["fifo", "/dev/zero"])
+def test_a_config_that_is_a_fifo_or_a_device_is_0001_naming_it(
+    app_dir: Callable[[str], Path], tmp_path: Path, config: str
+) -> None:
+    # Must hold: --config naming a FIFO hung `mainsdk sandbox run` in the open; a device never ends.
+    os.mkfifo(tmp_path / "fifo")
+    path = str(tmp_path / config) if config == "fifo" else config
+    done = mainsdk("sandbox", "run", "--config", path, "--code", "print(1)")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("mainsdk: MAIN-SANDBOX-0001") and path in done.stderr, done.stderr
+    assert "not a regular file" in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize("suffix", [".ts", ".rb", ".txt"])
+def test_a_code_file_whose_extension_names_no_run_language_is_0001_naming_it(
+    app_dir: Callable[[str], Path], tmp_path: Path, suffix: str
+) -> None:
+    # Must hold: x.ts ran as Python (a SyntaxError at best); the file's language is its extension's or refused.
+    script = tmp_path / f"x{suffix}"
+    script.write_text("print('ran as python')\n")
+    done = mainsdk("sandbox", "run", str(script))
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr.startswith("mainsdk: MAIN-SANDBOX-0001") and str(script) in done.stderr, done.stderr
+    assert "--language" in done.stderr and done.stderr.count("\n") == 1
+    chosen = mainsdk("sandbox", "run", "--language", "python", str(script))  # the way out the message gives
+    assert (chosen.returncode, chosen.stdout) == (0, "ran as python\n"), chosen.stderr
+    plain = tmp_path / "script"
+    plain.write_text("print('no extension: python')\n")
+    assert mainsdk("sandbox", "run", str(plain)).stdout == "no extension: python\n"
+
+
+def test_an_env_name_with_a_final_newline_is_0001_naming_it(app_dir: Callable[[str], Path]) -> None:
+    # Must hold: `^...$` with re.match let "A\n" by as a variable name.
+    done = mainsdk("sandbox", "run", "--env", "A\n=x", "--code", "print(1)")
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.startswith("mainsdk: MAIN-SANDBOX-0001") and repr("A\n") in done.stderr, done.stderr

@@ -40,6 +40,16 @@ def test_the_command_keeps_its_options_and_usage(tmp_path: Path) -> None:
     assert "mainsdk sandbox mcp: error: argument --language: invalid choice: 'ruby'" in wrong.stderr
 
 
+def test_a_config_that_is_a_fifo_is_one_line_with_its_code_not_a_hang(tmp_path: Path) -> None:
+    # Must hold (issue 31): --config naming a FIFO hung the server in the open, before it served anything.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    done = mainsdk("sandbox", "mcp", "--config", str(fifo), cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr.startswith("mainsdk: MAIN-SANDBOX-0001") and str(fifo) in done.stderr
+    assert "not a regular file" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_a_main_yaml_it_cannot_load_is_one_line_with_its_code_before_serving(tmp_path: Path) -> None:
     (tmp_path / "main.yaml").write_text("sandbox:\n  driver: local\n  limitz: {}\n")
     done = mainsdk("sandbox", "mcp", cwd=tmp_path)
