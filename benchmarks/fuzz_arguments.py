@@ -125,6 +125,8 @@ BAD_ENV: list[Any] = [
     {"A": b"x"},
     {"A-B": "x"},
     {"K": secret("NOT_LISTED")},
+    {"A\n": "x"},  # issue 31: `^...$` with re.match let a final newline by
+    {"\nA": "x"},
     {"A": "x" * 200_000},
     {"A": ["x"]},
 ]
@@ -194,6 +196,10 @@ BAD_ACTION_OPTIONS: list[dict[str, Any]] = [
     {"name": ""},
     {"intent": None},
     {"feature": 5},
+    # issue 31: an egress host outside the action's own network was accepted here, refused at every run
+    {"egress": {"api.example.com": {"headers": {"X-Api-Key": secret("FUZZ_KEY")}}}},
+    {"network": ["pypi.org"], "egress": {"api.example.com": {"headers": {"X-Api-Key": secret("FUZZ_KEY")}}}},
+    {"network": ["api.example.com"], "egress": {"api.example.com": {"headers": {"X-Api-Key\n": secret("FUZZ_KEY")}}}},
 ]
 BAD_DEPS: list[dict[str, Any]] = [
     {"config": {"sandbox": {}}},

@@ -9,7 +9,8 @@ corrupted text) is loaded as ``mainsdk sandbox run`` loads it
 ``mainsdk check --config FILE`` checks it. Every file must end in a loaded
 config or a ``ConfigError`` whose codes are MAIN-CONFIG-0003 or
 MAIN-SANDBOX-0001, within 1 s and 100 MB; ``mainsdk check`` must exit 2 for a
-file the loader refuses and 0 or 1 for one it loads. Prints, last,
+file the loader refuses and 0 or 1 for one it loads. Every 20th file puts one mistake in ``sandbox.egress`` (a
+header name or a secret reference that is not one), which must be refused naming its host and header. Prints, last,
 ``N configs: R raw exceptions, H hangs, M misclassified`` and exits 1 unless all three are 0.
 """
 
@@ -328,6 +329,34 @@ def _special(rng: random.Random) -> str:
     )
 
 
+# sandbox.egress with one mistake in the header's name or the secret it names (issue 31: a final newline passed the
+# header check, and a value naming no secret was refused without naming its host or header). Each must be refused
+# with a message naming both EGRESS_HOST and EGRESS_HEADER (``Outcome.misclassified``).
+EGRESS_HOST = "api.fuzz.example"
+EGRESS_HEADER = "X-Fuzz-Key"
+EGRESS_MISTAKES = [
+    (f'"{EGRESS_HEADER}\\n"', '"secret:K"'),
+    (f'"{EGRESS_HEADER}\\r"', '"secret:K"'),
+    (EGRESS_HEADER, '"secret:"'),
+    (EGRESS_HEADER, '"secret:FZ3 KEY"'),
+    (EGRESS_HEADER, '"secret:1ABC"'),
+    (EGRESS_HEADER, '"secret:K\\n"'),
+    (EGRESS_HEADER, '"secret:\\nK"'),
+    (EGRESS_HEADER, "{secret: 1A}"),
+    (EGRESS_HEADER, '{secret: "K\\n"}'),
+    (EGRESS_HEADER, '{secret: K, prefix: "Bearer\\n"}'),
+    (EGRESS_HEADER, '"the-value-itself"'),
+]
+
+
+def _egress(rng: random.Random) -> str:
+    header, value = rng.choice(EGRESS_MISTAKES)
+    return (
+        f"sandbox:\n  driver: local\n  secrets: [K]\n  network: [{EGRESS_HOST}]\n"
+        f"  egress:\n    {EGRESS_HOST}:\n      headers:\n        {header}: {value}\n"
+    )
+
+
 GENERATORS: list[tuple[str, Callable[[random.Random], str], float]] = [
     ("mutated", _mutated, 0.45),
     ("anchors", _with_anchors, 0.12),
@@ -337,6 +366,7 @@ GENERATORS: list[tuple[str, Callable[[random.Random], str], float]] = [
     ("corrupted", _corrupted, 0.12),
     ("special", _special, 0.08),
 ]
+EGRESS_EVERY = 20  # every 20th file is an egress mistake, from an rng of its own (the others' sequence is kept)
 
 
 def generate(seed: int, count: int) -> Iterator[tuple[int, str, str]]:
@@ -344,9 +374,14 @@ def generate(seed: int, count: int) -> Iterator[tuple[int, str, str]]:
     rng = random.Random(seed)
     kinds = [g for g in GENERATORS]
     weights = [w for *_, w in GENERATORS]
+    egress_rng = random.Random(seed)
     for index in range(count):
         name, make, _ = rng.choices(kinds, weights)[0]
-        yield index, name, make(rng)
+        text = make(rng)
+        if index % EGRESS_EVERY == EGRESS_EVERY - 1:
+            yield index, "egress", _egress(egress_rng)
+        else:
+            yield index, name, text
 
 
 # --- Loading each file as the command line does --------------------------------------------------------------------
@@ -363,10 +398,16 @@ class Outcome:
     check_exit: int | None
     seconds: float
     peak_bytes: int
+    names_key: bool = True  # an egress mistake's refusal names its host and header
 
     @property
     def misclassified(self) -> bool:
-        """Refused with a code that is not a config code, or ``mainsdk check`` disagreeing with the loader."""
+        """Refused with a code that is not a config code, or ``mainsdk check`` disagreeing with the loader.
+
+        An egress mistake (kind ``egress``) must be refused, naming its host and header.
+        """
+        if self.kind == "egress" and (self.verdict == "loaded" or not self.names_key):
+            return True
         if self.verdict == "refused":
             return not self.detail or self.check_exit != 2 or not set(self.detail.split(",")) <= CONFIG_CODES
         if self.verdict == "loaded":
@@ -468,7 +509,21 @@ def run_file(index: int, kind: str, text: str, folder: Path, *, build: bool = Tr
         tracemalloc.stop()
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-    return Outcome(index, kind, verdict, detail, status, seconds, peak)
+    return Outcome(
+        index, kind, verdict, detail, status, seconds, peak, _names_egress_key(path) if kind == "egress" else True
+    )
+
+
+def _names_egress_key(path: Path) -> bool:
+    """Whether the loader's refusal of an egress mistake names its host and its header."""
+    from mainsdk.config import load_config
+    from mainsdk.errors import ConfigError
+
+    try:
+        load_config(path)
+    except ConfigError as exc:
+        return EGRESS_HOST in str(exc) and EGRESS_HEADER in str(exc)
+    return False
 
 
 @attrs.frozen

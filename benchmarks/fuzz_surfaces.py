@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from mainsdk import Sandbox, SandboxDeps, SandboxError
+from mainsdk import Sandbox, SandboxDeps, SandboxError, secret
 from mainsdk.config import load_config_text
 from mainsdk.errors import ConfigError
 from mainsdk.packages import parse_pin, select_packages
@@ -147,6 +147,7 @@ PACKAGE_MISTAKES = [
     "six==١.٠",  # Arabic-Indic digits: not PEP 440's
     "şix==1.0",
 ]
+CODE_FILE = "x.ts"  # a code file whose extension names no language a run has (the harness writes it)
 CLI_MISTAKES: list[list[str]] = [
     ["--timeout", "soon"],
     ["--timeout", "1h"],
@@ -164,7 +165,20 @@ CLI_MISTAKES: list[list[str]] = [
     ["--network", "pypi.org"],
     ["--timout", "5s"],
     ["--feature", "a\nb"],
+    # issue 31: a final newline passed the name check; a FIFO as --config hung; x.ts ran as Python
+    ["--env", "A\n=x"],
+    ["--env", "K=secret:K\n"],
+    ["--config", "fifo.yaml"],
+    ["--config", "/dev/zero"],
+    [CODE_FILE],
 ]
+
+
+@attrs.frozen
+class SecretName:
+    """``secret(name)`` to be called when the case runs (a wrong name raises there, which the judge counts)."""
+
+    name: str
 
 
 @attrs.frozen
@@ -206,9 +220,11 @@ def _cell(rng: random.Random, good: bool) -> Case:
             ]
         )
         return Case("cell", {"code": code, "expected": expected, "timeout": rng.choice([None, "5s", 5])}, False)
-    mistake = rng.choice(["code", "language", "timeout", "keyword"])
+    mistake = rng.choice(["code", "language", "timeout", "keyword", "env"])
     detail: dict[str, Any] = {"code": "1", "mistake": mistake}
-    if mistake == "code":
+    if mistake == "env":  # issue 31: a final newline passed the name check; secret('K\n') then a 0009
+        detail["env"] = rng.choice([{"A\n": "x"}, {"\nA": "x"}, {"A": SecretName("K\n")}])
+    elif mistake == "code":
         detail["code"] = rng.choice(BAD_CODE)
     elif mistake == "language":
         detail["language"] = rng.choice(["node", "cobol", 5, None, "python\0"])
@@ -305,7 +321,8 @@ def _cli(rng: random.Random, good: bool) -> Case:
         number = rng.randrange(1000)
         argv = ["--code", f"print({number})", *rng.choice([[], ["--json"], ["--timeout", "5s"]])]
         return Case("cli", {"argv": argv, "expected": f"{number}\n"}, False)
-    return Case("cli", {"argv": ["--code", "print(1)", *rng.choice(CLI_MISTAKES)]}, True)
+    mistake = rng.choice(CLI_MISTAKES)
+    return Case("cli", {"argv": mistake if mistake == [CODE_FILE] else ["--code", "print(1)", *mistake]}, True)
 
 
 GENERATORS: dict[str, Callable[[random.Random, bool], Case]] = {
@@ -396,6 +413,8 @@ class Harness:
     def __init__(self, surfaces: tuple[str, ...]) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="fuzz-surfaces-"))
         (self.folder / "main.yaml").write_text(CONFIG)
+        os.mkfifo(self.folder / "fifo.yaml")  # --config naming it hung the CLI in the open
+        (self.folder / CODE_FILE).write_text("print(1)\n")
         config = load_config_text(CONFIG)
         driver = local_sandbox_driver(permissions=config.permissions)
         self.sandbox = Sandbox(SandboxDeps(config=config, driver=driver, load_entrypoints=False))
@@ -446,6 +465,8 @@ class Harness:
         options: dict[str, Any] = {"timeout": detail.get("timeout")}
         if "keyword" in detail:
             options[detail["keyword"]] = 1
+        if "env" in detail:  # a secret is named when the call is made, as an app does: secret() refuses it then
+            options["env"] = {k: secret(v.name) if isinstance(v, SecretName) else v for k, v in detail["env"].items()}
         cell = self.session.run_code(detail["code"], detail.get("language", "python"), **options)
         if case.mistake:
             return self._accepted(case, cell)
