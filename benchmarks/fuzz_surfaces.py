@@ -441,7 +441,7 @@ class Harness:
         except concurrent.futures.TimeoutError:
             self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)  # the stuck call keeps its thread
             return Verdict("hang", f"not done in {HANG_SECONDS * 2:.0f}s")
-        except TimeoutError as exc:
+        except (TimeoutError, subprocess.TimeoutExpired) as exc:  # the CLI's process not done in HANG_SECONDS
             return Verdict("hang", str(exc))
         except SandboxError as exc:
             return _refusal(exc) if case.mistake else Verdict("misclassified", f"a good call refused: {exc}")
