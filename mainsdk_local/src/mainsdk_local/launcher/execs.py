@@ -522,8 +522,8 @@ class Executor:
                 ran = False if error.get("ran") is False else None
                 # The stage and errno too: the driver tells a program the box may not execute (EACCES at execve, a
                 # mistake no retry fixes) from a launcher that failed.
-                reply = {"id": run.rid, "ok": False, "kind": "launcher", "error": msg, "ran": ran}
-                self._send(run.box, {**reply, "stage": error.get("stage"), "errno": error.get("errno")})
+                failed = {"id": run.rid, "ok": False, "kind": "launcher", "error": msg, "ran": ran}
+                self._send(run.box, {**failed, "stage": error.get("stage"), "errno": error.get("errno")})
             else:
                 self._send(run.box, self._result(run, oom, ended))
                 self._collect_after(run)  # a one-shot box's /out, with no request to wait for
