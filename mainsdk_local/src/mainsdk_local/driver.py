@@ -345,6 +345,17 @@ class LocalDriver:
                 )
             except OpenFailed as exc:
                 raise _open_failed(exc.cause) from exc.cause
+            except ValueError as exc:
+                # The launcher checks a request before it runs anything; core checked the call's part already, so
+                # what it refuses is the interpreter's place (under /tmp, which the box's own /tmp hides): a
+                # mistake no retry fixes, not an outage of unknown effect.
+                language = _PROGRAM_LANGUAGE.get(command.program, command.program)
+                raise SandboxError(
+                    INVALID_OPTION,
+                    f"sandbox.local.{language}: the local launcher refused to run {program.executable}, so nothing "
+                    f"ran: {exc}",
+                    ran=False,
+                ) from exc
             except LauncherError as exc:
                 if exc.ran is not False:
                     raise  # core judges it: the command may have run
