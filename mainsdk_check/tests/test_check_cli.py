@@ -62,6 +62,18 @@ def test_check_does_not_hang_on_a_fifo_without_an_extension_or_as_an_ignore_file
     assert walked.returncode == 1 and "MAIN-SANDBOX-0010" in walked.stdout and "bad.py" in walked.stdout
 
 
+def test_an_egress_header_name_with_a_final_newline_is_found_in_main_yaml(tmp_path: Path) -> None:
+    # Must hold (issue 31): `^...$` with re.match let "X-Api-Key\n" by; `mainsdk check` found nothing.
+    (tmp_path / "main.yaml").write_text(
+        "sandbox:\n  driver: local\n  secrets: [K]\n  network: [api.example.com]\n"
+        '  egress: { api.example.com: { headers: { "X-Api-Key\\n": "secret:K" } } }\n'
+        "network:\n  allow: [api.example.com]\n"
+    )
+    done = run("-m", "mainsdk_cli", "check", cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "MAIN-SANDBOX-0001" in done.stdout and "'X-Api-Key\\n' is not an HTTP header name" in done.stdout
+
+
 def test_a_python_file_nested_past_the_parser_is_one_it_could_not_check(tmp_path: Path) -> None:
     # Must hold (issue 31): ast.parse raised MemoryError on 50,000 `not`s, a traceback out of `mainsdk check`.
     (tmp_path / "deep.py").write_text("x = " + "not " * 50_000 + "y\n")
