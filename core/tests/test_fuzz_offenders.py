@@ -95,7 +95,10 @@ def test_a_main_yaml_egress_header_name_with_a_final_newline_is_refused_at_load(
 # -- main.yaml egress values that name no secret -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["'secret:'", "'secret:FZ3 KEY'", "'secret:1ABC'", "'secret:K\\n'", "{secret: 1A}"])
+@pytest.mark.parametrize(
+    "value",
+    ["'secret:'", "'secret:FZ3 KEY'", "'secret:1ABC'", "'secret:K\\n'", "{secret: 1A}", "'secret:sk-live-0123abcd'"],
+)
 def test_a_main_yaml_egress_value_naming_no_secret_names_the_host_and_header(value: str) -> None:
     text = (
         "sandbox:\n  secrets: [K]\n  network: [api.example.com]\n"
@@ -106,6 +109,7 @@ def test_a_main_yaml_egress_value_naming_no_secret_names_the_host_and_header(val
     shown = str(caught.value)
     assert {p.code for p in caught.value.problems} == {errors.INVALID_OPTION}
     assert "sandbox.egress" in shown and "api.example.com" in shown and "X-Api-Key" in shown, shown
+    assert "sk-live" not in shown  # what follows secret: by mistake may be the value itself: never quoted
 
 
 # -- an empty secret: no value, for env as for egress --------------------------------------------------------------

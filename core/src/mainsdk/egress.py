@@ -45,6 +45,7 @@ FORBIDDEN_HEADERS = frozenset(
         "expect",
     }
 )
+_NAME_RULE = "a secret name is letters, digits and _, not starting with a digit"
 MAX_HOSTS = 32
 MAX_HEADERS = 16
 MAX_VALUE_BYTES = 8 * 1024  # what servers commonly take for one header line
@@ -156,22 +157,20 @@ def from_config(value: object) -> dict[str, dict[str, SecretRef]]:
 
 
 def _configured_secret(item: object, where: str) -> SecretRef:
-    # secret()'s own refusal names only the secret: here it says which host's header holds it, as a call's does.
+    # The refusal says which host's header is wrong (secret()'s own names only the text), and never quotes the
+    # text: what follows secret: by mistake may be the value itself.
     if isinstance(item, str) and item.startswith(SECRET_PREFIX):
-        name = item.removeprefix(SECRET_PREFIX)
-        if not SECRET_NAME.fullmatch(name):
-            raise _invalid(
-                where,
-                f"{item[:60]!r} names no secret: after secret: comes a secret name of letters, digits and _ "
-                "(not first a digit), like secret:EXAMPLE_KEY",
-            )
-        return secret(name)
+        if not SECRET_NAME.fullmatch(item.removeprefix(SECRET_PREFIX)):
+            raise _invalid(where, f"what follows secret: is not a secret name; {_NAME_RULE}, like secret:EXAMPLE_KEY")
+        return secret(item.removeprefix(SECRET_PREFIX))
     if isinstance(item, Mapping) and set(item) <= {"secret", "prefix"} and isinstance(item.get("secret"), str):
         prefix = item.get("prefix", "")
+        if not SECRET_NAME.fullmatch(item["secret"]):
+            raise _invalid(where, f"its secret is not a secret name; {_NAME_RULE}, like {{secret: EXAMPLE_KEY}}")
         if isinstance(prefix, str):
             try:
                 return secret(item["secret"], prefix=prefix)
-            except SandboxError as exc:
+            except SandboxError as exc:  # the prefix: secret() says what a prefix may be
                 raise _invalid(where, exc.message) from None
     raise _invalid(
         where,
