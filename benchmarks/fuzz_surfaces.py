@@ -56,6 +56,7 @@ CONFIG = """
 sandbox:
   driver: local
   limits: { timeout: 10s, memory: 256MB, output: 64KB, files: 1MB }
+  secrets: [FZ_EMPTY]
 permissions:
   processes: [python3, bash]
   disk: { temp: { max: 64MB } }
@@ -223,7 +224,10 @@ def _cell(rng: random.Random, good: bool) -> Case:
     mistake = rng.choice(["code", "language", "timeout", "keyword", "env"])
     detail: dict[str, Any] = {"code": "1", "mistake": mistake}
     if mistake == "env":  # issue 31: a final newline passed the name check; secret('K\n') then a 0009
-        detail["env"] = rng.choice([{"A\n": "x"}, {"\nA": "x"}, {"A": SecretName("K\n")}])
+        # and an empty secret was a value for a cell's env (refused for egress): it is none for either
+        detail["env"] = rng.choice(
+            [{"A\n": "x"}, {"\nA": "x"}, {"A": SecretName("K\n")}, {"A": SecretName("FZ_EMPTY")}]
+        )
     elif mistake == "code":
         detail["code"] = rng.choice(BAD_CODE)
     elif mistake == "language":
@@ -417,7 +421,8 @@ class Harness:
         (self.folder / CODE_FILE).write_text("print(1)\n")
         config = load_config_text(CONFIG)
         driver = local_sandbox_driver(permissions=config.permissions)
-        self.sandbox = Sandbox(SandboxDeps(config=config, driver=driver, load_entrypoints=False))
+        secrets = {"FZ_EMPTY": ""}.get  # listed, and empty: no value
+        self.sandbox = Sandbox(SandboxDeps(config=config, driver=driver, load_entrypoints=False, secret=secrets))
         self.session = self.sandbox.create(idle="10m") if {"cell", "background"} & set(surfaces) else None
         self.actions = {False: self.sandbox.action(), True: self.sandbox.action(name="notebook", session=True)}
         self.conversations = 0
