@@ -92,6 +92,7 @@ class RecordingOrigin:
 
     def _h11(self, conn: ssl.SSLSocket, data: bytearray) -> None:
         parser = h11.Connection(h11.SERVER)
+        method = b""
         while True:
             try:
                 event = parser.next_event()
@@ -104,11 +105,13 @@ class RecordingOrigin:
                 if not chunk:
                     return
                 parser.receive_data(chunk)
+            elif isinstance(event, h11.Request):
+                method = event.method
             elif isinstance(event, h11.EndOfMessage):
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                parser.send(h11.Response(status_code=200, headers=[(b"Content-Length", b"2")]))
-                parser.send(h11.Data(data=b"ok"))
-                parser.send(h11.EndOfMessage())
+                answer = parser.send(h11.Response(status_code=200, headers=[(b"Content-Length", b"2")])) or b""
+                if method != b"HEAD":  # (a HEAD's answer has no body)
+                    answer += parser.send(h11.Data(data=b"ok")) or b""
+                conn.sendall(answer + (parser.send(h11.EndOfMessage()) or b""))
                 if parser.our_state is not h11.DONE:
                     while self._recv(conn, data):
                         pass
@@ -186,7 +189,8 @@ class Reading:
 def read_h11(data: bytes) -> Reading:
     """``data`` read by h11 as a server reads it, request after request (each answered, so the next is read)."""
     parser = h11.Connection(h11.SERVER)
-    parser.receive_data(data)
+    if data:  # (h11 takes b"" as the end of the stream)
+        parser.receive_data(data)
     messages: list[Message] = []
     current: dict[str, bytes] | None = None
     fields: tuple[tuple[bytes, bytes], ...] = ()

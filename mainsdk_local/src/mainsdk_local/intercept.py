@@ -172,6 +172,9 @@ def _rewrite(head: Head, host: str, injected: tuple[tuple[bytes, bytes], ...], n
     """
     if head.method == b"CONNECT":
         raise bad("CONNECT inside a tunnel is not forwarded")
+    if head.method == b"TRACE":
+        # RFC 9110 9.3.8: the answer echoes the request, so it would hand the code the credential set here.
+        raise bad("TRACE is not forwarded to a host with egress headers: its answer would echo them")
     authority, target = split_target(head.target)
     ports: list[int | None] = []
     if authority is not None:
