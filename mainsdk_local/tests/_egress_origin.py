@@ -108,10 +108,14 @@ class RecordingOrigin:
             elif isinstance(event, h11.Request):
                 method = event.method
             elif isinstance(event, h11.EndOfMessage):
-                answer = parser.send(h11.Response(status_code=200, headers=[(b"Content-Length", b"2")])) or b""
-                if method != b"HEAD":  # (a HEAD's answer has no body)
-                    answer += parser.send(h11.Data(data=b"ok")) or b""
-                conn.sendall(answer + (parser.send(h11.EndOfMessage()) or b""))
+                try:
+                    answer = parser.send(h11.Response(status_code=200, headers=[(b"Content-Length", b"2")])) or b""
+                    if method != b"HEAD":  # (a HEAD's answer has no body)
+                        answer += parser.send(h11.Data(data=b"ok")) or b""
+                    answer += parser.send(h11.EndOfMessage()) or b""
+                except h11.LocalProtocolError:  # a blind tunnel's CONNECT or Upgrade: not answered
+                    answer = b""
+                conn.sendall(answer)
                 if parser.our_state is not h11.DONE:
                     while self._recv(conn, data):
                         pass
