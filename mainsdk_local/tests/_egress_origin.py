@@ -109,7 +109,8 @@ class RecordingOrigin:
                 method = event.method
             elif isinstance(event, h11.EndOfMessage):
                 try:
-                    answer = parser.send(h11.Response(status_code=200, headers=[(b"Content-Length", b"2")])) or b""
+                    ok = h11.Response(status_code=200, headers=[(b"Content-Length", b"2")], reason=b"OK")
+                    answer = parser.send(ok) or b""
                     if method != b"HEAD":  # (a HEAD's answer has no body)
                         answer += parser.send(h11.Data(data=b"ok")) or b""
                     answer += parser.send(h11.EndOfMessage()) or b""

@@ -299,4 +299,4 @@ def test_fuzzed_requests_are_read_alike_by_two_parsers_and_carry_the_key_to_the_
 
     requests, tally, found = fuzz_in_box(sandbox, seed=31, count=160, test_ca=TEST_CA)
     assert found == [], found[:3]
-    assert requests >= 100 and tally.get("HTTP/1.1 200", 0) >= 20 and tally.get("HTTP/1.1 400", 0) >= 40, tally
+    assert requests >= 60 and tally.get("HTTP/1.1 200", 0) >= 20 and tally.get("HTTP/1.1 400", 0) >= 40, tally
