@@ -300,3 +300,27 @@ def test_fuzzed_requests_are_read_alike_by_two_parsers_and_carry_the_key_to_the_
     requests, tally, found = fuzz_in_box(sandbox, seed=31, count=160, test_ca=TEST_CA)
     assert found == [], found[:3]
     assert requests >= 60 and tally.get("HTTP/1.1 200", 0) >= 20 and tally.get("HTTP/1.1 400", 0) >= 40, tally
+
+
+def test_a_request_pipelined_after_a_large_body_is_read_and_sent_on_as_its_own(sandbox: Sandbox) -> None:
+    # The bytes after a body (read in 64 KiB pieces) are the next request's: read from their first byte.
+    from _egress_origin import read_h11
+
+    origin = RecordingOrigin()
+    try:
+        code = f"""
+t = tunnel("{API}", {origin.port}); f = t.makefile("rb")
+t.sendall(b"POST /big HTTP/1.1\\r\\nHost: {API}\\r\\nContent-Length: 200000\\r\\n\\r\\n" + b"b" * 200000
+          + b"GET /after HTTP/1.1\\r\\nHost: {API}\\r\\n\\r\\n")
+print(json.dumps([response(f)[0], response(f)[0]]))
+"""
+        statuses = run(sandbox, code)
+        [(_, data)] = origin.settled(1)
+    finally:
+        origin.close()
+    assert statuses == ["HTTP/1.1 200 OK"] * 2
+    reading = read_h11(data)
+    assert [(m.target, len(m.body), m.values(b"x-api-key")) for m in reading.messages] == [
+        (b"/big", 200000, [KEY.encode()]),
+        (b"/after", 0, [KEY.encode()]),
+    ]

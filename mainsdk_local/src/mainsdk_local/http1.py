@@ -100,13 +100,16 @@ async def read_head(reader: asyncio.StreamReader, buffer: bytes = b"") -> tuple[
     None when the stream ends before a byte of a head; ``asyncio.IncompleteReadError`` when it ends inside
     one; Refused(431) past MAX_HEAD. Empty lines before the request line are skipped (RFC 9112 2.2).
     """
+    searched = 0  # where the next search for the head's end starts (what was searched, less 2 bytes)
     while True:
-        buffer = buffer.lstrip(b"\r\n") if buffer.startswith(b"\r\n") else buffer
-        end = _HEAD_END.search(buffer, max(len(buffer) - CHUNK - 2, 0))
+        if buffer.startswith(b"\r\n"):
+            buffer, searched = buffer.lstrip(b"\r\n"), 0
+        end = _HEAD_END.search(buffer, searched)
         if (end.end() if end is not None else len(buffer)) > MAX_HEAD:
             raise Refused(431, "the request head is too large")
         if end is not None:
             return buffer[: end.end()], buffer[end.end() :]
+        searched = max(len(buffer) - 2, 0)  # an end may straddle two reads
         data = await reader.read(CHUNK)
         if not data:
             if buffer:
