@@ -324,3 +324,26 @@ print(json.dumps([response(f)[0], response(f)[0]]))
         (b"/big", 200000, [KEY.encode()]),
         (b"/after", 0, [KEY.encode()]),
     ]
+
+
+def test_a_malformed_chunked_body_cuts_the_upstream_and_the_tunnel(sandbox: Sandbox) -> None:
+    # The head went on before the body turned malformed: the origin must not be left waiting for the rest (nor
+    # the code for an answer that will not come); both connections end, nothing past the last sound chunk sent.
+    origin = RecordingOrigin(idle=60.0)
+    try:
+        code = f"""
+t = tunnel("{API}", {origin.port}); t.settimeout(8)
+head = b"POST /c HTTP/1.1\\r\\nHost: {API}\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
+t.sendall(head + b"5\\r\\nhello\\r\\nzz\\r\\nGET /x")
+try:
+    print(json.dumps(t.recv(100).decode() or "closed"))
+except TimeoutError:
+    print(json.dumps("no answer"))
+"""
+        said = run(sandbox, code)
+        received = origin.settled(1, timeout=8)
+    finally:
+        origin.close()
+    assert said == "closed"
+    [(_, data)] = received
+    assert data.endswith(b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n") and b"/x" not in data

@@ -134,6 +134,9 @@ async def _serve(
             else:
                 upstream_writer.write(sent)
                 sending = asyncio.ensure_future(_request_body(client, reader, server, upstream_writer, first))
+                # A body that breaks off or turns malformed cuts the upstream: the origin waits for no more of
+                # it, and the answer it will not give ends the wait here too.
+                sending.add_done_callback(lambda done: _cut(done, upstream_writer))
                 try:
                     keep = await _response(server, upstream_reader, client, writer)
                     await sending
@@ -152,6 +155,11 @@ async def _serve(
     finally:
         with contextlib.suppress(Exception):
             writer.transport.abort()
+
+
+def _cut(sending: asyncio.Future[None], upstream: asyncio.StreamWriter) -> None:
+    if not sending.cancelled() and sending.exception() is not None:
+        upstream.transport.abort()
 
 
 async def _next(connection: h11.Connection, reader: asyncio.StreamReader) -> object:
