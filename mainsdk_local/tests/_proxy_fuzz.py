@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import h11
+from _egress_origin import read_h11, read_llhttp
 
 API = "api.example.test"
 EVIL = "evil.example.test"
@@ -218,6 +219,12 @@ def violations(data: bytes, port: int) -> list[str]:
         found.append(f"a strict parser rejects what was forwarded ({exc})")
     if requests != 1:
         found.append(f"{requests} requests")
+    # A second parser written apart from h11 (llhttp) reads the same request, framing and fields alike.
+    first, second = read_h11(data), read_llhttp(data)
+    if second.error:
+        found.append(f"llhttp rejects what was forwarded ({second.error})")
+    if first.messages != second.messages:
+        found.append(f"h11 and llhttp read it apart: {first.messages!r} != {second.messages!r}")
     return found
 
 

@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import attrs
+from mainsdk import driver
 
 from mainsdk_conformance.cassette import (
     CREDENTIAL_QUERY,
@@ -52,9 +53,8 @@ from mainsdk_conformance.cassette import (
 )
 from mainsdk_conformance.profiles import Profile
 
-HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "host"}
-)
+# Never sent on (mainsdk.driver.HOP_BY_HOP, RFC 9110 7.6.1), and Host: replay routes by its own.
+HOP_BY_HOP = driver.HOP_BY_HOP | frozenset({"host"})
 # Response headers that describe the transfer, not the answer; replay sets its own framing.
 NOT_RECORDED = HOP_BY_HOP | {"content-length", "content-encoding", "date"}
 UNMATCHED_STATUS = 599

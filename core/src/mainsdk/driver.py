@@ -25,6 +25,7 @@ import attrs
 import pluggy
 
 # Re-exported for drivers (``X as X``: an explicit re-export). None of these modules imports this one.
+from mainsdk.egress import HOP_BY_HOP as HOP_BY_HOP
 from mainsdk.egress import EgressHeader as EgressHeader
 from mainsdk.egress import EgressRule as EgressRule
 from mainsdk.errors import COST as COST

@@ -29,22 +29,23 @@ from mainsdk.secrets import SECRET_NAME, SECRET_PREFIX, SecretRef, SecretResolve
 # RFC 9110 5.6.2: a field name is a token. Matched whole (fullmatch): ``$`` also matches before a final newline.
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
 # Headers that frame the message or steer the connection: the egress sets none of them (RFC 9110 7.6.1, 6.4).
-FORBIDDEN_HEADERS = frozenset(
+HOP_BY_HOP = frozenset(
     {
-        "host",
-        "content-length",
-        "transfer-encoding",
+        # RFC 9110 7.6.1: the connection's own fields, never forwarded (with those Connection names).
         "connection",
         "keep-alive",
-        "proxy-authorization",
-        "proxy-authenticate",
         "proxy-connection",
         "te",
-        "trailer",
+        "transfer-encoding",
         "upgrade",
-        "expect",
+        # The trailers' announcement (an intermediary that drops the trailers drops it too, RFC 9112 7.1.2),
+        # and the proxy's own credentials (RFC 9110 11.7.2).
+        "trailer",
+        "proxy-authorization",
     }
 )
+"""Fields an intermediary never sends on: the one definition (the local proxy and the cassette replay use it)."""
+FORBIDDEN_HEADERS = HOP_BY_HOP | {"host", "content-length", "proxy-authenticate", "expect"}
 _NAME_RULE = "a secret name is letters, digits and _, not starting with a digit"
 MAX_HOSTS = 32
 MAX_HEADERS = 16

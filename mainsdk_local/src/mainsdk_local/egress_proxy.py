@@ -10,13 +10,14 @@ per-run password. It forwards two kinds of request:
   is checked, and a ``Host`` header naming another host is refused; the request
   goes out in origin form with ``Connection: close``.
 
-One connection carries one request to one checked host. The head is parsed by
-h11 (a maintained HTTP/1.1 parser), after checks h11 is lenient about: a bare
-LF or CR, an obsolete line fold, Content-Length twice or as a list, and
-Content-Length with Transfer-Encoding are each a 400, since an upstream could
-read them as the start of a second request. The body is taken as h11 frames
-it and sent on re-framed; whatever follows it (a pipelined request) is read
-and dropped, never forwarded.
+One connection carries one request to one checked host. The head is read as a
+strict HTTP/1.1 intermediary reads it (``http1``, RFC 9110 and 9112): ambiguous
+framing, a bare LF or CR, an obsolete line fold, a malformed field, a target or
+``Host`` that is not ``host[:digits]`` are each a 400, since an upstream could
+read them as another host's or as the start of a second request. The head sent
+on is made again from what was read, with one framing field; the body is taken
+as h11 frames it by that framing and sent on re-framed; whatever follows it (a
+pipelined request) is read and dropped, never forwarded.
 
 A host passes when it matches one of the run's hosts, exactly or under a
 ``*.example.com`` pattern (``mainsdk.hosts.host_matches``). Names are resolved
@@ -39,40 +40,43 @@ import contextlib
 import hmac
 import ipaddress
 import logging
-import re
 import socket
 import ssl
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import attrs
 import h11
 from mainsdk.driver import HOST_NOT_ALLOWED, host_covered, validate_host_pattern
 
 from mainsdk_local.egress_tls import BoxAuthority
+from mainsdk_local.http1 import (
+    CHUNK,
+    MAX_HEAD,
+    Head,
+    Refused,
+    authority_text,
+    bad,
+    body_reader,
+    forwarded_fields,
+    framing_fields,
+    parse_authority,
+    parse_head,
+    read_head,
+    split_target,
+)
 from mainsdk_local.intercept import intercept
 
 log = logging.getLogger("mainsdk")
 
-MAX_HEAD = 64 * 1024  # request line and headers
 HEAD_TIMEOUT = 30.0  # for the request head to arrive
 CONNECT_TIMEOUT = 10.0  # for the upstream connection
 MAX_CONNECTIONS = 128  # open at once per run; more are closed at once
 MAX_REFUSED_KEPT = 50  # refused hosts kept in ``refused`` (core keeps as many, and counts the rest)
 MAX_REFUSED_SEEN = 10_000  # distinct refused hosts remembered, so each is reported once
-CHUNK = 64 * 1024
 PROXY_USER = "mainsdk"
 
-# A host as a request may name it: an IP literal, or a DNS name (underscores tolerated, as resolvers do).
-_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*")
-# Hop-by-hop headers, never forwarded (RFC 9110 7.6.1), and the proxy's own. Transfer-Encoding
-# stays: the body is passed on as it came, so the server must know how it is framed.
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-authorization", "proxy-connection", "te", "upgrade"}
 LINGER = 2.0  # after a refusal, how long to read what the client still sends, so it sees the answer, not a reset
-
-_HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head (it accepts bare-LF lines; we refuse them below)
-_BARE_LF_OR_CR = re.compile(rb"(?<!\r)\n|\r(?!\n)")
 # Networks whose addresses carry no host of their own, or another IPv4's: deprecated site-local, NAT64 for
 # local use (RFC 8215) and Teredo (RFC 4380; the client's IPv4 is obfuscated). Refused as non-global.
 _NON_GLOBAL_V6 = tuple(ipaddress.IPv6Network(n) for n in ("fec0::/10", "64:ff9b:1::/48", "2001::/32"))
@@ -80,17 +84,14 @@ _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052 well-known prefix: th
 _V4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated ::a.b.c.d (RFC 4291 2.5.5.1)
 
 
-class Refusal(Exception):
+class Refusal(Refused):
     """A request the proxy answers itself, with ``status`` and a one-line ``body``.
 
     ``host`` is set when the refusal is MAIN-SANDBOX-0005: the code tried a host it was not given.
     """
 
     def __init__(self, status: int, reason: str, body: str, host: str | None = None) -> None:
-        super().__init__(body)
-        self.status = status
-        self.reason = reason
-        self.body = body
+        super().__init__(status, body, reason)
         self.host = host
 
 
@@ -133,43 +134,6 @@ def _global_address(address: str) -> bool:
         elif ip in _NAT64 or ip in _V4_COMPATIBLE:
             ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)  # :: and ::1 become 0.0.0.0 and 0.0.0.1: not global
     return ip.is_global and not ip.is_multicast
-
-
-def _normalise_host(text: str) -> str:
-    """A request's host, lowercase, without brackets or a trailing dot; Refusal(400) when it is not one."""
-    host = text.strip().lower()
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    ip = _ip_literal(host)
-    if ip is not None:
-        return ip
-    host = host.rstrip(".")
-    if not host or len(host) > 253 or not _NAME.fullmatch(host):
-        raise Refusal(400, "Bad Request", f"{text[:100]!r} is not a host name or IP address")
-    return host
-
-
-def split_authority(text: str, default_port: int | None) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port``) into a normalised host and a port; Refusal(400) when malformed."""
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            raise Refusal(400, "Bad Request", f"{text[:100]!r} is not host:port")
-        host, rest = text[: end + 1], text[end + 1 :]
-        port_text = rest[1:] if rest.startswith(":") else None if not rest else "x"
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    else:
-        host, port_text = text, None
-    if port_text is None:
-        if default_port is None:
-            raise Refusal(400, "Bad Request", f"{text[:100]!r} has no port: CONNECT needs host:port")
-        port = default_port
-    elif port_text.isdigit() and 0 < int(port_text) < 65536:
-        port = int(port_text)
-    else:
-        raise Refusal(400, "Bad Request", f"{text[:100]!r} has an invalid port")
-    return _normalise_host(host), port
 
 
 @attrs.frozen
@@ -318,10 +282,13 @@ class EgressProxy:
         upstream: asyncio.StreamWriter | None = None
         try:
             try:
-                head, rest = await asyncio.wait_for(_read_head(reader), HEAD_TIMEOUT)
+                read = await asyncio.wait_for(read_head(reader), HEAD_TIMEOUT)
+                if read is None:
+                    return
+                head, rest = read
                 request = self._parse(head)
                 upstream_reader, upstream = await self._open_upstream(request)
-            except Refusal as refusal:
+            except Refused as refusal:
                 await self._refuse(reader, writer, refusal)
                 return
             except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
@@ -353,83 +320,51 @@ class EgressProxy:
                     self._writers.discard(w)
                     w.transport.abort()
 
-    def _parse(self, head: bytes) -> Request:
-        """Check and parse a request head (through its blank line); Refusal(400) for anything ambiguous."""
-        if _BARE_LF_OR_CR.search(head):
-            raise Refusal(400, "Bad Request", "a bare LF or CR in the request head: lines end with CRLF")
-        lines = head[:-4].split(b"\r\n")
-        if any(line[:1] in (b" ", b"\t") for line in lines[1:]):
-            raise Refusal(400, "Bad Request", "an obsolete line fold in the request head")
-        fields = [line.partition(b":") for line in lines[1:]]
-        lengths = [value.strip() for name, _, value in fields if name.strip().lower() == b"content-length"]
-        if len(lengths) > 1 or not all(length.isdigit() for length in lengths):
-            raise Refusal(400, "Bad Request", "Content-Length more than once, or not one number")
-        if lines[0].startswith(b"CONNECT ") and not any(name.lower() == b"host" for name, _, _ in fields):
-            # Many clients send CONNECT without Host; h11 requires it in HTTP/1.1. The target says the same.
-            authority = lines[0].split(b" ")[1] if lines[0].count(b" ") == 2 else b""
-            head = b"\r\n".join([lines[0], b"Host: " + authority, *lines[1:]]) + b"\r\n\r\n"
-        parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-        parser.receive_data(head)
-        try:
-            event = parser.next_event()
-        except h11.RemoteProtocolError as exc:
-            raise Refusal(400, "Bad Request", f"a malformed request ({str(exc)[:200]})") from None
-        if not isinstance(event, h11.Request):
-            raise Refusal(400, "Bad Request", "not an HTTP/1.x request")
-        method, target = event.method.decode("latin-1"), event.target.decode("latin-1")
-        version = "HTTP/" + event.http_version.decode("latin-1")
-        headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in event.headers.raw_items()]
-        names = {name.lower() for name, _ in headers}
-        if "content-length" in names and "transfer-encoding" in names:
-            raise Refusal(400, "Bad Request", "Content-Length and Transfer-Encoding together")
-        self._check_password(headers)
-        if method == "CONNECT":
-            if "transfer-encoding" in names or lengths not in ([], [b"0"]):
-                raise Refusal(400, "Bad Request", "a CONNECT request has no body")
-            host, port = split_authority(target, None)
+    def _parse(self, raw: bytes) -> Request:
+        """Check and parse a request head (through its blank line); Refused(400) for anything ambiguous."""
+        head = parse_head(raw)
+        self._check_password(head)
+        hosts = head.values(b"host")
+        if len(hosts) > 1:
+            raise bad("Host more than once (RFC 9112 3.2)")
+        if head.method == b"CONNECT":
+            # RFC 9110 9.3.6, RFC 9112 3.2.3: CONNECT's target alone, host:port, says where the tunnel goes,
+            # and the request has no content. Its Host is sent nowhere (many clients send none).
+            if head.chunked or head.length:
+                raise bad("a CONNECT request has no body")
+            host, port = parse_authority(head.target, port_required=True)
+            assert port is not None  # port_required
             return Request(host, port, None)
-        if "://" not in target:
-            raise Refusal(400, "Bad Request", "send requests to this proxy in absolute form (http://host/path)")
-        try:
-            url = urlsplit(target)
-        except ValueError:
-            raise Refusal(400, "Bad Request", f"{target[:100]!r} is not a URL") from None
-        if url.scheme.lower() != "http":
-            raise Refusal(400, "Bad Request", f"{url.scheme}:// is not proxied here: use CONNECT for HTTPS")
-        host, port = split_authority(url.netloc.rpartition("@")[2], 80)
-        for name, value in headers:
-            if name.lower() == "host":
-                named, _ = split_authority(value, 80)
-                if named != host:
-                    if not self.policy.allows(named):
-                        raise _not_given(named, "named in the Host header")
-                    raise Refusal(400, "Bad Request", f"the Host header names {named}, the request URI {host}")
-        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        forward_head = self._forward_head(method, path, version, headers, url.netloc)
-        return Request(host, port, forward_head, parser, "transfer-encoding" in names)
+        authority, path = split_target(head.target)
+        if authority is None:
+            raise bad("send requests to this proxy in absolute form (http://host/path)")
+        if not head.target.lower().startswith(b"http://"):
+            raise bad("https:// is not proxied here: use CONNECT for HTTPS")
+        # RFC 9112 3.2.2: the host is the target's; a Host naming another is refused, never a second reading.
+        host, given_port = parse_authority(authority)
+        for value in hosts:
+            named, _ = parse_authority(value)
+            if named != host:
+                if not self.policy.allows(named):
+                    raise _not_given(named, "named in the Host header")
+                raise bad(f"the Host header names {named}, the request URI {host}")
+        forward_head = self._forward_head(head, path, authority_text(host, given_port))
+        return Request(host, given_port or 80, forward_head, body_reader(head), head.chunked)
 
     @staticmethod
-    def _forward_head(method: str, path: str, version: str, headers: list[tuple[str, str]], netloc: str) -> bytes:
-        named = {
-            token.strip().lower()
-            for name, value in headers
-            if name.lower() == "connection"
-            for token in value.split(",")
-        }
-        kept = [(n, v) for n, v in headers if n.lower() not in _HOP_BY_HOP and n.lower() not in named]
-        if not any(n.lower() == "host" for n, _ in kept):
-            kept.insert(0, ("Host", netloc.rpartition("@")[2]))
-        lines = [f"{method} {path} {version}", *(f"{n}: {v}" for n, v in kept), "Connection: close", "", ""]
-        return "\r\n".join(lines).encode("latin-1")
+    def _forward_head(head: Head, path: bytes, host: bytes) -> bytes:
+        """The head sent on, made from what was read: origin form, the checked Host, one framing, then close."""
+        fields = [(b"Host", host), *forwarded_fields(head, set()), *framing_fields(head), (b"Connection", b"close")]
+        lines = [b"%b %b HTTP/%b" % (head.method, path, head.version), *(n + b": " + v for n, v in fields)]
+        return b"\r\n".join([*lines, b"", b""])
 
-    def _check_password(self, headers: list[tuple[str, str]]) -> None:
+    def _check_password(self, head: Head) -> None:
         if self._password is None:
             return
-        expected = base64.b64encode(f"{PROXY_USER}:{self._password}".encode()).decode()
-        for name, value in headers:
-            scheme, _, credentials = value.partition(" ")
-            basic = name.lower() == "proxy-authorization" and scheme.lower() == "basic"
-            if basic and hmac.compare_digest(credentials.strip(), expected):
+        expected = base64.b64encode(f"{PROXY_USER}:{self._password}".encode())
+        for value in head.values(b"proxy-authorization"):
+            scheme, _, credentials = value.partition(b" ")
+            if scheme.lower() == b"basic" and hmac.compare_digest(credentials.strip(), expected):
                 return
         raise Refusal(407, "Proxy Authentication Required", "this proxy belongs to another sandbox run")
 
@@ -481,13 +416,14 @@ class EgressProxy:
             raise _not_given(host, f"it resolves to {', '.join(found)}, which is not a public address")
         return usable
 
-    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, refusal: Refusal) -> None:
-        if refusal.host is not None and refusal.host not in self._refused_seen:
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, refusal: Refused) -> None:
+        host = refusal.host if isinstance(refusal, Refusal) else None
+        if host is not None and host not in self._refused_seen:
             if len(self._refused_seen) < MAX_REFUSED_SEEN:
-                self._refused_seen.add(refusal.host)
+                self._refused_seen.add(host)
             if len(self.refused) < MAX_REFUSED_KEPT:
-                self.refused.append(refusal.host)
-            self._on_refused(refusal.host)
+                self.refused.append(host)
+            self._on_refused(host)
         body = (refusal.body + "\n").encode()
         extra = 'Proxy-Authenticate: Basic realm="mainsdk sandbox"\r\n' if refusal.status == 407 else ""
         head = (
@@ -504,21 +440,6 @@ class EgressProxy:
                     pass
 
 
-async def _read_head(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    """A request head through its blank line (as h11 finds it), and what came after it; Refusal(431) past MAX_HEAD."""
-    buffer = b""
-    while True:
-        end = _HEAD_END.search(buffer, max(len(buffer) - CHUNK - 2, 0))
-        if (end.end() if end is not None else len(buffer)) > MAX_HEAD:
-            raise Refusal(431, "Request Header Fields Too Large", "the request head is too large")
-        if end is not None:
-            return buffer[: end.end()], buffer[end.end() :]
-        data = await reader.read(CHUNK)
-        if not data:
-            raise asyncio.IncompleteReadError(buffer, None)
-        buffer += data
-
-
 async def _send_body(
     request: Request,
     parser: h11.Connection,
@@ -531,7 +452,8 @@ async def _send_body(
     A chunked body is re-chunked from the data alone (no extensions, no trailers), so what the upstream reads
     is exactly the body h11 read. A malformed body, or a client that leaves mid-body, ends the upstream too.
     """
-    parser.receive_data(rest)
+    if rest:  # (h11 takes b"" as the end of the stream)
+        parser.receive_data(rest)
     try:
         while True:
             event = parser.next_event()

@@ -6,13 +6,18 @@ host's name (``egress_tls.upstream_context``), before the code hears ``200``. Th
 
 - the code's TLS handshake is answered with the box CA's leaf for the host (ALPN: ``http/1.1`` only, so a
   client that asks for h2 falls back);
-- each request on the connection (keep-alive holds) must name the host in its ``Host`` (421 otherwise: a
-  connection to one host never carries a request to another); its hop-by-hop headers are dropped, and every
-  header named by the egress rule is removed, whatever its case, and set once to the rule's value (replaced,
-  never merged);
-- the request and its response are re-framed by h11 on both sides, so what the server reads is exactly what
-  h11 read; a redirect is passed back to the code, never followed here: a request to another host is a new
-  CONNECT, judged by its own host.
+- each request on the connection (keep-alive holds) is read as a strict HTTP/1.1 intermediary reads it
+  (``http1``): ambiguous framing, a bare CR or LF, an obsolete fold or a malformed field is a 400 and the
+  end of the connection, with nothing sent on. Its ``Host`` (and an absolute-form target's authority) must
+  be ``host[:digits]`` of this tunnel's host (421 for another host: a connection to one host never carries a
+  request to another; 400 for any other shape);
+- what is sent on is made again from what was read: the request line in origin form, that ``Host``, the
+  end-to-end fields (hop-by-hop ones dropped, ``mainsdk.driver.HOP_BY_HOP``), every header named by the
+  egress rule removed, whatever its case, and set once to the rule's value (replaced, never merged), and
+  exactly one framing field. The body is read by h11 with that framing and re-framed as it goes out; the
+  bytes after it are the next request's, read the same way. The response comes back re-framed by h11;
+- a redirect is passed back to the code, never followed here: a request to another host is a new CONNECT,
+  judged by its own host.
 
 The values are never logged, never in an error: a failure ends the connection and is logged by type only.
 """
@@ -25,26 +30,26 @@ import ssl
 from collections.abc import Sequence
 
 import h11
+from mainsdk.driver import HOP_BY_HOP
 
 from mainsdk_local.egress_tls import BoxAuthority
+from mainsdk_local.http1 import (
+    CHUNK,
+    MAX_HEAD,
+    Head,
+    Refused,
+    authority_text,
+    bad,
+    body_reader,
+    forwarded_fields,
+    framing_fields,
+    parse_authority,
+    parse_head,
+    read_head,
+    split_target,
+)
 
-MAX_HEAD = 64 * 1024
-CHUNK = 64 * 1024
 HANDSHAKE_TIMEOUT = 30.0
-# Hop-by-hop (RFC 9110 7.6.1) and the proxy's own; h11 frames the body itself (Content-Length/Transfer-Encoding
-# are kept for it to read, and it writes them as it sends).
-_HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authorization", b"proxy-connection", b"te", b"upgrade", b"trailer"}
-
-_REASONS = {400: b"Bad Request", 421: b"Misdirected Request"}
-
-
-class _Misdirected(Exception):
-    """A request on this connection for another host, or in a form the proxy does not forward."""
-
-    def __init__(self, status: int, body: str) -> None:
-        super().__init__(body)
-        self.status = status
-        self.body = body
 
 
 async def intercept(
@@ -100,27 +105,38 @@ async def _serve(
     upstream_reader: asyncio.StreamReader,
     upstream_writer: asyncio.StreamWriter,
 ) -> None:
-    client = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
     server = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
     names = {name.lower() for name, _ in injected}
+    buffer = b""  # what the code sent past the last request's end: the next request's, read anew
     try:
         while True:
-            event = await _next(client, reader)
-            if not isinstance(event, h11.Request):
-                return  # closed, or not a request
             try:
-                request = _rewrite(event, host, injected, names)
-            except _Misdirected as refusal:
-                await _answer(client, writer, refusal.status, refusal.body)
+                read = await read_head(reader, buffer)
+                if read is None:
+                    return  # the code closed between requests
+                raw, buffer = read
+                head = parse_head(raw)
+                request = _rewrite(head, host, injected, names)
+            except Refused as refusal:
+                await _answer(writer, refusal)
                 return
-            head = server.send(request) or b""
+            # One h11 server per request, fed the framing read above: it reads this request's body and no
+            # byte past it, and writes the response back under the request's rules (HEAD, HTTP/1.0, close).
+            client = body_reader(head)
+            if buffer:  # (h11 takes b"" as the end of the stream)
+                client.receive_data(buffer)
+            buffer = b""
+            sent = server.send(request) or b""
             first = client.next_event()
             if isinstance(first, h11.EndOfMessage):  # no body (a GET): one write, no task
-                upstream_writer.write(head + (server.send(h11.EndOfMessage()) or b""))
+                upstream_writer.write(sent + (server.send(h11.EndOfMessage()) or b""))
                 keep = await _response(server, upstream_reader, client, writer)
             else:
-                upstream_writer.write(head)
+                upstream_writer.write(sent)
                 sending = asyncio.ensure_future(_request_body(client, reader, server, upstream_writer, first))
+                # A body that breaks off or turns malformed cuts the upstream: the origin waits for no more of
+                # it, and the answer it will not give ends the wait here too.
+                sending.add_done_callback(lambda done: _cut(done, upstream_writer))
                 try:
                     keep = await _response(server, upstream_reader, client, writer)
                     await sending
@@ -130,13 +146,20 @@ async def _serve(
                 return
             if server.our_state is not h11.DONE or server.their_state is not h11.DONE:
                 return
-            client.start_next_cycle()
+            buffer, closed = client.trailing_data
+            if closed and not buffer:
+                return
             server.start_next_cycle()
     except (h11.ProtocolError, ConnectionError, OSError, ssl.SSLError, asyncio.IncompleteReadError):
         return
     finally:
         with contextlib.suppress(Exception):
             writer.transport.abort()
+
+
+def _cut(sending: asyncio.Future[None], upstream: asyncio.StreamWriter) -> None:
+    if not sending.cancelled() and sending.exception() is not None:
+        upstream.transport.abort()
 
 
 async def _next(connection: h11.Connection, reader: asyncio.StreamReader) -> object:
@@ -149,43 +172,43 @@ async def _next(connection: h11.Connection, reader: asyncio.StreamReader) -> obj
         return event
 
 
-def _rewrite(
-    request: h11.Request, host: str, injected: tuple[tuple[bytes, bytes], ...], names: set[bytes]
-) -> h11.Request:
-    """The request sent on: for ``host`` only, hop-by-hop headers dropped, the rule's headers replaced."""
-    target = request.target
-    if target.startswith((b"http://", b"https://")):  # absolute form inside the tunnel: must be the same host
-        authority = target.split(b"/", 3)[2]
-        target = b"/" + (target.split(b"/", 3)[3] if target.count(b"/") >= 3 else b"")
-        if _host_of(authority) != host:
-            raise _Misdirected(421, f"this connection is for {host}; open another for that host")
-    elif not target.startswith(b"/") and target != b"*":
-        raise _Misdirected(400, "a request inside a tunnel names a path, like /v1/weather")
-    if request.method == b"CONNECT":
-        raise _Misdirected(400, "CONNECT inside a tunnel is not forwarded")
-    raw = request.headers.raw_items()
-    named_hosts = [value for name, value in raw if name.lower() == b"host"]
-    if any(_host_of(value) != host for value in named_hosts):
-        raise _Misdirected(421, f"this connection is for {host}: its requests name that host")
-    dropped = {
-        token.strip().lower() for name, value in raw if name.lower() == b"connection" for token in value.split(b",")
-    }
-    kept = [
-        (name, value)
-        for name, value in raw
-        if name.lower() not in _HOP_BY_HOP and name.lower() not in dropped and name.lower() not in names
-    ]
-    if not named_hosts:
-        kept.insert(0, (b"Host", host.encode("ascii")))
-    return h11.Request(method=request.method, target=target, headers=[*kept, *injected], http_version="1.1")
+def _rewrite(head: Head, host: str, injected: tuple[tuple[bytes, bytes], ...], names: set[bytes]) -> h11.Request:
+    """The request sent on, made from what was read: for ``host`` only, one framing, the rule's headers set.
 
-
-def _host_of(authority: bytes) -> str:
-    """The host of ``host[:port]``, lowercase, without a trailing dot."""
-    text = authority.decode("latin-1").strip().lower()
-    if text.startswith("["):
-        return text[1 : text.find("]")]
-    return text.rsplit(":", 1)[0].rstrip(".") if text.count(":") == 1 else text.rstrip(".")
+    Refused(421) for a request naming another host, Refused(400) for one whose target or Host is not
+    ``host[:digits]`` of this tunnel's host or that is not to be forwarded at all.
+    """
+    if head.method == b"CONNECT":
+        raise bad("CONNECT inside a tunnel is not forwarded")
+    if head.method == b"TRACE":
+        # RFC 9110 9.3.8: the answer echoes the request, so it would hand the code the credential set here.
+        raise bad("TRACE is not forwarded to a host with egress headers: its answer would echo them")
+    authority, target = split_target(head.target)
+    ports: list[int | None] = []
+    if authority is not None:
+        # RFC 9112 3.2.2: a proxy takes the host from an absolute-form target, not from Host; both must name
+        # this tunnel's host here, so no reading of either sends the request (and the key) elsewhere.
+        named, port = parse_authority(authority)
+        if named != host:
+            raise Refused(421, f"this connection is for {host}; open another for that host")
+        ports.append(port)
+    hosts = head.values(b"host")
+    if len(hosts) > 1:
+        raise bad("Host more than once (RFC 9112 3.2)")
+    if not hosts and head.version == b"1.1" and authority is None:
+        raise bad("an HTTP/1.1 request names its host in Host (RFC 9112 3.2)")
+    for value in hosts:
+        named, port = parse_authority(value)
+        if named != host:
+            raise Refused(421, f"this connection is for {host}: its requests name that host")
+        ports.append(port)
+    if target == b"*" and head.method != b"OPTIONS":
+        raise bad("the target * is for OPTIONS alone (RFC 9112 3.2.4)")
+    # The Host sent on is this host, with the port the request named (the absolute form's, RFC 9112 3.2.2).
+    fields = [(b"Host", authority_text(host, ports[0] if ports else None))]
+    fields += forwarded_fields(head, names)
+    fields += [*injected, *framing_fields(head)]
+    return h11.Request(method=head.method, target=target, headers=fields, http_version="1.1")
 
 
 async def _request_body(
@@ -236,7 +259,11 @@ async def _response(
                 for token in value.split(b",")
             }
             keep = event.http_version == b"1.1" and b"close" not in dropped
-            kept = [(n, v) for n, v in raw if n.lower() not in _HOP_BY_HOP and n.lower() not in dropped]
+            # One framing back too: h11 read the body by Transfer-Encoding if there was one, and frames it
+            # again itself; a Content-Length beside it is dropped (RFC 9112 6.3 (3)), as is every hop-by-hop.
+            framed = any(n.lower() == b"transfer-encoding" for n, _ in raw)
+            skip = dropped | {b"content-length"} if framed else dropped
+            kept = [(n, v) for n, v in raw if n.decode().lower() not in HOP_BY_HOP and n.lower() not in skip]
             if not keep:
                 kept.append((b"Connection", b"close"))
             response = h11.Response(status_code=event.status_code, headers=kept, reason=event.reason)
@@ -256,14 +283,15 @@ async def _response(
             raise ConnectionError("the server closed before its response's end")
 
 
-async def _answer(client: h11.Connection, writer: asyncio.StreamWriter, status: int, body: str) -> None:
-    """The proxy's own answer on the tunnel (a misdirected request), then the connection ends."""
-    data = (body + "\n").encode()
-    head = [(b"Content-Type", b"text/plain; charset=utf-8"), (b"Content-Length", b"%d" % len(data))]
-    with contextlib.suppress(h11.ProtocolError, ConnectionError, OSError):
-        reason = _REASONS.get(status, b"")
-        response = h11.Response(status_code=status, headers=[*head, (b"Connection", b"close")], reason=reason)
-        writer.write(client.send(response) or b"")
-        writer.write(client.send(h11.Data(data=data)) or b"")
-        writer.write(client.send(h11.EndOfMessage()) or b"")
+async def _answer(writer: asyncio.StreamWriter, refusal: Refused) -> None:
+    """The proxy's own answer on the tunnel (a request it does not send on), then the connection ends."""
+    data = (refusal.body + "\n").encode()
+    head = (
+        f"HTTP/1.1 {refusal.status} {refusal.reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    )
+    with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+        writer.write(head.encode("ascii") + data)
         await writer.drain()
+        writer.close()  # TLS close_notify after the answer, so the code reads it whole, not a reset
+        await asyncio.wait_for(writer.wait_closed(), 2.0)
