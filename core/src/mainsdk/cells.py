@@ -256,10 +256,10 @@ class _KernelStream:
             self._emit(stream, self._held[stream])
             self._held[stream] = b""
 
-    def host_refused(self, host: str) -> None:
-        """A host the interpreter tried and was not given: the current cell's."""
+    def host_refused(self, host: str, why: str = "") -> None:
+        """A host the interpreter tried and was refused: the current cell's."""
         if self.collector is not None:
-            self.collector.host_refused(host)
+            self.collector.host_refused(host, why)
 
 
 def cell_language(value: object) -> str:

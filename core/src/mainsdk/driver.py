@@ -320,8 +320,9 @@ class OutputSink(Protocol):
     def stderr(self, data: bytes) -> None:
         """Take a chunk of standard error."""
 
-    def host_refused(self, host: str) -> None:
-        """Note that the code tried ``host``, which it was not given (MAIN-SANDBOX-0005; audited)."""
+    def host_refused(self, host: str, why: str = "") -> None:
+        """Note that the code tried ``host``, which it was not given (MAIN-SANDBOX-0005; audited); ``why``, when set:
+        it was given, and this is why it was refused anyway (``it resolves to 10.0.0.5, ...``)."""
 
 
 class Box(Protocol):

@@ -407,7 +407,12 @@ class LocalDriver:
         returned, the only one Landlock then lets the code connect to.
         """
         assert box.egress is not None
-        note: Callable[[str], None] = getattr(output, "host_refused", lambda host: None)
+        sink: Callable[..., None] = getattr(output, "host_refused", lambda host, why="": None)
+
+        def note(host: str, why: str) -> None:
+            # A host that was given but refused anyway says why (core's sinks take it; a plain one gets the host).
+            sink(host, why) if why else sink(host)
+
         if box.box.namespaces:
             proxy = EgressProxy(box.egress, on_refused=note, label=box.id)
             url = f"http://127.0.0.1:{PROXY_PORT}"
