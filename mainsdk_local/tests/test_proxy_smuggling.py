@@ -170,7 +170,8 @@ def test_a_name_resolving_to_an_ipv6_form_of_a_private_ipv4_is_refused(
         "import json, sys, urllib.error, urllib.request\n"
         f"for url in {json.dumps(urls)}:\n"
         "    try:\n        urllib.request.urlopen(url, timeout=10); print('200')\n"
-        "    except urllib.error.HTTPError as exc:\n        print(exc.code, exc.reason, '|', exc.read().decode().strip())\n"
+        "    except urllib.error.HTTPError as exc:\n"
+        "        print(exc.code, exc.reason, '|', exc.read().decode().strip())\n"
     )
     with caplog.at_level(logging.WARNING, logger="mainsdk"):
         result = net_sandbox.sandbox.run(code, network=["*.wild.example.test"])

@@ -9,6 +9,7 @@ tool-calling formats, and ``mainsdk sandbox mcp`` serves it over MCP.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mimetypes
 import re
@@ -23,6 +24,7 @@ from mainsdk.driver import LANGUAGES
 from mainsdk.egress import check_shape as check_egress
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
+from mainsdk.languages import names_of, run_language
 from mainsdk.lifecycle import RunResult
 from mainsdk.limits import Listener
 from mainsdk.rich import rich_entry
@@ -124,9 +126,10 @@ class CodeRunAction:
             raise arguments.invalid(
                 "languages", f"must be a list like ['python'], not {arguments.type_name(languages)}"
             )
-        unknown = [lang for lang in languages if not isinstance(lang, str) or lang not in LANGUAGES]
-        if not languages or unknown:
+        if not languages:
             raise SandboxError(errors.INVALID_OPTION, f"action {name!r}: languages must be some of {list(LANGUAGES)}")
+        # Any name or alias (mainsdk.languages), kept by the run's name: ["js"] is ["node"].
+        languages = list(dict.fromkeys(run_language(lang, f"action {name!r}: languages") for lang in languages))
         if not isinstance(risk, str) or risk not in ("read", "write", "destructive"):
             raise SandboxError(errors.INVALID_OPTION, f"action {name!r}: risk must be read, write or destructive")
         self.name = name
@@ -157,7 +160,11 @@ class CodeRunAction:
             "type": "object",
             "properties": {
                 "code": {"type": "string", "minLength": 1, "description": "The source code to run."},
-                "language": {"type": "string", "enum": list(self.languages), "default": self.languages[0]},
+                "language": {
+                    "type": "string",
+                    "enum": [alias for language in self.languages for alias in names_of(language)],
+                    "default": self.languages[0],
+                },
                 "files": {
                     "type": "object",
                     "additionalProperties": {"type": "string"},
@@ -213,6 +220,8 @@ class CodeRunAction:
         if not isinstance(code, str) or not code.strip():
             raise SandboxError(errors.INVALID_OPTION, f"{self.name}: code must be a non-empty string")
         language = input.get("language", self.languages[0])
+        with contextlib.suppress(SandboxError):
+            language = run_language(language)  # "js" is "node"; a name no language has is refused just below
         if not isinstance(language, str) or language not in self.languages:
             raise SandboxError(
                 errors.INVALID_OPTION,

@@ -28,8 +28,8 @@ from decimal import Decimal
 from typing import Any, TypeVar, cast
 
 from mainsdk import errors
-from mainsdk.driver import LANGUAGES
 from mainsdk.errors import SandboxError
+from mainsdk.languages import run_language
 from mainsdk.secrets import SecretRef
 from mainsdk.units import describe
 
@@ -101,11 +101,8 @@ def code(value: object) -> str:
 
 
 def language(value: object) -> str:
-    """One of the languages core knows."""
-    if not isinstance(value, str) or value not in LANGUAGES:
-        shown = repr(value) if isinstance(value, str) else f"a value of type {type_name(value)}"
-        raise invalid("language", f"{shown} is not a language; use one of {', '.join(LANGUAGES)}")
-    return value
+    """A run's language (``python``, ``node``, ``bash``), from any of its names or aliases (``mainsdk.languages``)."""
+    return run_language(value)
 
 
 def mapping(value: object, argument: str, example: str) -> Mapping[Any, Any]:

@@ -26,9 +26,9 @@ from typing import Any
 
 import attrs
 
-from mainsdk import arguments, errors
+from mainsdk import arguments, errors, languages
 from mainsdk.audit import code_sha256
-from mainsdk.driver import CELL_LANGUAGES, Command, ExecOutcome, InputStream, StopReason
+from mainsdk.driver import Command, ExecOutcome, InputStream, StopReason
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered
 from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
@@ -263,12 +263,9 @@ class _KernelStream:
 
 
 def cell_language(value: object) -> str:
-    """A cell language (``CELL_LANGUAGES``), or MAIN-SANDBOX-0001 naming the value and the valid ones."""
-    if isinstance(value, str) and value in CELL_LANGUAGES:
-        return value
-    shown = repr(value) if isinstance(value, str) else f"a value of type {arguments.type_name(value)}"
-    hint = " (a node cell is language='javascript')" if value == "node" else ""
-    raise arguments.invalid("language", f"{shown} is not a cell language; use one of {', '.join(CELL_LANGUAGES)}{hint}")
+    """A cell language (``CELL_LANGUAGES``) from any of its names or aliases (``mainsdk.languages``: ``node`` and
+    ``js`` are ``javascript``), or MAIN-SANDBOX-0001 naming the value and the vocabulary."""
+    return languages.cell_language(value)
 
 
 def check_cells(session: SessionRuntime, language: str) -> None:

@@ -16,7 +16,15 @@ from typing import Any
 
 from mainsdk import arguments, errors
 from mainsdk.background import AsyncProcess
-from mainsdk.cells import CellCallbacks, CellResult, ErrorCallback, OutputCallback, ResultCallback, refuse_cell
+from mainsdk.cells import (
+    CellCallbacks,
+    CellResult,
+    ErrorCallback,
+    OutputCallback,
+    ResultCallback,
+    cell_language,
+    refuse_cell,
+)
 from mainsdk.driver import Folder, NetworkPolicy, box_path
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
@@ -290,7 +298,7 @@ async def run_cell(
 ) -> CellResult:
     """``session.run_code``, and the synchronous twin's with ``blocking`` (its callbacks must be plain functions)."""
     refuse_cell(session._runtime, code, language)  # a language no interpreter here runs: audited and raised
-    interpreter = session._interpreters.default(str(language))
+    interpreter = session._interpreters.default(cell_language(language))  # "node" and "js": javascript's
     return await run_in(interpreter, code, timeout, callbacks, blocking=blocking, env=env)
 
 

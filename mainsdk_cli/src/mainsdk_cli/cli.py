@@ -20,6 +20,7 @@ from mainsdk.config import load_config
 from mainsdk.engine import SandboxDeps
 from mainsdk.entry_points import installed_drivers
 from mainsdk.errors import SandboxError
+from mainsdk.languages import run_language, run_names
 from mainsdk.lifecycle import RunResult
 from mainsdk.secrets import SecretRef, secret
 from mainsdk.sync import Sandbox
@@ -50,9 +51,7 @@ def _parser(plugin_commands: dict[tuple[str, ...], CliCommand]) -> argparse.Argu
     run = sandbox_commands.add_parser("run", help="run code and print its output")
     run.add_argument("path", nargs="?", help="a file of code, or - for stdin (default: stdin when --code is not given)")
     run.add_argument("--code", help="the code to run")
-    run.add_argument(
-        "--language", choices=["python", "node", "bash"], help="default: from the file's extension, else python"
-    )
+    run.add_argument("--language", choices=run_names(), help="default: from the file's extension, else python")
     run.add_argument(
         "--file", action="append", default=[], metavar="NAME=PATH", help="put PATH in the work folder as NAME"
     )
@@ -147,7 +146,8 @@ def _open_out(args: argparse.Namespace) -> OutDir | None:
 
 def _run(args: argparse.Namespace) -> int:
     code, path = _read_code(args)
-    language = args.language or EXTENSIONS.get(Path(path).suffix if path else "", "python")
+    suffix = Path(path).suffix if path else ""
+    language = run_language(args.language) if args.language else EXTENSIONS.get(suffix, "python")
     files: dict[str, str | bytes] = {}
     for name, file_path in _pairs(args.file, "--file").items():
         files[name] = _read_regular_file(file_path, f"--file {name}={file_path}")
