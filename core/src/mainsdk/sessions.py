@@ -285,6 +285,15 @@ class SessionOpener:
         if self._session is not None:
             await self._session.close()
 
+    def __enter__(self) -> None:
+        raise TypeError(
+            "async_sandbox.create(...) is the asyncio API: use `async with async_sandbox.create(...) as session:` "
+            "in async code, or the synchronous mainsdk.sandbox: `with sandbox.create(...) as session:`"
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        """Never reached: ``__enter__`` refuses."""
+
 
 async def run_cell(
     session: AsyncSession,
