@@ -1046,6 +1046,28 @@ def read_config_file(path: str | os.PathLike[str]) -> str:
     return data.decode("utf-8")
 
 
+_said: set[str] = set()  # each config file (or "none") is said once per process
+
+
+def _say_which_file(file: str | os.PathLike[str] | None, how: str) -> None:
+    """INFO, once: the file read (and how it was found), or that none was and the defaults hold, and how to name one."""
+    key = str(Path(file).resolve()) if file is not None else f"none in {Path.cwd()}"
+    if key in _said:
+        return
+    _said.add(key)
+    if file is not None:
+        log.info("mainsdk: read the config from %s (found through %s)", key, how)
+    else:
+        log.info(
+            "mainsdk: no %s in the current folder (%s) and %s unset: using the defaults (the local driver, default "
+            "limits, no network, no secrets); point at a file with %s=/path/to/main.yaml or load_config(path)",
+            DEFAULT_CONFIG_FILE,
+            Path.cwd(),
+            CONFIG_ENV_VAR,
+            CONFIG_ENV_VAR,
+        )
+
+
 @arguments.checked_function("load_config")
 def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
     """Load ``main.yaml`` from ``path``, else ``$MAINSDK_CONFIG``, else ``./main.yaml``.
@@ -1054,6 +1076,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
     ``AppConfig()``: the ``local`` driver, default limits, no network.
     """
     file = _config_file(path)
+    how = "the path given" if path is not None else CONFIG_ENV_VAR if os.environ.get(CONFIG_ENV_VAR) else "./main.yaml"
+    _say_which_file(file, how)
     if file is None:
         return AppConfig()
     try:

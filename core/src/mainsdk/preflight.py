@@ -181,6 +181,16 @@ def check_hosts(
     return tuple(dict.fromkeys(checked))
 
 
+def _no_file_read(config: AppConfig) -> str:
+    """What a refusal adds when no main.yaml was read at all (the app runs from another folder, say)."""
+    if config.source is not None:
+        return f" ({config.source})"
+    return (
+        f" (no main.yaml was read: none in the current folder, {os.getcwd()}, and MAINSDK_CONFIG unset; "
+        "set MAINSDK_CONFIG=/path/to/main.yaml to use yours)"
+    )
+
+
 def resolve_env(
     env: Mapping[str, str | SecretRef] | None, config: AppConfig, resolver: SecretResolver
 ) -> tuple[dict[str, str], tuple[bytes, ...]]:
@@ -195,7 +205,8 @@ def resolve_env(
             if value.name not in config.sandbox.secrets:
                 raise SandboxError(
                     errors.SECRET_NOT_ALLOWED,
-                    f"env.{name}: secret {value.name!r} is not under sandbox.secrets; list it there in main.yaml",
+                    f"env.{name}: secret {value.name!r} is not under sandbox.secrets; list it there in main.yaml"
+                    + _no_file_read(config),
                 )
             secret_value = resolver(value.name)
             if secret_value is not None and not isinstance(secret_value, str):
