@@ -8,7 +8,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
+from mainsdk import SandboxError, sandbox
 
 SCRIPT = """
 import logging, sys
@@ -58,3 +62,14 @@ def test_the_file_read_is_said_once(tmp_path: Path) -> None:
     assert said == [f"INFO mainsdk: read the config from {app / 'main.yaml'} (found through MAINSDK_CONFIG)"], lines
     assert not [line for line in lines if line.startswith("REFUSED")]  # the file's secret was given
 
+
+def test_localhost_at_the_call_gets_the_127_0_0_1_advice_at_once(app_dir: Callable[[str], Path]) -> None:
+    # Issue 35, point 7: before, the call said to add localhost to sandbox.network and network.allow; done, the
+    # config refused it, advising 127.0.0.1 (and http://localhost stayed refused in the run).
+    for host in ("localhost", "api.localhost"):
+        with pytest.raises(SandboxError) as refused:
+            sandbox.run("print(1)", network=[host])
+        assert refused.value.code == "MAIN-SANDBOX-0001"
+        assert "network=['127.0.0.1']" in refused.value.message
+        assert "sandbox.network and network.allow" in refused.value.message
+        assert "add it to both" not in refused.value.message
