@@ -263,8 +263,23 @@ def is_async_function(value: object) -> bool:
 
 
 def program(value: object) -> str:
-    """A session command's program: a name like ``python3``."""
-    return text(value, "program", max_bytes=MAX_PATH_BYTES)
+    """A session command's program: a name like ``python3``; a shell line (``"python3 -c 'print(1)'"``) is refused
+    with the program and argument list it means, since ``run`` never goes through a shell."""
+    checked = text(value, "program", max_bytes=MAX_PATH_BYTES)
+    if checked != checked.strip() or any(c.isspace() for c in checked):
+        import shlex  # only on this mistake
+
+        try:
+            words = shlex.split(checked)
+        except ValueError:
+            words = checked.split()
+        shown = f"run({words[0]!r}, {words[1:]!r})" if words else "run('python3', ['-c', 'print(1)'])"
+        raise invalid(
+            "program",
+            f"{checked!r} is a shell line, not a program: run takes the program and a list of its arguments, "
+            f"never a shell, so write {shown}",
+        )
+    return checked
 
 
 def program_args(value: object) -> tuple[str, ...]:

@@ -386,6 +386,18 @@ def _strict(kinds: tuple[type, ...], expected: str, convert: Callable[[Any], T])
     return parse
 
 
+def _with_unit(parse: Callable[[object], T], example: str) -> Callable[[object], T]:
+    """``parse``, refusing a bare number: in main.yaml ``timeout: 30`` or ``memory: 512`` says no unit (512 would be
+    bytes), so the file must write one (a call's ``timeout=1.5`` stays seconds, as its docs say)."""
+
+    def parse_with_unit(value: object) -> T:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError(f"{value!r} has no unit; write it with one, like {example}")
+        return parse(value)
+
+    return parse_with_unit
+
+
 def _build_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     converter.register_structure_hook(str, _hook(_text))
@@ -401,12 +413,14 @@ def _build_converter() -> cattrs.Converter:
     section(Packages, make_dict_structure_fn(Packages, converter, python=override(struct_hook=_hook(_package_list))))
 
     def size(maximum: int) -> Any:
-        return override(struct_hook=_hook(lambda value: parse_size(value, maximum=maximum)))
+        return override(struct_hook=_hook(_with_unit(lambda value: parse_size(value, maximum=maximum), "512MB")))
 
     limits = make_dict_structure_fn(
         Limits,
         converter,
-        timeout=override(struct_hook=_hook(lambda value: parse_duration(value, maximum=MAX_TIMEOUT))),
+        timeout=override(
+            struct_hook=_hook(_with_unit(lambda value: parse_duration(value, maximum=MAX_TIMEOUT), "30s"))
+        ),
         memory=size(MAX_MEMORY),
         output=size(MAX_OUTPUT),
         files=size(MAX_FILES),

@@ -469,10 +469,11 @@ class LocalDriver:
         name = self._programs.get(language, program)
         allowed = self._permissions.processes
         if self._restrict and (allowed is None or not _permitted(name, allowed)):
+            # sandbox.local names the interpreters only: another program is named as the call gave it.
+            what = f"sandbox.local.{language} {name!r}" if language in self._programs else f"program {name!r}"
             raise SandboxError(
                 INVALID_OPTION,
-                f"sandbox.local.{language} {name!r} is not under permissions.processes in main.yaml; "
-                f"add it: permissions: {{ processes: [{name}] }}",
+                f"{what} is not under permissions.processes in main.yaml; add it: permissions: {{ processes: [{name}] }}",
             )
         return language, name
 
