@@ -473,7 +473,8 @@ class LocalDriver:
             what = f"sandbox.local.{language} {name!r}" if language in self._programs else f"program {name!r}"
             raise SandboxError(
                 INVALID_OPTION,
-                f"{what} is not under permissions.processes in main.yaml; add it: permissions: {{ processes: [{name}] }}",
+                f"{what} is not under permissions.processes in main.yaml; "
+                f"add it: permissions: {{ processes: [{name}] }}",
             )
         return language, name
 
