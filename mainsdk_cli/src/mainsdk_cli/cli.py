@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import stat
 import sys
@@ -27,6 +28,7 @@ from mainsdk.sync import Sandbox
 
 from mainsdk_cli.hooks import CliCommand, load_cli_commands
 from mainsdk_cli.out_dir import NotWritten, OutDir, OutDirError
+from mainsdk_cli.progress import show_waits
 
 # Exit statuses for a stopped run, after the conventions of timeout(1) and the shell.
 STOP_EXIT = {"timeout": 124, "memory": 137, "output": 141, "cost": 142}
@@ -310,7 +312,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser(plugin_commands).parse_args(argv)
         if args.sandbox_command == "drivers":
             return _drivers()
-        return _run(args)
+        display = show_waits()  # a package set's first build, on a terminal: what and why, not silence
+        try:
+            return _run(args)
+        finally:
+            if display is not None:
+                logging.getLogger("mainsdk").removeHandler(display)
+                display.close()
     except SandboxError as exc:
         print(f"mainsdk: {exc}", file=sys.stderr)
         return ERROR_EXIT

@@ -311,7 +311,8 @@ class LocalDriver:
                     "or newer; point sandbox.local.python at a newer interpreter in main.yaml",
                     ran=False,
                 )
-            box.kernel.append(await asyncio.to_thread(self.envs.ensure, program, pins))
+            purpose = "the cells' IPython kernel (its first Python cell)"
+            box.kernel.append(await asyncio.to_thread(self.envs.ensure, program, pins, purpose))
         return KERNEL_SITE
 
     @hookimpl
