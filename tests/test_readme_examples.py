@@ -15,11 +15,17 @@ import io
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import tokenize
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"^```(?P<lang>\w+)\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -251,3 +257,71 @@ def test_the_checks_a_readme_line_becomes_can_fail(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 1 and "gave '2\\n'" in done.stderr
+
+
+# --- The newcomer path as a user who is not root ---------------------------------------------------------------------
+
+NOBODY = 65534
+JS_CELL = (
+    "from mainsdk import sandbox\n"
+    "with sandbox.create() as session:\n"
+    "    cell = session.run_code('const r = await Promise.resolve([3, 1]); r.length', language='javascript')\n"
+    "    print(cell.text, cell.error)\n"
+)
+
+
+def _setup_line() -> str:
+    block = BLOCK.search(_section("Two commands"))
+    assert block is not None
+    return next(line for line in block["body"].splitlines() if "mainsdk sandbox run" in line)
+
+
+def _as_nobody(command: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+    env.update({k: v for k, v in os.environ.items() if k.startswith(("PIP_", "NODE_EXTRA_CA")) or k.endswith("_proxy")})
+    return subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "bash", "-c", command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+@pytest.fixture
+def newcomer_root() -> Iterator[Path]:
+    """A folder the other user owns (pytest's own tmp folders are root's, mode 0700), removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="mainsdk-newcomer-"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running the newcomer as another user needs root")
+def test_the_newcomer_path_works_for_a_user_who_is_not_root(newcomer_root: Path) -> None:
+    # Issue 35: as a non-root user (no writable cgroup: memory is RLIMIT_AS), the set-up worked but node died at
+    # the default limits (SIGTRAP), and so did every JS cell. The README's set-up line, run as written by a user
+    # who is not root, in a fresh clone of what it installs; then a python run, a node run and a JS cell.
+    if shutil.which("setpriv") is None or shutil.which("node") is None:
+        pytest.skip("needs setpriv and node (.ci/run installs both)")
+    root = newcomer_root
+    clone, home = root / "clone", root / "home"
+    home.mkdir()
+    line = _setup_line()
+    for folder in sorted(set(re.findall(r"\./([\w/]+)", line))):
+        shutil.copytree(
+            README.parent / folder, clone / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+        )
+    for path in (root, *root.rglob("*")):
+        os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+    set_up = _as_nobody(line, clone, home)
+    assert (set_up.returncode, set_up.stdout.splitlines()[-1:]) == (0, ["2"]), set_up.stderr[-3000:]  # after pip's
+    activate = ". .venv/bin/activate && "  # as the README's set-up does, in the shell a later step runs in
+    node = _as_nobody(activate + "mainsdk sandbox run --language node --code 'console.log(1 + 1)'", clone, home)
+    assert (node.returncode, node.stdout, node.stderr) == (0, "2\n", "")
+    python = _as_nobody(activate + "mainsdk sandbox run --code 'print(6 * 7)'", clone, home)
+    assert (python.returncode, python.stdout) == (0, "42\n"), python.stderr
+    cell = _as_nobody(activate + f"python -c {shlex.quote(JS_CELL)}", clone, home)
+    assert (cell.returncode, cell.stdout) == (0, "2 None\n"), cell.stderr
