@@ -320,9 +320,10 @@ class OutputSink(Protocol):
     def stderr(self, data: bytes) -> None:
         """Take a chunk of standard error."""
 
-    def host_refused(self, host: str, why: str = "") -> None:
-        """Note that the code tried ``host``, which it was not given (MAIN-SANDBOX-0005; audited); ``why``, when set:
-        it was given, and this is why it was refused anyway (``it resolves to 10.0.0.5, ...``)."""
+    def host_refused(self, host: str) -> None:
+        """Note that the code tried ``host``, which it was not given (MAIN-SANDBOX-0005; audited). Core's sinks also
+        take ``why=``: the host was given, and this is why it was refused anyway (``it resolves to 10.0.0.5, ...``);
+        a driver passes it only to a sink whose ``host_refused`` has that parameter."""
 
 
 class Box(Protocol):

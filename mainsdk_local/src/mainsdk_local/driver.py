@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import json
 import os
 import secrets
@@ -408,11 +409,15 @@ class LocalDriver:
         returned, the only one Landlock then lets the code connect to.
         """
         assert box.egress is not None
-        sink: Callable[..., None] = getattr(output, "host_refused", lambda host, why="": None)
+        sink: Callable[..., None] = getattr(output, "host_refused", lambda host: None)
+        takes_why = "why" in inspect.signature(sink).parameters  # core's sinks; OutputSink's protocol has host only
 
         def note(host: str, why: str) -> None:
-            # A host that was given but refused anyway says why (core's sinks take it; a plain one gets the host).
-            sink(host, why) if why else sink(host)
+            # A host that was given but refused anyway says why, where the sink takes it.
+            if why and takes_why:
+                sink(host, why=why)
+            else:
+                sink(host)
 
         if box.box.namespaces:
             proxy = EgressProxy(box.egress, on_refused=note, label=box.id)
