@@ -159,19 +159,20 @@ def check_hosts(
             host = validate_host_pattern(raw)
         except ValueError as exc:
             raise _invalid(f"network: {exc}") from None
-        if host == "localhost" or host.endswith(".localhost"):
-            # The advice at the call, not after a trip through main.yaml: a name for loopback is never let through.
-            raise _invalid(
-                f"network: {host!r} is a name for a loopback address, which a run is never let through to by name "
-                "(the config refuses it too); to reach the app host's own servers, give 127.0.0.1 (or ::1): "
-                "network=['127.0.0.1'], listed under sandbox.network and network.allow, and the code connects to "
-                "http://127.0.0.1:PORT"
-            )
         missing = []
         if not host_covered(host, config.sandbox.network):
             missing.append("sandbox.network")
         if not network_allow(host):
             missing.append("network.allow")
+        if missing and (host == "localhost" or host.endswith(".localhost")):
+            # The advice at the call, not "add it" and then a load error: main.yaml refuses a name for loopback,
+            # and the proxy never lets one through.
+            raise _invalid(
+                f"network: {host!r} is a name for a loopback address, which a run is never let through to by name "
+                "(main.yaml refuses it too); to reach the app host's own servers, give 127.0.0.1 (or ::1): "
+                "network=['127.0.0.1'], listed under sandbox.network and network.allow, and the code connects to "
+                "http://127.0.0.1:PORT"
+            )
         if missing:
             raise SandboxError(
                 errors.HOST_NOT_ALLOWED,
