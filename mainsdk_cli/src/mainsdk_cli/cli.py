@@ -53,7 +53,12 @@ def _parser(plugin_commands: dict[tuple[str, ...], CliCommand]) -> argparse.Argu
     run = sandbox_commands.add_parser("run", help="run code and print its output")
     run.add_argument("path", nargs="?", help="a file of code, or - for stdin (default: stdin when --code is not given)")
     run.add_argument("--code", help="the code to run")
-    run.add_argument("--language", choices=run_names(), help="default: from the file's extension, else python")
+    run.add_argument(
+        "--language",
+        choices=run_names(),
+        metavar="LANGUAGE",
+        help=f"{', '.join(run_names())} (default: from the file's extension, else python)",
+    )
     run.add_argument(
         "--file", action="append", default=[], metavar="NAME=PATH", help="put PATH in the work folder as NAME"
     )

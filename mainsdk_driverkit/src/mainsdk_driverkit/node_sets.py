@@ -28,8 +28,7 @@ import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 
-from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
-from mainsdk.waits import long_wait
+from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, long_wait
 
 from mainsdk_driverkit.host_tools import absolute_path, private_folder, tool_environment
 

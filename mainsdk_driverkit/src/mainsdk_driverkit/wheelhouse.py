@@ -37,8 +37,7 @@ from typing import Protocol
 
 import attrs
 from attrs import AttrsInstance
-from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, canonical_name, parse_pin
-from mainsdk.waits import long_wait
+from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, canonical_name, long_wait, parse_pin
 
 from mainsdk_driverkit.host_tools import private_folder, tool_environment
 

@@ -25,7 +25,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=HELP)
     parser.add_argument("--name", default="code.run", help="the action's name (default: code.run)")
     parser.add_argument("--intent", default="Run code", help="what the tool is for, shown to the model")
-    parser.add_argument("--language", action="append", choices=run_names(), help="allowed languages (default: python)")
+    parser.add_argument(
+        "--language",
+        action="append",
+        choices=run_names(),
+        metavar="LANGUAGE",
+        help=f"an allowed language, again for more: {', '.join(run_names())} (default: python)",
+    )
     parser.add_argument("--config", help="the main.yaml to use (default: MAINSDK_CONFIG, else ./main.yaml)")
     parser.add_argument(
         "--session", action="store_true", help="keep one sandbox session for the client: files stay between calls"
