@@ -492,7 +492,7 @@ class Harness:
             result = process.wait(timeout=detail.get("wait", 20))
             if case.mistake:
                 return self._accepted(case, result)
-            if result is None or result.stdout != f"{detail['word']}\n" or not result.ok:
+            if result.stdout != f"{detail['word']}\n" or not result.ok:  # wait raises TimeoutError, never None
                 return Verdict("lost", f"the process gave {result!r:.200}")
             if process.output()[0] != result.stdout:
                 return Verdict("lost", f"output() says {process.output()!r:.100}, the result {result.stdout!r}")

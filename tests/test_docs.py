@@ -1,9 +1,10 @@
 """The docs hold together: the README stays a front door a user reads, and no link in the docs leads nowhere.
 
-The README is for users (issue 25): at most 25,000 bytes, with the detail in the guides under ``docs/`` and the
-benchmark log in ``benchmarks/README.md``. Every relative link in those files must name a file or folder of the
-repository, and a ``#fragment`` a heading of the Markdown file it points to, as GitHub makes anchors from
-headings: a guide moved or a heading renamed breaks a link here, not for the reader.
+Each distribution's README is for its users (issues 25 and 35): at most 15 KB (binary, as the project's sizes are),
+with the internals in ``docs/internals.md``, the detail in the guides under ``docs/`` and every speed goal, figure
+and fuzz command in ``benchmarks/README.md``, out of the user's path. Every relative link in those files must name a
+file or folder of the repository, and a ``#fragment`` a heading of the Markdown file it points to, as GitHub makes
+anchors from headings: a guide moved or a heading renamed breaks a link here, not for the reader.
 """
 
 from __future__ import annotations
@@ -14,15 +15,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-README_MAX_BYTES = 25_000
-DOCS = sorted(
-    [
-        ROOT / "README.md",
-        ROOT / "benchmarks" / "README.md",
-        ROOT / "mainsdk_local" / "README.md",
-        *(ROOT / "docs").glob("*.md"),
-    ]
+README_MAX_BYTES = 15 * 1024
+# Every distribution's README: the root one and each folder with a pyproject.toml.
+DISTRIBUTION_READMES = sorted(
+    [ROOT / "README.md", *(p.parent / "README.md" for p in ROOT.glob("*/pyproject.toml"))]
+    + [p.parent / "README.md" for p in ROOT.glob("plugins/*/pyproject.toml") if (p.parent / "README.md").exists()]
 )
+# The pages a user reads (the internals and the benchmarks log are for those who change the code).
+USER_PAGES = sorted(
+    [*DISTRIBUTION_READMES, *(p for p in (ROOT / "docs").glob("*.md") if p.name not in ("internals.md",))]
+)
+DOCS = sorted({*USER_PAGES, ROOT / "benchmarks" / "README.md", ROOT / "docs" / "internals.md"})
 
 # [text](target) outside code; an image's ![alt](target) too. Fenced blocks and inline code are removed first.
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -65,9 +68,40 @@ def broken_links(doc: Path, root: Path = ROOT) -> list[str]:
     return broken
 
 
-def test_the_readme_is_at_most_25_000_bytes() -> None:
-    size = len((ROOT / "README.md").read_bytes())
-    assert size <= README_MAX_BYTES, f"README.md is {size:,} bytes (at most {README_MAX_BYTES:,}): move detail to docs/"
+@pytest.mark.parametrize("readme", DISTRIBUTION_READMES, ids=lambda d: str(d.relative_to(ROOT)))
+def test_each_distributions_readme_is_at_most_15_kb(readme: Path) -> None:
+    size = len(readme.read_bytes())
+    assert size <= README_MAX_BYTES, (
+        f"{readme.relative_to(ROOT)} is {size:,} bytes (at most {README_MAX_BYTES:,}): "
+        "move internals to docs/internals.md"
+    )
+
+
+@pytest.mark.parametrize("doc", USER_PAGES, ids=lambda d: str(d.relative_to(ROOT)))
+def test_no_speed_goal_fuzz_command_or_benchmark_run_is_on_the_users_path(doc: Path) -> None:
+    text = doc.read_text(encoding="utf-8")
+    found = re.findall(r"python benchmarks/\w+\.py[^`\n]*|\(goal [^)]*\)|goal of [0-9.]+ ?m?s", text)
+    assert found == [], f"{doc.relative_to(ROOT)}: {found} belong in benchmarks/README.md"
+
+
+def test_the_readme_shows_the_chart_after_the_packages_it_needs_and_lists_access_0001() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme.index("\n## Packages in the box\n") < readme.index("plt.bar(")
+    assert "'value': 3}" in readme and "'value': 3.0" not in readme
+    table = readme[readme.index("\n## Error codes\n") :]
+    assert "| `MAIN-ACCESS-0001` | 403 |" in table
+
+
+def test_every_yaml_in_the_egress_guide_that_gives_hosts_also_allows_them() -> None:
+    # A host a run is given must be in sandbox.network and network.allow: an example with only the first fails.
+    from ruamel.yaml import YAML
+
+    text = (ROOT / "docs" / "egress.md").read_text(encoding="utf-8")
+    blocks = [YAML(typ="safe").load(b) for b in re.findall(r"^```yaml\n(.*?)^```", text, re.MULTILINE | re.DOTALL)]
+    giving = [b for b in blocks if isinstance(b, dict) and (b.get("sandbox") or {}).get("network")]
+    assert giving
+    for block in giving:
+        assert set(block["sandbox"]["network"]) <= set((block.get("network") or {}).get("allow") or []), block
 
 
 def test_the_two_commands_come_first_and_ci_runs_the_test_command() -> None:

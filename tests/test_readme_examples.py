@@ -15,11 +15,17 @@ import io
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import tokenize
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"^```(?P<lang>\w+)\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -39,27 +45,45 @@ def _blocks(title: str, lang: str) -> list[str]:
 
 def _clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAINSDK_")}
-    # The mainsdk command of the interpreter running the tests (the venv's, or tox's).
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    # A fresh shell: not the test runner's PATH to its venv (pytest run as .venv/bin/pytest has none), so a
+    # bare `mainsdk` or `python` works only because the README's set-up activated the venv (_shell).
+    bin_dir = str(Path(sys.prefix) / "bin")
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir)
+    env.pop("VIRTUAL_ENV", None)
     return env
+
+
+def _activation() -> str:
+    """The README set-up's activation step, for the venv running these tests (the one the set-up made here)."""
+    block = BLOCK.search(_section("Two commands"))
+    assert block is not None
+    setup = next(line for line in block["body"].splitlines() if "mainsdk sandbox run" in line)
+    [step] = [part.strip() for part in setup.split("&&") if part.strip().endswith("/bin/activate")]
+    assert step == ". .venv/bin/activate", step  # the README activates the venv it made, as later steps need
+    activate = Path(sys.prefix) / "bin" / "activate"
+    assert activate.is_file(), f"{sys.prefix} is no venv with bin/activate: run the tests in one (tox, .venv)"
+    return f". {shlex.quote(str(activate))}"
+
+
+def _shell(line: str, folder: Path, timeout: int = 120) -> subprocess.CompletedProcess[str]:
+    """``line`` in a fresh bash that followed the README's set-up: its venv activated, nothing else inherited."""
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", f"{_activation()} && {line}"],
+        cwd=folder,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 # --- Command line ---------------------------------------------------------------------------------------------------
 
 
 def test_the_one_line_main_yaml_a_secret_refusal_asks_for_lets_every_language_run(tmp_path: Path) -> None:
-    env = _clean_env()
-    env["API_KEY"] = "s3cret"
-    command = ["mainsdk", "sandbox", "run", "--env", "KEY=secret:API_KEY"]
-    refused = subprocess.run(
-        [*command, "--code", "print(1)"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    command = "API_KEY=s3cret mainsdk sandbox run --env KEY=secret:API_KEY"
+    refused = _shell(f"{command} --code 'print(1)'", tmp_path)
     assert refused.returncode == 2
     assert "MAIN-SANDBOX-0009" in refused.stderr and "list it there in main.yaml" in refused.stderr
     (tmp_path / "main.yaml").write_text("sandbox: { secrets: [API_KEY] }\n")  # what the message asks for
@@ -68,16 +92,22 @@ def test_the_one_line_main_yaml_a_secret_refusal_asks_for_lets_every_language_ru
         ("node", "console.log(process.env.KEY.length)", "6\n"),
         ("bash", "echo ${#KEY}", "6\n"),
     ]:
-        done = subprocess.run(
-            [*command, "--language", language, "--code", code],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = _shell(f"{command} --language {language} --code {shlex.quote(code)}", tmp_path)
         assert (done.returncode, done.stdout, done.stderr) == (0, expected, ""), language
+
+
+def test_the_readme_shell_is_fresh_a_bare_mainsdk_is_found_only_through_the_activation(tmp_path: Path) -> None:
+    # Issue 35: the README never activated its venv, and later steps ran a bare `mainsdk` (command not found).
+    bare = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", "command -v mainsdk || echo none"],
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bare.stdout.strip() == "none" or not bare.stdout.startswith(sys.prefix), bare.stdout
+    found = _shell("command -v mainsdk && command -v pip", tmp_path)
+    assert found.stdout.splitlines() == [f"{sys.prefix}/bin/mainsdk", f"{sys.prefix}/bin/pip"], found.stdout
 
 
 # --- In README order ------------------------------------------------------------------------------------------------
@@ -186,15 +216,7 @@ def _run_python(folder: Path, block: str) -> None:
     checks = script[len(_PRELUDE) :]
     assert "_expect(" in checks or "except mainsdk.SandboxError" in checks  # each block shows a value to check
     (folder / "example.py").write_text(script)
-    done = subprocess.run(
-        [sys.executable, "example.py"],
-        cwd=folder,
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = _shell("python example.py", folder, timeout=300)  # as a reader runs a saved example
     assert done.returncode == 0, f"{done.stderr}\n--- the example as run ---\n{script}"
 
 
@@ -206,9 +228,7 @@ def _run_command_lines(folder: Path, block: str) -> None:
     for line in block.splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        done = subprocess.run(
-            ["bash", "-c", line], cwd=folder, env=_clean_env(), capture_output=True, text=True, timeout=120, check=False
-        )
+        done = _shell(line, folder)
         assert (done.returncode, done.stderr) == (0, ""), f"{line}\n{done.stderr}"
         outputs.append(done.stdout)
     first, *rest = outputs
@@ -251,3 +271,71 @@ def test_the_checks_a_readme_line_becomes_can_fail(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 1 and "gave '2\\n'" in done.stderr
+
+
+# --- The newcomer path as a user who is not root ---------------------------------------------------------------------
+
+NOBODY = 65534
+JS_CELL = (
+    "from mainsdk import sandbox\n"
+    "with sandbox.create() as session:\n"
+    "    cell = session.run_code('const r = await Promise.resolve([3, 1]); r.length', language='javascript')\n"
+    "    print(cell.text, cell.error)\n"
+)
+
+
+def _setup_line() -> str:
+    block = BLOCK.search(_section("Two commands"))
+    assert block is not None
+    return next(line for line in block["body"].splitlines() if "mainsdk sandbox run" in line)
+
+
+def _as_nobody(command: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+    env.update({k: v for k, v in os.environ.items() if k.startswith(("PIP_", "NODE_EXTRA_CA")) or k.endswith("_proxy")})
+    return subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "bash", "-c", command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+@pytest.fixture
+def newcomer_root() -> Iterator[Path]:
+    """A folder the other user owns (pytest's own tmp folders are root's, mode 0700), removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="mainsdk-newcomer-"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running the newcomer as another user needs root")
+def test_the_newcomer_path_works_for_a_user_who_is_not_root(newcomer_root: Path) -> None:
+    # Issue 35: as a non-root user (no writable cgroup: memory is RLIMIT_AS), the set-up worked but node died at
+    # the default limits (SIGTRAP), and so did every JS cell. The README's set-up line, run as written by a user
+    # who is not root, in a fresh clone of what it installs; then a python run, a node run and a JS cell.
+    if shutil.which("setpriv") is None or shutil.which("node") is None:
+        pytest.skip("needs setpriv and node (.ci/run installs both)")
+    root = newcomer_root
+    clone, home = root / "clone", root / "home"
+    home.mkdir()
+    line = _setup_line()
+    for folder in sorted(set(re.findall(r"\./([\w/]+)", line))):
+        shutil.copytree(
+            README.parent / folder, clone / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+        )
+    for path in (root, *root.rglob("*")):
+        os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+    set_up = _as_nobody(line, clone, home)
+    assert (set_up.returncode, set_up.stdout.splitlines()[-1:]) == (0, ["2"]), set_up.stderr[-3000:]  # after pip's
+    activate = ". .venv/bin/activate && "  # as the README's set-up does, in the shell a later step runs in
+    node = _as_nobody(activate + "mainsdk sandbox run --language node --code 'console.log(1 + 1)'", clone, home)
+    assert (node.returncode, node.stdout, node.stderr) == (0, "2\n", "")
+    python = _as_nobody(activate + "mainsdk sandbox run --code 'print(6 * 7)'", clone, home)
+    assert (python.returncode, python.stdout) == (0, "42\n"), python.stderr
+    cell = _as_nobody(activate + f"python -c {shlex.quote(JS_CELL)}", clone, home)
+    assert (cell.returncode, cell.stdout) == (0, "2 None\n"), cell.stderr

@@ -611,14 +611,24 @@ def test_empty_files_and_sections_are_every_default(text: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("key", "value", "example"), [("timeout", "30", "30s"), ("memory", "512", "512MB"), ("output", "1e300", "512MB")]
+)
+def test_a_limit_with_no_unit_is_refused_with_one_to_write(key: str, value: str, example: str) -> None:
+    # Issue 35: "timeout: 30" was taken silently (seconds), and "memory: 512" as 512 bytes.
+    problem = only_problem(f"sandbox:\n  limits:\n    {key}: {value}\n")
+    assert (problem.code, problem.key, problem.line) == (INVALID_OPTION, f"sandbox.limits.{key}", 3)
+    assert (
+        problem.message == f"{value if value != '1e300' else '1e+300'} has no unit; write it with one, like {example}"
+    )
+
+
+@pytest.mark.parametrize(
     ("key", "value", "maximum"),
     [
         ("sandbox.limits.timeout", "597h", "24h"),
         ("sandbox.limits.timeout", "99999999999h", "24h"),
-        ("sandbox.limits.timeout", "1e300", "24h"),
-        ("sandbox.limits.timeout", "86401", "24h"),
+        ("sandbox.limits.timeout", "86401s", "24h"),
         ("sandbox.limits.memory", "2TB", "1TB"),
-        ("sandbox.limits.memory", "1e300", "1TB"),
         ("sandbox.limits.output", "2GB", "1GB"),
         ("sandbox.limits.files", "65GB", "64GB"),
         ("sandbox.limits.max-cost", "$1000001", "$1,000,000"),
@@ -716,6 +726,6 @@ def load_problems(text: str) -> tuple[ConfigProblem, ...]:
 
 def test_core_schema_tags_are_read() -> None:
     config = load_config_text(
-        "sandbox:\n  driver: !!str e2b\n  limits: !!map {timeout: !!int 5}\n  network: !!seq []\n"
+        "sandbox:\n  driver: !!str e2b\n  limits: !!map {timeout: !!str 5s}\n  network: !!seq []\n"
     )
     assert (config.sandbox.driver, config.sandbox.limits.timeout, config.sandbox.network) == ("e2b", 5.0, ())

@@ -453,3 +453,15 @@ def test_an_unreachable_api_is_0006_saying_to_check_e2bs_status_and_the_key() ->
     assert "E2B could not create a sandbox: unreachable" in error.message
     assert "check E2B's status and the API key (sandbox.e2b.key" in error.message
     assert KEY not in error.message
+
+
+def test_a_long_outage_reason_is_cut_between_words_and_after_the_key_is_redacted() -> None:
+    # Issue 35: the reason was cut at 200 characters mid-word, and before the redaction: a key across the cut
+    # would have left its first part in the message.
+    driver = e2b_sandbox_driver(api_key=KEY)
+    words = "abcdefghij " * 17  # 187 characters: the key starts before the 200th and ends after it
+    error = driver._unavailable("create a sandbox", RuntimeError(words + KEY + " and more words after it"))
+    reason = error.message.split("E2B could not create a sandbox: ", 1)[1].split("; check E2B", 1)[0]
+    assert reason.endswith(" …"), reason
+    assert all(word in ("abcdefghij", "[redacted]", "…", "RuntimeError:") for word in reason.split()[1:]), reason
+    assert KEY[:8] not in error.message

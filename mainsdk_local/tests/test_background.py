@@ -34,7 +34,9 @@ def test_a_process_runs_while_the_session_goes_on_and_its_output_can_be_read(mak
     with built.sandbox.create() as session:
         process = session.start("python3", ["-c", "import sys; print('x' * 9000, flush=True)\n" + SERVE])
         assert _until(lambda: "x" * 9000 in process.output()[0])
-        assert _running(process) and process.wait(timeout=0.2) is None
+        assert _running(process)
+        with pytest.raises(TimeoutError, match=r"still runs after 0\.2; waiting never stops it"):
+            process.wait(timeout=0.2)  # issue 35: it returned None, and .wait(...).stdout was an AttributeError
         # The session keeps working around it: commands, files, cells.
         assert session.run("python3", ["-c", "print(1 + 1)"]).stdout == "2\n"
         assert session.run_code("21 * 2").text == "42"

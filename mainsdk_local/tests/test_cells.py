@@ -211,7 +211,7 @@ def test_each_cell_is_one_audit_event_with_the_codes_hash_and_its_number(make_sa
         session.run_code("x = 1")
         session.run_code("x + 1")
         with pytest.raises(SandboxError) as refused:
-            session.run_code("x", language="node")
+            session.run_code("x", language="cobol")
         assert refused.value.code == INVALID_OPTION and "not a cell language" in refused.value.message
     cells = [e for e in built.events if e.kind == "cell"]
     assert [(e.cell, e.code_sha256, e.session_id) for e in cells] == [

@@ -406,11 +406,11 @@ def test_background_processes_of_a_session_share_its_memory_limit(
         processes = [session.start("python3", ["-c", HOLD_40_MIB]) for _ in range(4)]
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            settled = ["held" in p.output()[0] or p.wait(0) is not None for p in processes]
+            settled = ["held" in p.output()[0] or not p.running for p in processes]
             if all(settled):
                 break
             time.sleep(0.2)
-        holding = [p for p in processes if "held" in p.output()[0] and p.wait(0) is None]
+        holding = [p for p in processes if "held" in p.output()[0] and p.running]
         for process in processes:
             process.kill()
     assert len(holding) * 40 <= 64, f"{len(holding)} processes held 40 MiB each in a 64 MiB session"

@@ -415,7 +415,7 @@ def test_a_name_that_resolves_to_loopback_is_refused(
     # DNS rebinding onto the app's services. Only the driver's explicit resolve mapping may do that. (main.yaml
     # cannot list it in sandbox.network; the config is built by hand, so this is the proxy's own defence.)
     result = fetch(net_sandbox_given_localhost, [f"http://localhost:{http_server.port}/"], ["localhost"])
-    assert result.stdout.startswith(f"403 {HOST_NOT_ALLOWED}: localhost is not a host this sandbox run was given (")
+    assert result.stdout.startswith(f"403 {HOST_NOT_ALLOWED}: localhost was given to this sandbox run, but it resolves")
     assert "not a public address" in result.stdout
     assert http_server.seen == []
 

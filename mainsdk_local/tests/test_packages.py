@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -512,3 +513,23 @@ def test_an_installer_or_interpreter_in_the_apps_folder_is_never_found_through_a
     site = Path(P.EnvBuilder().ensure(program, [SIX]))
     assert sorted(os.listdir(marks)) == []
     assert (site / "six.py").is_file()
+
+
+def test_a_first_build_is_said_at_info_with_what_why_and_how_long_and_a_cached_set_says_nothing(
+    cache_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 35, point 9: a session's first use of a package set built for a minute with nothing logged.
+    program = resolve_program("python", "python3")
+    with caplog.at_level(logging.INFO, logger="mainsdk"):
+        P.EnvBuilder().ensure(program, [SIX])
+    said = [r.getMessage() for r in caplog.records if r.name == "mainsdk" and r.levelno == logging.INFO]
+    assert len(said) == 2, said
+    assert said[0].startswith(f"mainsdk: building the python package set {SIX} for sandbox.packages: the first use")
+    assert "(once: later runs reuse it)" in said[0]
+    assert re.fullmatch(
+        rf"mainsdk: building the python package set {re.escape(SIX)} for sandbox.packages: done in [0-9.]+ s", said[1]
+    )
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="mainsdk"):
+        P.EnvBuilder().ensure(program, [SIX])
+    assert [r for r in caplog.records if r.name == "mainsdk"] == []

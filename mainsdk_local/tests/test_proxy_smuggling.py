@@ -10,6 +10,7 @@ would reach an allowed host.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
@@ -151,7 +152,7 @@ EMBEDDED = {
 
 
 def test_a_name_resolving_to_an_ipv6_form_of_a_private_ipv4_is_refused(
-    net_sandbox: Any, http_server: LoopbackServer, monkeypatch: pytest.MonkeyPatch
+    net_sandbox: Any, http_server: LoopbackServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A stand-in for DNS, and only for DNS: this machine's resolver cannot be pointed at test names, so the
     # app process's getaddrinfo (which the proxy's loop.getaddrinfo calls) answers AAAA records for them.
@@ -169,17 +170,27 @@ def test_a_name_resolving_to_an_ipv6_form_of_a_private_ipv4_is_refused(
         "import json, sys, urllib.error, urllib.request\n"
         f"for url in {json.dumps(urls)}:\n"
         "    try:\n        urllib.request.urlopen(url, timeout=10); print('200')\n"
-        "    except urllib.error.HTTPError as exc:\n        print(exc.code, exc.read().decode().strip())\n"
+        "    except urllib.error.HTTPError as exc:\n"
+        "        print(exc.code, exc.reason, '|', exc.read().decode().strip())\n"
     )
-    result = net_sandbox.sandbox.run(code, network=["*.wild.example.test"])
+    with caplog.at_level(logging.WARNING, logger="mainsdk"):
+        result = net_sandbox.sandbox.run(code, network=["*.wild.example.test"])
     lines = result.stdout.splitlines()
     assert len(lines) == len(answers), result.stderr
+    # The host was given: the status line, the body, the log and the result say why it was refused all the same
+    # (issue 35: they said "not allowed", "not a host this sandbox run was given"; the reason was in the body only).
     for (name, address), line in zip(answers.items(), lines, strict=True):
-        assert line == (
-            f"403 {HOST_NOT_ALLOWED}: {name} is not a host this sandbox run was given"
-            f" (it resolves to {address}, which is not a public address)"
-        )
-    assert result.hosts_refused == tuple(answers)
+        why = f"it resolves to {address}, which is not a public address"
+        assert line.startswith(
+            f"403 Forbidden ({HOST_NOT_ALLOWED}: {name} resolves to {address}, not a public address) | "
+            f"{HOST_NOT_ALLOWED}: {name} was given to this sandbox run, but {why}: "
+        ), line
+        assert line.endswith(f"add {address} to the call's network, sandbox.network and network.allow"), line
+        assert f"the code tried {name}, a host this sandbox run was given, and it was refused: {why}" in caplog.text
+    assert result.hosts_refused == tuple(
+        f"{name} (it resolves to {address}, which is not a public address)" for name, address in answers.items()
+    )
+    assert "was not given" not in caplog.text
     assert http_server.seen == []
 
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 MCP_USAGE = (
     "usage: mainsdk sandbox mcp [-h] [--name NAME] [--intent INTENT]\n"
-    "                           [--language {python,node,bash}] [--config CONFIG]\n"
-    "                           [--session]\n"
+    "                           [--language LANGUAGE] [--config CONFIG] [--session]\n"
 )
 
 

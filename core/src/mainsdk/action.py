@@ -9,6 +9,7 @@ tool-calling formats, and ``mainsdk sandbox mcp`` serves it over MCP.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mimetypes
 import re
@@ -24,6 +25,7 @@ from mainsdk.egress import check_shape as check_egress
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
 from mainsdk.hosts import host_covered
+from mainsdk.languages import run_language
 from mainsdk.lifecycle import RunResult
 from mainsdk.limits import Listener
 from mainsdk.rich import rich_entry
@@ -125,9 +127,10 @@ class CodeRunAction:
             raise arguments.invalid(
                 "languages", f"must be a list like ['python'], not {arguments.type_name(languages)}"
             )
-        unknown = [lang for lang in languages if not isinstance(lang, str) or lang not in LANGUAGES]
-        if not languages or unknown:
+        if not languages:
             raise SandboxError(errors.INVALID_OPTION, f"action {name!r}: languages must be some of {list(LANGUAGES)}")
+        # Any name or alias (mainsdk.languages), kept by the run's name: ["js"] is ["node"].
+        languages = list(dict.fromkeys(run_language(lang, f"action {name!r}: languages") for lang in languages))
         if not isinstance(risk, str) or risk not in ("read", "write", "destructive"):
             raise SandboxError(errors.INVALID_OPTION, f"action {name!r}: risk must be read, write or destructive")
         self.name = name
@@ -165,6 +168,7 @@ class CodeRunAction:
             "type": "object",
             "properties": {
                 "code": {"type": "string", "minLength": 1, "description": "The source code to run."},
+                # The names a model is offered; an alias of one (js, py) is taken too (check_input).
                 "language": {"type": "string", "enum": list(self.languages), "default": self.languages[0]},
                 "files": {
                     "type": "object",
@@ -221,6 +225,8 @@ class CodeRunAction:
         if not isinstance(code, str) or not code.strip():
             raise SandboxError(errors.INVALID_OPTION, f"{self.name}: code must be a non-empty string")
         language = input.get("language", self.languages[0])
+        with contextlib.suppress(SandboxError):
+            language = run_language(language)  # "js" is "node"; a name no language has is refused just below
         if not isinstance(language, str) or language not in self.languages:
             raise SandboxError(
                 errors.INVALID_OPTION,

@@ -28,8 +28,8 @@ from decimal import Decimal
 from typing import Any, TypeVar, cast
 
 from mainsdk import errors
-from mainsdk.driver import LANGUAGES
 from mainsdk.errors import SandboxError
+from mainsdk.languages import run_language
 from mainsdk.secrets import SecretRef
 from mainsdk.units import describe
 
@@ -102,11 +102,8 @@ def code(value: object) -> str:
 
 
 def language(value: object) -> str:
-    """One of the languages core knows."""
-    if not isinstance(value, str) or value not in LANGUAGES:
-        shown = repr(value) if isinstance(value, str) else f"a value of type {type_name(value)}"
-        raise invalid("language", f"{shown} is not a language; use one of {', '.join(LANGUAGES)}")
-    return value
+    """A run's language (``python``, ``node``, ``bash``), from any of its names or aliases (``mainsdk.languages``)."""
+    return run_language(value)
 
 
 def mapping(value: object, argument: str, example: str) -> Mapping[Any, Any]:
@@ -267,8 +264,23 @@ def is_async_function(value: object) -> bool:
 
 
 def program(value: object) -> str:
-    """A session command's program: a name like ``python3``."""
-    return text(value, "program", max_bytes=MAX_PATH_BYTES)
+    """A session command's program: a name like ``python3``; a shell line (``"python3 -c 'print(1)'"``) is refused
+    with the program and argument list it means, since ``run`` never goes through a shell."""
+    checked = text(value, "program", max_bytes=MAX_PATH_BYTES)
+    if checked != checked.strip() or any(c.isspace() for c in checked):
+        import shlex  # only on this mistake
+
+        try:
+            words = shlex.split(checked)
+        except ValueError:
+            words = checked.split()
+        shown = f"run({words[0]!r}, {words[1:]!r})" if words else "run('python3', ['-c', 'print(1)'])"
+        raise invalid(
+            "program",
+            f"{checked!r} is a shell line, not a program: run takes the program and a list of its arguments, "
+            f"never a shell, so write {shown}",
+        )
+    return checked
 
 
 def program_args(value: object) -> tuple[str, ...]:

@@ -79,17 +79,22 @@ class AsyncProcess:
             b"".join(self._chunks["stderr"]).decode("utf-8", "replace"),
         )
 
-    async def wait(self, timeout: float | str | None = None) -> CommandResult | None:
+    async def wait(self, timeout: float | str | None = None) -> CommandResult:
         """Wait for it to end, at most ``timeout`` seconds (None: until it ends, at its time limit at the latest).
 
-        Returns its result, or None when it is still running after ``timeout``. Waiting never stops it.
+        Returns its result; ``TimeoutError`` when it is still running after ``timeout`` (as ``subprocess``'s
+        ``wait`` does: ``job.wait(timeout="10s").stdout`` is never an ``AttributeError`` on None). Waiting never
+        stops it: wait again, or ``kill()``.
         """
         if timeout is not None:
             await asyncio.wait({self._task}, timeout=_seconds(timeout))
         else:
             await asyncio.wait({self._task})
         if not self._task.done():
-            return None
+            raise TimeoutError(
+                f"background process {self.id} still runs after {timeout}; waiting never stops it: wait again "
+                "(job.wait(timeout=...)), read job.output() so far, or job.kill()"
+            )
         if self._killed is not None:
             return self._killed
         return self._task.result()

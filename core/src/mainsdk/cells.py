@@ -26,9 +26,9 @@ from typing import Any
 
 import attrs
 
-from mainsdk import arguments, errors
+from mainsdk import arguments, errors, languages
 from mainsdk.audit import code_sha256
-from mainsdk.driver import CELL_LANGUAGES, Command, ExecOutcome, InputStream, StopReason
+from mainsdk.driver import Command, ExecOutcome, InputStream, StopReason
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered
 from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
@@ -256,19 +256,16 @@ class _KernelStream:
             self._emit(stream, self._held[stream])
             self._held[stream] = b""
 
-    def host_refused(self, host: str) -> None:
-        """A host the interpreter tried and was not given: the current cell's."""
+    def host_refused(self, host: str, why: str = "") -> None:
+        """A host the interpreter tried and was refused: the current cell's."""
         if self.collector is not None:
-            self.collector.host_refused(host)
+            self.collector.host_refused(host, why)
 
 
 def cell_language(value: object) -> str:
-    """A cell language (``CELL_LANGUAGES``), or MAIN-SANDBOX-0001 naming the value and the valid ones."""
-    if isinstance(value, str) and value in CELL_LANGUAGES:
-        return value
-    shown = repr(value) if isinstance(value, str) else f"a value of type {arguments.type_name(value)}"
-    hint = " (a node cell is language='javascript')" if value == "node" else ""
-    raise arguments.invalid("language", f"{shown} is not a cell language; use one of {', '.join(CELL_LANGUAGES)}{hint}")
+    """A cell language (``CELL_LANGUAGES``) from any of its names or aliases (``mainsdk.languages``: ``node`` and
+    ``js`` are ``javascript``), or MAIN-SANDBOX-0001 naming the value and the vocabulary."""
+    return languages.cell_language(value)
 
 
 def check_cells(session: SessionRuntime, language: str) -> None:

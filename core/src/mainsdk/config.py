@@ -387,6 +387,18 @@ def _strict(kinds: tuple[type, ...], expected: str, convert: Callable[[Any], T])
     return parse
 
 
+def _with_unit(parse: Callable[[object], T], example: str) -> Callable[[object], T]:
+    """``parse``, refusing a bare number: in main.yaml ``timeout: 30`` or ``memory: 512`` says no unit (512 would be
+    bytes), so the file must write one (a call's ``timeout=1.5`` stays seconds, as its docs say)."""
+
+    def parse_with_unit(value: object) -> T:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError(f"{value!r} has no unit; write it with one, like {example}")
+        return parse(value)
+
+    return parse_with_unit
+
+
 def _build_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     converter.register_structure_hook(str, _hook(_text))
@@ -402,12 +414,14 @@ def _build_converter() -> cattrs.Converter:
     section(Packages, make_dict_structure_fn(Packages, converter, python=override(struct_hook=_hook(_package_list))))
 
     def size(maximum: int) -> Any:
-        return override(struct_hook=_hook(lambda value: parse_size(value, maximum=maximum)))
+        return override(struct_hook=_hook(_with_unit(lambda value: parse_size(value, maximum=maximum), "512MB")))
 
     limits = make_dict_structure_fn(
         Limits,
         converter,
-        timeout=override(struct_hook=_hook(lambda value: parse_duration(value, maximum=MAX_TIMEOUT))),
+        timeout=override(
+            struct_hook=_hook(_with_unit(lambda value: parse_duration(value, maximum=MAX_TIMEOUT), "30s"))
+        ),
         memory=size(MAX_MEMORY),
         output=size(MAX_OUTPUT),
         files=size(MAX_FILES),
@@ -1055,6 +1069,28 @@ def read_config_file(path: str | os.PathLike[str]) -> str:
     return data.decode("utf-8")
 
 
+_said: set[str] = set()  # each config file (or "none") is said once per process
+
+
+def _say_which_file(file: str | os.PathLike[str] | None, how: str) -> None:
+    """INFO, once: the file read (and how it was found), or that none was and the defaults hold, and how to name one."""
+    key = str(Path(file).resolve()) if file is not None else f"none in {Path.cwd()}"
+    if key in _said:
+        return
+    _said.add(key)
+    if file is not None:
+        log.info("mainsdk: read the config from %s (found through %s)", key, how)
+    else:
+        log.info(
+            "mainsdk: no %s in the current folder (%s) and %s unset: using the defaults (the local driver, default "
+            "limits, no network, no secrets); point at a file with %s=/path/to/main.yaml or load_config(path)",
+            DEFAULT_CONFIG_FILE,
+            Path.cwd(),
+            CONFIG_ENV_VAR,
+            CONFIG_ENV_VAR,
+        )
+
+
 @arguments.checked_function("load_config")
 def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
     """Load ``main.yaml`` from ``path``, else ``$MAINSDK_CONFIG``, else ``./main.yaml``.
@@ -1063,6 +1099,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
     ``AppConfig()``: the ``local`` driver, default limits, no network.
     """
     file = _config_file(path)
+    how = "the path given" if path is not None else CONFIG_ENV_VAR if os.environ.get(CONFIG_ENV_VAR) else "./main.yaml"
+    _say_which_file(file, how)
     if file is None:
         return AppConfig()
     try:

@@ -51,6 +51,7 @@ from mainsdk.secrets import Credential as Credential
 from mainsdk.secrets import SecretResolver as SecretResolver
 from mainsdk.secrets import environment_secrets as environment_secrets
 from mainsdk.units import parse_duration as parse_duration
+from mainsdk.waits import long_wait as long_wait
 
 Language = Literal["python", "node", "bash"]
 LANGUAGES: tuple[Language, ...] = ("python", "node", "bash")
@@ -322,7 +323,9 @@ class OutputSink(Protocol):
         """Take a chunk of standard error."""
 
     def host_refused(self, host: str) -> None:
-        """Note that the code tried ``host``, which it was not given (MAIN-SANDBOX-0005; audited)."""
+        """Note that the code tried ``host``, which it was not given (MAIN-SANDBOX-0005; audited). Core's sinks also
+        take ``why=``: the host was given, and this is why it was refused anyway (``it resolves to 10.0.0.5, ...``);
+        a driver passes it only to a sink whose ``host_refused`` has that parameter."""
 
 
 class Box(Protocol):

@@ -144,10 +144,14 @@ class ConfigProblem:
     source: str | None = None
 
     def __str__(self) -> str:
+        return f"{self.located()} ({self.code})"
+
+    def located(self) -> str:
+        """The problem with its file, line and key, without its code (a one-problem ConfigError leads with it)."""
         where = self.source or "main.yaml"
         if self.line is not None:
             where += f" line {self.line}"
-        return f"{where}: {self.key}: {self.message} ({self.code})"
+        return f"{where}: {self.key}: {self.message}"
 
 
 class ConfigError(SandboxError):
@@ -157,7 +161,7 @@ class ConfigError(SandboxError):
         self.problems = tuple(problems)
         first = self.problems[0]
         if len(self.problems) == 1:
-            text = str(first)
+            text = first.located()  # its code leads the message once: "MAIN-CONFIG-0003: main.yaml line 2: ..."
         else:
             text = f"{len(self.problems)} problems in the config:\n" + "\n".join(f"  {p}" for p in self.problems)
         super().__init__(first.code, text)

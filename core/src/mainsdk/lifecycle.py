@@ -249,6 +249,15 @@ class RunResult:
         """Whether the code ran to a clean exit: not stopped, exit code 0."""
         return self.stop is None and self.exit_code == 0
 
+    def __await__(self) -> Any:
+        # ``await sandbox.run(...)``: the synchronous call has run the code and returned this; say where the async
+        # API is rather than Python's "object RunResult can't be used in 'await' expression".
+        raise TypeError(
+            "sandbox.run(...) is the synchronous API: it already ran the code and returned this RunResult, which "
+            "cannot be awaited; in async code use mainsdk.async_sandbox: `await async_sandbox.run(...)` (from "
+            "mainsdk import async_sandbox)"
+        )
+
     @property
     def stop_code(self) -> str | None:
         """The seed's code for the stop (``MAIN-SANDBOX-0002`` for a timeout ...), or None."""

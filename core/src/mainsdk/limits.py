@@ -66,6 +66,7 @@ Listener = Callable[[str, bytes], None]
 # an audit event and the app's log (one run once logged 14,000 lines and an 874 KB event).
 MAX_HOSTS_REFUSED = 50  # kept in the result and the audit event; more are only counted
 MAX_HOST_LENGTH = 253  # a DNS name's longest; a longer string is cut
+MAX_REASON_LENGTH = 300  # why a host that was given was refused anyway (its addresses): cut past this
 MAX_HOSTS_TRACKED = 10_000  # distinct hosts remembered to count them; past this, each refusal counts
 MAX_REFUSED_LOG_LINES = 20  # warning lines per run (one per host); then one "and N more" line
 
@@ -110,21 +111,27 @@ class OutputCollector:
         """Take a chunk of standard error."""
         self._take("stderr", data)
 
-    def host_refused(self, host: str) -> None:
-        """Note a host the code tried and was refused: redacted, cut, kept (or counted) and logged once."""
+    def host_refused(self, host: str, why: str = "") -> None:
+        """Note a host the code tried and was refused: redacted, cut, kept (or counted) and logged once. ``why``: it
+        was given, and the driver refused it anyway for this reason, which its entry and the log line then say."""
         name = self.redact_name(str(host))[:MAX_HOST_LENGTH]
         if name in self._hosts_seen:
             return
         if len(self._hosts_seen) < MAX_HOSTS_TRACKED:
             self._hosts_seen.add(name)
+        reason = self.redact_name(str(why))[:MAX_REASON_LENGTH] if why else ""
         if len(self.hosts_refused) < MAX_HOSTS_REFUSED:
-            self.hosts_refused.append(name)
+            self.hosts_refused.append(f"{name} ({reason})" if reason else name)
         else:
             self.hosts_refused_dropped += 1
         if self._logged < MAX_REFUSED_LOG_LINES:
             self._logged += 1
-            message = "%s: the code tried %s, a host this sandbox run was not given (%s)"
-            log.warning(message, HOST_NOT_ALLOWED, name, self._label)
+            if reason:
+                message = "%s: the code tried %s, a host this sandbox run was given, and it was refused: %s (%s)"
+                log.warning(message, HOST_NOT_ALLOWED, name, reason, self._label)
+            else:
+                message = "%s: the code tried %s, a host this sandbox run was not given (%s)"
+                log.warning(message, HOST_NOT_ALLOWED, name, self._label)
         else:
             self._not_logged += 1
 

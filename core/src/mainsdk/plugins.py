@@ -6,6 +6,7 @@ The entry points are found by ``mainsdk.entry_points``; the hooks are specified 
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import logging
 from collections.abc import Sequence
@@ -55,9 +56,14 @@ def load_driver(driver_id: str, config: AppConfig, *, secret: SecretResolver | N
     """
     matches = list(metadata.entry_points(group=DRIVER_GROUP, name=driver_id))
     if not matches:
-        installed = ", ".join(d.id for d in installed_drivers()) or "none"
+        ids = [d.id for d in installed_drivers()]
+        installed = ", ".join(ids) or "none"
         package = KNOWN_DRIVER_PACKAGES.get(driver_id)
         fix = f"install {package} (pip install {package})" if package else "install the package that provides it"
+        # A likely typo of a known driver (``lcoal``) says which one it means before anything about installing.
+        close = difflib.get_close_matches(driver_id, [*dict.fromkeys([*ids, *KNOWN_DRIVER_PACKAGES])], n=1, cutoff=0.6)
+        if close and not package:
+            fix = f"did you mean {close[0]!r}?"
         raise SandboxError(
             INVALID_OPTION,
             f"sandbox.driver {driver_id!r} is not installed (installed drivers: {installed}); {fix}",

@@ -164,6 +164,15 @@ def check_hosts(
             missing.append("sandbox.network")
         if not network_allow(host):
             missing.append("network.allow")
+        if missing and (host == "localhost" or host.endswith(".localhost")):
+            # The advice at the call, not "add it" and then a load error: main.yaml refuses a name for loopback,
+            # and the proxy never lets one through.
+            raise _invalid(
+                f"network: {host!r} is a name for a loopback address, which a run is never let through to by name "
+                "(main.yaml refuses it too); to reach the app host's own servers, give 127.0.0.1 (or ::1): "
+                "network=['127.0.0.1'], listed under sandbox.network and network.allow, and the code connects to "
+                "http://127.0.0.1:PORT"
+            )
         if missing:
             raise SandboxError(
                 errors.HOST_NOT_ALLOWED,
@@ -181,6 +190,16 @@ def check_hosts(
     return tuple(dict.fromkeys(checked))
 
 
+def _no_file_read(config: AppConfig) -> str:
+    """What a refusal adds when no main.yaml was read at all (the app runs from another folder, say)."""
+    if config.source is not None:
+        return f" ({config.source})"
+    return (
+        f" (no main.yaml was read: none in the current folder, {os.getcwd()}, and MAINSDK_CONFIG unset; "
+        "set MAINSDK_CONFIG=/path/to/main.yaml to use yours)"
+    )
+
+
 def resolve_env(
     env: Mapping[str, str | SecretRef] | None, config: AppConfig, resolver: SecretResolver
 ) -> tuple[dict[str, str], tuple[bytes, ...]]:
@@ -195,7 +214,8 @@ def resolve_env(
             if value.name not in config.sandbox.secrets:
                 raise SandboxError(
                     errors.SECRET_NOT_ALLOWED,
-                    f"env.{name}: secret {value.name!r} is not under sandbox.secrets; list it there in main.yaml",
+                    f"env.{name}: secret {value.name!r} is not under sandbox.secrets; list it there in main.yaml"
+                    + _no_file_read(config),
                 )
             secret_value = resolver(value.name)
             if secret_value is not None and not isinstance(secret_value, str):

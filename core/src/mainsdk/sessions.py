@@ -16,7 +16,15 @@ from typing import Any
 
 from mainsdk import arguments, errors
 from mainsdk.background import AsyncProcess
-from mainsdk.cells import CellCallbacks, CellResult, ErrorCallback, OutputCallback, ResultCallback, refuse_cell
+from mainsdk.cells import (
+    CellCallbacks,
+    CellResult,
+    ErrorCallback,
+    OutputCallback,
+    ResultCallback,
+    cell_language,
+    refuse_cell,
+)
 from mainsdk.driver import Folder, NetworkPolicy, box_path
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
@@ -277,6 +285,15 @@ class SessionOpener:
         if self._session is not None:
             await self._session.close()
 
+    def __enter__(self) -> None:
+        raise TypeError(
+            "async_sandbox.create(...) is the asyncio API: use `async with async_sandbox.create(...) as session:` "
+            "in async code, or the synchronous mainsdk.sandbox: `with sandbox.create(...) as session:`"
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        """Never reached: ``__enter__`` refuses."""
+
 
 async def run_cell(
     session: AsyncSession,
@@ -290,7 +307,7 @@ async def run_cell(
 ) -> CellResult:
     """``session.run_code``, and the synchronous twin's with ``blocking`` (its callbacks must be plain functions)."""
     refuse_cell(session._runtime, code, language)  # a language no interpreter here runs: audited and raised
-    interpreter = session._interpreters.default(str(language))
+    interpreter = session._interpreters.default(cell_language(language))  # "node" and "js": javascript's
     return await run_in(interpreter, code, timeout, callbacks, blocking=blocking, env=env)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
@@ -32,6 +33,7 @@ from mainsdk.sessions import AsyncSession, SessionOpener, run_cell
 T = TypeVar("T")
 A = TypeVar("A")
 P = ParamSpec("P")
+log = logging.getLogger("mainsdk")
 
 
 class _LoopThread:
@@ -60,6 +62,7 @@ class _LoopThread:
                 "a synchronous Sandbox call was made from on_output (or another callback the sandbox runs), which "
                 "would deadlock: use async_sandbox (AsyncSandbox) and await the call, or hand the work to a thread",
             )
+        _warn_inside_a_loop()
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._get_loop())
         try:
             return future.result()
@@ -73,6 +76,22 @@ class _LoopThread:
 
 
 _LOOP = _LoopThread()
+_warned_inside_a_loop: list[bool] = []  # the warning below is logged once per process
+
+
+def _warn_inside_a_loop() -> None:
+    """Log once that a synchronous call runs inside the caller's running event loop, which it blocks meanwhile."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    if not _warned_inside_a_loop:
+        _warned_inside_a_loop.append(True)
+        log.warning(
+            "a synchronous mainsdk.sandbox call runs inside a running event loop, which it blocks until the call "
+            "returns (no other task runs meanwhile); in async code use mainsdk.async_sandbox: "
+            "`await async_sandbox.run(...)`, `async with async_sandbox.create(...) as session:`"
+        )
 
 
 def _blocking(

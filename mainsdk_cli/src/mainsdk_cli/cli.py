@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import stat
 import sys
@@ -20,12 +21,14 @@ from mainsdk.config import load_config
 from mainsdk.engine import SandboxDeps
 from mainsdk.entry_points import installed_drivers
 from mainsdk.errors import SandboxError
+from mainsdk.languages import run_language, run_names
 from mainsdk.lifecycle import RunResult
 from mainsdk.secrets import SecretRef, secret
 from mainsdk.sync import Sandbox
 
 from mainsdk_cli.hooks import CliCommand, load_cli_commands
 from mainsdk_cli.out_dir import NotWritten, OutDir, OutDirError
+from mainsdk_cli.progress import show_waits
 
 # Exit statuses for a stopped run, after the conventions of timeout(1) and the shell.
 STOP_EXIT = {"timeout": 124, "memory": 137, "output": 141, "cost": 142}
@@ -52,8 +55,9 @@ def _parser(plugin_commands: dict[tuple[str, ...], CliCommand]) -> argparse.Argu
     run.add_argument("--code", help="the code to run")
     run.add_argument(
         "--language",
-        choices=["python", "node", "bash"],
-        help="default: from the file's extension (.py, .js, .sh, ...; any other is refused), else python",
+        choices=run_names(),
+        metavar="LANGUAGE",
+        help=f"{', '.join(run_names())} (default: from the file's extension, else python)",
     )
     run.add_argument(
         "--file", action="append", default=[], metavar="NAME=PATH", help="put PATH in the work folder as NAME"
@@ -169,7 +173,7 @@ def _open_out(args: argparse.Namespace) -> OutDir | None:
 
 def _run(args: argparse.Namespace) -> int:
     code, path = _read_code(args)
-    language = args.language or _language_of(path)
+    language = run_language(args.language) if args.language else _language_of(path)
     files: dict[str, str | bytes] = {}
     for name, file_path in _pairs(args.file, "--file").items():
         files[name] = _read_regular_file(file_path, f"--file {name}={file_path}")
@@ -332,7 +336,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser(plugin_commands).parse_args(argv)
         if args.sandbox_command == "drivers":
             return _drivers()
-        return _run(args)
+        display = show_waits()  # a package set's first build, on a terminal: what and why, not silence
+        try:
+            return _run(args)
+        finally:
+            if display is not None:
+                logging.getLogger("mainsdk").removeHandler(display)
+                display.close()
     except SandboxError as exc:
         print(f"mainsdk: {exc}", file=sys.stderr)
         return ERROR_EXIT

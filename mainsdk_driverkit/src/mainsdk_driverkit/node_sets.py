@@ -28,7 +28,7 @@ import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 
-from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
+from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, long_wait
 
 from mainsdk_driverkit.host_tools import absolute_path, private_folder, tool_environment
 
@@ -85,7 +85,10 @@ def ensure_node_set(pins: Sequence[tuple[str, str, str]], root: str | None = Non
     with _lock, open(final + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same set: wait for it, then reuse
         if not os.path.isfile(os.path.join(final, MANIFEST)):
-            _build(pins, final)
+            names = ", ".join(f"{name}@{version}" for name, version, _ in pins)
+            why = f"the first TypeScript cell on this machine installs it with npm into {base} (once: cached)"
+            with long_wait(f"building the kernel's node set {names}", why):
+                _build(pins, final)
     return final
 
 

@@ -37,7 +37,7 @@ from typing import Protocol
 
 import attrs
 from attrs import AttrsInstance
-from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, canonical_name, parse_pin
+from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, canonical_name, long_wait, parse_pin
 
 from mainsdk_driverkit.host_tools import private_folder, tool_environment
 
@@ -132,7 +132,9 @@ class Wheelhouse:
             with self._lock, open(f"{final}.lock", "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # another process fetching the same set: wait for it, then reuse
                 if not (final / MANIFEST).is_file():
-                    self._download(python, pins, final)
+                    why = f"the first use of this set downloads its wheels with pip into {self.root} (once: cached)"
+                    with long_wait(f"fetching the python package set {', '.join(pins)} for the box", why):
+                        self._download(python, pins, final)
         names = tuple(sorted(n for n in os.listdir(final) if n.endswith(".whl")))
         return WheelSet(key, final, names, tuple(pins))
 

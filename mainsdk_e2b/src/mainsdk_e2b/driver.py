@@ -885,12 +885,21 @@ class E2BDriver:
             label = "the sandbox is gone"
         if label is None:
             label = "unreachable" if isinstance(exc, (OSError, httpx.TransportError)) else type(exc).__name__
-        detail = " ".join(str(exc).split())[:200]
-        # Neither the key nor an egress header's value, should an answer ever repeat one (E2B's never do).
+        detail = " ".join(str(exc).split())
+        # Neither the key nor an egress header's value, should an answer ever repeat one (E2B's never do): redacted
+        # before the cut, so no cut leaves part of one.
         for value in (self._api_key, *(v for rule in egress for h in rule.headers for v in (h.value, h.secret_value))):
             if value:
                 detail = detail.replace(value, "[redacted]")
-        return f"{label}: {detail}" if detail else label
+        return f"{label}: {_cut_at_word(detail, 200)}" if detail else label
+
+
+def _cut_at_word(text: str, limit: int) -> str:
+    """``text``, or its first words within ``limit`` characters and an ellipsis: never a word cut in two."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    return (head.rsplit(" ", 1)[0] if " " in head else head) + " …"
 
 
 def _raise_if_cancelled() -> None:

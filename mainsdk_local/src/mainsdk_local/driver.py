@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import inspect
 import json
 import os
 import secrets
@@ -77,6 +78,15 @@ _PROGRAM_LANGUAGE = {program: language for language, program in LANGUAGE_PROGRAM
 # The languages the launcher's warm pool has an interpreter kind for (launcher/pool.py, launcher/node_pool.py); any
 # other command may take a pre-exec box (launcher/pool_exec.py).
 _WARM_LANGUAGES: dict[str, Literal["python", "node", "exec"]] = {"python": "python", "node": "node"}
+# The program a cell kernel's executor runs, by cell language: cells obey permissions.processes and sandbox.local
+# for it as runs do (the kernel itself is sandbox.local.python).
+_EXECUTOR_LANGUAGE = {"javascript": "node", "typescript": "node", "bash": "bash"}
+# Without a writable cgroup, memory is RLIMIT_AS, per process. V8 reserves about 750 MiB of address space at start
+# (its code range, its heap's cage, thread stacks: measured with node 20, `ulimit -v` until `node -e 1` starts),
+# none of it resident, so node dies at the 512MB default (SIGTRAP, "Failed to reserve virtual memory for
+# CodeRange"). A node process gets the limit plus this reserve as its address space, and its heap is held to the
+# limit itself with --max-old-space-size: memory stays bounded, node starts (mainsdk_local/README.md, "Limits").
+NODE_ADDRESS_RESERVE = 1 << 30
 
 
 @attrs.frozen
@@ -279,6 +289,11 @@ class LocalDriver:
 
     @hookimpl
     async def mainsdk_driver_kernel_site(self, box: LocalBox, language: str) -> str | None:
+        # A cell's executor is a program the box starts like any other: the same permissions.processes and
+        # sandbox.local program as a run of that language, checked before the interpreter starts.
+        executor = _EXECUTOR_LANGUAGE.get(language)
+        if executor is not None:
+            await self._program(LANGUAGE_PROGRAMS[executor])
         # Built once on the host with the same builder as sandbox.packages (its cache, wheels only, host tools
         # isolated), then bound read-only at a path of its own: never over the user's site-packages.
         if language == "typescript":
@@ -298,7 +313,8 @@ class LocalDriver:
                     "or newer; point sandbox.local.python at a newer interpreter in main.yaml",
                     ran=False,
                 )
-            box.kernel.append(await asyncio.to_thread(self.envs.ensure, program, pins))
+            purpose = "the cells' IPython kernel (its first Python cell)"
+            box.kernel.append(await asyncio.to_thread(self.envs.ensure, program, pins, purpose))
         return KERNEL_SITE
 
     @hookimpl
@@ -313,19 +329,37 @@ class LocalDriver:
         _alive(box)
         program = await self._program(command.program)
         env = dict(command.env)
+        args = command.args
+        memory = box.memory
+        readonly = program.readonly_paths
+        node = _PROGRAM_LANGUAGE.get(command.program) == "node"
+        executor = _EXECUTOR_LANGUAGE.get(_kernel_language(command) or "")
+        if executor is not None:
+            # A cell kernel: its executor is found on the box's PATH; put sandbox.local's program for it first.
+            found = await self._program(LANGUAGE_PROGRAMS[executor])
+            readonly = tuple(dict.fromkeys((*readonly, *found.readonly_paths)))
+            env["PATH"] = _path_with(found.executable, executor, env.get("PATH"))
+            node = executor == "node"
+        if node and self._launcher.memory_enforcement == "rlimit":
+            memory += NODE_ADDRESS_RESERVE
+            heap = f"--max-old-space-size={max(box.memory >> 20, 16)}"
+            if executor is None:
+                args = (heap, *args)
+            else:  # the kernel's node executor inherits it (and the reserve) from the kernel
+                env["NODE_OPTIONS"] = f"{env['NODE_OPTIONS']} {heap}" if env.get("NODE_OPTIONS") else heap
         if box.egress is not None and box.egress.headers:
             env.update(trust_environment(WORK_DIR))  # the box's bundle: the system's CAs and its own
         _check_encoded_size(command.args, env)
         proxy, weak_port = self._start_proxy(box, output, env) if box.egress is not None else (None, None)
         try:
             exec_spec = ExecSpec(
-                argv=(program.executable, *command.args),
+                argv=(program.executable, *args),
                 env=env,
                 timeout=command.timeout,
-                memory_bytes=box.memory,
+                memory_bytes=memory,
                 max_processes=self._max_processes,
                 stdin=command.stdin,
-                readonly_paths=program.readonly_paths,
+                readonly_paths=readonly,
                 hidden_paths=program.hidden_paths,
                 overlays=_package_overlay(box, command.program, program),
                 proxy=proxy is not None and box.box.namespaces,
@@ -389,7 +423,16 @@ class LocalDriver:
         returned, the only one Landlock then lets the code connect to.
         """
         assert box.egress is not None
-        note: Callable[[str], None] = getattr(output, "host_refused", lambda host: None)
+        sink: Callable[..., None] = getattr(output, "host_refused", lambda host: None)
+        takes_why = "why" in inspect.signature(sink).parameters  # core's sinks; OutputSink's protocol has host only
+
+        def note(host: str, why: str) -> None:
+            # A host that was given but refused anyway says why, where the sink takes it.
+            if why and takes_why:
+                sink(host, why=why)
+            else:
+                sink(host)
+
         if box.box.namespaces:
             proxy = EgressProxy(box.egress, on_refused=note, label=box.id)
             url = f"http://127.0.0.1:{PROXY_PORT}"
@@ -446,9 +489,11 @@ class LocalDriver:
         name = self._programs.get(language, program)
         allowed = self._permissions.processes
         if self._restrict and (allowed is None or not _permitted(name, allowed)):
+            # sandbox.local names the interpreters only: another program is named as the call gave it.
+            what = f"sandbox.local.{language} {name!r}" if language in self._programs else f"program {name!r}"
             raise SandboxError(
                 INVALID_OPTION,
-                f"sandbox.local.{language} {name!r} is not under permissions.processes in main.yaml; "
+                f"{what} is not under permissions.processes in main.yaml; "
                 f"add it: permissions: {{ processes: [{name}] }}",
             )
         return language, name
@@ -478,6 +523,36 @@ def _not_executable(box: LocalBox, program_name: str, executable: str) -> Sandbo
         f"interpreter it can run, like {example}",
         ran=False,
     )
+
+
+def _kernel_language(command: Command) -> str | None:
+    """The cell language of a cell kernel's command (``mainsdk.cells``: the python kernel with its start line, a
+    JSON object naming the language, as the second line of its stdin), or None for any other command."""
+    if command.input is None or not command.stdin or _PROGRAM_LANGUAGE.get(command.program) != "python":
+        return None
+    lines = command.stdin.split(b"\n", 2)
+    try:
+        start = json.loads(lines[1]) if len(lines) > 1 else None
+    except ValueError:
+        return None
+    language = start.get("language") if isinstance(start, dict) else None
+    return language if isinstance(language, str) else None
+
+
+def _path_with(executable: str, name: str, path: str | None) -> str:
+    """The box's PATH with ``executable``'s folder first, where the kernel looks ``name`` up (the box has no PATH of
+    its own: the default search path then follows)."""
+    rest = path if path else os.defpath.lstrip(":")
+    folder = os.path.dirname(executable)
+    if os.path.basename(executable) != name:
+        raise SandboxError(
+            INVALID_OPTION,
+            f"cells: sandbox.local.{_PROGRAM_LANGUAGE.get(name, name)} resolves to {executable}, which the cell "
+            f"kernel cannot start as {name!r}; point it at a {name} binary named {name}, or run that code with "
+            "session.run(...)",
+            ran=False,
+        )
+    return rest if folder in rest.split(os.pathsep) else f"{folder}{os.pathsep}{rest}"
 
 
 def _package_overlay(box: LocalBox, program_name: str, program: Program) -> tuple[tuple[str, str], ...]:

@@ -87,12 +87,14 @@ _V4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated ::a.b.c.d (RFC 429
 class Refusal(Refused):
     """A request the proxy answers itself, with ``status`` and a one-line ``body``.
 
-    ``host`` is set when the refusal is MAIN-SANDBOX-0005: the code tried a host it was not given.
+    ``host`` is set when the refusal is MAIN-SANDBOX-0005: the code tried a host it was not given, or (``why``
+    set) one it was given that the proxy still refuses, for the reason ``why`` says.
     """
 
-    def __init__(self, status: int, reason: str, body: str, host: str | None = None) -> None:
+    def __init__(self, status: int, reason: str, body: str, host: str | None = None, why: str = "") -> None:
         super().__init__(status, body, reason)
         self.host = host
+        self.why = why
 
 
 def _not_given(host: str, why: str = "") -> Refusal:
@@ -102,6 +104,22 @@ def _not_given(host: str, why: str = "") -> Refusal:
         f"Forbidden ({HOST_NOT_ALLOWED}: {host} not allowed)",
         f"{HOST_NOT_ALLOWED}: {host} is not a host this sandbox run was given{detail}",
         host,
+    )
+
+
+def _not_public(host: str, found: list[str]) -> Refusal:
+    # The host was given: say so, and why it is refused anyway (a split-DNS or corporate resolver does this), in
+    # the status line the code sees first, the body, and (through ``why``) the log and the result.
+    addresses = ", ".join(found)
+    why = f"it resolves to {addresses}, which is not a public address"
+    return Refusal(
+        403,
+        f"Forbidden ({HOST_NOT_ALLOWED}: {host} resolves to {addresses}, not a public address)",
+        f"{HOST_NOT_ALLOWED}: {host} was given to this sandbox run, but {why}: the proxy reaches a name only at "
+        f"public addresses (DNS rebinding onto the host's network). If that address is the right one, give it "
+        f"too: add {found[0]} to the call's network, sandbox.network and network.allow",
+        host,
+        why,
     )
 
 
@@ -197,7 +215,7 @@ class EgressProxy:
         self,
         policy: EgressPolicy,
         *,
-        on_refused: Callable[[str], None],
+        on_refused: Callable[[str, str], None],
         label: str,
         password: str | None = None,
     ) -> None:
@@ -413,7 +431,7 @@ class EgressProxy:
         found = list(dict.fromkeys(str(info[4][0]) for info in infos))
         usable = [a for a in found if _global_address(a) or self.policy.allows(a)]
         if not usable:
-            raise _not_given(host, f"it resolves to {', '.join(found)}, which is not a public address")
+            raise _not_public(host, found)
         return usable
 
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, refusal: Refused) -> None:
@@ -423,7 +441,7 @@ class EgressProxy:
                 self._refused_seen.add(host)
             if len(self.refused) < MAX_REFUSED_KEPT:
                 self.refused.append(host)
-            self._on_refused(host)
+            self._on_refused(host, refusal.why if isinstance(refusal, Refusal) else "")
         body = (refusal.body + "\n").encode()
         extra = 'Proxy-Authenticate: Basic realm="mainsdk sandbox"\r\n' if refusal.status == 407 else ""
         head = (

@@ -42,7 +42,7 @@ import time
 from collections.abc import Sequence
 from typing import IO, Literal
 
-from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, canonical_name, parse_pin
+from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, canonical_name, long_wait, parse_pin
 from mainsdk_driverkit.host_tools import absolute_path, private_folder, tool_environment
 
 from mainsdk_local.programs import Program
@@ -90,7 +90,7 @@ class EnvBuilder:
         """Where the envs are kept (read each time, so a test or an app may set XDG_CACHE_HOME late)."""
         return self._root or cache_root()
 
-    def ensure(self, program: Program, pins: Sequence[str]) -> str:
+    def ensure(self, program: Program, pins: Sequence[str], purpose: str = "sandbox.packages") -> str:
         """The ``site-packages`` folder of ``pins`` for ``program``, built first if it is not in the cache.
 
         Raises ``MAIN-SANDBOX-0001`` naming the package and the installer's message when the set cannot be
@@ -108,8 +108,20 @@ class EnvBuilder:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same set: wait for it, then reuse
             if os.path.isfile(os.path.join(final, MANIFEST)):
                 return site
-            self._build(program, pins, final)
+            what = f"building the python package set {', '.join(pins)} for {purpose}"
+            why = (
+                f"the first use of this set on this machine installs it with {self.installer_name()} for "
+                f"{program.executable} into {self.root} (once: later runs reuse it); this can take a minute"
+            )
+            with long_wait(what, why):
+                self._build(program, pins, final)
         return site
+
+    def installer_name(self) -> str:
+        """The installer a build runs: uv when chosen or on PATH, else pip."""
+        if self.installer == "auto":
+            return "uv" if shutil.which("uv", path=absolute_path()) else "pip"
+        return str(self.installer)
 
     def _build(self, program: Program, pins: Sequence[str], final: str) -> None:
         temp = tempfile.mkdtemp(prefix=".build-", dir=os.path.dirname(final))

@@ -12,6 +12,7 @@ import sys
 from mainsdk.config import load_config
 from mainsdk.engine import SandboxDeps
 from mainsdk.hookspecs import hookimpl
+from mainsdk.languages import run_names
 from mainsdk.sync import Sandbox
 from mainsdk_cli.hooks import CliCommands
 
@@ -25,7 +26,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", default="code.run", help="the action's name (default: code.run)")
     parser.add_argument("--intent", default="Run code", help="what the tool is for, shown to the model")
     parser.add_argument(
-        "--language", action="append", choices=["python", "node", "bash"], help="allowed languages (default: python)"
+        "--language",
+        action="append",
+        choices=run_names(),
+        metavar="LANGUAGE",
+        help=f"an allowed language, again for more: {', '.join(run_names())} (default: python)",
     )
     parser.add_argument("--config", help="the main.yaml to use (default: MAINSDK_CONFIG, else ./main.yaml)")
     parser.add_argument(
