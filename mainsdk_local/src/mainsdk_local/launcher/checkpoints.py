@@ -170,6 +170,10 @@ class Checkpoints:
         state = self.of(box)
         if state.paused:
             raise common.RequestError("launcher", "the box is paused")
+        if state.gen > 0 and self._unchanged(box, state):
+            # Nothing written since the last layer froze (forks in a row): the snapshot is the same layers.
+            self.snapshots[snapshot_id] = [lower.hold() for lower in state.lowers]
+            return
         if len(state.lowers) >= MAX_LAYERS:
             raise common.RequestError("value", f"the box is {MAX_LAYERS} snapshots deep; start a new session")
         ck = os.path.join(box.path, ".ck")
@@ -194,6 +198,15 @@ class Checkpoints:
             self._mount(box, state)
         except OSError as exc:
             raise common.launch_error("snapshot", exc) from None
+
+    @staticmethod
+    def _unchanged(box: ServerBox, state: BoxLayers) -> bool:
+        """Whether the box's uppers are empty: any change (a write, a removal's whiteout) puts an entry there."""
+        upper = os.path.join(box.path, ".ck", f"g{state.gen}")
+        try:
+            return not any(os.listdir(os.path.join(upper, name)) for name in FOLDERS)
+        except OSError:
+            return False
 
     def start_from(self, box: ServerBox, snapshot_id: object) -> None:
         """A new box's work/ and tmp/ as snapshot ``snapshot_id`` left them, over an upper of its own."""
