@@ -32,7 +32,10 @@ permissions:
   processes: [python3]
   disk: { temp: { max: 1GB } }
 """
-FILL = "import os, sys\nos.mkdir('data')\nfor i in range(int(sys.argv[1])):\n    open(f'data/{i}.bin', 'wb').write(os.urandom(1 << 20))"
+FILL = (
+    "import os, sys\nos.mkdir('data')\n"
+    "for i in range(int(sys.argv[1])):\n    open(f'data/{i}.bin', 'wb').write(os.urandom(1 << 20))"
+)
 HASH = (
     "import hashlib, os\nh = hashlib.sha256()\n"
     "for folder, dirs, names in sorted(os.walk('.')):\n"
