@@ -122,3 +122,26 @@ def test_memory_snapshots_are_refused_naming_the_driver_and_what_it_offers(make_
     assert caught.value.code == INVALID_OPTION
     assert "'local'" in caught.value.message and "'memory'" in caught.value.message
     assert "offers: filesystem" in caught.value.message
+
+
+def test_an_idle_session_pauses_instead_of_closing_where_main_yaml_says_so(make_sandbox: Callable[..., Any]) -> None:
+    from conftest import CONFIG
+
+    built = make_sandbox(CONFIG.replace("sandbox:\n", "sandbox:\n  sessions: { on-idle: pause }\n", 1))
+    sandbox = built.sandbox
+    if not sandbox.capabilities().pause:
+        pytest.skip("no cgroup freezer here")
+    session = sandbox.create(idle="2s")
+    try:
+        session.write("a.txt", "kept")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not session.paused:
+            time.sleep(0.05)
+        assert session.paused and not session.closed
+        time.sleep(1.0)  # paused is not idle: it stays paused, never closed
+        assert session.paused and not session.closed
+        sandbox.resume(session.id)
+        assert session.read("a.txt") == b"kept"
+    finally:
+        session.close()
+    assert [e.kind for e in built.events if e.kind in ("pause", "resume")][:2] == ["pause", "resume"]

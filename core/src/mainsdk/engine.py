@@ -377,7 +377,7 @@ class AsyncSandbox:
             plan.idle,
             ended=self._session_ended,
             checkpoints=self._checkpoints,
-            options=options,
+            options=options.without_files(),  # the opening's files are in the box: not kept twice
             restarted=plan.spec.snapshot is not None,
         )
         self._sessions[session_id] = session
