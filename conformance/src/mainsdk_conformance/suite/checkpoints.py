@@ -232,6 +232,16 @@ class TestPause:
             tenant["id"] = "tenant-a"
             sandbox.resume(session.id)
 
+    def test_resume_binds_the_secrets_again_from_their_names(self, conformance: Conformance) -> None:
+        values = dict(SECRET_VALUES)
+        sandbox = conformance.sandbox(secret=values.get)
+        with sandbox.create(env={"TOKEN": secret(SECRET)}) as session:
+            assert session.run("python3", ENV_HASH).stdout.strip() == _sha(values[SECRET])
+            session.pause()
+            values[SECRET] = new = "tok-rotated-while-paused-42"
+            sandbox.resume(session.id)
+            assert session.run("python3", ENV_HASH).stdout.strip() == _sha(new)
+
     @requires("cells", "pause_keeps_memory")
     def test_a_pause_that_keeps_memory_keeps_the_interpreters_state(self, conformance: Conformance) -> None:
         sandbox = conformance.sandbox()
