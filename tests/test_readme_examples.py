@@ -200,6 +200,7 @@ def _tutorial_config() -> str:
 EXAMPLES = [
     ("The tutorial, in Python", "python", 0),
     ("Sessions: one box across commands", "python", 0),
+    ("Sessions: one box across commands", "python", 1),  # pause, resume, snapshot and fork
     ("Notebook sessions: cells, rich results, background processes", "python", 0),
     ("Agents: a code-runner action", "python", 0),
     ("Agents: a code-runner action", "python", 1),  # an MCP client receiving a plot as an image

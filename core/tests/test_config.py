@@ -231,7 +231,7 @@ def test_unknown_key_names_its_dotted_path_line_and_the_valid_keys() -> None:
     assert problem.key == "sandbox.limitz"
     assert (problem.line, problem.column) == (4, 3)
     assert problem.message == (
-        "unknown key; the keys here are: driver, limits, network, secrets, packages, egress, price"
+        "unknown key; the keys here are: driver, limits, network, secrets, packages, egress, price, sessions"
         + "".join(f", {name}" for name in config_section_names())  # the installed drivers' sections
         + '; did you mean "limits"?'
     )

@@ -26,9 +26,12 @@ CAPABILITY_FLAGS = (
     "egress_headers",
     "private_tmp",
     "disk_limit",
+    "pause",
+    "pause_keeps_memory",
 )
 MEMORY_LIMIT_TREE = "memory_limit_tree"  # Capabilities.memory_limit_scope == "tree"
 CELLS_LANGUAGE = "cells_language:"  # + a name of Capabilities.cells_languages
+CHECKPOINT = "checkpoint:"  # + a kind of Capabilities.checkpoint_kinds ("filesystem", "memory")
 
 
 def requires(*needs: str) -> Callable[[F], F]:
@@ -40,12 +43,13 @@ def requires(*needs: str) -> Callable[[F], F]:
     ``memory_limit_tree``
     (the driver declares ``memory_limit_scope="tree"``), ``language:<name>`` (of ``Capabilities.languages``),
     ``cells_language:<name>`` (of ``Capabilities.cells_languages``: ``requires_cells_language``),
+    ``checkpoint:<kind>`` (of ``Capabilities.checkpoint_kinds``), ``pause``, ``pause_keeps_memory``,
     ``replay``, ``live`` or ``unavailable``. A test whose needs the driver does
     not meet is skipped, saying which.
     """
     for need in needs:
         known = (REPLAY, LIVE, UNAVAILABLE, MEMORY_LIMIT_TREE)
-        prefixed = need.startswith(("language:", CELLS_LANGUAGE))
+        prefixed = need.startswith(("language:", CELLS_LANGUAGE, CHECKPOINT))
         if not (need in CAPABILITY_FLAGS or prefixed or need in known):
             raise ValueError(f"unknown conformance requirement {need!r}")
     marker: Callable[[F], F] = pytest.mark.conformance_requires(*needs)

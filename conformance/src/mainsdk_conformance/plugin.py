@@ -47,6 +47,7 @@ from mainsdk_conformance.cassette import hand_set, keep_on_record  # noqa: E402
 from mainsdk_conformance.marks import (  # noqa: E402
     CAPABILITY_FLAGS,
     CELLS_LANGUAGE,
+    CHECKPOINT,
     LIVE,
     MEMORY_LIMIT_TREE,
     REPLAY,
@@ -136,11 +137,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
 
 
+def _no_checkpoints(driver: str) -> str:
+    return f"the driver declares no checkpoint kinds (driver {driver}, Capabilities.checkpoint_kinds)"
+
+
 def _missing(
     need: str, caps: Capabilities, target: ConformanceTarget, replayed: bool, recording: bool = False
 ) -> str | None:
     """Why the driver cannot take a test needing ``need``, or None when it can."""
     driver = target.driver_id
+    if need in ("pause", "pause_keeps_memory") and not getattr(caps, need) and not caps.checkpoint_kinds:
+        return _no_checkpoints(driver)
     if need in CAPABILITY_FLAGS:
         return None if getattr(caps, need) else f"driver {driver} declares no {need}"
     if need == MEMORY_LIMIT_TREE:
@@ -152,6 +159,13 @@ def _missing(
     if need.startswith("language:"):
         language = need.split(":", 1)[1]
         return None if language in caps.languages else f"driver {driver} declares no language {language}"
+    if need.startswith(CHECKPOINT):
+        kind = need.removeprefix(CHECKPOINT)
+        if kind in caps.checkpoint_kinds:
+            return None
+        if not caps.checkpoint_kinds:
+            return _no_checkpoints(driver)
+        return f"driver {driver} declares no {kind!r} checkpoints (Capabilities.checkpoint_kinds)"
     if need.startswith(CELLS_LANGUAGE):
         language = need.removeprefix(CELLS_LANGUAGE)
         if language in caps.cells_languages:

@@ -9,6 +9,7 @@ import logging
 
 from mainsdk.background import AsyncProcess
 from mainsdk.cells import CellError, CellResult
+from mainsdk.checkpoints import Snapshot
 from mainsdk.config import AppConfig, SandboxConfig, load_config, parse_app_config, parse_sandbox_config
 from mainsdk.default import async_sandbox, sandbox
 from mainsdk.driver import Capabilities, NetworkReach
@@ -54,6 +55,7 @@ __all__ = [
     "SandboxError",
     "SecretRef",
     "Session",
+    "Snapshot",
     "__version__",
     "async_sandbox",
     "create_sandbox",

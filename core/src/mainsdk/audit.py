@@ -16,7 +16,7 @@ import attrs
 
 log = logging.getLogger("mainsdk.audit")
 
-EventKind = Literal["run", "command", "cell", "refused"]
+EventKind = Literal["run", "command", "cell", "refused", "pause", "resume", "snapshot", "fork", "delete_snapshot"]
 
 
 def code_sha256(code: str) -> str:
@@ -59,6 +59,9 @@ class AuditEvent:
     session_id: str | None = None
     cell: int | None = None  # a session cell's number (1, 2, ...), counted across the session's interpreters
     interpreter: str | None = None  # the id of the interpreter a cell ran in (``session.interpreter``)
+    # A checkpoint's: the snapshot made, deleted or started from, and (a fork's) the session it was forked from.
+    snapshot_id: str | None = None
+    source_session: str | None = None
     time: str = attrs.field(factory=_now)
 
     def to_dict(self) -> dict[str, Any]:

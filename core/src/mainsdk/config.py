@@ -164,6 +164,17 @@ def _pins_by_hand(value: tuple[str, ...]) -> None:
         raise SandboxError(INVALID_OPTION, f"sandbox.packages.python: {'; '.join(messages)}") from None
 
 
+IdleAction = Literal["close", "pause"]
+
+
+@attrs.frozen
+class Sessions:
+    """``sandbox.sessions``: what an idle session does. ``on-idle: pause`` pauses it (on a driver that pauses,
+    ``Capabilities.pause``; resumed by ``sandbox.resume``) where ``close`` (the default) ends it."""
+
+    on_idle: IdleAction = "close"
+
+
 @attrs.frozen
 class SandboxConfig:
     """The ``sandbox`` section of ``main.yaml``, with every default filled."""
@@ -178,9 +189,15 @@ class SandboxConfig:
     price: Decimal | None = attrs.field(  # dollars per second
         default=None, validator=_bounded("sandbox.price", MAX_MONEY, "$1,000,000", zero=True)
     )
+    sessions: Sessions = attrs.field(factory=Sessions)  # what an idle session does (``sessions.on-idle``)
     # The drivers' own sections (``sandbox.e2b``), by key: the configured driver's as its declared attrs class,
     # checked with lines at load; others as written (checked by ``mainsdk check`` and when their driver loads).
     sections: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def on_idle(self) -> IdleAction:
+        """``sandbox.sessions.on-idle``: "close" or "pause"."""
+        return self.sessions.on_idle
 
     def section(self, name: str, cls: type[S]) -> S:
         """The section ``sandbox.<name>`` as ``cls`` (the driver's declared class); its defaults when absent.
@@ -238,7 +255,7 @@ Positions = Mapping[KeyPath, tuple[int, int]]
 _Issue = tuple[KeyPath, str, str]  # path, code, message
 
 # YAML keys that are not the attribute name.
-_RENAMES: dict[type, dict[str, str]] = {Limits: {"max_cost": "max-cost"}}
+_RENAMES: dict[type, dict[str, str]] = {Limits: {"max_cost": "max-cost"}, Sessions: {"on_idle": "on-idle"}}
 _DRIVER_ID = re.compile(r"[a-z0-9-]+")
 _SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -272,6 +289,14 @@ def _driver_id(value: object) -> str:
             f"{describe(text)} is not a driver id: use lowercase letters, digits and -, like vercel-sandbox or e2b"
         )
     return text
+
+
+def _on_idle(value: object) -> IdleAction:
+    if value == "close":
+        return "close"
+    if value == "pause":
+        return "pause"
+    raise ValueError(f"{describe(value)} is not what an idle session does: use close (the default) or pause")
 
 
 def _secret_name(value: object) -> str:
@@ -428,6 +453,10 @@ def _build_converter() -> cattrs.Converter:
         max_cost=override(rename="max-cost", struct_hook=_hook(_or_none(parse_money))),
     )
     section(Limits, limits)
+    section(
+        Sessions,
+        make_dict_structure_fn(Sessions, converter, on_idle=override(rename="on-idle", struct_hook=_hook(_on_idle))),
+    )
     sandbox = make_dict_structure_fn(
         SandboxConfig,
         converter,

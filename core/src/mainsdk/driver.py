@@ -170,6 +170,19 @@ class Capabilities:
     # a header of the same name the code sent, on no other host's, with the values never inside the box. A driver
     # without it refuses any call with ``egress`` (MAIN-SANDBOX-0001 naming the driver).
     egress_headers: bool = False
+    # Of CHECKPOINT_KINDS: what ``session.snapshot``, ``session.fork`` and ``sandbox.create(snapshot=...)`` keep
+    # (``mainsdk_driver_snapshot``): "filesystem" the box's files (its interpreters restart), "memory" its running
+    # processes too. Empty: no checkpoints; asking for a kind not here is MAIN-SANDBOX-0001 before anything happens.
+    checkpoint_kinds: frozenset[str] = frozenset()
+    # ``session.pause`` and ``sandbox.resume`` (``mainsdk_driver_pause``/``_resume``): a paused box runs nothing
+    # and keeps its files; ``pause_keeps_memory`` says whether its processes (the interpreters' state) survive too.
+    pause: bool = False
+    pause_keeps_memory: bool = False
+
+
+# What a checkpoint keeps: the box's files, or its files and its running processes' memory.
+CheckpointKind = Literal["filesystem", "memory"]
+CHECKPOINT_KINDS: tuple[CheckpointKind, ...] = ("filesystem", "memory")
 
 
 def extra_reach(caps: Capabilities, hosts: tuple[str, ...]) -> tuple[str, ...]:
@@ -222,6 +235,9 @@ class BoxSpec:
     # Headers to set at the egress on requests to each host (``mainsdk.egress``), with the secrets' values
     # resolved: never put them in the box, a log, an error or a cassette. Each host is one of ``hosts`` (covered).
     egress: tuple[EgressRule, ...] = attrs.field(default=(), repr=False)
+    # Start from this snapshot (``mainsdk_driver_snapshot``'s id) instead of an empty box: its files, then
+    # ``files`` over them. Core sets it only on a driver whose ``checkpoint_kinds`` has the snapshot's kind.
+    snapshot: str | None = None
 
 
 class InputStream:
@@ -470,6 +486,30 @@ class OptionalDriverHooks(Protocol):
         Raise ``MAIN-SANDBOX-0001`` (nothing ran) when the box's interpreter cannot take the set, naming it,
         and ``MAIN-SANDBOX-0006`` (``ran=False``) for an outage while getting the set into the box.
         """
+
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_snapshot(self, box: Box, snapshot_id: str, kind: str) -> float | None:
+        """Keep ``box``'s state of ``kind`` (one of ``Capabilities.checkpoint_kinds``) as snapshot ``snapshot_id``.
+
+        Core calls it with no command running in the box that core started (for "filesystem" it ended the
+        session's interpreters and background processes first). The snapshot holds what the box holds, never a
+        secret value or egress credential of core's (those are per command, and bound again from their names at
+        each start). The box goes on running. Return when the snapshot expires (seconds since the epoch) or None.
+        A box started with ``BoxSpec.snapshot`` gets its files; a deleted snapshot must still serve boxes already
+        started from it.
+        """
+
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_delete_snapshot(self, snapshot_id: str) -> None:
+        """Forget snapshot ``snapshot_id``: no new box starts from it; its storage goes once no box uses it."""
+
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_pause(self, box: Box) -> None:
+        """Stop everything in ``box`` from running, keeping its files (and its memory where the driver says so)."""
+
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_resume(self, box: Box) -> None:
+        """Let a paused ``box`` run again, as it was paused. Resuming a box that runs is a no-op."""
 
     @hookspec
     def mainsdk_driver_shutdown(self) -> None:

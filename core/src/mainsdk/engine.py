@@ -15,9 +15,10 @@ from typing import Any, TypeVar
 
 import attrs
 
-from mainsdk import arguments, errors, figures, preflight
+from mainsdk import arguments, checkpoints, errors, figures, preflight
 from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
+from mainsdk.checkpoints import SessionOptions, Snapshot, Snapshots
 from mainsdk.config import AppConfig, SandboxConfig
 from mainsdk.driver import LANGUAGE_PROGRAMS, Capabilities, Command
 from mainsdk.errors import SandboxError
@@ -28,7 +29,7 @@ from mainsdk.lifecycle import Lifecycle, OpenBox, RunPlan, RunResult, SessionPla
 from mainsdk.limits import Listener
 from mainsdk.plugins import Hooks, load_driver, make_plugin_manager
 from mainsdk.secrets import SecretRef, SecretResolver, environment_secrets
-from mainsdk.sessions import DEFAULT_IDLE, AsyncSession, SessionOpener, find_session
+from mainsdk.sessions import DEFAULT_IDLE, AsyncSession, CheckpointContext, SessionOpener, find_paused, find_session
 
 # Code longer than this goes on the interpreter's stdin rather than its argv (Linux caps one argument at 128 KiB).
 ARGV_CODE_LIMIT = 100_000
@@ -215,6 +216,8 @@ class AsyncSandbox:
         self._sessions: dict[str, AsyncSession] = {}
         # Sessions closed in this process (the newest ENDED_KEPT): never looked up at the driver again.
         self._ended: dict[str, None] = {}
+        self._snapshots = Snapshots()
+        self._checkpoints = CheckpointContext(self._snapshots, self._open_fork, deps.config.sandbox.on_idle)
 
     def capabilities(self) -> Capabilities:
         """What this sandbox's driver can do."""
@@ -328,6 +331,7 @@ class AsyncSandbox:
         max_cost: object = None,
         packages: Sequence[str] | None = None,
         egress: Mapping[str, Mapping[str, Any]] | None = None,
+        snapshot: Snapshot | str | None = None,
     ) -> SessionOpener:
         """Open a session: one box kept across commands, closed after ``idle`` (default 5 minutes) without a call.
 
@@ -335,35 +339,130 @@ class AsyncSandbox:
         ``async with``. The options are ``run``'s; every command gets the
         session's limits, hosts and environment. ``packages``: as for ``run``; a
         session gets every package of ``sandbox.packages.python`` by default.
+
+        ``snapshot``: a ``Snapshot`` (or its id) of the current tenant (``session.snapshot()``): the box starts
+        with its files, then ``files`` over them; the options are this call's, the secrets bound now. A deleted,
+        expired or another tenant's snapshot is MAIN-SANDBOX-0008; a kind the driver does not offer 0001.
         """
+        options = SessionOptions(feature, idle, files, network, env, limits, max_cost, packages, egress)
 
         async def open_session() -> AsyncSession:
-            session_id = f"ses_{token.token_hex(12)}"
-            tenant = self.tenant()
-            event = self._lifecycle.opening_event(session_id, tenant, feature)
-
-            def plan_session() -> SessionPlan:
-                return self._lifecycle.plan_session(
-                    session_id,
-                    tenant,
-                    feature=feature,
-                    idle=idle,
-                    files=files,
-                    network=network,
-                    env=env,
-                    limits=limits,
-                    max_cost=max_cost,
-                    packages=packages,
-                    egress_rules=egress,
-                )
-
-            plan = self._lifecycle.plan(event, plan_session)
-            opened = await self._lifecycle.open(plan, event)
-            session = AsyncSession(self._lifecycle, opened, plan.idle, ended=self._session_ended)
-            self._sessions[session_id] = session
-            return session
+            return await self._open(options, snapshot, None)
 
         return SessionOpener(open_session)
+
+    async def _open_fork(self, options: SessionOptions, snapshot_id: str, source: str) -> AsyncSession:
+        return await self._open(options, snapshot_id, source, hidden_ok=True)
+
+    async def _open(
+        self, options: SessionOptions, snapshot: object, source: str | None, *, hidden_ok: bool = False
+    ) -> AsyncSession:
+        """Open a session from ``options``, from ``snapshot`` when given; a fork's (``source``) is audited as one."""
+        session_id = f"ses_{token.token_hex(12)}"
+        tenant = self.tenant()
+        event = self._lifecycle.opening_event(session_id, tenant, options.feature)
+        if source is not None:
+            event = attrs.evolve(event, source_session=source)
+
+        def plan_session() -> SessionPlan:
+            snapshot_id = self._snapshot_for(snapshot, tenant, hidden_ok=hidden_ok)
+            plan = self._plan_options(session_id, tenant, options)
+            return attrs.evolve(plan, spec=attrs.evolve(plan.spec, snapshot=snapshot_id)) if snapshot_id else plan
+
+        plan = self._lifecycle.plan(event, plan_session)
+        opened = await self._lifecycle.open(plan, event)
+        session = AsyncSession(
+            self._lifecycle,
+            opened,
+            plan.idle,
+            ended=self._session_ended,
+            checkpoints=self._checkpoints,
+            options=options.without_files(),  # the opening's files are in the box: not kept twice
+            restarted=plan.spec.snapshot is not None,
+        )
+        self._sessions[session_id] = session
+        if source is not None:
+            # Each fork's own event: its session, its source, the snapshot it started from.
+            self._lifecycle.audit(
+                attrs.evolve(
+                    opened.event(f"fork_{token.token_hex(8)}", "fork"),
+                    source_session=source,
+                    snapshot_id=plan.spec.snapshot,
+                )
+            )
+        return session
+
+    def _snapshot_for(self, snapshot: object, tenant: str, *, hidden_ok: bool) -> str | None:
+        """The id of the snapshot a session starts from (checked: the tenant's, live, a kind the driver has)."""
+        if snapshot is None:
+            return None
+        if hidden_ok and isinstance(snapshot, str):
+            return snapshot  # a fork's own snapshot, made by this process a moment ago
+        if not isinstance(snapshot, (Snapshot, str)):
+            raise arguments.invalid("snapshot", f"must be a Snapshot or its id, not {arguments.type_name(snapshot)}")
+        record = self._snapshots.find(snapshot, tenant)
+        checkpoints.check_kind(self.capabilities(), self.driver_id, record.snapshot.kind, "snapshot")
+        return record.snapshot.id
+
+    def _plan_options(self, session_id: str, tenant: str, options: SessionOptions) -> SessionPlan:
+        return self._lifecycle.plan_session(
+            session_id,
+            tenant,
+            feature=options.feature,
+            idle=options.idle,
+            files=options.files,
+            network=options.network,
+            env=options.env,
+            limits=options.limits,
+            max_cost=options.max_cost,
+            packages=options.packages,
+            egress_rules=options.egress,
+        )
+
+    async def resume(self, session_id: str) -> AsyncSession:
+        """Let the paused session ``session_id`` of the current tenant run again, and return it.
+
+        Its files (and, where the driver keeps memory, its interpreters) are as they were at ``pause``; its
+        secrets are bound again from the names it was opened with, as ``deps.secret`` resolves them now.
+        Resuming a running session returns it. Another tenant's, a closed or an unknown one is MAIN-SANDBOX-0008.
+        One audit event, ``resume``.
+        """
+        tenant = self.tenant()
+        session = find_paused(self._sessions, session_id, tenant)
+
+        def plan_again(options: SessionOptions) -> Any:
+            return self._plan_options(session.id, tenant, options).box
+
+        await session.resume_paused(plan_again)
+        return session
+
+    def snapshots(self) -> list[Snapshot]:
+        """The current tenant's snapshots, oldest first (deleted and expired ones are gone)."""
+        return self._snapshots.listed(self.tenant())
+
+    async def delete_snapshot(self, snapshot: Snapshot | str) -> None:
+        """Delete a snapshot of the current tenant: no session starts from it again (MAIN-SANDBOX-0008), while
+        sessions already made from it go on. Unknown, deleted, expired or another tenant's: MAIN-SANDBOX-0008.
+        One audit event, ``delete_snapshot``.
+        """
+        tenant = self.tenant()
+        snapshot_id = snapshot.id if isinstance(snapshot, Snapshot) else snapshot
+        event = AuditEvent(
+            id=f"delete_{token.token_hex(8)}",
+            kind="delete_snapshot",
+            driver=self.driver_id,
+            feature=None,
+            tenant=tenant,
+            snapshot_id=snapshot_id if isinstance(snapshot_id, str) else None,
+        )
+        record = self._lifecycle.plan(event, lambda: self._snapshots.find(snapshot, tenant))
+        self._snapshots.pop(record.snapshot.id)
+        try:
+            await self._lifecycle.delete_snapshot(record.snapshot.id)
+        except BaseException as exc:
+            self._lifecycle.audit_failed(event, exc)
+            raise
+        self._lifecycle.audit(attrs.evolve(event, session_id=record.snapshot.session_id))
 
     async def get(self, session_id: str) -> AsyncSession:
         """The open session ``session_id`` of the current tenant; ``MAIN-SANDBOX-0008`` otherwise.
@@ -407,7 +506,9 @@ class AsyncSandbox:
         if box is None:
             return None
         opened = OpenBox(box, plan, spec, None, caps.isolation)
-        session = AsyncSession(self._lifecycle, opened, idle, ended=self._session_ended, detached=True)
+        session = AsyncSession(
+            self._lifecycle, opened, idle, ended=self._session_ended, detached=True, checkpoints=self._checkpoints
+        )
         self._sessions[session_id] = session
         return session
 

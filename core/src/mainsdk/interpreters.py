@@ -141,6 +141,13 @@ class Interpreters:
         self._runtime = runtime
         self._open: list[AsyncInterpreter] = []
         self._defaults: dict[str, AsyncInterpreter] = {}
+        self._restarted = False
+
+    def mark_restarted(self) -> None:
+        """The first default interpreter of each language says ``restarted`` on its first cell: the session's box
+        was made from a filesystem snapshot, whose interpreters' state did not come along."""
+        self._restarted = True
+        self._restarted_languages: set[str] = set()
 
     def listed(self) -> list[AsyncInterpreter]:
         """Those open, in the order they were opened."""
@@ -173,6 +180,9 @@ class Interpreters:
     def _add(self, language: str, cwd: str | None, name: str | None, *, default: bool) -> AsyncInterpreter:
         # Not drawn from ``cells.token``: replays seed that for the kernels' tokens, which an id must not shift.
         kernel = Kernel(self._runtime, language, cwd, f"interp_{secrets.token_hex(6)}")
+        if self._restarted and default and language not in self._restarted_languages:
+            self._restarted_languages.add(language)
+            kernel._started_before = True  # its first cell reports ``restarted``: see ``mark_restarted``
         interpreter = AsyncInterpreter(self._runtime, kernel, name, default=default)
         self._open = [*(i for i in self._open if not i._kernel.closed), interpreter]  # closed ones are ended
         return interpreter

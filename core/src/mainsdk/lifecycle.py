@@ -572,6 +572,24 @@ class Lifecycle:
         """Read a file from one of a box's folders (``path`` already checked)."""
         return await self.hooks.read_file(box, folder, path)
 
+    # -- checkpoints ----------------------------------------------------------------------------------------
+
+    async def snapshot(self, box: Box, snapshot_id: str, kind: str) -> float | None:
+        """Keep a box's state as a snapshot (``mainsdk_driver_snapshot``); when it expires, or None."""
+        return await self.hooks.snapshot(box, snapshot_id, kind)
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """Forget a snapshot (``mainsdk_driver_delete_snapshot``)."""
+        await self.hooks.delete_snapshot(snapshot_id)
+
+    async def pause(self, box: Box) -> None:
+        """Pause a box (``mainsdk_driver_pause``)."""
+        await self.hooks.pause(box)
+
+    async def resume(self, box: Box) -> None:
+        """Resume a paused box (``mainsdk_driver_resume``)."""
+        await self.hooks.resume(box)
+
     # -- collect ------------------------------------------------------------------------------------------
 
     async def collect(self, box: Box, max_bytes: int, *, after_exec: bool = False) -> Collected:

@@ -306,7 +306,8 @@ class Hooks:
 
     def _require(self, hook: str) -> None:
         if not getattr(self._hook, hook).get_hookimpls():
-            raise SandboxError(INVALID_OPTION, f"the driver does not implement {hook}, which sessions need", ran=False)
+            message = f"the {self._driver_id!r} driver does not implement {hook}, which this call needs"
+            raise SandboxError(INVALID_OPTION, message, ran=False)
 
     async def collect(self, box: Box, max_bytes: int) -> Collected:
         """Collect a box's out folder."""
@@ -324,6 +325,27 @@ class Hooks:
             return None
         site = await self._await("mainsdk_driver_kernel_site", box=box, language=language)
         return site if isinstance(site, str) else None
+
+    async def snapshot(self, box: Box, snapshot_id: str, kind: str) -> float | None:
+        """Keep a box's state as a snapshot; when it expires (epoch seconds) or None."""
+        self._require("mainsdk_driver_snapshot")
+        expires = await self._await("mainsdk_driver_snapshot", box=box, snapshot_id=snapshot_id, kind=kind)
+        return float(expires) if isinstance(expires, (int, float)) and not isinstance(expires, bool) else None
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """Forget a snapshot."""
+        self._require("mainsdk_driver_delete_snapshot")
+        await self._await("mainsdk_driver_delete_snapshot", snapshot_id=snapshot_id)
+
+    async def pause(self, box: Box) -> None:
+        """Pause a box."""
+        self._require("mainsdk_driver_pause")
+        await self._await("mainsdk_driver_pause", box=box)
+
+    async def resume(self, box: Box) -> None:
+        """Resume a paused box."""
+        self._require("mainsdk_driver_resume")
+        await self._await("mainsdk_driver_resume", box=box)
 
     async def stop(self, box: Box) -> None:
         """Stop a box."""

@@ -89,6 +89,15 @@ def no_session(session_id: str) -> SandboxError:
     return SandboxError(errors.NO_SESSION, f"no open sandbox session {session_id!r} in the current tenant", status=404)
 
 
+def paused_session(session_id: str) -> SandboxError:
+    """MAIN-SANDBOX-0008 for a paused session, saying how to resume it."""
+    return SandboxError(
+        errors.NO_SESSION,
+        f"sandbox session {session_id!r} is paused; resume it with sandbox.resume({session_id!r})",
+        status=404,
+    )
+
+
 class SessionRuntime:
     """One session's open box and what every call in it shares: the lifecycle, the cost so far, open and busy.
 
@@ -106,12 +115,15 @@ class SessionRuntime:
         self.busy = 0  # calls running now: an idle session is one with none for ``idle`` seconds
         self.last_used = time.monotonic()
         self.cells = 0  # cells run in the session: numbered across all its interpreters and their restarts
+        self.paused = False  # ``session.pause``: nothing runs until ``sandbox.resume``
         self._close = close
 
     def check_open(self) -> None:
-        """A closed session runs nothing: ``MAIN-SANDBOX-0008``."""
+        """A closed session runs nothing: ``MAIN-SANDBOX-0008``; nor does a paused one, which says so."""
         if self.closed:
             raise no_session(self.id)
+        if self.paused:
+            raise paused_session(self.id)
 
     @contextlib.asynccontextmanager
     async def use(self) -> AsyncIterator[None]:

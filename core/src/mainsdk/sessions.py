@@ -9,12 +9,17 @@ pass the ceiling is cut short and stops with ``cost``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets as token
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from mainsdk import arguments, errors
+import attrs
+
+from mainsdk import arguments, checkpoints, errors
+from mainsdk.audit import AuditEvent
 from mainsdk.background import AsyncProcess
 from mainsdk.cells import (
     CellCallbacks,
@@ -25,6 +30,7 @@ from mainsdk.cells import (
     cell_language,
     refuse_cell,
 )
+from mainsdk.checkpoints import SessionOptions, Snapshot, SnapshotRecord, Snapshots
 from mainsdk.driver import Folder, NetworkPolicy, box_path
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
@@ -33,7 +39,7 @@ from mainsdk.lifecycle import Lifecycle, OpenBox
 from mainsdk.limits import Listener
 from mainsdk.plugins import DriverHookError
 from mainsdk.secrets import SecretRef
-from mainsdk.session_runtime import CommandResult, SessionRuntime, no_session
+from mainsdk.session_runtime import CommandResult, SessionRuntime, no_session, paused_session
 
 DEFAULT_IDLE = 300.0
 MAX_BACKGROUND = 16  # background processes running at once in one session
@@ -55,6 +61,19 @@ def _path_taken(path: str, cause: BaseException | None) -> SandboxError | None:
     return arguments.invalid("path", f"{path!r} cannot be written: {why}; write another path, or remove that first")
 
 
+@attrs.frozen
+class CheckpointContext:
+    """What a session's checkpoints need of its sandbox: its snapshots, how it opens a fork, what idle does.
+
+    ``open_fork(options, snapshot_id, source_session)`` opens a session of the current tenant from a snapshot,
+    planned from ``options`` again (secrets resolved anew). ``on_idle``: ``sandbox.on-idle`` of main.yaml.
+    """
+
+    snapshots: Snapshots
+    open_fork: Callable[[SessionOptions, str, str], Awaitable[AsyncSession]]
+    on_idle: str = "close"
+
+
 @arguments.checked_calls("session")
 class AsyncSession:
     """An open box. Use it as ``async with``; it closes on exit."""
@@ -67,6 +86,9 @@ class AsyncSession:
         *,
         ended: Callable[[str], None],
         detached: bool = False,
+        checkpoints: CheckpointContext | None = None,
+        options: SessionOptions | None = None,
+        restarted: bool = False,
     ) -> None:
         self.id = opened.session_id
         self.tenant = opened.tenant
@@ -78,6 +100,11 @@ class AsyncSession:
         # opener (or another worker) may still be using it; ``close()`` still stops it.
         self._detached = detached
         self._interpreters = Interpreters(self._runtime)
+        if restarted:
+            # Started from a filesystem snapshot (a fork): its interpreters start empty, and the first cell says so.
+            self._interpreters.mark_restarted()
+        self._checkpoints = checkpoints
+        self._options = options  # None for a reconnected session: what its opener passed stays with the opener
         self._processes: list[AsyncProcess] = []
         self._watchdog = asyncio.get_running_loop().create_task(self._close_when_idle())
 
@@ -96,11 +123,26 @@ class AsyncSession:
         """Whether the session is closed (by ``close``, idle expiry or the app's exit)."""
         return self._runtime.closed
 
+    @property
+    def paused(self) -> bool:
+        """Whether the session is paused (``pause``; ``sandbox.resume(id)`` lets it run again)."""
+        return self._runtime.paused
+
     async def _close_when_idle(self) -> None:
         runtime = self._runtime
         while not runtime.closed:
+            if runtime.paused:  # a paused session is not idle: it waits for resume or close
+                await asyncio.sleep(0.5)
+                continue
             remaining = runtime.last_used + self._idle - time.monotonic()
             if remaining <= 0 and not runtime.busy:
+                if self._pauses_when_idle():
+                    try:
+                        await self.pause()
+                    except SandboxError:
+                        await self.close()  # the pause failed (the box is gone): idle ends it, as it would have
+                        return
+                    continue
                 if self._detached:
                     runtime.closed = True
                     self._ended(self.id)
@@ -243,10 +285,180 @@ class AsyncSession:
         callbacks = CellCallbacks(on_output, on_result, on_error)
         return await run_cell(self, code, language, timeout, callbacks, env=env)
 
+    def _pauses_when_idle(self) -> bool:
+        context = self._checkpoints
+        if self._detached or context is None or context.on_idle != "pause":
+            return False
+        return self._runtime.lifecycle.capabilities().pause
+
+    def _checkpoint_event(self, event_id: str, kind: Any, **fields: Any) -> AuditEvent:
+        return self._runtime.opened.event(event_id, kind, **fields)
+
+    async def pause(self) -> None:
+        """Pause the session: nothing runs in its box, and its files (and, where the driver keeps memory,
+        ``Capabilities.pause_keeps_memory``, its interpreters' state) wait for ``sandbox.resume(session.id)``.
+
+        A driver without pausing (``Capabilities.pause``) is MAIN-SANDBOX-0001 naming it; nothing happens.
+        Pausing a paused session is a no-op. One audit event, ``pause``.
+        """
+        runtime = self._runtime
+        if runtime.paused and not runtime.closed:
+            return
+        lifecycle = runtime.lifecycle
+        event = self._checkpoint_event(f"pause_{token.token_hex(8)}", "pause")
+
+        def plan() -> None:
+            runtime.check_open()
+            checkpoints.check_pause(lifecycle.capabilities(), lifecycle.driver_id)
+            self._refuse_busy("paused")
+
+        lifecycle.plan(event, plan)
+        if not lifecycle.capabilities().pause_keeps_memory:
+            await self._end_processes()  # their state cannot survive: the next cell says the interpreter restarted
+        started = time.monotonic()
+        try:
+            async with runtime.use():
+                await lifecycle.pause(runtime.opened.box)
+        except BaseException as exc:
+            lifecycle.audit_failed(event, exc, started)
+            raise
+        runtime.paused = True
+        lifecycle.audit(attrs.evolve(event, duration=time.monotonic() - started))
+
+    async def resume_paused(self, plan_again: Callable[[SessionOptions], Any] | None) -> None:
+        """Let a paused session run again (``sandbox.resume``): the box first, then its secrets bound anew."""
+        runtime = self._runtime
+        if not runtime.paused:
+            runtime.check_open()
+            return
+        lifecycle = runtime.lifecycle
+        event = self._checkpoint_event(f"resume_{token.token_hex(8)}", "resume")
+        fresh = None
+        if plan_again is not None and self._options is not None:
+            # Secrets from their names, now: a value rotated (or revoked) while the session slept is the new one.
+            fresh = lifecycle.plan(event, lambda: plan_again(self._options_now()))
+        started = time.monotonic()
+        try:
+            await lifecycle.resume(runtime.opened.box)
+        except BaseException as exc:
+            lifecycle.audit_failed(event, exc, started)
+            raise
+        if fresh is not None:
+            runtime.opened.plan = fresh
+        runtime.paused = False
+        runtime.last_used = time.monotonic()
+        lifecycle.audit(attrs.evolve(event, duration=time.monotonic() - started))
+
+    def _options_now(self) -> SessionOptions:
+        assert self._options is not None
+        return self._options
+
+    def _refuse_busy(self, what: str) -> None:
+        if self._runtime.busy:
+            raise SandboxError(
+                errors.INVALID_OPTION,
+                f"session {self.id} has a call running; wait for it to end before it is {what}",
+            )
+
+    async def _end_processes(self) -> None:
+        """End the interpreters (kept: each restarts on its next cell, which says so) and background processes."""
+        await self._interpreters.kill_all()
+        for process in self._processes:
+            await process.kill()
+
+    def _context(self) -> CheckpointContext:
+        context = self._checkpoints
+        if context is None or self._options is None:
+            raise SandboxError(
+                errors.INVALID_OPTION,
+                f"session {self.id} was reached from another process (sandbox.get); take snapshots and forks in "
+                "the process that opened it",
+            )
+        return context
+
+    async def _take(self, name: str | None, kind: object, *, hidden: bool, event: AuditEvent) -> SnapshotRecord:
+        runtime = self._runtime
+        lifecycle = runtime.lifecycle
+        snapshot_id = f"snap_{token.token_hex(12)}"
+
+        def plan() -> tuple[CheckpointContext, checkpoints.SnapshotKind]:
+            runtime.check_open()
+            checked = checkpoints.check_kind(lifecycle.capabilities(), lifecycle.driver_id, kind)
+            context = self._context()
+            context.snapshots.room()
+            self._refuse_busy("checkpointed")
+            return context, checked
+
+        context, checked = lifecycle.plan(event, plan)
+        started = time.monotonic()
+        try:
+            if checked == "filesystem":
+                await self._end_processes()
+            async with runtime.use():
+                expires = await lifecycle.snapshot(runtime.opened.box, snapshot_id, checked)
+        except BaseException as exc:
+            lifecycle.audit_failed(attrs.evolve(event, snapshot_id=snapshot_id), exc, started)
+            raise
+        snapshot = checkpoints.made(snapshot_id, name, checked, self.id, expires)
+        assert self._options is not None
+        record = SnapshotRecord(snapshot, self.tenant, self._options.without_files(), hidden=hidden)
+        context.snapshots.add(record)
+        if not hidden:
+            lifecycle.audit(attrs.evolve(event, snapshot_id=snapshot_id, duration=time.monotonic() - started))
+        return record
+
+    async def snapshot(self, name: str | None = None, *, kind: str = "filesystem") -> Snapshot:
+        """Keep the box's state as a ``Snapshot`` of the session's tenant; the session goes on.
+
+        ``kind``: "filesystem" (the files; the session's interpreters and background processes end, and each
+        interpreter's next cell says ``restarted``) or "memory" where the driver offers it
+        (``Capabilities.checkpoint_kinds``; another is MAIN-SANDBOX-0001 naming the driver and what it offers,
+        and nothing happens). The snapshot holds no secret value: a session made from it
+        (``sandbox.create(snapshot=...)``) binds its own. One audit event, ``snapshot``.
+        """
+        checked_name = arguments.optional_text(name, "name")
+        event = self._checkpoint_event(f"snapshot_{token.token_hex(8)}", "snapshot")
+        record = await self._take(checked_name, kind, hidden=False, event=event)
+        return record.snapshot
+
+    async def fork(self, count: int = 1) -> list[AsyncSession | SandboxError]:
+        """``count`` (1 to 20) new sessions, each starting with this session's files as they are now.
+
+        Each fork is its own session: its own box, limits, cost and audit event (``fork``), with the options this
+        session was opened with and its secrets bound again from their names. Its interpreters start empty
+        (its first cell says ``restarted``); so do this session's, which a filesystem checkpoint ends. One entry
+        per fork, in order: the session, or the ``SandboxError`` that fork failed with, independent of the
+        others. A driver without filesystem checkpoints is MAIN-SANDBOX-0001 naming it; nothing happens.
+        """
+        runtime = self._runtime
+        lifecycle = runtime.lifecycle
+        event = self._checkpoint_event(f"fork_{token.token_hex(8)}", "fork", source_session=self.id)
+        lifecycle.plan(event, lambda: checkpoints.check_count(count))
+        record = await self._take(None, "filesystem", hidden=True, event=event)
+        context = self._context()
+        forks: list[AsyncSession | SandboxError] = []
+        try:
+            for _ in range(count):
+                try:
+                    forks.append(await context.open_fork(record.options, record.snapshot.id, self.id))
+                except SandboxError as exc:
+                    forks.append(exc)
+        finally:
+            # The forks hold what they need of it; no one else ever saw its id.
+            context.snapshots.pop(record.snapshot.id)
+            with contextlib.suppress(SandboxError):  # its storage goes with the driver; the forks stand
+                await lifecycle.delete_snapshot(record.snapshot.id)
+        return forks
+
     async def close(self) -> None:
         """Close the session and remove everything its box held. Closing twice is fine."""
         if self._runtime.closed:
             return
+        if self._runtime.paused:
+            # A paused box is let run again first, so the driver can end its processes and remove it.
+            self._runtime.paused = False
+            with contextlib.suppress(SandboxError):  # it stops below all the same
+                await self._runtime.lifecycle.resume(self._runtime.opened.box)
         self._runtime.closed = True
         self._ended(self.id)
         if self._watchdog is not asyncio.current_task():
@@ -313,6 +525,16 @@ async def run_cell(
 
 def find_session(sessions: dict[str, AsyncSession], session_id: object, tenant: str) -> AsyncSession:
     """The open session ``session_id`` of ``tenant``, or MAIN-SANDBOX-0008."""
+    session = sessions.get(session_id) if isinstance(session_id, str) else None
+    if session is None or session.closed or session.tenant != tenant:
+        raise no_session(str(session_id))
+    if session.paused:
+        raise paused_session(session.id)
+    return session
+
+
+def find_paused(sessions: dict[str, AsyncSession], session_id: object, tenant: str) -> AsyncSession:
+    """The session ``session_id`` of ``tenant``, paused or not (``sandbox.resume``), or MAIN-SANDBOX-0008."""
     session = sessions.get(session_id) if isinstance(session_id, str) else None
     if session is None or session.closed or session.tenant != tenant:
         raise no_session(str(session_id))

@@ -21,6 +21,7 @@ from mainsdk import arguments, errors
 from mainsdk.action import CodeRunAction
 from mainsdk.background import AsyncProcess
 from mainsdk.cells import CellCallbacks, CellError, CellResult
+from mainsdk.checkpoints import Snapshot
 from mainsdk.driver import Capabilities
 from mainsdk.engine import AsyncSandbox, SandboxDeps
 from mainsdk.errors import SandboxError
@@ -150,6 +151,16 @@ class Sandbox:
         """Open a session; see ``AsyncSandbox.create`` for the options. Use it as ``with``; it closes on exit."""
         return Session(_LOOP.call(_awaited(self._async.create(**options))))
 
+    def resume(self, session_id: str) -> Session:
+        """``AsyncSandbox.resume``: the paused session ``session_id`` of the current tenant, running again."""
+        return Session(_LOOP.call(self._async.resume(session_id)))
+
+    def snapshots(self) -> list[Snapshot]:
+        """``AsyncSandbox.snapshots``: the current tenant's snapshots, oldest first."""
+        return self._async.snapshots()
+
+    delete_snapshot = _blocking(AsyncSandbox.delete_snapshot)
+
     def get(self, session_id: str) -> Session:
         """The open session ``session_id`` of the current tenant; ``MAIN-SANDBOX-0008`` otherwise."""
         return Session(_LOOP.call(self._async.get(session_id)))
@@ -203,6 +214,19 @@ class Session:
     def closed(self) -> bool:
         """Whether the session is closed."""
         return self._async.closed
+
+    @property
+    def paused(self) -> bool:
+        """Whether the session is paused (``AsyncSession.paused``)."""
+        return self._async.paused
+
+    pause = _blocking(AsyncSession.pause)
+    snapshot = _blocking(AsyncSession.snapshot)
+
+    def fork(self, count: int = 1) -> list[Session | SandboxError]:
+        """``AsyncSession.fork``: ``count`` new sessions from this one's files, each a ``Session`` or its error."""
+        forks = _LOOP.call(self._async.fork(count))
+        return [Session(f) if isinstance(f, AsyncSession) else f for f in forks]
 
     write = _blocking(AsyncSession.write)
     read = _blocking(AsyncSession.read)

@@ -49,6 +49,7 @@ from mainsdk.plugins import DriverHookError
 from mainsdk_driverkit.host_tools import absolute_path
 from mainsdk_driverkit.node_sets import NODE_KERNEL_SETS, ensure_node_set
 
+from mainsdk_local.checkpoints import CheckpointHooks, snapshot_gone
 from mainsdk_local.config import DEFAULT_POOL, MAX_POOL, LocalPrograms
 from mainsdk_local.egress_proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
 from mainsdk_local.egress_tls import (
@@ -135,7 +136,7 @@ def _cell_languages(isolation: str) -> frozenset[str]:
     return frozenset(languages)
 
 
-class LocalDriver:
+class LocalDriver(CheckpointHooks):
     """The ``local`` driver plugin. Build it with ``local_sandbox_driver`` or from ``main.yaml``."""
 
     def __init__(
@@ -198,6 +199,11 @@ class LocalDriver:
             # The proxy sets egress headers over TLS it terminates with a CA made per box, trusted through a bundle
             # in the box's /work; weak mode has no fixed /work path to name it by, and declares none.
             egress_headers=isolation == "namespace",
+            # Overlayfs layers (constant time whatever the files) where the launcher runs as root in namespaces;
+            # the cgroup freezer pauses a box keeping its memory, while the launcher lives.
+            checkpoint_kinds=self._launcher.checkpoint_kinds,
+            pause=self._launcher.can_pause,
+            pause_keeps_memory=self._launcher.can_pause,
         )
 
     @hookimpl
@@ -231,13 +237,19 @@ class LocalDriver:
                 files=files,
             )
             return LocalBox(spec.id, box, spec.limits.memory, egress, packages, one_shot_collect=spec.limits.files)
-        box = await self._launcher.open_box(
-            disk_bytes=spec.limits.disk,
-            session=True,
-            max_files=max_files,
-            memory_bytes=spec.limits.memory,  # a session's box: one cgroup its commands and background share
-            max_sockets=max_sockets,
-        )
+        try:
+            box = await self._launcher.open_box(
+                disk_bytes=spec.limits.disk,
+                session=True,
+                max_files=max_files,
+                memory_bytes=spec.limits.memory,  # a session's box: one cgroup its commands and background share
+                max_sockets=max_sockets,
+                snapshot=spec.snapshot,
+            )
+        except ValueError:
+            if spec.snapshot is None:
+                raise
+            raise snapshot_gone(spec.snapshot) from None
         try:
             for path, data in files.items():
                 await box.write_file(path, data)

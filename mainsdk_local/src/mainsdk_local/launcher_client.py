@@ -335,6 +335,29 @@ class Launcher:
         return "bpf" if self._hello.get("sockets") == "bpf" else "none"
 
     @property
+    def checkpoint_kinds(self) -> frozenset[str]:
+        """The snapshots the server keeps: {"filesystem"} where overlayfs takes an idmapped layer. Starts the server."""
+        self.start()
+        kinds = self._hello.get("checkpoints")
+        return frozenset(k for k in kinds if k == "filesystem") if isinstance(kinds, list) else frozenset()
+
+    @property
+    def can_pause(self) -> bool:
+        """Whether the server pauses a box with the cgroup freezer, keeping its memory. Starts the server."""
+        self.start()
+        return self._hello.get("pause") is True
+
+    def forget_snapshot(self, snapshot_id: str) -> None:
+        """Delete a snapshot in the server (boxes started from it keep their files); nothing when it is gone."""
+        frame = protocol.encode({"op": "forget", "snapshot": snapshot_id})
+        with self._lock:
+            boot = self._boot
+            if boot is None or self._proc is None or self._proc.poll() is not None:
+                return  # the server is gone, and its snapshots with it
+            with contextlib.suppress(OSError):
+                boot.sendall(frame)
+
+    @property
     def socket_bound_why(self) -> str:
         """Why this machine gives no socket bound (not root, no cgroup2, no BPF); empty where it gives one."""
         self.start()
@@ -350,6 +373,7 @@ class Launcher:
         max_sockets: int | None = None,
         one_shot: bool = False,
         files: Mapping[str, bytes] | None = None,
+        snapshot: str | None = None,
     ) -> LauncherBox:
         """Open a box: a private tmpfs of ``disk_bytes`` holding /work and /out, and its own host uid.
 
@@ -405,6 +429,8 @@ class Launcher:
                 "max_sockets": max_sockets,
                 "fds": 1,
             }
+            if snapshot is not None:
+                request["snapshot"] = snapshot  # its work/ and tmp/ start as the snapshot left them
             frame = protocol.encode(request)
             with self._lock:
                 self._check_usable()
@@ -783,6 +809,24 @@ class LauncherBox:
         per_kind = ("_ready", "_warming", "_hits", "_ahead")
         found.update((k, v) for k, v in reply.header.items() if k.endswith(per_kind) and type(v) is int)
         return found
+
+    async def snapshot(self, snapshot_id: str) -> None:
+        """Freeze the box's work/ and tmp/ as ``snapshot_id`` (no exec may run); the box goes on."""
+        await self._checkpoint({"op": "snapshot", "snapshot": snapshot_id})
+
+    async def pause(self) -> None:
+        """Freeze every process of the box (the cgroup freezer): nothing runs until ``resume``."""
+        await self._checkpoint({"op": "pause"})
+
+    async def resume(self) -> None:
+        """Thaw a paused box's processes."""
+        await self._checkpoint({"op": "resume"})
+
+    async def _checkpoint(self, header: dict[str, Any]) -> None:
+        self._check_loop()
+        reply = await self._request(header, work=protocol.COLLECT_SECONDS)
+        if not reply.header.get("ok"):
+            raise _error_from(reply.header, str(header["op"]))
 
     async def collect_out(self, *, max_bytes: int) -> LauncherCollected:
         """Regular files under /out, in name order, until ``max_bytes``; other entries are skipped with a reason."""

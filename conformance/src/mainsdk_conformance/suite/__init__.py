@@ -9,6 +9,7 @@ from mainsdk_conformance.suite.action import TestAction
 from mainsdk_conformance.suite.audit import TestAudit
 from mainsdk_conformance.suite.box import TestTmpAndHome
 from mainsdk_conformance.suite.cells import TestBackground, TestCells
+from mainsdk_conformance.suite.checkpoints import TestCheckpoints, TestPause
 from mainsdk_conformance.suite.errors import TestErrors
 from mainsdk_conformance.suite.faults import TestFaults
 from mainsdk_conformance.suite.files import TestFiles
@@ -24,6 +25,7 @@ __all__ = [
     "TestAudit",
     "TestBackground",
     "TestCells",
+    "TestCheckpoints",
     "TestErrors",
     "TestFaults",
     "TestFiles",
@@ -34,6 +36,7 @@ __all__ = [
     "TestNoSessions",
     "TestOutput",
     "TestPackages",
+    "TestPause",
     "TestRun",
     "TestSecrets",
     "TestSessions",
@@ -45,6 +48,7 @@ SUITE_CLASSES: tuple[type, ...] = (
     TestAudit,
     TestBackground,
     TestCells,
+    TestCheckpoints,
     TestErrors,
     TestFaults,
     TestFiles,
@@ -55,6 +59,7 @@ SUITE_CLASSES: tuple[type, ...] = (
     TestNoSessions,
     TestOutput,
     TestPackages,
+    TestPause,
     TestRun,
     TestSecrets,
     TestSessions,

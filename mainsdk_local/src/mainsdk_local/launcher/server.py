@@ -61,6 +61,7 @@ from typing import Any
 from . import (
     boxes,
     cgroups,
+    checkpoints,
     common,
     landlock,
     linux,
@@ -121,6 +122,8 @@ class Server:
         self.sockets: sockets.SocketBound | None = None  # the per-box socket bound, where this machine has it
         self.sockets_why = ""  # why not, where it has not
         self.templates = rootfs.Templates(common.MOUNT_BASE)
+        self.checkpoints = checkpoints.Checkpoints("")
+        self.checkpoints_why = "the launcher runs weak or not as root"  # "" once filesystem checkpoints work
         self.node_preload = node_proxy.IN_ROOT  # where a run finds the Node proxy preload (weak mode: on the host)
         self.landlock_abi = 0  # weak mode: the kernel's Landlock ABI, 0 when it has none
         self.stopping = False
@@ -183,6 +186,11 @@ class Server:
         if self.root or self.isolation == "namespace":
             self.cgroups.setup(delegated=not self.root)
         self._setup_socket_bound()
+        self.checkpoints.tag = self.cgroups.tag + "-"
+        if self.isolation == "namespace" and self.root:
+            self.checkpoints_why = checkpoints.probe(self.base, self.uid_base)
+        if self.cgroups.memory is None:
+            self.checkpoints.freezer_ok = False  # a box's processes are found through its memory cgroup
         if not self.root:
             # One uid for every box: ours (0 in our user namespace when we have one).
             self.uid_base = 0 if self.isolation == "namespace" else os.geteuid()
@@ -252,6 +260,9 @@ class Server:
                     "landlock": self.landlock_abi,
                     "seccomp": seccomp.FILTER is not None,
                     "pool": self.pool.size,
+                    "checkpoints": [] if self.checkpoints_why else ["filesystem"],
+                    "checkpoints_why": self.checkpoints_why,
+                    "pause": self.checkpoints.freezer_ok and self.isolation == "namespace",
                 }
             )
         )
@@ -372,7 +383,9 @@ class Server:
             self.stopping = True
             return
         for frame in frames:
-            if frame.header.get("op") == "box" and len(frame.fds) == 1:
+            if frame.header.get("op") == "forget":
+                self.checkpoints.forget(frame.header.get("snapshot"))
+            elif frame.header.get("op") == "box" and len(frame.fds) == 1:
                 sock = socket.socket(fileno=frame.fds.pop())
                 header = frame.header
                 self._open_box(sock, header)
@@ -380,6 +393,7 @@ class Server:
 
     def shutdown(self) -> None:
         """Kill every run and worker, wait for them, remove boxes, roots and cgroups."""
+        self.checkpoints.shutdown()  # thawed first: a frozen process cannot die
         self.executor.shutdown()
         for box in list(self.boxes.values()):
             self._close_channel(box)
@@ -435,6 +449,10 @@ class Server:
                 if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                     raise common.RequestError("value", f"{name} must be null or a positive integer")
             boxes.make_box_fs(box, self.base, tmpfs=self.isolation == "namespace")
+            if header.get("snapshot") is not None:
+                if self.checkpoints_why:
+                    raise common.RequestError("value", f"no snapshots here: {self.checkpoints_why}")
+                self.checkpoints.start_from(box, header.get("snapshot"))
             self._box_limits(box, memory_bytes, max_sockets)
         except common.RequestError as exc:
             self._reply_error(box, 0, exc)
@@ -464,6 +482,7 @@ class Server:
             # After its commands' cgroups: in namespace mode the next worker removes them all, in that order.
             self.cgroups.remove_box(box.memory_cgroup, defer=self.isolation == "namespace" and not self.stopping)
             box.memory_cgroup = None
+        self.checkpoints.box_destroyed(box)
         boxes.remove_box_fs(box, tmpfs=self.isolation == "namespace")
         self.pool.box_destroyed(box)
         box.decoder.close()
@@ -520,6 +539,8 @@ class Server:
             raise common.RequestError("launcher", "request without an id")
         if box.closing and op != "close":
             raise common.RequestError("launcher", "box is closing")
+        if op in ("write", "read", "collect", "exec") and self.checkpoints.is_paused(box):
+            raise common.RequestError("launcher", "the box is paused")
         if op == "write":
             boxes.write_file(box, h.get("path"), frame.payload)
             self._send(box, {"id": rid, "ok": True})
@@ -548,6 +569,8 @@ class Server:
                 self.executor.kill(run)
         elif op == "pool":
             self._send(box, dict(self.pool.stats(), id=rid, ok=True))
+        elif op in ("snapshot", "pause", "resume"):
+            self._checkpoint(box, rid, op, h.get("snapshot"))
         elif op == "close":
             if box.doomed:  # closed already (a one-shot box after its /out): its processes are long gone
                 self._send(box, {"id": rid, "ok": True})
@@ -556,6 +579,20 @@ class Server:
             self._begin_close(box)
         else:
             raise common.RequestError("launcher", f"unknown op {op!r}")
+
+    def _checkpoint(self, box: ServerBox, rid: int, op: str, snapshot_id: object) -> None:
+        """A snapshot of the box's files, or its pause or resume (``checkpoints.py``)."""
+        if op == "snapshot":
+            if self.checkpoints_why:
+                raise common.RequestError("value", f"no snapshots here: {self.checkpoints_why}")
+            self._stop_collecting(box)
+            self.executor.spares.box_closing(box)  # a hot spare holds the box's folders in its mounts
+            self.checkpoints.snapshot(box, snapshot_id)
+        elif op == "pause":
+            self.checkpoints.pause(box)
+        else:
+            self.checkpoints.resume(box)
+        self._send(box, {"id": rid, "ok": True})
 
     @staticmethod
     def _then_collect(box: ServerBox, rid: int, then: object) -> tuple[int, int] | None:
@@ -621,6 +658,7 @@ class Server:
                 del self.collecting[key]
 
     def _begin_close(self, box: ServerBox) -> None:
+        self.checkpoints.resume(box)  # a frozen process cannot die
         box.closing = True
         self._stop_collecting(box)
         self.executor.spares.box_closing(box)
