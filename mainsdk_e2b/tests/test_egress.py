@@ -95,6 +95,25 @@ def a_session_with_egress(server: ReplayServer, key: str = KEY) -> dict[str, Any
     return {"outputs": outputs, "events": events}
 
 
+# A JavaScript cell's fetch: node in the cell kernel, which started with the box's trust variables.
+JS_FETCH = (
+    f"const answer = await fetch({URL!r});\nconsole.log('node', answer.status, JSON.parse(await answer.text()).name);"
+)
+
+
+def cells_with_egress(server: ReplayServer, key: str = KEY) -> dict[str, Any]:
+    """Cells of a session with the key at the egress: a Python cell with each client, a JavaScript cell's fetch."""
+    events: list[AuditEvent] = []
+    sandbox = _sandbox(server, events, key)
+    try:
+        with sandbox.create(network=[HOST], egress={HOST: {"headers": {"X-Api-Key": secret(SECRET)}}}) as session:
+            python = session.run_code(clients_code(URL, ("urllib", "requests", "curl", "node")))
+            javascript = session.run_code(JS_FETCH, language="javascript")
+    finally:
+        sandbox.close()
+    return {"python": python.stdout, "javascript": javascript.stdout, "errors": [python.error, javascript.error]}
+
+
 def a_team_without_network_rules(server: ReplayServer, key: str = KEY) -> dict[str, Any]:
     """The same run for a team E2B has not given network transform rules: the create's 400."""
     events: list[AuditEvent] = []
@@ -156,6 +175,19 @@ def test_a_session_gets_the_rule_once_at_its_create_and_every_command_the_header
     text = (CASSETTES / "a_session_with_egress.json").read_text()
     assert VALUE not in text and text.count(MARK) == 1
     assert [i["request"]["path"] for i in json.loads(text)["interactions"]].count("/v2/sandboxes") == 1
+
+
+def test_cells_of_a_session_with_egress_trust_e2bs_proxy_python_and_javascript_alike() -> None:
+    with provider("cells_with_egress", folder=CASSETTES, named=NAMED) as server:
+        seen = cells_with_egress(server)
+    assert server.problems(final=True) == []  # the kernel's start and each cell as recorded, without the value
+    assert seen["errors"] == [None, None]
+    said = client_lines(seen["python"])
+    assert set(said) == {"urllib", "requests", "curl", "node"}, seen["python"]
+    assert all(line.startswith("200 ") and json.loads(line[4:])["name"] == "Paris" for line in said.values()), said
+    assert seen["javascript"] == "node 200 Paris\n"
+    text = (CASSETTES / "cells_with_egress.json").read_text()
+    assert VALUE not in text and text.count(MARK) == 1
 
 
 def test_a_team_without_e2bs_network_rules_is_0001_saying_so_and_nothing_runs() -> None:

@@ -24,7 +24,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from mainsdk_conformance.cassette import authored_meta  # noqa: E402
+from mainsdk_conformance.cassette import authored_meta, mark_edited  # noqa: E402
+from packages import unpace_kernel_installs  # noqa: E402
 
 KEY = "e2b_" + "ab" * 20  # what the stand-in is given; scrubbed from every cassette
 HOW = (
@@ -62,6 +63,15 @@ def main() -> None:
     path = scenarios.CASSETTES / "a_session_with_egress.json"
     data = json.loads(path.read_text())
     data["meta"] = authored_meta(data["meta"], test=path.stem, how=HOW)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+    with e2b_replay.provider("cells_with_egress", upstreams, KEY, scenarios.CASSETTES, named=scenarios.NAMED) as server:
+        print("cells_with_egress", scenarios.cells_with_egress(server, KEY))
+    path = scenarios.CASSETTES / "cells_with_egress.json"
+    data = json.loads(path.read_text())
+    data["meta"] = authored_meta(data["meta"], test=path.stem, how=HOW)
+    for edit in unpace_kernel_installs(data):
+        mark_edited(data["meta"], edit)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
     os.environ["FAKE_E2B_TRANSFORM_RULES"] = "0"  # a team without the network-transform-rules flag
