@@ -50,7 +50,8 @@ CONFIG = (
 URL = f"https://{HOST}/data/2.5/weather?q=Paris&units=metric"
 WEATHER = "import os\nprint(sorted(os.environ))\n" + clients_code(URL)
 # E2B's base template (e2b-dev/E2B templates/base/e2b.Dockerfile: FROM python:3.11.6, node 20.9.0, curl) installs
-# no httpx and no requests of its own: requests is pip's vendored copy there (certifi's store, as pip uses it).
+# no httpx and no requests of its own: requests is pip's vendored copy there (certifi's store, as pip uses it);
+# pip is 23.2.1, with the same store.
 ABSENT = {"httpx"}
 
 
@@ -61,6 +62,8 @@ def assert_every_client_reached(stdout: str) -> None:
     for client, line in said.items():
         if client in ABSENT:
             assert line == "absent", (client, line)
+        elif client == "pip":  # pip 23.2.1 (the image's), from the stand-in's index through the proxy
+            assert line == "reached weather_stub-1.0-py3-none-any.whl", line
         else:
             status, _, body = line.partition(" ")
             assert status == "200" and json.loads(body)["name"] == "Paris", (client, line)

@@ -10,7 +10,8 @@ commands (a mount namespace of theirs):
 - ``hosts``: ``/etc/hosts`` with the egress hosts at a loopback address of the box's own, where a TLS server on
   443 ends TLS with a leaf from that CA, replaces each header of the host's rule (never merges) and answers as
   the origin would, since this machine reaches no internet: 401 without the rule's headers, as OpenWeatherMap
-  answers a request with no key, else OpenWeatherMap's answer for a valid key (``WEATHER``).
+  answers a request with no key, else OpenWeatherMap's answer for a valid key (``WEATHER``), and a one-project
+  package index under ``/simple/`` (``PROJECT``, ``tiny_wheel``) so pip has something to fetch.
 
 Needs ``cryptography`` (imported here only: the authoring machine has it; no test imports this module).
 """
@@ -20,9 +21,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import http.server
+import io
 import json
 import ssl
 import threading
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,7 +37,27 @@ from cryptography.x509.oid import NameOID
 
 SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # Debian's and Ubuntu's; E2B's cacerts.go CaBundlePath
 WEATHER = {"name": "Paris", "main": {"temp": 18.4}, "cod": 200}
+# A package index on the host too (PEP 503), so pip has a project to fetch: one wheel of one small module.
+PROJECT = "weather-stub"
+WHEEL = "weather_stub-1.0-py3-none-any.whl"
+SIMPLE = f"<!DOCTYPE html><html><body><a href='/files/{WHEEL}'>{WHEEL}</a></body></html>"
 NO_KEY = {"cod": 401, "message": "Invalid API key. Please see https://openweathermap.org/faq#error401 for more info."}
+
+
+def tiny_wheel() -> bytes:
+    """``WHEEL``: a valid wheel (PEP 427) of one module, made in memory, the same bytes every time."""
+    files = {
+        "weather_stub.py": "CITY = 'Paris'\n",
+        "weather_stub-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: weather-stub\nVersion: 1.0\n",
+        "weather_stub-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: egress_standin\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    record = "".join(f"{name},,\n" for name in files) + "weather_stub-1.0.dist-info/RECORD,,\n"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        for name, text in {**files, "weather_stub-1.0.dist-info/RECORD": record}.items():
+            wheel.writestr(zipfile.ZipInfo(name, (2026, 1, 1, 0, 0, 0)), text)
+    return buffer.getvalue()
 
 
 class _Quiet(http.server.ThreadingHTTPServer):
@@ -115,7 +138,12 @@ class TlsEgress:
                 for header, value in rule.items():  # the transform replaces, never merges
                     del self.headers[header]
                     self.headers[header] = value
-                if all(self.headers.get(h) == v for h, v in rule.items()) and rule:
+                keyed = bool(rule) and all(self.headers.get(h) == v for h, v in rule.items())
+                if keyed and self.path.rstrip("/") == f"/simple/{PROJECT}":
+                    status, body, kind = 200, SIMPLE.encode(), "text/html"
+                elif keyed and self.path == f"/files/{WHEEL}":
+                    status, body, kind = 200, tiny_wheel(), "application/octet-stream"
+                elif keyed:
                     status, body, kind = 200, json.dumps(WEATHER).encode(), "application/json"
                 else:
                     status, body, kind = 401, json.dumps(NO_KEY).encode(), "application/json"

@@ -37,9 +37,11 @@ CACHE = Path("/var/tmp/fake-e2b-cache")
 
 # The mounts each command of a sandbox with rules gets, before /opt's: $1 bundle, $2 hosts, $3 image pip, $4 pip's
 # place in this host's python. Then the command.
+# This host's /etc/pip.conf (if any) is hidden: the template has none, and a ``cert`` in it would stand in for
+# PIP_CERT.
 MOUNTS = (
     'mount --bind "$1" /etc/ssl/certs/ca-certificates.crt && mount --bind "$2" /etc/hosts '
-    '&& mount --bind "$3" "$4" && shift 4'
+    '&& mount --bind "$3" "$4" && { [ ! -e /etc/pip.conf ] || mount --bind /dev/null /etc/pip.conf; } && shift 4'
 )
 
 

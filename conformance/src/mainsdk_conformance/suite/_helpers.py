@@ -61,7 +61,9 @@ def reach_code(hosts: Sequence[str], port: int, scheme: str = "http") -> str:
 
 
 # The HTTP clients code in a box reaches an egress host with; ``clients_code`` names each on its line.
-CLIENTS = ("urllib", "requests", "httpx", "curl", "node")
+CLIENTS = ("urllib", "requests", "httpx", "curl", "node", "pip")
+# The project ``clients_code``'s pip asks the egress host's ``/simple/`` index for.
+PIP_PROBE = "weather-stub"
 
 _CLIENTS_BODY = r"""
 def show(name, status, body):
@@ -112,6 +114,25 @@ for name in CLIENTS:
             else:
                 status, _, body = (done.stdout.strip() or 'failed ' + done.stderr).partition(' ')
                 show(name, status, body)
+        elif name == 'pip':
+            import tempfile
+            index = '/'.join(URL.split('/', 3)[:3]) + '/simple/'
+            with tempfile.TemporaryDirectory() as folder:
+                done = run([sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-cache-dir', '--retries',
+                            '0', '--timeout', '10', '--disable-pip-version-check', '-d', folder, '--index-url', index,
+                            PROBE])
+            text = '' if done is None else done.stdout + done.stderr
+            if done is None or 'No module named pip' in text:
+                print(name, 'absent', flush=True)
+            elif 'ssl certificate' in text or 'CERTIFICATE_VERIFY_FAILED' in text:
+                show(name, 'failed', 'certificate')
+            elif 'Could not fetch URL' in text:
+                show(name, 'failed', 'fetch')
+            else:
+                # What only an answer from the index gives: a saved file, or the page itself refused.
+                said = [line for line in text.splitlines() if line.startswith(('Saved ', 'WARNING: Skipping page'))]
+                what = said[0].split('/')[-1] if said and said[0].startswith('Saved ') else 'an index page'
+                show(name, 'reached' if said else 'failed', what if said else 'no answer')
     except Exception as exc:
         show(name, 'failed', type(exc).__name__)
 """
@@ -122,11 +143,14 @@ def clients_code(url: str, clients: Sequence[str] = CLIENTS, headers: dict[str, 
 
     One line each: ``<client> <status> <body>`` (the body's words, cut), ``<client> failed <why>``, or
     ``<client> absent`` when the box has no such client. ``requests`` is pip's own copy (with certifi's store,
-    as pip itself uses it) where the box has no other. ``headers`` go with every request (the code's own).
+    as pip itself uses it) where the box has no other. ``headers`` go with every request (the code's own). pip
+    downloads ``PIP_PROBE`` from ``url``'s ``/simple/`` index and says ``pip reached <what it saved>`` (or
+    ``reached an index page`` when the index answered a page pip would not take) or ``pip failed certificate``.
     """
     return (
         "import json, os, subprocess, sys\n"
-        f"URL, MINE, CLIENTS = {url!r}, {dict(headers or {})!r}, {list(clients)!r}\n" + _CLIENTS_BODY.lstrip("\n")
+        f"URL, MINE, CLIENTS, PROBE = {url!r}, {dict(headers or {})!r}, {list(clients)!r}, {PIP_PROBE!r}\n"
+        + _CLIENTS_BODY.lstrip("\n")
     )
 
 

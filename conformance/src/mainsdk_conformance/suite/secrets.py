@@ -29,7 +29,7 @@ from mainsdk_conformance.target import (
 
 EGRESS_HEADER = "X-Conformance-Key"
 # The clients no image need have: a driver that declares packages gets them as code would (``sandbox.packages``).
-CLIENT_PACKAGES = {"requests": "requests==2.32.3", "httpx": "httpx==0.28.1"}
+CLIENT_PACKAGES = {"requests": "requests==2.32.3", "httpx": "httpx==0.28.1", "pip": "pip==24.3.1"}
 
 
 def _egress(host: str) -> dict[str, Any]:
@@ -111,7 +111,9 @@ class TestSecrets:
         url = f"https://{hosts.allowed}:{conformance_egress_origin.port}/"
         code = clients_code(url, [client], {"x-conformance-key": "mine"})
         result = built.sandbox.run(code, network=[hosts.allowed], egress=_egress(hosts.allowed))
-        assert client_lines(result.stdout) == {client: f"200 {ORIGIN_BODY.decode()}"}, result.stdout + result.stderr
+        # pip reads the origin's answer as an index page it will not take (no Content-Type): reached all the same.
+        reached = f"200 {ORIGIN_BODY.decode()}" if client != "pip" else "reached an index page"
+        assert client_lines(result.stdout) == {client: reached}, result.stdout + result.stderr
         assert conformance_egress_origin.values(hosts.allowed, EGRESS_HEADER) == [[SECRET_VALUES[SECRET]]]
         assert SECRET_VALUES[SECRET] not in result.stdout + result.stderr
 
