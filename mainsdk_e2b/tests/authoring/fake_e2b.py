@@ -440,10 +440,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 template = request.get("templateID", "base")
                 metadata = dict(request.get("metadata") or {})
                 number = int(sandbox_id[1:4])
-                box = STATE.boxes[sandbox_id] = Box(sandbox_id, template, metadata, float(timeout))
+                made = STATE.boxes[sandbox_id] = Box(sandbox_id, template, metadata, float(timeout))
             rules = (request.get("network") or {}).get("rules")
             if rules:
-                box.egress = Egress(box.root, number, rules)
+                made.egress = Egress(made.root, number, rules)
             with STATE.lock:
                 fail = STATE.creates_to_fail > 0
                 STATE.creates_to_fail -= 1 if fail else 0
