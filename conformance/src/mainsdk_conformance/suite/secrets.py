@@ -15,7 +15,7 @@ import pytest
 from mainsdk import Capabilities, secret
 from mainsdk.errors import SECRET_NOT_ALLOWED
 
-from mainsdk_conformance.marks import LIVE, requires
+from mainsdk_conformance.marks import LIVE, requires, requires_cells_language
 from mainsdk_conformance.suite._helpers import CLIENTS, ORIGIN_BODY, client_lines, clients_code, refused
 from mainsdk_conformance.target import (
     EGRESS_ORIGIN_CA,
@@ -116,6 +116,20 @@ class TestSecrets:
         assert client_lines(result.stdout) == {client: reached}, result.stdout + result.stderr
         assert conformance_egress_origin.values(hosts.allowed, EGRESS_HEADER) == [[SECRET_VALUES[SECRET]]]
         assert SECRET_VALUES[SECRET] not in result.stdout + result.stderr
+
+    @requires("egress_headers", LIVE)
+    @requires_cells_language("javascript")
+    def test_a_javascript_cell_of_a_session_with_egress_gets_the_header_trusting_only_the_box(
+        self, conformance: Conformance, conformance_egress_origin: Any
+    ) -> None:
+        # The cells' kernel starts as one of the session's commands: node in it must trust the egress too.
+        hosts = conformance.target.hosts
+        url = f"https://{hosts.allowed}:{conformance_egress_origin.port}/"
+        code = f"const answer = await fetch({url!r});\nconsole.log(answer.status, await answer.text());"
+        with conformance.sandbox().create(network=[hosts.allowed], egress=_egress(hosts.allowed)) as session:
+            cell = session.run_code(code, language="javascript")
+        assert (cell.error, cell.stdout) == (None, f"200 {ORIGIN_BODY.decode()}\n")
+        assert conformance_egress_origin.values(hosts.allowed, EGRESS_HEADER) == [[SECRET_VALUES[SECRET]]]
 
     @requires("egress_headers")
     def test_egress_header_values_are_not_in_the_box(self, conformance: Conformance) -> None:
