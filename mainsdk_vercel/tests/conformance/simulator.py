@@ -92,7 +92,8 @@ class Command:
         self.exit_code: int | None = None
         args = [sandbox.map(a) for a in body.get("args", [])]
         env = {"PATH": f"{sandbox.venv}/bin:{sandbox.bin}:/usr/bin:/bin", "HOME": sandbox.top}
-        if sandbox.egress is not None:
+        firewall = sandbox.firewall()
+        if firewall is not None:
             env.update(dict.fromkeys(TRUST_VARIABLES, SYSTEM_BUNDLE))  # the VM's own, set by Vercel (see Sandbox)
         env.update(body.get("env", {}))
         # The VM's /tmp: the sandbox's own (every command of it sees the same one, as in one VM), never the host's,
@@ -101,17 +102,17 @@ class Command:
         # named hosts only by TLS SNI, which this stand-in has no firewall to tell (so it reaches nothing: where
         # it errs, it errs on the strict side); a sandbox with transforms reaches their hosts' firewall stand-in.
         policy = sandbox.body.get("networkPolicy") or {"mode": "allow-all"}
-        isolate = [] if policy == {"mode": "allow-all"} or sandbox.egress is not None else ["-n"]
+        isolate = [] if policy == {"mode": "allow-all"} or firewall is not None else ["-n"]
         # /opt/mainsdk too: the cell kernel's packages, which the driver installs there and cells name as they are.
         mounts = (
             'mount --bind "$1" /tmp && mount -t tmpfs none /opt && mkdir /opt/mainsdk '
             '&& mount --bind "$2" /opt/mainsdk && shift 2 && unset PWD && exec "$@"'
         )
         wrapper = ["unshare", "-m", *isolate, "sh", "-c", mounts, "sh", sandbox.tmp, sandbox.opt]
-        if sandbox.egress is not None:
+        if firewall is not None:
             # The firewall's CA in the system store and its hosts' names at its proxy: bound before the rest.
             bound = f'{EGRESS_MOUNTS} && exec "$@"'
-            files = [str(sandbox.egress.bundle), str(sandbox.egress.hosts)]
+            files = [str(firewall.bundle), str(firewall.hosts)]
             wrapper = ["unshare", "-m", "sh", "-c", bound, "sh", *files, *wrapper[2:]]
         # Live stdin (``attachStdin``): a pipe the stdin endpoint writes to; without it the command's stdin is empty.
         self.attached = body.get("attachStdin") is True
@@ -242,7 +243,7 @@ class Sandbox:
         # REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, PIP_CERT, etc.)". Here: the CA appended to the system bundle,
         # which every command's environment names (TRUST_VARIABLES), beneath what the command is given.
         # Such a sandbox reaches its transform hosts' stand-in (no -n), named in its own /etc/hosts.
-        self.egress: Any = None
+        self.egress: Any = None  # made at the first command (``firewall``): a create alone needs none
         transforms = (
             {
                 host: {k: v for t in rules[0].get("transform") or [] for k, v in (t.get("headers") or {}).items()}
@@ -252,10 +253,8 @@ class Sandbox:
             if isinstance((body.get("networkPolicy") or {}).get("allow"), dict)
             else {}
         )
-        if transforms:
-            from mainsdk_conformance.egress_standin import TlsEgress  # authoring only: needs cryptography
-
-            self.egress = TlsEgress(Path(self.top), 0x100 + int(session_id[-4:]), transforms, "vercel-sim")
+        self.transforms = transforms
+        self.egress_lock = threading.Lock()
         # A session is ``pending`` while its VM boots, and the create answers before it is ready: the official
         # Python client polls the sandbox until ``running`` (vercel-sandbox 0.10.0, ``_internal/service.py``,
         # ``_wait_for_ready_sandbox``: ready is running; stopped, failed and aborted are terminal; pending,
@@ -266,6 +265,17 @@ class Sandbox:
         self.status = "pending" if pending > 0 else "running"
         self.arm()
         self.created = int(time.time() * 1000)
+
+    def firewall(self) -> Any:
+        """The firewall stand-in for the transforms' hosts (None without any), made on first use: it needs
+        ``cryptography``, which only a test that runs commands in such a sandbox (the egress authoring) has."""
+        with self.egress_lock:
+            if self.transforms and self.egress is None:
+                from mainsdk_conformance.egress_standin import TlsEgress
+
+                number = 0x100 + int(self.session_id[-4:])
+                self.egress = TlsEgress(Path(self.top), number, self.transforms, "vercel-sim")
+            return self.egress
 
     def map(self, path: str) -> str:
         """A sandbox path in the host folder."""
