@@ -25,7 +25,8 @@ from mainsdk.config import load_config_text
 from mainsdk.driver import EgressHeader, EgressRule
 from mainsdk.errors import INVALID_OPTION
 from mainsdk_conformance.replay import ReplayServer
-from mainsdk_e2b.driver import MAX_HEADER_VALUE_BYTES, e2b_network_rules
+from mainsdk_conformance.suite._helpers import CLIENTS, client_lines, clients_code
+from mainsdk_e2b.driver import E2B_CA_BUNDLE, MAX_HEADER_VALUE_BYTES, TRUST_VARIABLES, e2b_network_rules
 
 from mainsdk_e2b import e2b_sandbox_driver
 
@@ -43,17 +44,29 @@ CONFIG = (
     f"  secrets: [{SECRET}]\n"
     f"network: {{allow: [{HOST}]}}\n"
 )
-# The seed's weather example: the code calls the API as if it were open, and says what it holds.
-WEATHER = (
-    "import json, os, urllib.request\n"
-    "print(sorted(os.environ))\n"
-    f"url = 'https://{HOST}/data/2.5/weather?q=Paris&units=metric'\n"
-    "try:\n"
-    "    with urllib.request.urlopen(url, timeout=5) as answer:\n"
-    "        print(answer.status, json.load(answer)['name'])\n"
-    "except OSError as exc:\n"
-    "    print('unreachable', type(exc).__name__)\n"
-)
+# The seed's weather example: the code calls the API as if it were open, with every client the template has, and
+# says what its environment holds. E2B's proxy ends TLS for the host with a CA envd appends to the system bundle
+# only (e2b-dev/infra packages/envd/internal/host/cacerts.go): each client must be pointed at that bundle.
+URL = f"https://{HOST}/data/2.5/weather?q=Paris&units=metric"
+WEATHER = "import os\nprint(sorted(os.environ))\n" + clients_code(URL)
+# E2B's base template (e2b-dev/E2B templates/base/e2b.Dockerfile: FROM python:3.11.6, node 20.9.0, curl) installs
+# no httpx and no requests of its own: requests is pip's vendored copy there (certifi's store, as pip uses it);
+# pip is 23.2.1, with the same store.
+ABSENT = {"httpx"}
+
+
+def assert_every_client_reached(stdout: str) -> None:
+    """Each client of the template got the API's answer for a valid key; the absent ones said so."""
+    said = client_lines(stdout)
+    assert set(said) == set(CLIENTS), stdout
+    for client, line in said.items():
+        if client in ABSENT:
+            assert line == "absent", (client, line)
+        elif client == "pip":  # pip 23.2.1 (the image's), from the stand-in's index through the proxy
+            assert line == "reached weather_stub-1.0-py3-none-any.whl", line
+        else:
+            status, _, body = line.partition(" ")
+            assert status == "200" and json.loads(body)["name"] == "Paris", (client, line)
 
 
 def _sandbox(server: ReplayServer, events: list[AuditEvent], key: str = KEY) -> Sandbox:
@@ -85,6 +98,25 @@ def a_session_with_egress(server: ReplayServer, key: str = KEY) -> dict[str, Any
     return {"outputs": outputs, "events": events}
 
 
+# A JavaScript cell's fetch: node in the cell kernel, which started with the box's trust variables.
+JS_FETCH = (
+    f"const answer = await fetch({URL!r});\nconsole.log('node', answer.status, JSON.parse(await answer.text()).name);"
+)
+
+
+def cells_with_egress(server: ReplayServer, key: str = KEY) -> dict[str, Any]:
+    """Cells of a session with the key at the egress: a Python cell with each client, a JavaScript cell's fetch."""
+    events: list[AuditEvent] = []
+    sandbox = _sandbox(server, events, key)
+    try:
+        with sandbox.create(network=[HOST], egress={HOST: {"headers": {"X-Api-Key": secret(SECRET)}}}) as session:
+            python = session.run_code(clients_code(URL, ("urllib", "requests", "curl", "node")))
+            javascript = session.run_code(JS_FETCH, language="javascript")
+    finally:
+        sandbox.close()
+    return {"python": python.stdout, "javascript": javascript.stdout, "errors": [python.error, javascript.error]}
+
+
 def a_team_without_network_rules(server: ReplayServer, key: str = KEY) -> dict[str, Any]:
     """The same run for a team E2B has not given network transform rules: the create's 400."""
     events: list[AuditEvent] = []
@@ -105,10 +137,18 @@ def test_the_weather_example_sends_the_key_to_e2bs_egress_and_never_into_the_san
         seen = the_weather_example(server)
     assert server.problems(final=True) == []  # every request as recorded: the value in the rule, nowhere else
     assert not [r for r in caplog.records if VALUE in r.getMessage()]  # no log line holds it
-    names, weather = seen["stdout"].splitlines()
-    assert seen["exit"] == 0 and weather == "200 Paris"  # E2B's answer through its egress proxy (authored)
-    # What the code's environment holds (python's own LC_CTYPE coercion included): no key, no proxy setting.
-    assert set(json.loads(names.replace("'", '"'))) <= {"HOME", "LC_CTYPE", "PATH"}
+    names = seen["stdout"].splitlines()[0]
+    assert seen["exit"] == 0, seen["stderr"]
+    assert_every_client_reached(seen["stdout"])  # through the stand-in's egress proxy, which ended TLS
+    # What the code's environment holds (python's own LC_CTYPE coercion included): no key, no proxy setting, and
+    # every client pointed at the bundle E2B adds its CA to.
+    assert set(json.loads(names.replace("'", '"'))) == {"HOME", "LC_CTYPE", "PATH", *TRUST_VARIABLES}
+    start = [i for i in json.loads((CASSETTES / "the_weather_example.json").read_text())["interactions"]]
+    line = next(i for i in start if i["request"]["path"] == "/process.Process/Start")
+    assert all(
+        f"{n}={E2B_CA_BUNDLE}" in line["request"]["body"]["connect"][0]["json"]["process"]["args"][-1]
+        for n in TRUST_VARIABLES
+    )
     assert SECRET not in seen["stdout"] and VALUE not in seen["stdout"] + seen["stderr"]
     [event] = [e for e in seen["events"] if e.kind == "run"]
     assert event.to_dict()["egress"] == [{"host": HOST, "header": "X-Api-Key", "secret": SECRET}]
@@ -131,12 +171,26 @@ def test_a_session_gets_the_rule_once_at_its_create_and_every_command_the_header
     with provider("a_session_with_egress", folder=CASSETTES, named=NAMED) as server:
         seen = a_session_with_egress(server)
     assert server.problems(final=True) == []  # one create with the rule; each Start as recorded, without the value
-    assert seen["outputs"][0].splitlines()[1] == "200 Paris" and seen["outputs"][1] == "second\n"
+    assert_every_client_reached(seen["outputs"][0])
+    assert seen["outputs"][1] == "second\n"
     commands = [e for e in seen["events"] if e.kind == "command"]
     assert len(commands) == 2 and all(e.egress == ((HOST, "X-Api-Key", SECRET),) for e in commands)
     text = (CASSETTES / "a_session_with_egress.json").read_text()
     assert VALUE not in text and text.count(MARK) == 1
     assert [i["request"]["path"] for i in json.loads(text)["interactions"]].count("/v2/sandboxes") == 1
+
+
+def test_cells_of_a_session_with_egress_trust_e2bs_proxy_python_and_javascript_alike() -> None:
+    with provider("cells_with_egress", folder=CASSETTES, named=NAMED) as server:
+        seen = cells_with_egress(server)
+    assert server.problems(final=True) == []  # the kernel's start and each cell as recorded, without the value
+    assert seen["errors"] == [None, None]
+    said = client_lines(seen["python"])
+    assert set(said) == {"urllib", "requests", "curl", "node"}, seen["python"]
+    assert all(line.startswith("200 ") and json.loads(line[4:])["name"] == "Paris" for line in said.values()), said
+    assert seen["javascript"] == "node 200 Paris\n"
+    text = (CASSETTES / "cells_with_egress.json").read_text()
+    assert VALUE not in text and text.count(MARK) == 1
 
 
 def test_a_team_without_e2bs_network_rules_is_0001_saying_so_and_nothing_runs() -> None:

@@ -81,6 +81,9 @@ class ConformanceTarget:
     ``unavailable``: builds the driver pointed at a backend that is down, for
     the MAIN-SANDBOX-0006 test; None skips it.
     ``hosts``: the hosts the network tests use.
+    ``absent_clients``: ``{"httpx": "why"}``, HTTP clients (``suite._helpers.CLIENTS``) the driver's box image
+    truly lacks, said with the image's source; the egress test of each is skipped with that reason. Every other
+    client must be in the box and reach an egress host trusting only what the box trusts.
     """
 
     driver_id: str
@@ -90,6 +93,7 @@ class ConformanceTarget:
     baseline_env: frozenset[str] = frozenset({"LC_CTYPE"})
     unavailable: DriverFromConfig | None = None
     hosts: NetworkHosts = attrs.field(factory=NetworkHosts)
+    absent_clients: Mapping[str, str] = attrs.field(factory=dict)
 
 
 class StartSpy:

@@ -95,6 +95,19 @@ OUT = f"{HOME}/out"
 FOLDERS = {Folder.WORK: WORK, Folder.OUT: OUT}
 # The only variables a command gets besides the ones it is given: a login shell's would leak the template's.
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The bundle envd appends E2B's egress-proxy CA to, at every create and resume (e2b-dev/infra
+# packages/envd/internal/host/cacerts.go ``CaBundlePath``, from /init's ``caBundle``, api/init.go), and only it:
+# curl and urllib read it, but requests, httpx and pip (certifi), git and node (its own store) do not. With egress
+# headers E2B's proxy ends TLS for the rules' hosts with that CA, so each client is pointed at the bundle.
+E2B_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+TRUST_VARIABLES = (
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "REQUESTS_CA_BUNDLE",
+    "SSL_CERT_FILE",
+)
 
 # E2B's published prices (FAQ): per vCPU-second and per GiB-second of allocated memory.
 PRICE_PER_VCPU_SECOND = Decimal("0.000014")
@@ -126,6 +139,9 @@ ARCHIVE_SLACK = 1024 * 1024
 # Metadata keys on every sandbox the driver creates: the run's or session's id and its tenant.
 META_BOX = "mainsdk_box"
 META_TENANT = "mainsdk_tenant"
+# On a sandbox created with egress headers: a worker that reconnects to the session points its commands at
+# E2B_CA_BUNDLE too (the rules themselves are not listed back).
+META_EGRESS = "mainsdk_egress"
 # What every MAIN-SANDBOX-0006 of this driver ends with (Capabilities.outage_remedy, the README's promise).
 OUTAGE_REMEDY = "check E2B's status and the API key (sandbox.e2b.key, default secret:E2B_API_KEY)"
 _SECRET_REF = re.compile(r"secret:([A-Za-z_][A-Za-z0-9_]*)")  # matched whole: ``$`` lets a final newline by
@@ -238,6 +254,8 @@ class E2BBox:
     stopped: bool = False
     python: str | None = None  # the interpreter of the box's packages (``packages.ENV_PYTHON``), when it has some
     kernel_site: str | None = None  # the folder of the cell kernel's packages, once installed (``KERNEL``)
+    # The box has egress headers: E2B's proxy ends TLS for their hosts, so every command trusts E2B_CA_BUNDLE.
+    egress: bool = False
     # A session's requests go one at a time, in an order set by core's calls, never by network timing: core
     # starts the cell kernel's exec as a task and writes the first cell at once, so without this the kernel's
     # input upload and the cell's write race (and a replay, strict about one sandbox's order, sees them
@@ -373,7 +391,7 @@ class E2BDriver:
             policy = {**policy, "rules": e2b_network_rules(spec.egress)}
         # The box's id (core's run or session id) and its tenant: how a failed create's orphans and a session
         # another worker opened are found again (GET /v2/sandboxes?metadata=, spec/openapi.yml).
-        metadata = {META_BOX: spec.id, META_TENANT: spec.tenant}
+        metadata = {META_BOX: spec.id, META_TENANT: spec.tenant, **({META_EGRESS: "headers"} if spec.egress else {})}
         opts = self._opts()
         asked = time.monotonic()  # E2B's start time comes after this: the cap measured from here is never late
         try:
@@ -407,7 +425,15 @@ class E2BDriver:
             if not isinstance(exc, AuthenticationException):
                 await self._kill_orphans(spec.id)
             raise self._unavailable("create a sandbox", exc, egress=spec.egress) from None
-        box = E2BBox(spec.id, sandbox, sandbox.sandbox_id, asked + lifetime, lifetime, cap_at=asked + self._max_length)
+        box = E2BBox(
+            spec.id,
+            sandbox,
+            sandbox.sandbox_id,
+            asked + lifetime,
+            lifetime,
+            cap_at=asked + self._max_length,
+            egress=bool(spec.egress),
+        )
         if spec.idle is None:
             box.archive_limit = spec.limits.files
         try:
@@ -454,7 +480,7 @@ class E2BDriver:
             raise
         if box.python is not None and command.program in PYTHON_PROGRAMS:
             command = attrs.evolve(command, program=box.python)  # the box's packages are in that environment
-        line = shell_line(command, stdin_path, archive_limit=box.archive_limit, live=live)
+        line = shell_line(command, stdin_path, archive_limit=box.archive_limit, live=live, trust=box.egress)
         box.archive_pid = None
         started = time.monotonic()
         handle: Any = None
@@ -607,7 +633,8 @@ class E2BDriver:
         # is: E2B measures it from the sandbox's start, which the listing gives.
         lifetime = min(math.ceil((spec.idle or 0) + spec.limits.timeout) + SANDBOX_MARGIN, self._max_length)
         cap_at = time.monotonic() + mine[0].started_at.timestamp() + self._max_length - time.time()
-        return E2BBox(spec.id, sandbox, mine[0].sandbox_id, time.monotonic(), lifetime, cap_at=cap_at)
+        egress = (mine[0].metadata or {}).get(META_EGRESS) == "headers"
+        return E2BBox(spec.id, sandbox, mine[0].sandbox_id, time.monotonic(), lifetime, cap_at=cap_at, egress=egress)
 
     @hookimpl
     async def mainsdk_driver_stop(self, box: E2BBox) -> None:
@@ -982,7 +1009,12 @@ _KILL_SESSION = (
 
 
 def shell_line(
-    command: Command, stdin_path: str | None = None, *, archive_limit: int | None = None, live: bool = False
+    command: Command,
+    stdin_path: str | None = None,
+    *,
+    archive_limit: int | None = None,
+    live: bool = False,
+    trust: bool = False,
 ) -> str:
     """The script envd's ``bash -l -c`` runs: the program in a session of its own, then the clean-up.
 
@@ -996,10 +1028,14 @@ def shell_line(
     ``env -i`` leaves the program only ``PATH``, ``HOME`` and the variables it
     was given; their values travel in the request's ``envs``, so the line
     names them but never holds a value. Each argument is quoted: no shell
-    ever reads one.
+    ever reads one. With ``trust`` (a box with egress headers) it also gets
+    ``TRUST_VARIABLES``, each naming ``E2B_CA_BUNDLE``, before the given ones,
+    so a variable the caller gives wins.
     """
     given = [f'{name}="${name}"' for name in sorted(command.env)]
-    words = ["/usr/bin/setsid", '"${w8[@]}"', "/usr/bin/env", "-i", f"PATH={BASE_PATH}", f"HOME={HOME}", *given]
+    trusted = [f"{name}={E2B_CA_BUNDLE}" for name in TRUST_VARIABLES] if trust else []
+    words = ["/usr/bin/setsid", '"${w8[@]}"', "/usr/bin/env", "-i", f"PATH={BASE_PATH}", f"HOME={HOME}"]
+    words += [*trusted, *given]
     program = " ".join(words) + " " + shlex.join([command.program, *command.args])
     # Open the input, then remove it, so the work and out folders hold nothing of it. A live stdin is the script's
     # own (envd's pipe, started with stdin: true), handed on to the program.

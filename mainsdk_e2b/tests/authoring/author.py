@@ -1,6 +1,10 @@
 """Author the e2b cassettes: record the conformance tests against ``fake_e2b.py``, then mark them authored.
 
-    python mainsdk_e2b/tests/authoring/author.py [-k EXPR]
+    python mainsdk_e2b/tests/authoring/author.py [--fresh-tmp] [-k EXPR]
+
+``--fresh-tmp`` (root) runs it all with this host's ``/tmp`` a fresh tmpfs, in a mount namespace of its own:
+the stand-in's commands see this host's ``/tmp`` and ``/proc``, which an E2B VM never does
+(``TestSecrets::test_egress_header_values_are_not_in_the_box`` reads them all). Each cassette it writes says so.
 
 The recorder (``mainsdk-conformance``'s record mode) sits between the real e2b
 SDK and the stand-in, so each request is byte for byte what the SDK sends.
@@ -12,6 +16,7 @@ Re-record live instead with ``mainsdk-conformance record --driver e2b``.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +25,11 @@ HERE = Path(__file__).resolve().parent
 CASSETTES = HERE.parent / "conformance" / "cassettes"
 NOTE = "authored: the real e2b SDK's requests, recorded against fake_e2b.py (written from the SDK's source)"
 # What a stand-in recording's output is: each command (core's cell kernel too) really ran here, through fake_e2b.py.
+FRESH_TMP = (
+    "recorded with the authoring host's /tmp a fresh tmpfs (unshare -m): the stand-in's commands see the host's "
+    "/tmp and /proc, where other checkouts of this suite hold its made-up secret in their source, which an E2B VM "
+    "never does"
+)
 RAN = (
     "fake_e2b.py ran each command for real on the authoring host (core's cell kernel included), so every "
     "output, frame and PNG in it is what the code printed there"
@@ -27,6 +37,12 @@ RAN = (
 
 
 def main(argv: list[str]) -> int:
+    if "--fresh-tmp" in argv:
+        rest = [arg for arg in argv if arg != "--fresh-tmp"]
+        mount = 'mount -t tmpfs none /tmp && exec "$0" "$@"'
+        os.execvp("unshare", ["unshare", "-m", "sh", "-c", mount, sys.executable, __file__, "--in-fresh-tmp", *rest])
+    fresh = "--in-fresh-tmp" in argv
+    argv = [arg for arg in argv if arg != "--in-fresh-tmp"]
     sys.path.insert(0, str(HERE))
     import fake_e2b
     from mainsdk_conformance.cassette import mark_edited
@@ -60,7 +76,7 @@ def main(argv: list[str]) -> int:
         "not TestFaults",
         *argv,
     ]
-    env = {**__import__("os").environ, "E2B_API_KEY": "e2b_" + "ab" * 20}
+    env = {**os.environ, "E2B_API_KEY": "e2b_" + "ab" * 20}
     status = subprocess.run(command, env=env, check=False).returncode
     for path in sorted(CASSETTES.rglob("*.json")):
         data = json.loads(path.read_text())
@@ -77,7 +93,10 @@ def main(argv: list[str]) -> int:
             and RAN not in how
             and not data["meta"].get("edited")
         ):
-            data["meta"]["how"] = f"{how}; {RAN}"
+            data["meta"]["how"] = how = f"{how}; {RAN}"
+            changed = True
+        if written and fresh and FRESH_TMP not in how:
+            data["meta"]["how"] = f"{how}; {FRESH_TMP}"
             changed = True
         if written and data["meta"].get("made") == "authored":
             # Each session's first cell installs the kernel's IPython (mainsdk_driver_kernel_site): its time on

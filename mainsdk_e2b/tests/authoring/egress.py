@@ -6,54 +6,35 @@ The recorder sits between the real e2b SDK and the stand-in, as for the suite (`
 header's value to ``[scrubbed:OPENWEATHER_KEY]`` (``named``). The stand-in checks the create's ``network`` as
 E2B's API does (``fake_e2b.network_problem``) and runs the code for real on this host.
 
-What the stand-in cannot do, and is set by hand (listed in ``meta.edited``): E2B's egress proxy. The rules'
-transform is applied by E2B's proxy outside the VM, whose code is not in e2b-dev/infra (the API validates and
-stores the rules, ``handlers/sandbox_create.go``, and hands them to the orchestrator,
-``orchestrator.proto`` ``SandboxNetworkEgressConfig.rules``; nothing public applies them). The stand-in's
-commands run on the authoring host with no egress of their own, so the weather request cannot reach
-api.openweathermap.org there: its line of stdout ("unreachable ...") is replaced by what the API answers a
-request carrying a valid key ("200 Paris"). Everything else (the requests, the environment the code printed)
-is what ran.
+E2B's egress proxy is the stand-in's own (``fake_egress.py``): for the rules' hosts it ends TLS with a CA appended
+to the system bundle only, as envd appends E2B's (e2b-dev/infra ``packages/envd/internal/host/cacerts.go``), sets
+the rule's headers and answers as the API answers a request with a valid key (this host reaches no internet: the
+answer is OpenWeatherMap's shape, said in ``meta.how``). Nothing is set by hand: every line of stdout is what
+each client printed here, so a driver that leaves a client with its own store records that client's failure.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from mainsdk_conformance.cassette import authored_meta, mark_edited  # noqa: E402
+from packages import unpace_kernel_installs  # noqa: E402
 
 KEY = "e2b_" + "ab" * 20  # what the stand-in is given; scrubbed from every cassette
 HOW = (
     "the real e2b SDK's requests, recorded against fake_e2b.py (which checks a create's network as E2B's API "
-    "does, handlers/sandbox_create.go validateNetworkConfig) and ran the code on the authoring host; "
+    "does, handlers/sandbox_create.go validateNetworkConfig) and ran the code on the authoring host, its egress "
+    "proxy (fake_egress.py) ending TLS for the rules' hosts with a CA appended to the system bundle only, as envd "
+    "does (packages/envd/internal/host/cacerts.go), and answering as api.openweathermap.org answers a valid key; "
     "the egress header's value scrubbed by name"
 )
-
-
-def _set_weather(data: dict[str, Any]) -> None:
-    """Each command's "unreachable ..." line becomes what the API answers with the key set, listed in meta.edited."""
-    for start in [i for i in data["interactions"] if i["request"]["path"] == "/process.Process/Start"]:
-        for frame in start["response"]["body"]["connect"]:
-            out = (((frame.get("json") or {}).get("event") or {}).get("data") or {}).get("stdout")
-            if out is None:
-                continue
-            text = base64.b64decode(out).decode()
-            lines = ["200 Paris\n" if line.startswith("unreachable ") else line for line in text.splitlines(True)]
-            frame["json"]["event"]["data"]["stdout"] = base64.b64encode("".join(lines).encode()).decode()
-    mark_edited(
-        data["meta"],
-        "stdout: the weather line is what api.openweathermap.org answers through E2B's egress proxy with the key "
-        "set (the stand-in has no egress: it printed 'unreachable')",
-    )
 
 
 def main() -> None:
@@ -73,7 +54,6 @@ def main() -> None:
     path = scenarios.CASSETTES / "the_weather_example.json"
     data = json.loads(path.read_text())
     data["meta"] = authored_meta(data["meta"], test=path.stem, how=HOW)
-    _set_weather(data)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
     with e2b_replay.provider(
@@ -83,7 +63,15 @@ def main() -> None:
     path = scenarios.CASSETTES / "a_session_with_egress.json"
     data = json.loads(path.read_text())
     data["meta"] = authored_meta(data["meta"], test=path.stem, how=HOW)
-    _set_weather(data)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+    with e2b_replay.provider("cells_with_egress", upstreams, KEY, scenarios.CASSETTES, named=scenarios.NAMED) as server:
+        print("cells_with_egress", scenarios.cells_with_egress(server, KEY))
+    path = scenarios.CASSETTES / "cells_with_egress.json"
+    data = json.loads(path.read_text())
+    data["meta"] = authored_meta(data["meta"], test=path.stem, how=HOW)
+    for edit in unpace_kernel_installs(data):
+        mark_edited(data["meta"], edit)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
     os.environ["FAKE_E2B_TRANSFORM_RULES"] = "0"  # a team without the network-transform-rules flag

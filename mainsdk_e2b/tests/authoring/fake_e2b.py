@@ -37,6 +37,9 @@ The control plane keeps each sandbox's ``metadata`` and lists by it
 ``FAKE_E2B_CREATE_502=N`` the first N creates make their sandbox and then
 answer 502, as a gateway that lost the answer would.
 
+A create with ``network.rules`` gets E2B's egress proxy for their hosts (``fake_egress.py``): TLS ended with a CA
+envd appends to the system bundle only, so a client that keeps its own store fails as it does on E2B.
+
 Run: python fake_e2b.py  (prints the two base URLs, api and sandbox)
 """
 
@@ -66,6 +69,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "conformance" / "sr
 from mainsdk_conformance.cassette import parse_multipart
 from mainsdk_conformance.profiles import E2B
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_egress import MOUNTS, Egress
+
 ENVD_VERSION = "0.6.13"  # packages/envd/pkg/version.go
 STD_CHUNK_SIZE = 32 << 10  # packages/envd/internal/services/process/handler/handler.go stdChunkSize
 HOME = "/home/user"
@@ -89,6 +95,7 @@ class Box:
         (self.root / "tmp").mkdir()
         (self.root / "opt/mainsdk").mkdir(parents=True)
         self.procs: dict[int, Proc] = {}
+        self.egress: Egress | None = None  # E2B's proxy for the create's network.rules, when it had some
 
     def listed(self) -> dict[str, Any]:
         """The sandbox as ``GET /v2/sandboxes`` lists it (ListedSandbox in spec/openapi.yml)."""
@@ -120,6 +127,8 @@ class Box:
             with contextlib.suppress(OSError):
                 os.kill(proc.popen.pid, signal.SIGKILL)
         kill_under(self.root)
+        if self.egress is not None:
+            self.egress.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -430,7 +439,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 sandbox_id = f"i{next(STATE.ids):03d}fake{os.getpid() % 1000:03d}e2b"
                 template = request.get("templateID", "base")
                 metadata = dict(request.get("metadata") or {})
-                STATE.boxes[sandbox_id] = Box(sandbox_id, template, metadata, float(timeout))
+                number = int(sandbox_id[1:4])
+                made = STATE.boxes[sandbox_id] = Box(sandbox_id, template, metadata, float(timeout))
+            rules = (request.get("network") or {}).get("rules")
+            if rules:
+                made.egress = Egress(made.root, number, rules)
+            with STATE.lock:
                 fail = STATE.creates_to_fail > 0
                 STATE.creates_to_fail -= 1 if fail else 0
             if fail:
@@ -629,7 +643,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         # The sandbox's /opt/mainsdk (the cell kernel's packages, which its start line and cells name as they
         # are, on stdin) at its real path, in a mount namespace of the command's own: the host's /opt is not the
         # VM's. unshare (no --fork) and sh's exec keep the command at the pid started here, as envd's.
-        argv = ["unshare", "-m", "sh", "-c", OPT_MOUNT, "sh", str(box.map("/opt/mainsdk")), *argv]
+        # A sandbox with rules: its proxy's bundle, names and the image's pip too (fake_egress.py).
+        mounts, extra = (MOUNTS + " && ", box.egress.mount_args()) if box.egress is not None else ("", [])
+        argv = ["unshare", "-m", "sh", "-c", mounts + OPT_MOUNT, "sh", *extra, str(box.map("/opt/mainsdk")), *argv]
         env = dict(process.get("envs") or {})
         env.setdefault("PATH", os.environ.get("PATH", "/usr/bin:/bin"))
         # envd gives a command its user's HOME and USER; here the stand-in's home, so no profile of this host runs.

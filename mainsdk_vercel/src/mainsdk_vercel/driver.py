@@ -116,7 +116,9 @@ CAP_SLACK = 5.0
 # never following them) so one read brings every out file back. Its exit status is the code's (128 + N for
 # signal N, the shell's convention).
 # Bash itself adds PWD, OLDPWD, SHLVL and _ to what its children get; ``env -u`` takes back those the caller did
-# not give, so the code's environment holds only what was given (plus the image's own). The script's own tools
+# not give, so the code's environment holds only what was given (plus the image's own: with header transforms,
+# the variables Vercel sets so every client trusts its firewall's CA, SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+# NODE_EXTRA_CA_CERTS and the like, which the code needs and this script keeps). The script's own tools
 # are found with ``command -p`` (the system's default PATH), so a PATH given to the code cannot replace them.
 # A stdin file (a cell interpreter's token, long code) is opened, then removed before the code starts: the code
 # reads it on its stdin, and nothing in the box can read it from the disk afterwards. A stdin of "-" is the

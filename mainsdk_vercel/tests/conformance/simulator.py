@@ -63,6 +63,18 @@ SESSIONS = "/v2/sandboxes/sessions/"
 # The API takes JSON bodies up to 1 MB: vercel-sandbox 0.10.0 sends stdin in 512 KiB chunks "keeping the base64 JSON
 # body under the API's 1 MB limit" (``_internal/process_stdin.py``, STDIN_CHUNK_SIZE).
 STDIN_BODY_LIMIT = 1024 * 1024
+# A sandbox with transforms: the variables Vercel sets for its clients (see ``Sandbox``), naming the system bundle
+# its CA is in; the bundle and the hosts' names bound in each command's mount namespace.
+SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+TRUST_VARIABLES = (
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "REQUESTS_CA_BUNDLE",
+    "SSL_CERT_FILE",
+)
+EGRESS_MOUNTS = f'mount --bind "$1" {SYSTEM_BUNDLE} && mount --bind "$2" /etc/hosts && shift 2'
 
 
 class Command:
@@ -79,20 +91,29 @@ class Command:
         self.cond = threading.Condition()
         self.exit_code: int | None = None
         args = [sandbox.map(a) for a in body.get("args", [])]
-        env = {"PATH": f"{sandbox.venv}/bin:{sandbox.bin}:/usr/bin:/bin", "HOME": sandbox.top, **body.get("env", {})}
+        env = {"PATH": f"{sandbox.venv}/bin:{sandbox.bin}:/usr/bin:/bin", "HOME": sandbox.top}
+        firewall = sandbox.firewall()
+        if firewall is not None:
+            env.update(dict.fromkeys(TRUST_VARIABLES, SYSTEM_BUNDLE))  # the VM's own, set by Vercel (see Sandbox)
+        env.update(body.get("env", {}))
         # The VM's /tmp: the sandbox's own (every command of it sees the same one, as in one VM), never the host's,
         # bound at its real path in a mount namespace of the command's. The VM does not share the app's files.
         # No network unless the policy is allow-all: a deny-all VM reaches nothing, and a custom policy reaches
         # named hosts only by TLS SNI, which this stand-in has no firewall to tell (so it reaches nothing: where
-        # it errs, it errs on the strict side).
+        # it errs, it errs on the strict side); a sandbox with transforms reaches their hosts' firewall stand-in.
         policy = sandbox.body.get("networkPolicy") or {"mode": "allow-all"}
-        isolate = [] if policy == {"mode": "allow-all"} else ["-n"]
+        isolate = [] if policy == {"mode": "allow-all"} or firewall is not None else ["-n"]
         # /opt/mainsdk too: the cell kernel's packages, which the driver installs there and cells name as they are.
         mounts = (
             'mount --bind "$1" /tmp && mount -t tmpfs none /opt && mkdir /opt/mainsdk '
             '&& mount --bind "$2" /opt/mainsdk && shift 2 && unset PWD && exec "$@"'
         )
         wrapper = ["unshare", "-m", *isolate, "sh", "-c", mounts, "sh", sandbox.tmp, sandbox.opt]
+        if firewall is not None:
+            # The firewall's CA in the system store and its hosts' names at its proxy: bound before the rest.
+            bound = f'{EGRESS_MOUNTS} && exec "$@"'
+            files = [str(firewall.bundle), str(firewall.hosts)]
+            wrapper = ["unshare", "-m", "sh", "-c", bound, "sh", *files, *wrapper[2:]]
         # Live stdin (``attachStdin``): a pipe the stdin endpoint writes to; without it the command's stdin is empty.
         self.attached = body.get("attachStdin") is True
         self.stdin_written = 0  # bytes the command has received on its stdin (the endpoint's ``bytesWritten``)
@@ -214,6 +235,26 @@ class Sandbox:
         self.venv = os.path.join(self.bin, "venv")
         subprocess.run([PYTHON, "-m", "venv", "--without-pip", self.venv], check=True, capture_output=True)
         self.commands: dict[str, Command] = {}
+        # Vercel's firewall ends TLS for the hosts with a transform, to set their headers (changelog "Safely inject
+        # credentials in HTTP headers"; "selective TLS MITM: only domains with transform rules get terminated").
+        # Its certificate is trusted the way Vercel does it, as e2b-dev/E2B issue 1160 describes Vercel's
+        # approach (Vercel's docs and github vercel/sandbox say nothing of it): a per-sandbox CA "injected into
+        # system trust store" and "env vars set for all common clients (NODE_EXTRA_CA_CERTS, SSL_CERT_FILE,
+        # REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, PIP_CERT, etc.)". Here: the CA appended to the system bundle,
+        # which every command's environment names (TRUST_VARIABLES), beneath what the command is given.
+        # Such a sandbox reaches its transform hosts' stand-in (no -n), named in its own /etc/hosts.
+        self.egress: Any = None  # made at the first command (``firewall``): a create alone needs none
+        transforms = (
+            {
+                host: {k: v for t in rules[0].get("transform") or [] for k, v in (t.get("headers") or {}).items()}
+                for host, rules in ((body.get("networkPolicy") or {}).get("allow") or {}).items()
+                if isinstance(rules, list) and rules and isinstance(rules[0], dict) and rules[0].get("transform")
+            }
+            if isinstance((body.get("networkPolicy") or {}).get("allow"), dict)
+            else {}
+        )
+        self.transforms = transforms
+        self.egress_lock = threading.Lock()
         # A session is ``pending`` while its VM boots, and the create answers before it is ready: the official
         # Python client polls the sandbox until ``running`` (vercel-sandbox 0.10.0, ``_internal/service.py``,
         # ``_wait_for_ready_sandbox``: ready is running; stopped, failed and aborted are terminal; pending,
@@ -224,6 +265,17 @@ class Sandbox:
         self.status = "pending" if pending > 0 else "running"
         self.arm()
         self.created = int(time.time() * 1000)
+
+    def firewall(self) -> Any:
+        """The firewall stand-in for the transforms' hosts (None without any), made on first use: it needs
+        ``cryptography``, which only a test that runs commands in such a sandbox (the egress authoring) has."""
+        with self.egress_lock:
+            if self.transforms and self.egress is None:
+                from mainsdk_conformance.egress_standin import TlsEgress
+
+                number = 0x100 + int(self.session_id[-4:])
+                self.egress = TlsEgress(Path(self.top), number, self.transforms, "vercel-sim")
+            return self.egress
 
     def map(self, path: str) -> str:
         """A sandbox path in the host folder."""
@@ -288,6 +340,8 @@ class Sandbox:
         # child a command started keeps its cwd there).
         subprocess.run(["pkill", "-KILL", "-f", self.top], check=False)
         _kill_working_in(self.top)
+        if self.egress is not None:
+            self.egress.close()
         shutil.rmtree(self.top, ignore_errors=True)
         shutil.rmtree(self.bin, ignore_errors=True)
         shutil.rmtree(self.tmp, ignore_errors=True)

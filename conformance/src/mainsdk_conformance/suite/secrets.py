@@ -11,11 +11,12 @@ import hashlib
 import json
 from typing import Any
 
-from mainsdk import secret
+import pytest
+from mainsdk import Capabilities, secret
 from mainsdk.errors import SECRET_NOT_ALLOWED
 
-from mainsdk_conformance.marks import LIVE, requires
-from mainsdk_conformance.suite._helpers import ORIGIN_BODY, refused
+from mainsdk_conformance.marks import LIVE, requires, requires_cells_language
+from mainsdk_conformance.suite._helpers import CLIENTS, ORIGIN_BODY, client_lines, clients_code, refused
 from mainsdk_conformance.target import (
     EGRESS_ORIGIN_CA,
     OTHER_SECRET,
@@ -27,6 +28,8 @@ from mainsdk_conformance.target import (
 )
 
 EGRESS_HEADER = "X-Conformance-Key"
+# The clients no image need have: a driver that declares packages gets them as code would (``sandbox.packages``).
+CLIENT_PACKAGES = {"requests": "requests==2.32.3", "httpx": "httpx==0.28.1", "pip": "pip==24.3.1"}
 
 
 def _egress(host: str) -> dict[str, Any]:
@@ -86,6 +89,47 @@ class TestSecrets:
         run = [e for e in built.events if e.kind == "run"]
         assert [e.egress for e in run] == [((hosts.allowed, EGRESS_HEADER, SECRET),)]
         assert all(SECRET_VALUES[SECRET] not in text for text in iter_strings([e.to_dict() for e in built.events]))
+
+    @requires("egress_headers", LIVE)
+    @pytest.mark.parametrize("client", CLIENTS)
+    def test_every_client_of_the_box_gets_the_egress_header_trusting_only_the_box(
+        self,
+        conformance: Conformance,
+        conformance_egress_origin: Any,
+        conformance_capabilities: Capabilities,
+        client: str,
+    ) -> None:
+        # An egress that ends TLS to set the header must make every common client trust it: curl and urllib read
+        # the system's bundle, requests and httpx certifi's, node its own store (issue 31: E2B's CA was in the
+        # system bundle only). The code trusts nothing more than its box; its own header of that name is replaced.
+        why = conformance.target.absent_clients.get(client)
+        if why is not None:
+            pytest.skip(f"driver {conformance.driver_id}'s box has no {client}: {why}")
+        hosts = conformance.target.hosts
+        pin = CLIENT_PACKAGES.get(client) if conformance_capabilities.packages else None
+        built = conformance.build({"sandbox": {"packages": {"python": [pin]}}} if pin else None)
+        url = f"https://{hosts.allowed}:{conformance_egress_origin.port}/"
+        code = clients_code(url, [client], {"x-conformance-key": "mine"})
+        result = built.sandbox.run(code, network=[hosts.allowed], egress=_egress(hosts.allowed))
+        # pip reads the origin's answer as an index page it will not take (no Content-Type): reached all the same.
+        reached = f"200 {ORIGIN_BODY.decode()}" if client != "pip" else "reached an index page"
+        assert client_lines(result.stdout) == {client: reached}, result.stdout + result.stderr
+        assert conformance_egress_origin.values(hosts.allowed, EGRESS_HEADER) == [[SECRET_VALUES[SECRET]]]
+        assert SECRET_VALUES[SECRET] not in result.stdout + result.stderr
+
+    @requires("egress_headers", LIVE)
+    @requires_cells_language("javascript")
+    def test_a_javascript_cell_of_a_session_with_egress_gets_the_header_trusting_only_the_box(
+        self, conformance: Conformance, conformance_egress_origin: Any
+    ) -> None:
+        # The cells' kernel starts as one of the session's commands: node in it must trust the egress too.
+        hosts = conformance.target.hosts
+        url = f"https://{hosts.allowed}:{conformance_egress_origin.port}/"
+        code = f"const answer = await fetch({url!r});\nconsole.log(answer.status, await answer.text());"
+        with conformance.sandbox().create(network=[hosts.allowed], egress=_egress(hosts.allowed)) as session:
+            cell = session.run_code(code, language="javascript")
+        assert (cell.error, cell.stdout) == (None, f"200 {ORIGIN_BODY.decode()}\n")
+        assert conformance_egress_origin.values(hosts.allowed, EGRESS_HEADER) == [[SECRET_VALUES[SECRET]]]
 
     @requires("egress_headers")
     def test_egress_header_values_are_not_in_the_box(self, conformance: Conformance) -> None:
