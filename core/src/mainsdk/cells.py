@@ -15,9 +15,11 @@ import base64
 import binascii
 import collections
 import contextlib
+import contextvars
 import importlib.resources
 import inspect
 import json
+import re
 import secrets as token
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -174,6 +176,7 @@ class _KernelStream:
         self.frame_ready = asyncio.Event()
         self.err_ready = asyncio.Event()
         self.frame_too_large = asyncio.Event()
+        self.live_bytes = 0  # the running cell's live display frames, in bytes: bounded as one frame is
 
     def begin(self, collector: OutputCollector) -> None:
         """Start a cell: its output goes to ``collector`` (the stray output first)."""
@@ -181,6 +184,7 @@ class _KernelStream:
         self.frames.clear()
         self.frame_ready.clear()
         self.err_ready.clear()
+        self.live_bytes = 0
         for stream, data in self._stray:
             self._emit(stream, data)
         self._stray.clear()
@@ -215,7 +219,15 @@ class _KernelStream:
                 raw = bytes(self._frame)
                 self._frame = None
                 data = data[newline + 1 :]
-                live = _parse_frame(raw) if raw.startswith(b'{"cell": ') and b'"display": ' in raw else None
+                live = None
+                if raw.startswith(b'{"cell": ') and b'"display": ' in raw and b'"code_sha256": ' not in raw:
+                    # Every live frame of a cell counts, parsed or not: past the bound of one frame in all, the
+                    # cell stops at ``output`` (the supervisor's own, lower bound stops it first, state kept).
+                    self.live_bytes += len(raw)
+                    if self.live_bytes > self._frame_limit:
+                        self.frame_too_large.set()
+                        return
+                    live = _parse_frame(raw)
                 if live is not None and "display" in live and "code_sha256" not in live:
                     # A display output while the cell runs (``on_result``), never the cell's end.
                     if self.on_display is not None and self.collector is not None:
@@ -335,6 +347,10 @@ class Kernel:
         self._sent = 0  # cells sent to the current kernel
         self._started_before = False
         self._lock = asyncio.Lock()
+        # Every secret value a cell of this interpreter was given (``run_code(env=...)``): a thread or a background
+        # job that cell left can print it in any later cell, so each is redacted for the interpreter's whole life.
+        self._given: dict[bytes, None] = {}
+        self._cell: object | None = None  # the running cell's marker, in ``_CALLBACK_OF`` for its callbacks
 
     @property
     def alive(self) -> bool:
@@ -384,6 +400,7 @@ class Kernel:
 
     async def restart(self) -> None:
         """End the kernel once no cell runs in it (a running cell ends first); the next cell starts an empty one."""
+        self.refuse_own_callback("restart")
         async with self._lock:
             self._refuse_closed()
             await self.kill()
@@ -417,8 +434,25 @@ class Kernel:
         """Run one cell; see ``AsyncSession.run_code``. ``blocking``: for the synchronous API, whose callbacks are
         plain functions (an ``async def`` there is refused: nothing of the app's awaits on that loop). ``env``: the
         cell's own variables over the session's, for this cell only (checked as a run's env)."""
+        self.refuse_own_callback("run_code")
         async with self._lock:
-            return await self._run(code, language, timeout, callbacks, blocking, env)
+            marker = self._cell = object()
+            try:
+                return await self._run(code, language, timeout, callbacks, blocking, env, marker)
+            finally:
+                self._cell = None
+
+    def refuse_own_callback(self, call: str) -> None:
+        """MAIN-SANDBOX-0001 when awaited from a callback of this interpreter's running cell: the call would wait
+        for that cell, which waits for the callback (the synchronous twin refuses such a call the same way)."""
+        if self._cell is not None and _CALLBACK_OF.get() is self._cell:
+            raise SandboxError(
+                errors.INVALID_OPTION,
+                f"{call} on interpreter {self.id!r} was awaited from on_output, on_result or on_error of that "
+                "interpreter's own running cell, which would deadlock (the cell waits for its callbacks); call it "
+                "after run_code returns, or use another interpreter (session.interpreter(...))",
+                ran=False,
+            )
 
     async def _run(
         self,
@@ -428,6 +462,7 @@ class Kernel:
         callbacks: CellCallbacks,
         blocking: bool,
         env: Mapping[str, str | SecretRef] | None,
+        marker: object,
     ) -> CellResult:
         session = self._session
         lifecycle = session.lifecycle
@@ -444,7 +479,7 @@ class Kernel:
         )
 
         def plan() -> tuple[_Listeners, str, CommandPlan, tuple[dict[str, str], tuple[bytes, ...]]]:
-            listeners = _Listeners(callbacks, blocking)
+            listeners = _Listeners(callbacks, blocking, marker)
             checked_language = cell_language(language)
             if checked_language != self.language:
                 raise arguments.invalid(
@@ -518,7 +553,8 @@ class Kernel:
         session = self._session
         plan = session.opened.plan
         env, cell_secrets = cell_env
-        secret_values = (*plan.secret_values, *cell_secrets)
+        self._given.update(dict.fromkeys(cell_secrets))
+        secret_values = (*plan.secret_values, *self._given)
         on_output: Listener | None = listeners.output if listeners.has_output else None
         restarted = False
         if not self.alive:
@@ -531,8 +567,9 @@ class Kernel:
         collector = OutputCollector(plan.limits.output, secret_values, on_output, label=cell_id)
         redact = NameRedactor(secret_values)
         shown: dict[tuple[int, str], RichResult] = {}  # what came live, by (display, mime): each result once
-        # Live results are the box's words: at most limits.files bytes of them in all (the kernel's own bound on a
-        # cell's results), each counted with some overhead, so a cell spamming displays cannot fill the app.
+        # Results are the box's words: at most limits.files bytes of them in all (the kernel's own bound on a
+        # cell's results), each counted with some overhead, so a cell spamming displays cannot fill the app; the
+        # live ones and those only the end frame lists share this one room.
         room = [plan.limits.files]
 
         def on_display(live: dict[str, Any]) -> None:
@@ -541,12 +578,8 @@ class Kernel:
                 key = _display_key(item)
                 if key is None or key in shown:
                     continue
-                data = item.get("data") if isinstance(item, dict) else None
-                cost = (len(data) if isinstance(data, str) else 0) + LIVE_OVERHEAD
-                if cost > room[0]:
-                    room[0] = 0
+                if not _take_room(room, item):
                     return
-                room[0] -= cost
                 rich = self._rich(item, number, len(shown) + index, redact)
                 if rich is not None:
                     shown[key] = rich
@@ -610,7 +643,7 @@ class Kernel:
         ending, error, frame, state_kept = outcome
         stop = stop_reason(attrs.evolve(ending, cost_bound=cost_bound))
         stdout, stderr = collector.finish()
-        results, dropped = self._results(frame, number, redact, shown)
+        results, dropped = self._results(frame, number, redact, shown, room)
         for rich in results:
             if not any(rich is seen for seen in shown.values()):
                 listeners.call("on_result", rich)  # not sent live (a kernel that sends no display frames)
@@ -685,6 +718,7 @@ class Kernel:
         number: int,
         redact: NameRedactor,
         shown: dict[tuple[int, str], RichResult],
+        room: list[int],
     ) -> tuple[tuple[RichResult, ...], int]:
         if frame is None:
             return (), 0
@@ -696,7 +730,9 @@ class Kernel:
             key = _display_key(item)
             result = shown.get(key) if key is not None else None  # the one that came live, never kept twice
             if result is None:
-                result = self._rich(item, number, len(shown) + index, redact)
+                # Not sent live: it takes its room now, as a live one did (what the room cannot hold is dropped).
+                fits = _take_room(room, item)
+                result = self._rich(item, number, len(shown) + index, redact) if fits else None
             if result is None:
                 dropped += 1
             else:
@@ -724,7 +760,7 @@ class Kernel:
         elif is_binary(mime):
             return None  # a binary form must come base64
         else:
-            data = redact(text)
+            data = redact(_valid_text(text))
         raw = data if isinstance(data, bytes) else data.encode()
         if len(raw) <= INLINE_LIMIT:
             return RichResult(mime, data, display=display, main=main)
@@ -749,7 +785,8 @@ class _Listeners:
     exception of any callback, raised when called or awaited, is kept in ``error`` and then none is called more.
     """
 
-    def __init__(self, callbacks: CellCallbacks, blocking: bool) -> None:
+    def __init__(self, callbacks: CellCallbacks, blocking: bool, marker: object = None) -> None:
+        self._marker = marker  # the cell's, in ``_CALLBACK_OF`` while its callbacks are awaited
         why = _SYNC_REFUSAL if blocking else ""
         self._functions: dict[str, Callable[..., object] | None] = {
             "on_output": arguments.callback(
@@ -807,6 +844,7 @@ class _Listeners:
             self._worker = self._loop.create_task(self._work())
 
     async def _work(self) -> None:
+        _CALLBACK_OF.set(self._marker)  # this task's own context: what the callbacks await (and start) sees it
         while self._pending and self.error is None and not self._closed:
             name, awaitable = self._pending.popleft()
             try:
@@ -834,6 +872,35 @@ class _Listeners:
             self._worker.cancel()
         while self._pending:
             _discard(self._pending.popleft()[1])
+
+
+# The cell whose callback is being awaited (its interpreter's marker): ``Kernel.refuse_own_callback`` reads it.
+_CALLBACK_OF: contextvars.ContextVar[object | None] = contextvars.ContextVar("mainsdk_cell_callback", default=None)
+
+
+def _take_room(room: list[int], item: object) -> bool:
+    """Whether one result item fits in what is left of the cell's results room (then taken); once one does
+    not, none does (the room is spent: the order of the results is kept)."""
+    data = item.get("data") if isinstance(item, dict) else None
+    cost = (len(data) if isinstance(data, str) else 0) + LIVE_OVERHEAD
+    if cost > room[0]:
+        room[0] = 0
+        return False
+    room[0] -= cost
+    return True
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid_text(text: str) -> str:
+    """``text`` as valid Unicode: a lone surrogate (JSON's ``\\ud800`` alone) becomes U+FFFD, as invalid UTF-8
+    output does; the box chose it, and nothing past here could encode it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
 
 
 def _discard(awaitable: Awaitable[object]) -> None:
@@ -870,7 +937,7 @@ def _display_key(item: object) -> tuple[int, str] | None:
 def _parse_frame(raw: bytes) -> dict[str, Any] | None:
     try:
         frame = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # a box's JSON nested past the parser's depth is malformed too
         return None
     return frame if isinstance(frame, dict) else None
 
@@ -878,6 +945,6 @@ def _parse_frame(raw: bytes) -> dict[str, Any] | None:
 def _cell_error(data: dict[str, Any], redact: NameRedactor) -> CellError:
     def text(key: str) -> str:
         value = data.get(key)
-        return redact(value[:TEXT_LIMIT]) if isinstance(value, str) else ""
+        return redact(_valid_text(value[:TEXT_LIMIT])) if isinstance(value, str) else ""
 
     return CellError(text("name"), text("value"), text("traceback"))

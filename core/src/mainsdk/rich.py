@@ -95,7 +95,8 @@ class Display:
     def chart(self) -> Any:
         """A figure's chart form, parsed (``{"type": "bar", "title": ..., "elements": [...]}``), or None.
 
-        The shape of E2B's ``result.chart`` (``docs/notebooks-and-agents.md``)."""
+        The shape of E2B's ``result.chart`` (``docs/notebooks-and-agents.md``). None too when the form is not
+        JSON Python can parse (nested deeper than its parser goes, about 1,000 levels)."""
         return self._json(CHART_MIME)
 
     @property
@@ -110,7 +111,7 @@ class Display:
             return None  # absent, or kept as a file (over INLINE_LIMIT): read it with sandbox.files.read
         try:
             return json.loads(form.data)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: no form to read
             return None
 
 
