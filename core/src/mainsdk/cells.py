@@ -638,6 +638,17 @@ class Kernel:
                 ran=None,
                 retryable=False,
             )
+        if frame is not None and frame.get("not_run") is True:
+            # The supervisor never sent the code: what an earlier cell left held the interpreter (kernel docstring).
+            await self.kill()
+            raise SandboxError(
+                errors.DRIVER_UNAVAILABLE,
+                f"cell {number}: the interpreter was not waiting for a cell (code an earlier cell left, a signal "
+                "handler, a trap or a callback, holds it), so this cell's code was not run; the interpreter was "
+                "ended and the next cell starts a new one",
+                ran=False,
+                retryable=False,
+            )
         # Measured here, never taken from the frame: the cost is charged on it, and the cell could forge a frame.
         duration = time.monotonic() - started
         ending, error, frame, state_kept = outcome
@@ -687,8 +698,10 @@ class Kernel:
                 await self.kill()
                 error = CellError("KernelError", "the interpreter answered with a malformed frame", "")
                 return Ending(), error, None, False
-            # The kernel interrupted the cell at its time limit and kept its state.
-            return Ending(timed_out=frame.get("stop") == "timeout"), None, frame, True
+            # The kernel interrupted the cell at its time limit, or past its bound of display frames, and kept its
+            # state.
+            stop = frame.get("stop")
+            return Ending(output_cut=stop == "output", timed_out=stop == "timeout"), None, frame, True
         if not task.done():
             # Neither an answer nor an exit past the timeout and its grace: the interpreter is stuck.
             await self.kill()
