@@ -1,10 +1,10 @@
 """Cells: Python code run in an interpreter that lives as long as its session, as a notebook runs it.
 
-The interpreter is ``mainsdk/_kernel.py`` (standard library only), started in the session's box with the
+The interpreter is the kernel package ``mainsdk/kernel/`` (standard library only), started in the session's box with the
 driver's ordinary exec hook and left running; each cell is one line the app sends on that command's live
 stdin (``Command.input``), a channel nothing in the box can write. So any driver that can keep one command
 running in a session, and feed it a live stdin, gets cells, and the interpreter is a process in the box under
-the box's limits. See ``_kernel.py`` for the protocol: a supervisor that holds the token and watches an
+the box's limits. See ``mainsdk.kernel`` for the protocol: a supervisor that holds the token and watches an
 executor process, which runs the cells.
 """
 
@@ -15,7 +15,6 @@ import base64
 import binascii
 import collections
 import contextlib
-import importlib.resources
 import inspect
 import json
 import secrets as token
@@ -31,6 +30,8 @@ from mainsdk.audit import code_sha256
 from mainsdk.driver import CELL_LANGUAGES, Command, ExecOutcome, InputStream, StopReason
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered
+from mainsdk.kernel.protocol import MARK, TEXT_LIMIT, UNSUPPORTED_EXIT, WATCHDOG_EXIT
+from mainsdk.kernel_start import kernel_command
 from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
 from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
 from mainsdk.redact import NameRedactor
@@ -41,9 +42,6 @@ from mainsdk.units import MAX_TIMEOUT
 
 GRACE = 1.0  # after KeyboardInterrupt, how long a cell has to stop before the interpreter is ended
 BACKSTOP = 3.0  # past the grace, how long the app waits before it kills the interpreter itself
-TEXT_LIMIT = 64 * 1024  # an error's value and traceback are cut to this many characters in the box
-WATCHDOG_EXIT = 124  # the kernel's exit status when it ended itself at a cell's timeout + grace
-UNSUPPORTED_EXIT = 125  # the kernel's exit status when the box gives it no way to watch its executor
 _EXTENSIONS = {
     "image/png": "png",
     "image/jpeg": "jpg",
@@ -138,20 +136,6 @@ class CellResult:
     def stop_code(self) -> str | None:
         """The seed's code for the stop, or None."""
         return errors.STOP_CODES[self.stop] if self.stop else None
-
-
-def kernel_source() -> str:
-    """The text of the kernel the box runs: the data forms of charts and frames (when present), then the kernel,
-    with its node and bash executors' sources in it."""
-    package = importlib.resources.files("mainsdk")
-    executors = {
-        "node": package.joinpath("_kernel_node.js").read_text("utf-8"),
-        "bash": package.joinpath("_kernel_bash.sh").read_text("utf-8"),
-    }
-    kernel = package.joinpath("_kernel.py").read_text("utf-8")
-    kernel = kernel.replace("\nEXECUTORS = {}\n", f"\nEXECUTORS = {executors!r}\n", 1)
-    forms = package.joinpath("_kernel_forms.py")
-    return (forms.read_text("utf-8") + "\n\n" + kernel) if forms.is_file() else kernel
 
 
 class _KernelStream:
@@ -349,17 +333,20 @@ class Kernel:
         secret = token.token_hex(16)
         # A frame's JSON escapes at most 6 characters per one of a result's (a base64 PNG: none).
         self._stream = _KernelStream(
-            f"\x1e{secret}:".encode(), f"\x1e{secret}:end\n".encode(), 8 * session.opened.plan.limits.files + (2 << 20)
+            f"{MARK}{secret}:".encode(),
+            f"{MARK}{secret}:end\n".encode(),
+            8 * session.opened.plan.limits.files + (2 << 20),
         )
-        # The token goes first on stdin, not argv: it never shows in the box's /proc/<pid>/cmdline. The same
-        # stdin then stays open for the cells (``Command.input``): only the app writes there.
+        # The token and the kernel's package go on stdin, not argv: neither shows in the box's /proc/<pid>/cmdline,
+        # and only the app writes there. The same stdin then stays open for the cells (``Command.input``).
         self._input = InputStream()
         # The start line: which interpreter the kernel runs, in which folder, with which packages of its own.
         start = {"language": self.language, "cwd": self.cwd, "site": list(self.site)}
+        program, args, stdin = kernel_command(secret, start)
         command = Command(
-            "python3",
-            ("-I", "-u", "-c", kernel_source()),
-            stdin=f"{secret}\n".encode() + json.dumps(start).encode() + b"\n",
+            program,
+            args,
+            stdin=stdin,
             timeout=MAX_TIMEOUT,
             env=session.opened.plan.env,
             input=self._input,
