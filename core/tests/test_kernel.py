@@ -181,6 +181,29 @@ def test_the_start_line_names_the_folder_and_the_kernels_own_packages_and_a_bad_
         assert refused.proc.stderr is not None and why in refused.proc.stderr.read(), start
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    found = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            found += _tree(int(child))
+    return found
+
+
+def test_no_kernel_process_carries_the_kernel_on_its_command_line(tmp_path: Path) -> None:
+    # A package far past what one argument may hold (131,072 bytes fail with E2BIG): a padding module.
+    padded = {**kernel_files(), "padding.py": f"PAD = {'x' * (600 * 1024)!r}\n"}
+    for language, code in (("python", "import mainsdk_kernel.padding as p\nlen(p.PAD)"), ("bash", "echo 1")):
+        running = Kernel(padded, {"language": language, "cwd": str(tmp_path), "site": []})
+        out, frame, _ = running.cell(code)
+        assert frame["error"] is None and (
+            out == b"1\n" if language == "bash" else frame["results"][0]["data"] == "614400"
+        )
+        lines = {pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid in _tree(running.proc.pid)}
+        assert len(lines) == 2 and max(len(line) for line in lines.values()) <= 16 * 1024, lines
+        assert running.close() == 0
+
+
 def test_each_display_output_comes_as_a_live_frame_before_the_end_frame(kernel: tuple[Kernel, str]) -> None:
     running, _ = kernel
     out, frame, _ = running.cell("print('before')\n6 * 7")

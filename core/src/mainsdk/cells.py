@@ -18,6 +18,7 @@ import contextlib
 import inspect
 import json
 import secrets as token
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
@@ -33,9 +34,9 @@ from mainsdk.hosts import host_covered
 from mainsdk.kernel.protocol import MARK, TEXT_LIMIT, UNSUPPORTED_EXIT, WATCHDOG_EXIT
 from mainsdk.kernel_start import kernel_command
 from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
-from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
+from mainsdk.limits import QUIET_RELEASE, Listener, OutputCollector, cost_of, signal_status
 from mainsdk.redact import NameRedactor
-from mainsdk.rich import INLINE_LIMIT, Display, RichResult, group_displays, is_binary, is_mime
+from mainsdk.rich import INLINE_LIMIT, Display, RichResult, group_displays, is_binary, is_mime, rich_entry
 from mainsdk.secrets import SecretRef
 from mainsdk.session_runtime import SessionRuntime
 from mainsdk.units import MAX_TIMEOUT
@@ -136,6 +137,67 @@ class CellResult:
     def stop_code(self) -> str | None:
         """The seed's code for the stop, or None."""
         return errors.STOP_CODES[self.stop] if self.stop else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of the result (as ``RunResult.to_dict``): each rich result with its display index."""
+        data = attrs.asdict(self)
+        data["cost"] = str(self.cost)
+        data["results"] = [{**rich_entry(r), "display": r.display, "main": r.main} for r in self.results]
+        data["ok"], data["text"], data["stop_code"] = self.ok, self.text, self.stop_code
+        return data
+
+    def to_json(self) -> str:
+        """``to_dict`` as JSON text."""
+        return json.dumps(self.to_dict())
+
+
+class _OutputLines:
+    """A cell's output as ``on_output`` gets it: each line one chunk, as a notebook's clients read it.
+
+    A line that came in pieces (one ``print`` of several arguments, a pipe read that cut it) is joined: its start
+    is held until its newline comes, or for ``QUIET_RELEASE`` at most (the pause after which the redactor, too,
+    releases what it held), or until ``HELD_LIMIT`` bytes of it are held; a chunk of several lines is one call per
+    line. Fed on the event loop's thread or a driver's own (the timer is armed on the loop either way).
+    """
+
+    HELD_LIMIT = 1 << 20
+
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
+        self._held: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+        self._lock = threading.Lock()
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def feed(self, stream: str, data: bytes) -> None:
+        """A released chunk of ``stream``: its complete lines go on now, one call each; the rest is held."""
+        with self._lock:
+            held = self._held[stream] + data
+            end = held.rfind(b"\n") + 1
+            complete, rest = (held[:end], held[end:]) if len(held) - end < self.HELD_LIMIT else (held, b"")
+            self._held[stream] = rest
+        *lines, last = complete.split(b"\n")
+        for line in lines:
+            self._listener(stream, line + b"\n")
+        if last:
+            self._listener(stream, last)  # a start of a line past HELD_LIMIT
+        if rest:
+            self._loop.call_soon_threadsafe(self._arm)
+
+    def _arm(self) -> None:
+        if self._timer is None:
+            self._timer = self._loop.call_later(QUIET_RELEASE, self.flush)
+
+    def flush(self) -> None:
+        """Release every held start of a line now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for stream in ("stdout", "stderr"):
+            with self._lock:
+                held, self._held[stream] = self._held[stream], b""
+            if held:
+                self._listener(stream, held)
 
 
 class _KernelStream:
@@ -506,7 +568,8 @@ class Kernel:
         plan = session.opened.plan
         env, cell_secrets = cell_env
         secret_values = (*plan.secret_values, *cell_secrets)
-        on_output: Listener | None = listeners.output if listeners.has_output else None
+        lines = _OutputLines(listeners.output) if listeners.has_output else None
+        on_output: Listener | None = lines.feed if lines is not None else None
         restarted = False
         if not self.alive:
             restarted = self._started_before
@@ -597,6 +660,8 @@ class Kernel:
         ending, error, frame, state_kept = outcome
         stop = stop_reason(attrs.evolve(ending, cost_bound=cost_bound))
         stdout, stderr = collector.finish()
+        if lines is not None:
+            lines.flush()  # the last line's end, when the cell left it without one
         results, dropped = self._results(frame, number, redact, shown)
         for rich in results:
             if not any(rich is seen for seen in shown.values()):

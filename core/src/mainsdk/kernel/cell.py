@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from .protocol import TEXT_LIMIT
@@ -132,3 +133,27 @@ def str_of(exc: BaseException) -> str:
     with contextlib.suppress(Exception):
         return str(exc)
     return "<str failed>"
+
+
+def one_write_print(original: Callable[..., None]) -> Callable[..., None]:
+    """``print`` that writes its whole text at once to the executor's stdout or stderr.
+
+    The executor runs unbuffered (``-u``: output streams live), where ``print("a", "b")`` made four writes, so a
+    reader could see the line in pieces. Onto another stream (a file, a cell's own object) it is the original.
+    """
+
+    def print_(
+        *objects: object, sep: str | None = " ", end: str | None = "\n", file: Any = None, flush: bool = False
+    ) -> None:
+        stream = sys.stdout if file is None else file
+        plain = isinstance(sep, str | None) and isinstance(end, str | None)
+        if stream is None or not plain or (stream is not sys.stdout and stream is not sys.stderr):
+            original(*objects, sep=sep, end=end, file=file, flush=flush)
+            return
+        stream.write((" " if sep is None else sep).join(map(str, objects)) + ("\n" if end is None else end))
+        if flush:
+            stream.flush()
+
+    print_.__name__ = print_.__qualname__ = "print"
+    print_.__doc__, print_.__module__ = original.__doc__, "builtins"
+    return print_

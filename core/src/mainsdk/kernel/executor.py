@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from . import plain, shell
-from .cell import Cell, Results, error_of
+from .cell import Cell, Results, error_of, one_write_print
 from .loader import prctl
 from .protocol import PROBE
 
@@ -31,6 +32,7 @@ def main(req_fd: int, res_fd: int, start_line: str) -> NoReturn:
     sys.path.extend(site)
     os.set_inheritable(req_fd, False)
     os.set_inheritable(res_fd, False)
+    builtins.print = one_write_print(builtins.print)  # a print's line in one write, as a reader wants it
     cell = Cell(res_fd)
     pip = shell.Pip(site)
     ipython = shell.ipython_shell(cell, pip)  # imported before the folder joins sys.path: nothing planted there runs

@@ -26,8 +26,9 @@ What it adds to IPython's display formatters (``docs/notebooks-and-agents.md`` h
   viewer put first in ``PIL.ImageShow``'s list. Pillow's own ``IPythonViewer`` comes last, after a viewer for
   each desktop program on PATH (``xdg-open``, ``display``, ``eog`` ...), which a box whose ``/usr`` is a
   desktop host's has: ``show()`` ran that program, an error on stderr and no image (E2B stubs
-  ``UnixViewer.show_file`` in its template's ``startup_scripts/0003_images.py``). A PIL image as a cell's last
-  expression gets ``image/png`` from IPython itself.
+  ``UnixViewer.show_file`` in its template's ``startup_scripts/0003_images.py``). ``Image.save(path)`` displays
+  the saved image too, as that same file of E2B's does. A PIL image as a cell's last expression gets
+  ``image/png`` from IPython itself.
 
 Why not depend on ``e2b-charts`` itself: it requires matplotlib, numpy and pydantic, which would then be part
 of the kernel's own package set and so on every user's ``sys.path``, a user who pinned none of them (or other
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import types
 from collections.abc import Callable
 from typing import Any
@@ -530,23 +532,25 @@ def _label(label: object) -> str:
 
 
 def _pil_viewer() -> None:
-    """Put a viewer that displays the image first in PIL.ImageShow's list: now if PIL.ImageShow is imported,
-    else when it is (``Image.show`` imports it on first use, so a cell that never shows imports nothing)."""
+    """Make PIL's ``Image.show()`` and ``Image.save(path)`` display the image: now for the modules already
+    imported, else when they are (so a cell that never uses PIL imports nothing of it)."""
     import sys
 
-    if "PIL.ImageShow" in sys.modules:
-        _register_viewer(sys.modules["PIL.ImageShow"])
-        return
+    for name, patch in _PIL_PATCHES.items():
+        if name in sys.modules:
+            with contextlib.suppress(Exception):
+                patch(sys.modules[name])
     if any(getattr(finder, "_hook", False) for finder in sys.meta_path):
         return
 
-    class _FormsImageShowHook:
-        """A meta path finder for ``PIL.ImageShow`` alone: the module loads as usual, then gets our viewer."""
+    class _FormsPilHook:
+        """A meta path finder for ``PIL.ImageShow`` and ``PIL.Image`` alone: each loads as usual, then is patched."""
 
         _hook = True
 
         def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-            if name != "PIL.ImageShow":
+            patch = _PIL_PATCHES.get(name)
+            if patch is None:
                 return None
             import importlib.machinery
 
@@ -559,12 +563,30 @@ def _pil_viewer() -> None:
             def exec_module(module: types.ModuleType) -> None:
                 run(module)
                 with contextlib.suppress(Exception):
-                    _register_viewer(module)
+                    patch(module)
 
             loader.exec_module = exec_module
             return spec
 
-    sys.meta_path.insert(0, _FormsImageShowHook())
+    sys.meta_path.insert(0, _FormsPilHook())
+
+
+def _patch_save(image_module: Any) -> None:
+    """``Image.save`` to a path displays the image too, as E2B's template does (its ``0003_images.py``)."""
+    if getattr(image_module, "mainsdk_forms_save", False):
+        return
+    image_class = image_module.Image
+    original = image_class.save
+
+    def save(self: Any, fp: Any, format: Any = None, **params: Any) -> Any:
+        saved = original(self, fp, format, **params)
+        if isinstance(fp, str | os.PathLike):  # a file by name; E2B shows no image written to an open file either
+            _module("IPython.display").display(self)
+        return saved
+
+    save.__doc__ = original.__doc__
+    image_class.save = save
+    image_module.mainsdk_forms_save = True  # once per PIL.Image
 
 
 def _register_viewer(image_show: Any) -> None:
@@ -579,3 +601,6 @@ def _register_viewer(image_show: Any) -> None:
     viewer = type("_FormsViewer", (image_show.Viewer,), {"format": "PNG", "show": show})
     image_show.register(viewer(), -1)
     image_show.mainsdk_forms_viewer = True  # once per PIL.ImageShow
+
+
+_PIL_PATCHES: dict[str, Callable[[Any], None]] = {"PIL.ImageShow": _register_viewer, "PIL.Image": _patch_save}

@@ -339,12 +339,25 @@ async function runCell(request) {
   return { cell: request.cell, results: results.items, results_dropped: results.dropped, error };
 }
 
+// A write node could not finish at once (the pipe was full: node queues the rest, the descriptor being
+// non-blocking) is written before the cell's result: the cell's output comes before its end, as in Python.
+function drained(stream) {
+  if (!stream.writableLength) return null;
+  return new Promise((resolve) => {
+    stream.once("drain", resolve);
+    stream.once("close", resolve);
+    stream.once("error", resolve);
+  });
+}
+
 function loop() {
   const request = nextRequest();
   // One turn of the event loop first: a SIGINT that landed after the last cell ended is seen (and finds
   // nothing running) before this cell starts.
   setImmediate(() => {
-    runCell(request).then((frame) => {
+    runCell(request).then(async (frame) => {
+      await drained(process.stdout);
+      await drained(process.stderr);
       let line;
       try {
         line = JSON.stringify(frame);
