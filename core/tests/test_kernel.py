@@ -104,9 +104,9 @@ def edited(file: str, *changes: tuple[str, str]) -> dict[str, str]:
 
 
 def watched(watch: str) -> dict[str, str]:
-    """The kernel's files for a watch: "probe" points the supervisor's syscall path at nothing."""
+    """The kernel's files for a watch: "probe" points the watch's task path at nothing."""
     if watch == "probe":
-        return edited("supervisor.py", ('SYSCALL_PATH = "/proc/{}/syscall"', 'SYSCALL_PATH = "/nonexistent/{}"'))
+        return edited("watch.py", ('TASKS_PATH = "/proc/{}/task"', 'TASKS_PATH = "/nonexistent/{}"'))
     return dict(kernel_files())
 
 

@@ -32,10 +32,16 @@ and every guarantee below holds the same for each: the program is found on the b
 ends the kernel with 125 and a message naming it.
 
 The end of a cell is the supervisor's own observation, never the executor's word: after a result line has come, the
-cell is over only once ``/proc/<executor>/syscall`` shows the executor's main thread blocked in ``read`` on R (the
-signature measured when it first waited, before any cell ran) with the request pipe empty. A thread a cell left
-behind can write lines on W, but while the main thread still runs the app's code they end nothing. Where the box
-refuses a parent ``/proc/<child>/syscall`` (Yama's ptrace_scope 2 or 3) the supervisor falls back to a probe: it
+cell is over only once ``/proc/<executor>/task/<waiter>/syscall`` shows the executor's waiter (the thread that reads
+requests: the main thread of Python and bash, a worker thread of node's own) blocked in ``read`` on R with the whole
+signature measured before any cell ran (for Python and bash the stack and instruction pointers too: a handler or a
+trap a cell left that reads R runs nested, deeper), the waiter's ``rchar`` grown since the request was written (it,
+not another thread, took the request), and the request pipe empty (``watch.py``). A request is written only once
+the waiter is at that wait; ``IDLE_WAIT`` without, and the cell is answered ``"not_run": true``, its code never
+sent. A thread a cell left behind can write lines on W, but while the waiter is not back they end nothing. The
+display lines of a cell count against the bound of its results: past it none goes on, the executor gets SIGINT as
+at the timeout, and the frame says ``"stop": "output"``. Where the box
+refuses a parent those ``/proc`` files (Yama's ptrace_scope 2 or 3) the supervisor falls back to a probe: it
 writes one NUL byte on R, and the cell is over once that byte was taken, which the executor's code does only when it
 waits for its next request again (weaker: a thread the cell left reading R would take it too). The frame says which
 (``"watch": "syscall"`` or ``"probe"``). Then the supervisor writes the cell's frame, ``\\x1e<token>:<json>\\n`` on

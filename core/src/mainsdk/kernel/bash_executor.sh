@@ -40,8 +40,10 @@ __mainsdk_stop() {
   return 2
 }
 
-# Only a running cell is interrupted: a SIGINT that lands after it ended must not break the loop.
-trap '[[ -z $__mainsdk_incell ]] || { __mainsdk_interrupted=1; trap __mainsdk_stop DEBUG; }' INT
+# Only a running cell is interrupted: a SIGINT that lands after it ended must not break the loop. Set again
+# before each cell: a cell's own `trap ... INT` (or `trap - INT`) holds for that cell only.
+__mainsdk_int='[[ -z $__mainsdk_incell ]] || { __mainsdk_interrupted=1; trap __mainsdk_stop DEBUG; }'
+trap "$__mainsdk_int" INT
 
 __mainsdk_env() {
   # One entry of the cell's env: the old value saved (set or not), the new one exported for the cell.
@@ -92,6 +94,7 @@ while :; do
   for ((__mainsdk_i = 2; __mainsdk_i + 1 < ${#__mainsdk_fields[@]}; __mainsdk_i += 2)); do
     __mainsdk_env "${__mainsdk_fields[__mainsdk_i]}" "${__mainsdk_fields[__mainsdk_i + 1]}"
   done
+  trap "$__mainsdk_int" INT
   __mainsdk_incell=1
   # R and W closed for the cell (bash keeps close-on-exec copies to restore them); fd 9 its text.
   eval "source /dev/fd/9 9<<<\"\$__mainsdk_code\" $__mainsdk_R<&- $__mainsdk_W>&-"

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -51,6 +52,29 @@ def main(req_fd: int, res_fd: int, start_line: str) -> NoReturn:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, interrupt)
+    streams: dict[str, Any] = {"stdout": sys.stdout, "stderr": sys.stderr}
+
+    def restore() -> None:
+        # What a cell did to the kernel's own parts is undone before the next: its streams (``sys.stdout =
+        # None``, a closed one) and the interrupt its timeout needs (a cell's own SIGINT handler).
+        for name, stream in list(streams.items()):
+            if stream.closed:
+                streams[name] = open(  # noqa: SIM115 - the interpreter's stream for its whole life
+                    1 if name == "stdout" else 2,
+                    "w",
+                    encoding=stream.encoding,
+                    errors=stream.errors,
+                    closefd=False,
+                    buffering=1,
+                )
+            setattr(sys, name, streams[name])
+        signal.signal(signal.SIGINT, interrupt)
+
+    # A thread started (and ended) before the first wait: glibc reads through its multi-threaded path from now on,
+    # so the wait the supervisor measures (watch.py) is the same after a cell's first thread.
+    first = threading.Thread(target=lambda: None)
+    first.start()
+    first.join()
     pending: list[bytes] = []
 
     def next_request() -> dict[str, Any]:
@@ -80,6 +104,7 @@ def main(req_fd: int, res_fd: int, start_line: str) -> NoReturn:
         saved = {name: os.environ.get(name) for name in env}
         error: dict[str, str] | None = None
         try:
+            restore()
             os.environ.update({str(k): str(v) for k, v in env.items()})  # this cell's own, over the session's
             running[0] = True
             error = run(request["code"], number)

@@ -10,6 +10,7 @@ import fcntl
 import hashlib
 import json
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -20,12 +21,12 @@ from typing import Any, NoReturn
 
 from .loader import fail, prctl
 from .protocol import LANGUAGES, MARK, NODE_CONSTANTS, PROBE, UNSUPPORTED_EXIT, WATCHDOG_EXIT
+from .watch import IDLE_WAIT, Watch
 
 PR_SET_PDEATHSIG = 1
 CHECK_FIRST = 0.00005  # after a result line, how soon the supervisor looks at the executor again ...
 CHECK_LAST = 0.01  # ... doubling up to this while the main thread is still busy
 READY_WAIT = 30.0  # how long a new executor may take to reach its first wait
-SYSCALL_PATH = "/proc/{}/syscall"  # where the supervisor sees what the executor's main thread is blocked in
 # How node runs its executor: the code on the descriptor in argv[1], checked against the SHA-256 in argv[2].
 NODE_BOOT = (
     'const fs=require("fs");const fd=Number(process.argv[1]);const code=fs.readFileSync(fd,"utf8");'
@@ -43,7 +44,12 @@ MFD_ALLOW_SEALING = 2
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            # node makes the stdout and stderr it shares with the supervisor non-blocking (one open file for
+            # both): wait until the pipe takes more, never lose the frame or die of EAGAIN.
+            select.select([], [fd], [])
 
 
 def _fionread(fd: int) -> int:
@@ -154,6 +160,9 @@ class _Supervisor:
         self.group = False  # the executor leads a process group of its own (node, bash): signals go to the group
         self.start = self._start_line()
         self.seen = False  # result bytes came since the last look at the executor
+        self.interrupting = False  # the running cell was sent SIGINT (its timeout, its flood of display lines)
+        self.flooded = False  # the running cell's display lines passed their bound
+        self.live_bytes = 0
         self.sel = selectors.SelectSelector()  # microsecond timeouts (epoll and poll round up to a millisecond)
         self.sel.register(0, selectors.EVENT_READ, "stdin")
         self._spawn()
@@ -255,15 +264,16 @@ class _Supervisor:
         self._calibrate()
 
     def _calibrate(self) -> None:
-        """Learn what the executor's main thread looks like waiting in read(R): before any cell has run.
+        """Learn what the executor's waiter looks like waiting in read(R): before any cell has run.
 
-        The "syscall" watch, where the box lets a parent read ``/proc/<child>/syscall`` (Yama's ptrace_scope 2
-        or 3 refuses it): the main thread itself is seen blocked in read(R). Otherwise the "probe" watch: a
-        probe byte written on R is taken only by a thread reading R, which the executor's code does only once
-        a cell is over (weaker: a thread that a cell leaves reading R takes it too; the README says so).
+        The "syscall" watch, where the box lets a parent read ``/proc/<child>/task/<tid>/syscall`` (Yama's
+        ptrace_scope 2 or 3 refuses it): the waiter itself is seen blocked in read(R) (``watch.py``). Otherwise
+        the "probe" watch: a probe byte written on R is taken only by a thread reading R, which the executor's
+        code does only once a cell is over (weaker: code that a cell leaves reading R takes it too; the README
+        says so).
         """
-        self.syscall: int | None = None
-        self.idle_nr = -1
+        assert self.pid is not None
+        self.waiter = Watch(self.pid, self.req_fd, self.start["language"])
         self.watch = "probe"
         self.probe_out = False
         end = time.monotonic() + READY_WAIT
@@ -272,15 +282,15 @@ class _Supervisor:
             if not self.results.lines:
                 continue
             try:
-                if self.syscall is None:
-                    # Only once it said it is ready: until its execve the child is an undumpable copy of this
-                    # process, which /proc hides or refuses.
-                    self.syscall = os.open(SYSCALL_PATH.format(self.pid), os.O_RDONLY | os.O_CLOEXEC)
-                state = self._main_state()
+                # Only once it said it is ready: until its execve the child is an undumpable copy of this
+                # process, which /proc hides or refuses.
+                found = self.waiter.find()
             except OSError:
                 break
-            if state is not None and state[1] == self.req_fd:
-                self.idle_nr = state[0]
+            if found:
+                probe = lambda: _write_all(self.req_w, PROBE)  # noqa: E731 - what the warm-up writes
+                if not self.waiter.warm_up(probe, lambda: not _fionread(self.req_w), self._pump):
+                    self._unsupported("the executor never came back to its first wait")
                 self.watch = "syscall"
                 break
         else:
@@ -291,24 +301,15 @@ class _Supervisor:
         self._kill_executor()
         fail(why)
 
-    def _main_state(self) -> tuple[int, int] | None:
-        """(syscall number, first argument) the executor's main thread is blocked in, or None when it runs.
-
-        An OSError when the file cannot be read at all."""
-        assert self.syscall is not None
-        fields = os.pread(self.syscall, 256, 0).split()
-        try:
-            return int(fields[0]), int(fields[1], 16)
-        except (ValueError, IndexError):
-            return None  # "running", or a field that is not a number
-
     def _idle(self) -> bool:
-        """The executor's main thread is back waiting for a request, and none is left unread."""
+        """The executor's waiter is back waiting for a request, took this cell's, and none is left unread."""
         if _fionread(self.req_w):
             return False  # the request (or a probe) is still unread: the cell cannot be over
         if self.watch == "syscall":
+            if not self.waiter.took_request():
+                return False  # the waiter never read since the request came: another thread took it
             try:
-                return self._main_state() == (self.idle_nr, self.req_fd)
+                return self.waiter.waiting()
             except OSError:
                 return False
         if not self.probe_out:
@@ -387,7 +388,39 @@ class _Supervisor:
         except ChildProcessError:
             pid, status = self.pid, 1 << 8
         if pid == self.pid:
+            if self.interrupting:
+                # It died of (or after) the interrupt the supervisor sent at the cell's timeout: a cell that put
+                # SIGINT back to its default (bash's ``trap - INT``) ends at its timeout, as one ignoring it does.
+                os._exit(WATCHDOG_EXIT)
             _die_like(status)
+
+    def _await_ready(self) -> bool:
+        """Whether the waiter is back at its own wait for a request (up to IDLE_WAIT): only then does a request
+        go, so code an earlier cell left sitting in read(R) (a handler, a trap, a callback) never takes it."""
+        if self.watch != "syscall":
+            return True
+        end = time.monotonic() + IDLE_WAIT
+        while True:
+            try:
+                if self.waiter.ready():
+                    return True
+            except OSError:
+                return True  # it is dying: its death comes on the pidfd as the cell is sent
+            if time.monotonic() >= end:
+                return False
+            self._pump(0.005)
+
+    def _not_run(self, number: int, digest: str) -> None:
+        """The frame of a cell whose code was never sent: something an earlier cell left holds the waiter."""
+        error = (
+            "the interpreter was not waiting for a cell: code an earlier cell left (a signal handler, a trap, a "
+            "callback) holds it, so this cell's code was not run"
+        )
+        out = {"cell": number, "results": [], "results_dropped": 0, "stop": None, "not_run": True}
+        out.update({"error": {"name": "KernelError", "value": error, "traceback": ""}, "code_sha256": digest})
+        out.update({"undumpable": self.guarded, "watch": self.watch})
+        _write_all(1, self.mark_out + json.dumps(out).encode() + b"\n")
+        _write_all(2, self.end_err)
 
     def _drain(self) -> None:
         while True:
@@ -435,10 +468,16 @@ class _Supervisor:
         for line in self.results.lines:
             try:
                 candidate = json.loads(line) if line.startswith(b'{"cell": ') and b'"display": ' in line else None
-            except ValueError:
+            except (ValueError, RecursionError):
                 candidate = None
             if not (isinstance(candidate, dict) and candidate.get("cell") == number and "display" in candidate):
                 kept.append(line)
+                continue
+            # Every display line counts, and past the bound of one cell's results none goes on: the cell is
+            # interrupted and ends with "stop": "output" (the app would take no more of them anyway).
+            self.live_bytes += len(line)
+            if self.live_bytes > self.results.limit:
+                self.flooded = True
                 continue
             live = {"cell": number, "display": candidate["display"], "results": candidate.get("results", [])}
             _write_all(1, self.mark_out + json.dumps(live).encode() + b"\n")
@@ -456,12 +495,17 @@ class _Supervisor:
         self.results.limit = 8 * max_results + (1 << 20)
         self._drain()
         self.results.clear()
-        self.seen = False
+        self.seen = self.interrupting = self.flooded = False
+        self.live_bytes = 0
+        if not self._await_ready():
+            return self._not_run(number, digest)  # this cell's code is not sent: no result can be made up for it
         message: dict[str, Any] = {"cell": number, "code": code, "max_results": max_results}
         for key in ("env", "pip_index"):  # the cell's own env over the session's; whether %pip may reach the index
             if key in request:
                 message[key] = request[key]
         try:
+            if self.watch == "syscall":
+                self.waiter.sent()
             _write_all(self.req_w, self._request_line(message))
         except OSError:
             self._end_with_executor()  # it can take no request: it died, or a cell closed its end
@@ -480,13 +524,16 @@ class _Supervisor:
             if self.results.lines and self._forward_displays(number):
                 check_at, interval = 0.0, CHECK_FIRST  # only displays came: the cell is still running
             now = time.monotonic()
+            if self.flooded and kill_at is None:
+                self._signal(signal.SIGINT)  # as at the timeout: the state is kept where the cell stops
+                self.interrupting, kill_at = True, now + grace
             if self.seen and now >= check_at:
                 if self._idle():
                     break
                 check_at, interval = now + interval, min(interval * 2, CHECK_LAST)
             if kill_at is None and now >= deadline:
                 self._signal(signal.SIGINT)
-                kill_at = now + grace
+                self.interrupting, kill_at = True, now + grace
             elif kill_at is not None and now >= kill_at:
                 self._kill_executor()
                 os._exit(WATCHDOG_EXIT)  # the cell would not stop: the state goes with the interpreter
@@ -496,7 +543,7 @@ class _Supervisor:
         for line in reversed(self.results.lines):
             try:
                 candidate = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if isinstance(candidate, dict) and candidate.get("cell") == number:
                 frame = candidate
@@ -510,7 +557,7 @@ class _Supervisor:
             "results": frame.get("results", []),
             "results_dropped": frame.get("results_dropped", 0),
             "error": frame.get("error"),
-            "stop": "timeout" if kill_at is not None else None,
+            "stop": "output" if self.flooded else "timeout" if kill_at is not None else None,
             "code_sha256": digest,
             "undumpable": self.guarded,
             "watch": self.watch,
