@@ -352,3 +352,16 @@ def test_a_node_without_the_repl_internals_runs_plain_cells_and_says_what_await_
         error = js.run(code)[1]["error"]
         assert error["name"] == "KernelError" and error["value"].startswith(f"{what} in a cell needs node's "), code
     assert _value(js.run("3")[1]) == "3"
+
+
+@needs_node
+def test_the_node_executor_reads_the_protocols_constants_from_its_start_line(started: list[Cells]) -> None:
+    # protocol.py defines TEXT_LIMIT once; node gets it as JSON in its start line, Python imports it: a kernel
+    # whose protocol says 50 cuts an error's value at 50 characters on both sides.
+    files = edited("protocol.py", ("TEXT_LIMIT = 64 * 1024", "TEXT_LIMIT = 50"))
+    long_error = {"javascript": "throw new Error('e'.repeat(500))", "python": "raise ValueError('e' * 500)"}
+    for language, code in long_error.items():
+        running = Cells(language, files)
+        started.append(running)
+        error = running.run(code)[1]["error"]
+        assert error["value"] == "e" * 50 and len(error["traceback"]) <= 50, (language, error)
