@@ -279,3 +279,17 @@ def test_a_js_cell_making_the_shared_stdout_non_blocking_never_loses_the_supervi
         )
         assert result.ok and result.stdout == "q" * 300000 and result.state_kept
         assert session.run_code("kept", language="javascript").text == "'here'"
+
+
+def test_a_display_line_nested_past_the_parsers_depth_is_a_malformed_line_not_a_dead_kernel(
+    make_sandbox: Callable[..., Any],
+) -> None:
+    deep = (
+        "import os\nargs = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
+        "W = int(args[args.index(b'executor') + 4])\nkept = 'here'\n"
+        "os.write(W, b'{\"cell\": 1, \"display\": ' + b'[' * 100000 + b']' * 100000 + b'}\\n')\n'done'"
+    )
+    with make_sandbox().sandbox.create() as session:
+        result = session.run_code(deep)
+        assert result.ok and result.text == "'done'" and result.state_kept
+        assert session.run_code("kept").text == "'here'"
