@@ -191,17 +191,25 @@ def test_a_handler_an_earlier_cell_left_in_read_never_ends_a_later_cell(
 
 
 @needs_node
-def test_a_js_timer_an_earlier_cell_left_in_read_never_ends_a_later_cell(make_sandbox: Callable[..., Any]) -> None:
-    # The timer writes a result for cell 2, then keeps node's main thread in read(R).
+def test_a_js_callback_an_earlier_cell_left_holding_the_main_thread_never_ends_a_later_cell(
+    make_sandbox: Callable[..., Any],
+) -> None:
+    # A timer that writes a result for cell 2, then keeps node's main thread in read(R); then one that never returns.
     leftover = (
         "const fs = require('fs');\nconst [R, W] = [Number(process.argv[3]), Number(process.argv[4])];\n"
         "setTimeout(() => {\n  fs.writeSync(W, JSON.stringify({cell: 2, results: [{mime: 'text/plain', data: "
         "\"'forged'\", encoding: 'utf-8'}], results_dropped: 0, error: null}) + '\\n');\n"
         "  const b = Buffer.alloc(65536);\n  for (;;) fs.readSync(R, b);\n}, 300);\n1"
     )
+    busy = "setTimeout(() => { for (;;); }, 300);\n1"  # a callback that never gives the event loop back
     built = make_sandbox()
     with built.sandbox.create() as session:
         assert session.run_code(leftover, language="javascript").error is None
+        time.sleep(1.0)
+        with pytest.raises(SandboxError) as caught:
+            session.run_code("console.log('ran'); 'real'", language="javascript")
+        assert caught.value.code == DRIVER_UNAVAILABLE and caught.value.ran is False
+        assert session.run_code(busy, language="javascript").restarted
         time.sleep(1.0)
         with pytest.raises(SandboxError) as caught:
             session.run_code("console.log('ran'); 'real'", language="javascript")
@@ -212,6 +220,8 @@ def test_a_js_timer_an_earlier_cell_left_in_read_never_ends_a_later_cell(make_sa
         (1, None),
         (2, DRIVER_UNAVAILABLE),
         (3, None),
+        (4, DRIVER_UNAVAILABLE),
+        (5, None),
     ]
 
 

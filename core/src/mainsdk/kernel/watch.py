@@ -97,11 +97,15 @@ class Watch:
         return self._state()[: len(self.idle)] == self.idle
 
     def ready(self) -> bool:
-        """Whether a request may go: the waiter at its wait and, in node, no callback a cell left holding the
-        main thread in read(R) (where it would take the request)."""
+        """Whether a request may go: the waiter at its wait and, in node, the main thread's event loop idle in a
+        system call (its wait for events), not a callback a cell left busy there or sitting in read(R) (where it
+        would take the request): a request then would never run."""
         if not self.waiting():
             return False
-        return self.main is None or (signature(os.pread(self.main, 256, 0)) or ())[:2] != self.idle[:2]
+        if self.main is None:
+            return True
+        state = signature(os.pread(self.main, 256, 0))
+        return state is not None and state[:2] != self.idle[:2]
 
     def read_bytes(self) -> int | None:
         """How many bytes the waiter has read so far (``rchar``), or None without I/O accounting."""
