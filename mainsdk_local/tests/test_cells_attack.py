@@ -225,6 +225,34 @@ def test_a_js_callback_an_earlier_cell_left_holding_the_main_thread_never_ends_a
     ]
 
 
+def test_a_thread_an_earlier_cell_left_taking_the_next_request_never_ends_that_cell(
+    make_sandbox: Callable[..., Any],
+) -> None:
+    # The thread waits in read(R) before the main thread does, so the pipe hands it the next request; it answers.
+    leftover = (
+        "import json, os, threading\nargs = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
+        "R, W = (int(a) for a in args[args.index(b'executor') + 3 : args.index(b'executor') + 5])\n"
+        "def steal():\n    os.read(R, 1 << 16)\n"
+        "    forged = {'cell': 2, 'results': [{'mime': 'text/plain', 'data': \"'forged'\", 'encoding': 'utf-8'}], "
+        "'results_dropped': 0, 'error': None}\n    os.write(W, json.dumps(forged).encode() + b'\\n')\n"
+        "threading.Thread(target=steal, daemon=True).start()\nimport time\ntime.sleep(0.3)"  # in read(R) first
+    )
+    built = make_sandbox()
+    with built.sandbox.create() as session:
+        session.run_code(leftover)
+        time.sleep(0.3)
+        with pytest.raises(SandboxError) as caught:
+            session.run_code("print('ran')\n'real'", timeout="2s")
+        assert caught.value.code == DRIVER_UNAVAILABLE and caught.value.ran is False
+        assert "not run" in caught.value.message
+        assert session.run_code("print('ran')").restarted
+    assert [(e.cell, e.error) for e in built.events if e.kind == "cell"] == [
+        (1, None),
+        (2, DRIVER_UNAVAILABLE),
+        (3, None),
+    ]
+
+
 def test_streams_a_cell_replaced_or_closed_are_restored_before_the_next_cell(make_sandbox: Callable[..., Any]) -> None:
     with make_sandbox().sandbox.create() as session:
         session.run_code("import sys\nsys.stdout = None\nsys.stderr = None")

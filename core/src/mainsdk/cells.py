@@ -694,8 +694,8 @@ class Kernel:
             raise SandboxError(
                 errors.DRIVER_UNAVAILABLE,
                 f"cell {number}: the interpreter was not waiting for a cell (code an earlier cell left, a signal "
-                "handler, a trap or a callback, holds it), so this cell's code was not run; the interpreter was "
-                "ended and the next cell starts a new one",
+                "handler, a trap, a callback or a thread, holds it or took the cell in its place), so this cell's "
+                "code was not run; the interpreter was ended and the next cell starts a new one",
                 ran=False,
                 retryable=False,
             )

@@ -36,7 +36,8 @@ cell is over only once ``/proc/<executor>/task/<waiter>/syscall`` shows the exec
 requests: the main thread of Python and bash, a worker thread of node's own) blocked in ``read`` on R with the whole
 signature measured before any cell ran (for Python and bash the stack and instruction pointers too: a handler or a
 trap a cell left that reads R runs nested, deeper), the waiter's ``rchar`` grown since the request was written (it,
-not another thread, took the request), and the request pipe empty (``watch.py``). A request is written only once
+not another thread, took the request: at the timeout, a waiter that never read is answered ``"not_run": true``), and
+the request pipe empty (``watch.py``). A request is written only once
 the waiter is at that wait; ``IDLE_WAIT`` without, and the cell is answered ``"not_run": true``, its code never
 sent. A thread a cell left behind can write lines on W, but while the waiter is not back they end nothing. The
 display lines of a cell count against the bound of its results: past it none goes on, the executor gets SIGINT as

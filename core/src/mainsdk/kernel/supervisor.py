@@ -27,6 +27,11 @@ PR_SET_PDEATHSIG = 1
 CHECK_FIRST = 0.00005  # after a result line, how soon the supervisor looks at the executor again ...
 CHECK_LAST = 0.01  # ... doubling up to this while the main thread is still busy
 READY_WAIT = 30.0  # how long a new executor may take to reach its first wait
+HELD = (
+    "the interpreter was not waiting for a cell: code an earlier cell left (a signal handler, a trap, a callback) "
+    "holds it"
+)
+TAKEN = "code an earlier cell left (a thread reading the kernel's request pipe) took this cell's request"
 # How node runs its executor: the code on the descriptor in argv[1], checked against the SHA-256 in argv[2].
 NODE_BOOT = (
     'const fs=require("fs");const fd=Number(process.argv[1]);const code=fs.readFileSync(fd,"utf8");'
@@ -410,12 +415,10 @@ class _Supervisor:
                 return False
             self._pump(0.005)
 
-    def _not_run(self, number: int, digest: str) -> None:
-        """The frame of a cell whose code was never sent: something an earlier cell left holds the waiter."""
-        error = (
-            "the interpreter was not waiting for a cell: code an earlier cell left (a signal handler, a trap, a "
-            "callback) holds it, so this cell's code was not run"
-        )
+    def _not_run(self, number: int, digest: str, why: str = HELD) -> None:
+        """The frame of a cell whose code the executor's loop never got: something an earlier cell left holds
+        the waiter (the request was not sent), or took the request in its place."""
+        error = f"{why}, so this cell's code was not run"
         out = {"cell": number, "results": [], "results_dropped": 0, "stop": None, "not_run": True}
         out.update({"error": {"name": "KernelError", "value": error, "traceback": ""}, "code_sha256": digest})
         out.update({"undumpable": self.guarded, "watch": self.watch})
@@ -532,6 +535,9 @@ class _Supervisor:
                     break
                 check_at, interval = now + interval, min(interval * 2, CHECK_LAST)
             if kill_at is None and now >= deadline:
+                if self.watch == "syscall" and not self.waiter.took_request():
+                    # The waiter never read since the request was written: no code of this cell can have run.
+                    return self._not_run(number, digest, TAKEN)
                 self._signal(signal.SIGINT)
                 self.interrupting, kill_at = True, now + grace
             elif kill_at is not None and now >= kill_at:
