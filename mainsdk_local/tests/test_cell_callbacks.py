@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -220,3 +221,15 @@ async def test_each_line_a_print_writes_reaches_on_output_as_one_chunk(
         expected = [line.replace(b" \n", b"\n") for line in expected]
     assert b"".join(chunks) == b"".join(expected)
     assert chunks == expected  # each line whole, one call each
+
+
+async def test_the_start_of_a_line_is_held_for_its_end_only_briefly(async_sandbox: AsyncSandbox) -> None:
+    # A line whose end comes two seconds later: its start reaches on_output on its own, long before its end (no
+    # timed bound asserted: the gap between the two is the code's own sleep, which no scheduler jitter closes).
+    arrivals: list[tuple[float, bytes]] = []
+    code = "import time\nprint('start', end='', flush=True)\ntime.sleep(2)\nprint(' end')"
+    async with async_sandbox.create() as session:
+        cell = await session.run_code(code, on_output=lambda stream, data: arrivals.append((time.monotonic(), data)))
+    assert cell.ok and cell.stdout == "start end\n"
+    assert [data for _, data in arrivals] == [b"start", b" end\n"]
+    assert arrivals[1][0] - arrivals[0][0] > 1.5
