@@ -103,9 +103,10 @@ async def test_a_typescript_cell_runs_in_the_box_through_node_or_the_kernels_typ
         assert first.error is None and first.text == "2"
         second = await session.run_code("p.n + Size.S", language="typescript")
         assert second.text == "3" and not second.restarted
-        # Its site folder (the executor's fourth argument) is read-only, where the box has one.
+        # Its site folder (node's argument after the protocol's constants: supervisor.executor_argv) is read-only,
+        # where the box has one.
         written = await session.run_code(
-            "const site = process.argv[4];\n"
+            "const site = process.argv[7];\n"
             'site ? require("node:fs").writeFileSync(site + "/node_modules/typescript/package.json", "") : "no set"',
             language="typescript",
         )

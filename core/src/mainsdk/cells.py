@@ -1,10 +1,10 @@
 """Cells: Python code run in an interpreter that lives as long as its session, as a notebook runs it.
 
-The interpreter is ``mainsdk/_kernel.py`` (standard library only), started in the session's box with the
+The interpreter is the kernel package ``mainsdk/kernel/`` (standard library only), started in the session's box with the
 driver's ordinary exec hook and left running; each cell is one line the app sends on that command's live
 stdin (``Command.input``), a channel nothing in the box can write. So any driver that can keep one command
 running in a session, and feed it a live stdin, gets cells, and the interpreter is a process in the box under
-the box's limits. See ``_kernel.py`` for the protocol: a supervisor that holds the token and watches an
+the box's limits. See ``mainsdk.kernel`` for the protocol: a supervisor that holds the token and watches an
 executor process, which runs the cells.
 """
 
@@ -15,10 +15,12 @@ import base64
 import binascii
 import collections
 import contextlib
-import importlib.resources
+import contextvars
 import inspect
 import json
+import re
 import secrets as token
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
@@ -31,19 +33,18 @@ from mainsdk.audit import code_sha256
 from mainsdk.driver import Command, ExecOutcome, InputStream, StopReason
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered
+from mainsdk.kernel.protocol import MARK, TEXT_LIMIT, UNSUPPORTED_EXIT, WATCHDOG_EXIT
+from mainsdk.kernel_start import kernel_command
 from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
-from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
+from mainsdk.limits import QUIET_RELEASE, Listener, OutputCollector, cost_of, signal_status
 from mainsdk.redact import NameRedactor
-from mainsdk.rich import INLINE_LIMIT, Display, RichResult, group_displays, is_binary, is_mime
+from mainsdk.rich import INLINE_LIMIT, Display, RichResult, group_displays, is_binary, is_mime, rich_entry
 from mainsdk.secrets import SecretRef
 from mainsdk.session_runtime import SessionRuntime
 from mainsdk.units import MAX_TIMEOUT
 
 GRACE = 1.0  # after KeyboardInterrupt, how long a cell has to stop before the interpreter is ended
 BACKSTOP = 3.0  # past the grace, how long the app waits before it kills the interpreter itself
-TEXT_LIMIT = 64 * 1024  # an error's value and traceback are cut to this many characters in the box
-WATCHDOG_EXIT = 124  # the kernel's exit status when it ended itself at a cell's timeout + grace
-UNSUPPORTED_EXIT = 125  # the kernel's exit status when the box gives it no way to watch its executor
 _EXTENSIONS = {
     "image/png": "png",
     "image/jpeg": "jpg",
@@ -139,19 +140,66 @@ class CellResult:
         """The seed's code for the stop, or None."""
         return errors.STOP_CODES[self.stop] if self.stop else None
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of the result (as ``RunResult.to_dict``): each rich result with its display index."""
+        data = attrs.asdict(self)
+        data["cost"] = str(self.cost)
+        data["results"] = [{**rich_entry(r), "display": r.display, "main": r.main} for r in self.results]
+        data["ok"], data["text"], data["stop_code"] = self.ok, self.text, self.stop_code
+        return data
 
-def kernel_source() -> str:
-    """The text of the kernel the box runs: the data forms of charts and frames (when present), then the kernel,
-    with its node and bash executors' sources in it."""
-    package = importlib.resources.files("mainsdk")
-    executors = {
-        "node": package.joinpath("_kernel_node.js").read_text("utf-8"),
-        "bash": package.joinpath("_kernel_bash.sh").read_text("utf-8"),
-    }
-    kernel = package.joinpath("_kernel.py").read_text("utf-8")
-    kernel = kernel.replace("\nEXECUTORS = {}\n", f"\nEXECUTORS = {executors!r}\n", 1)
-    forms = package.joinpath("_kernel_forms.py")
-    return (forms.read_text("utf-8") + "\n\n" + kernel) if forms.is_file() else kernel
+    def to_json(self) -> str:
+        """``to_dict`` as JSON text."""
+        return json.dumps(self.to_dict())
+
+
+class _OutputLines:
+    """A cell's output as ``on_output`` gets it: each line one chunk, as a notebook's clients read it.
+
+    A line that came in pieces (one ``print`` of several arguments, a pipe read that cut it) is joined: its start
+    is held until its newline comes, or for ``QUIET_RELEASE`` at most (the pause after which the redactor, too,
+    releases what it held), or until ``HELD_LIMIT`` bytes of it are held; a chunk of several lines is one call per
+    line. Fed on the event loop's thread or a driver's own (the timer is armed on the loop either way).
+    """
+
+    HELD_LIMIT = 1 << 20
+
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
+        self._held: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+        self._lock = threading.Lock()
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def feed(self, stream: str, data: bytes) -> None:
+        """A released chunk of ``stream``: its complete lines go on now, one call each; the rest is held."""
+        with self._lock:
+            held = self._held[stream] + data
+            end = held.rfind(b"\n") + 1
+            complete, rest = (held[:end], held[end:]) if len(held) - end < self.HELD_LIMIT else (held, b"")
+            self._held[stream] = rest
+        *lines, last = complete.split(b"\n")
+        for line in lines:
+            self._listener(stream, line + b"\n")
+        if last:
+            self._listener(stream, last)  # a start of a line past HELD_LIMIT
+        if rest:
+            self._loop.call_soon_threadsafe(self._arm)
+
+    def _arm(self) -> None:
+        if self._timer is None:
+            self._timer = self._loop.call_later(QUIET_RELEASE, self.flush)
+
+    def flush(self) -> None:
+        """Release every held start of a line now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for stream in ("stdout", "stderr"):
+            with self._lock:
+                held, self._held[stream] = self._held[stream], b""
+            if held:
+                self._listener(stream, held)
 
 
 class _KernelStream:
@@ -174,6 +222,7 @@ class _KernelStream:
         self.frame_ready = asyncio.Event()
         self.err_ready = asyncio.Event()
         self.frame_too_large = asyncio.Event()
+        self.live_bytes = 0  # the running cell's live display frames, in bytes: bounded as one frame is
 
     def begin(self, collector: OutputCollector) -> None:
         """Start a cell: its output goes to ``collector`` (the stray output first)."""
@@ -181,6 +230,7 @@ class _KernelStream:
         self.frames.clear()
         self.frame_ready.clear()
         self.err_ready.clear()
+        self.live_bytes = 0
         for stream, data in self._stray:
             self._emit(stream, data)
         self._stray.clear()
@@ -215,7 +265,15 @@ class _KernelStream:
                 raw = bytes(self._frame)
                 self._frame = None
                 data = data[newline + 1 :]
-                live = _parse_frame(raw) if raw.startswith(b'{"cell": ') and b'"display": ' in raw else None
+                live = None
+                if raw.startswith(b'{"cell": ') and b'"display": ' in raw and b'"code_sha256": ' not in raw:
+                    # Every live frame of a cell counts, parsed or not: past the bound of one frame in all, the
+                    # cell stops at ``output`` (the supervisor's own, lower bound stops it first, state kept).
+                    self.live_bytes += len(raw)
+                    if self.live_bytes > self._frame_limit:
+                        self.frame_too_large.set()
+                        return
+                    live = _parse_frame(raw)
                 if live is not None and "display" in live and "code_sha256" not in live:
                     # A display output while the cell runs (``on_result``), never the cell's end.
                     if self.on_display is not None and self.collector is not None:
@@ -332,6 +390,10 @@ class Kernel:
         self._sent = 0  # cells sent to the current kernel
         self._started_before = False
         self._lock = asyncio.Lock()
+        # Every secret value a cell of this interpreter was given (``run_code(env=...)``): a thread or a background
+        # job that cell left can print it in any later cell, so each is redacted for the interpreter's whole life.
+        self._given: dict[bytes, None] = {}
+        self._cell: object | None = None  # the running cell's marker, in ``_CALLBACK_OF`` for its callbacks
 
     @property
     def alive(self) -> bool:
@@ -346,17 +408,20 @@ class Kernel:
         secret = token.token_hex(16)
         # A frame's JSON escapes at most 6 characters per one of a result's (a base64 PNG: none).
         self._stream = _KernelStream(
-            f"\x1e{secret}:".encode(), f"\x1e{secret}:end\n".encode(), 8 * session.opened.plan.limits.files + (2 << 20)
+            f"{MARK}{secret}:".encode(),
+            f"{MARK}{secret}:end\n".encode(),
+            8 * session.opened.plan.limits.files + (2 << 20),
         )
-        # The token goes first on stdin, not argv: it never shows in the box's /proc/<pid>/cmdline. The same
-        # stdin then stays open for the cells (``Command.input``): only the app writes there.
+        # The token and the kernel's package go on stdin, not argv: neither shows in the box's /proc/<pid>/cmdline,
+        # and only the app writes there. The same stdin then stays open for the cells (``Command.input``).
         self._input = InputStream()
         # The start line: which interpreter the kernel runs, in which folder, with which packages of its own.
         start = {"language": self.language, "cwd": self.cwd, "site": list(self.site)}
+        program, args, stdin = kernel_command(secret, start)
         command = Command(
-            "python3",
-            ("-I", "-u", "-c", kernel_source()),
-            stdin=f"{secret}\n".encode() + json.dumps(start).encode() + b"\n",
+            program,
+            args,
+            stdin=stdin,
             timeout=MAX_TIMEOUT,
             env=session.opened.plan.env,
             input=self._input,
@@ -381,6 +446,7 @@ class Kernel:
 
     async def restart(self) -> None:
         """End the kernel once no cell runs in it (a running cell ends first); the next cell starts an empty one."""
+        self.refuse_own_callback("restart")
         async with self._lock:
             self._refuse_closed()
             await self.kill()
@@ -414,8 +480,25 @@ class Kernel:
         """Run one cell; see ``AsyncSession.run_code``. ``blocking``: for the synchronous API, whose callbacks are
         plain functions (an ``async def`` there is refused: nothing of the app's awaits on that loop). ``env``: the
         cell's own variables over the session's, for this cell only (checked as a run's env)."""
+        self.refuse_own_callback("run_code")
         async with self._lock:
-            return await self._run(code, language, timeout, callbacks, blocking, env)
+            marker = self._cell = object()
+            try:
+                return await self._run(code, language, timeout, callbacks, blocking, env, marker)
+            finally:
+                self._cell = None
+
+    def refuse_own_callback(self, call: str) -> None:
+        """MAIN-SANDBOX-0001 when awaited from a callback of this interpreter's running cell: the call would wait
+        for that cell, which waits for the callback (the synchronous twin refuses such a call the same way)."""
+        if self._cell is not None and _CALLBACK_OF.get() is self._cell:
+            raise SandboxError(
+                errors.INVALID_OPTION,
+                f"{call} on interpreter {self.id!r} was awaited from on_output, on_result or on_error of that "
+                "interpreter's own running cell, which would deadlock (the cell waits for its callbacks); call it "
+                "after run_code returns, or use another interpreter (session.interpreter(...))",
+                ran=False,
+            )
 
     async def _run(
         self,
@@ -425,6 +508,7 @@ class Kernel:
         callbacks: CellCallbacks,
         blocking: bool,
         env: Mapping[str, str | SecretRef] | None,
+        marker: object,
     ) -> CellResult:
         session = self._session
         lifecycle = session.lifecycle
@@ -441,7 +525,7 @@ class Kernel:
         )
 
         def plan() -> tuple[_Listeners, str, CommandPlan, tuple[dict[str, str], tuple[bytes, ...]]]:
-            listeners = _Listeners(callbacks, blocking)
+            listeners = _Listeners(callbacks, blocking, marker)
             checked_language = cell_language(language)
             if checked_language != self.language:
                 raise arguments.invalid(
@@ -515,8 +599,10 @@ class Kernel:
         session = self._session
         plan = session.opened.plan
         env, cell_secrets = cell_env
-        secret_values = (*plan.secret_values, *cell_secrets)
-        on_output: Listener | None = listeners.output if listeners.has_output else None
+        self._given.update(dict.fromkeys(cell_secrets))
+        secret_values = (*plan.secret_values, *self._given)
+        lines = _OutputLines(listeners.output) if listeners.has_output else None
+        on_output: Listener | None = lines.feed if lines is not None else None
         restarted = False
         if not self.alive:
             restarted = self._started_before
@@ -528,8 +614,9 @@ class Kernel:
         collector = OutputCollector(plan.limits.output, secret_values, on_output, label=cell_id)
         redact = NameRedactor(secret_values)
         shown: dict[tuple[int, str], RichResult] = {}  # what came live, by (display, mime): each result once
-        # Live results are the box's words: at most limits.files bytes of them in all (the kernel's own bound on a
-        # cell's results), each counted with some overhead, so a cell spamming displays cannot fill the app.
+        # Results are the box's words: at most limits.files bytes of them in all (the kernel's own bound on a
+        # cell's results), each counted with some overhead, so a cell spamming displays cannot fill the app; the
+        # live ones and those only the end frame lists share this one room.
         room = [plan.limits.files]
 
         def on_display(live: dict[str, Any]) -> None:
@@ -538,12 +625,8 @@ class Kernel:
                 key = _display_key(item)
                 if key is None or key in shown:
                     continue
-                data = item.get("data") if isinstance(item, dict) else None
-                cost = (len(data) if isinstance(data, str) else 0) + LIVE_OVERHEAD
-                if cost > room[0]:
-                    room[0] = 0
+                if not _take_room(room, item):
                     return
-                room[0] -= cost
                 rich = self._rich(item, number, len(shown) + index, redact)
                 if rich is not None:
                     shown[key] = rich
@@ -602,12 +685,25 @@ class Kernel:
                 ran=None,
                 retryable=False,
             )
+        if frame is not None and frame.get("not_run") is True:
+            # The supervisor never sent the code: what an earlier cell left held the interpreter (kernel docstring).
+            await self.kill()
+            raise SandboxError(
+                errors.DRIVER_UNAVAILABLE,
+                f"cell {number}: the interpreter was not waiting for a cell (code an earlier cell left, a signal "
+                "handler, a trap, a callback or a thread, holds it or took the cell in its place), so this cell's "
+                "code was not run; the interpreter was ended and the next cell starts a new one",
+                ran=False,
+                retryable=False,
+            )
         # Measured here, never taken from the frame: the cost is charged on it, and the cell could forge a frame.
         duration = time.monotonic() - started
         ending, error, frame, state_kept = outcome
         stop = stop_reason(attrs.evolve(ending, cost_bound=cost_bound))
         stdout, stderr = collector.finish()
-        results, dropped = self._results(frame, number, redact, shown)
+        if lines is not None:
+            lines.flush()  # the last line's end, when the cell left it without one
+        results, dropped = self._results(frame, number, redact, shown, room)
         for rich in results:
             if not any(rich is seen for seen in shown.values()):
                 listeners.call("on_result", rich)  # not sent live (a kernel that sends no display frames)
@@ -651,8 +747,10 @@ class Kernel:
                 await self.kill()
                 error = CellError("KernelError", "the interpreter answered with a malformed frame", "")
                 return Ending(), error, None, False
-            # The kernel interrupted the cell at its time limit and kept its state.
-            return Ending(timed_out=frame.get("stop") == "timeout"), None, frame, True
+            # The kernel interrupted the cell at its time limit, or past its bound of display frames, and kept its
+            # state.
+            stop = frame.get("stop")
+            return Ending(output_cut=stop == "output", timed_out=stop == "timeout"), None, frame, True
         if not task.done():
             # Neither an answer nor an exit past the timeout and its grace: the interpreter is stuck.
             await self.kill()
@@ -682,6 +780,7 @@ class Kernel:
         number: int,
         redact: NameRedactor,
         shown: dict[tuple[int, str], RichResult],
+        room: list[int],
     ) -> tuple[tuple[RichResult, ...], int]:
         if frame is None:
             return (), 0
@@ -693,7 +792,9 @@ class Kernel:
             key = _display_key(item)
             result = shown.get(key) if key is not None else None  # the one that came live, never kept twice
             if result is None:
-                result = self._rich(item, number, len(shown) + index, redact)
+                # Not sent live: it takes its room now, as a live one did (what the room cannot hold is dropped).
+                fits = _take_room(room, item)
+                result = self._rich(item, number, len(shown) + index, redact) if fits else None
             if result is None:
                 dropped += 1
             else:
@@ -721,7 +822,7 @@ class Kernel:
         elif is_binary(mime):
             return None  # a binary form must come base64
         else:
-            data = redact(text)
+            data = redact(_valid_text(text))
         raw = data if isinstance(data, bytes) else data.encode()
         if len(raw) <= INLINE_LIMIT:
             return RichResult(mime, data, display=display, main=main)
@@ -746,7 +847,8 @@ class _Listeners:
     exception of any callback, raised when called or awaited, is kept in ``error`` and then none is called more.
     """
 
-    def __init__(self, callbacks: CellCallbacks, blocking: bool) -> None:
+    def __init__(self, callbacks: CellCallbacks, blocking: bool, marker: object = None) -> None:
+        self._marker = marker  # the cell's, in ``_CALLBACK_OF`` while its callbacks are awaited
         why = _SYNC_REFUSAL if blocking else ""
         self._functions: dict[str, Callable[..., object] | None] = {
             "on_output": arguments.callback(
@@ -804,6 +906,7 @@ class _Listeners:
             self._worker = self._loop.create_task(self._work())
 
     async def _work(self) -> None:
+        _CALLBACK_OF.set(self._marker)  # this task's own context: what the callbacks await (and start) sees it
         while self._pending and self.error is None and not self._closed:
             name, awaitable = self._pending.popleft()
             try:
@@ -831,6 +934,35 @@ class _Listeners:
             self._worker.cancel()
         while self._pending:
             _discard(self._pending.popleft()[1])
+
+
+# The cell whose callback is being awaited (its interpreter's marker): ``Kernel.refuse_own_callback`` reads it.
+_CALLBACK_OF: contextvars.ContextVar[object | None] = contextvars.ContextVar("mainsdk_cell_callback", default=None)
+
+
+def _take_room(room: list[int], item: object) -> bool:
+    """Whether one result item fits in what is left of the cell's results room (then taken); once one does
+    not, none does (the room is spent: the order of the results is kept)."""
+    data = item.get("data") if isinstance(item, dict) else None
+    cost = (len(data) if isinstance(data, str) else 0) + LIVE_OVERHEAD
+    if cost > room[0]:
+        room[0] = 0
+        return False
+    room[0] -= cost
+    return True
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid_text(text: str) -> str:
+    """``text`` as valid Unicode: a lone surrogate (JSON's ``\\ud800`` alone) becomes U+FFFD, as invalid UTF-8
+    output does; the box chose it, and nothing past here could encode it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
 
 
 def _discard(awaitable: Awaitable[object]) -> None:
@@ -867,7 +999,7 @@ def _display_key(item: object) -> tuple[int, str] | None:
 def _parse_frame(raw: bytes) -> dict[str, Any] | None:
     try:
         frame = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # a box's JSON nested past the parser's depth is malformed too
         return None
     return frame if isinstance(frame, dict) else None
 
@@ -875,6 +1007,6 @@ def _parse_frame(raw: bytes) -> dict[str, Any] | None:
 def _cell_error(data: dict[str, Any], redact: NameRedactor) -> CellError:
     def text(key: str) -> str:
         value = data.get(key)
-        return redact(value[:TEXT_LIMIT]) if isinstance(value, str) else ""
+        return redact(_valid_text(value[:TEXT_LIMIT])) if isinstance(value, str) else ""
 
     return CellError(text("name"), text("value"), text("traceback"))

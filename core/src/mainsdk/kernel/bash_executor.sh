@@ -1,6 +1,8 @@
-# The cell kernel's bash executor (see _kernel.py's docstring for the protocol).
+# The cell kernel's bash executor (see the kernel package's docstring for the protocol).
 #
-# The supervisor starts it as `bash --noprofile --norc -c <this> mainsdk-bash <R> <W>`, its stdin /dev/null,
+# The supervisor starts it as `bash --noprofile --norc -c 'source "/dev/fd/$3"' mainsdk-bash <R> <W> <fd>`: bash
+# reads this text whole from the sealed in-memory file <fd> (supervisor.py), closes it, and runs it in this shell
+# at its top level; its stdin /dev/null,
 # its stdout and stderr the supervisor's own, in a process group of its own (a timeout's SIGINT reaches the
 # cell's foreground job and this shell), with a parent-death SIGKILL. It never holds the token. Between
 # cells it waits in the `read` builtin on R (read(R, ..., 1)): what the supervisor watches.
@@ -22,6 +24,8 @@
 # with xtrace off, the cell's options put back before its next cell's first command).
 __mainsdk_R=$1
 __mainsdk_W=$2
+eval "exec $3<&-" # this text's own file: read already, nothing a cell needs
+set -- "$1" "$2" # the cells see R and W as $1 and $2, as a -c script would
 __mainsdk_incell=
 __mainsdk_interrupted=
 __mainsdk_opts=
@@ -36,8 +40,10 @@ __mainsdk_stop() {
   return 2
 }
 
-# Only a running cell is interrupted: a SIGINT that lands after it ended must not break the loop.
-trap '[[ -z $__mainsdk_incell ]] || { __mainsdk_interrupted=1; trap __mainsdk_stop DEBUG; }' INT
+# Only a running cell is interrupted: a SIGINT that lands after it ended must not break the loop. Set again
+# before each cell: a cell's own `trap ... INT` (or `trap - INT`) holds for that cell only.
+__mainsdk_int='[[ -z $__mainsdk_incell ]] || { __mainsdk_interrupted=1; trap __mainsdk_stop DEBUG; }'
+trap "$__mainsdk_int" INT
 
 __mainsdk_env() {
   # One entry of the cell's env: the old value saved (set or not), the new one exported for the cell.
@@ -88,6 +94,7 @@ while :; do
   for ((__mainsdk_i = 2; __mainsdk_i + 1 < ${#__mainsdk_fields[@]}; __mainsdk_i += 2)); do
     __mainsdk_env "${__mainsdk_fields[__mainsdk_i]}" "${__mainsdk_fields[__mainsdk_i + 1]}"
   done
+  trap "$__mainsdk_int" INT
   __mainsdk_incell=1
   # R and W closed for the cell (bash keeps close-on-exec copies to restore them); fd 9 its text.
   eval "source /dev/fd/9 9<<<\"\$__mainsdk_code\" $__mainsdk_R<&- $__mainsdk_W>&-"

@@ -1,10 +1,13 @@
-// The cell kernel's JavaScript and TypeScript executor (see _kernel.py's docstring for the protocol).
+// The cell kernel's JavaScript and TypeScript executor (see the kernel package's docstring for the protocol).
 //
-// The supervisor starts it as `node --expose-internals -e <this> <R> <W> <language> [site ...]`, its stdin
+// The supervisor starts node as `node --expose-internals -e <NODE_BOOT> <fd> <sha256> <R> <W> <language>
+// <constants> [site ...]` (supervisor.py): the boot line reads this file's text from the sealed in-memory file
+// <fd>, checks its SHA-256, and calls the function this text is with node's `require`, the arguments from <R>
+// on and the boot line's own `import()` (a vm script has none of its own on node 20); <constants> is protocol.py's NODE_CONSTANTS as JSON. Its stdin is
 // /dev/null, its stdout and stderr the supervisor's own, in a process group of its own, with a parent-death
-// SIGKILL. It never holds the token. Between cells its main thread is blocked in read(R) (fs.readSync): what
-// the supervisor watches to know a cell is over. Each request is one JSON line on R, each result one JSON
-// line on W.
+// SIGKILL. It never holds the token. Between cells its waiter, a worker thread of its own that runs no cell's
+// code, is blocked in read(R) (fs.readSync): what the supervisor watches to know a cell is over. Each request is
+// one JSON line on R, each result one JSON line on W.
 //
 // A cell is run as node's own REPL runs a line, with node's own machinery rather than hand parsing:
 // - node's bundled acorn (internal/deps/acorn, on node 20 and 22 behind --expose-internals) parses the cell;
@@ -24,12 +27,12 @@
 // V8 (breakOnSigint) and the state is kept; a cell waiting on a promise is rejected with "Interrupted" and
 // the state is kept (what it was waiting for may still finish later). A busy loop after an `await` runs
 // outside any vm call: nothing can stop it but the supervisor's kill after the grace, and the state goes
-// with the interpreter. Callbacks a cell left (timers, I/O) run only while a later cell runs: between cells
-// the main thread waits in read(R).
+// with the interpreter. Callbacks a cell left (timers, I/O) run between cells too (the main thread's event
+// loop is free then); one that blocks the main thread holds the next cell until its timeout.
 //
-// Node runs `-e` code as a script in the global scope: the whole executor is one function, so none of its
-// names is a global a cell could collide with (a cell's `import fs` or `let path`).
-(function executor() {
+// The whole executor is one function, so none of its names is a global a cell could collide with (a cell's
+// `import fs` or `let path`).
+(function executor(require, args, load) {
 "use strict";
 const fs = require("fs");
 const vm = require("vm");
@@ -38,11 +41,11 @@ const nodeModule = require("module");
 const path = require("path");
 const { pathToFileURL } = require("url");
 
-const REQ = Number(process.argv[1]);
-const RES = Number(process.argv[2]);
-const LANGUAGE = process.argv[3];
-const SITE = process.argv.slice(4);
-const TEXT_LIMIT = 64 * 1024;
+const REQ = Number(args[0]);
+const RES = Number(args[1]);
+const LANGUAGE = args[2];
+const { TEXT_LIMIT, UNSUPPORTED_EXIT } = JSON.parse(args[3]);
+const SITE = args.slice(4);
 const IMPORT = "__mainsdk_import__";
 
 // Node's own parser and REPL transform (node 20 and 22 have both; node's REPL itself loads them so). Should a
@@ -67,7 +70,7 @@ function missing(what, module) {
 const base = pathToFileURL(path.join(process.cwd(), "[cell]")).href;
 const cellRequire = nodeModule.createRequire(path.join(process.cwd(), "[cell]"));
 Object.defineProperty(globalThis, IMPORT, {
-  value: (specifier) => import(specifier.startsWith(".") ? new URL(specifier, base).href : specifier),
+  value: (specifier) => load(specifier.startsWith(".") ? new URL(specifier, base).href : specifier),
   enumerable: false,
 });
 globalThis.require = cellRequire;
@@ -109,7 +112,7 @@ function stripper() {
     `mainsdk cell kernel: TypeScript cells need node >= 22.13 (type stripping) or the kernel's typescript ` +
       `package; this box has node ${process.version} and neither\n`,
   );
-  process.exit(125); // cells.UNSUPPORTED_EXIT
+  process.exit(UNSUPPORTED_EXIT);
 }
 const strip = stripper();
 
@@ -119,29 +122,40 @@ function writeAll(fd, text) {
   while (done < data.length) done += fs.writeSync(fd, data, done);
 }
 
-// The request line, read with the main thread blocked in read(R) (what the supervisor watches).
-let pending = Buffer.alloc(0);
+// The waiter: a worker thread of the executor's own that reads each request line, blocked in read(R) between
+// cells (what the supervisor watches: that thread, which no cell's code ever runs on), hands it to the main
+// thread and sleeps until the main thread wrote the cell's result. The main thread's event loop stays free
+// for what a cell awaits, so a timer or a callback a cell left can never be where a cell ends.
+const WAITER = `
+const fs = require("fs");
+const { workerData, parentPort } = require("worker_threads");
+const done = new Int32Array(workerData.done);
 const chunk = Buffer.alloc(1 << 16);
-function nextRequest() {
-  for (;;) {
-    const newline = pending.indexOf(10);
-    if (newline >= 0) {
-      const line = pending.subarray(0, newline).toString("utf8");
-      pending = pending.subarray(newline + 1);
-      return JSON.parse(line);
-    }
+let pending = Buffer.alloc(0);
+wait: for (;;) {
+  let newline = pending.indexOf(10);
+  while (newline < 0) {
     let n;
     try {
-      n = fs.readSync(REQ, chunk, 0, chunk.length, null);
+      n = fs.readSync(workerData.req, chunk, 0, chunk.length, null);
     } catch (error) {
       if (error.code === "EINTR" || error.code === "EAGAIN") continue;
       throw error;
     }
-    if (n === 0) process.exit(0); // the supervisor is gone
-    const bytes = chunk.subarray(0, n).filter((b) => b !== 0); // its probes: "this thread waits here"
-    pending = Buffer.concat([pending, bytes]);
+    if (n === 0) {
+      parentPort.postMessage(null); // the supervisor is gone
+      break wait;
+    }
+    pending = Buffer.concat([pending, chunk.subarray(0, n).filter((b) => b !== 0)]); // its probes: "I wait"
+    newline = pending.indexOf(10);
   }
+  const line = pending.subarray(0, newline).toString("utf8");
+  pending = pending.subarray(newline + 1);
+  Atomics.store(done, 0, 0);
+  parentPort.postMessage(line);
+  Atomics.wait(done, 0, 0); // until the main thread wrote this cell's result
 }
+`;
 
 // ESM import declarations as dynamic imports of this file's own import (positions from acorn, lines kept).
 function rewriteImports(code) {
@@ -216,8 +230,8 @@ function errorOf(thrown) {
       return { name, value: message, traceback: `${name}: ${message}` };
     }
     const frames = String(thrown.stack || `${name}: ${message}`).split("\n");
-    // The kernel's own frames (vm, this file) are not the cell's.
-    const cut = frames.findIndex((line) => /^\s+at .*(node:vm|\[eval\]|node:internal)/.test(line));
+    // The kernel's own frames (vm, the boot line, this file) are not the cell's.
+    const cut = frames.findIndex((line) => /^\s+at .*(node:vm|\[eval\]|node:internal|mainsdk_kernel\/)/.test(line));
     const stack = (cut > 0 ? frames.slice(0, cut) : frames).join("\n");
     return { name, value: message.slice(0, TEXT_LIMIT), traceback: stack.slice(-TEXT_LIMIT) };
   }
@@ -336,28 +350,56 @@ async function runCell(request) {
   return { cell: request.cell, results: results.items, results_dropped: results.dropped, error };
 }
 
-function loop() {
-  const request = nextRequest();
-  // One turn of the event loop first: a SIGINT that landed after the last cell ended is seen (and finds
-  // nothing running) before this cell starts.
-  setImmediate(() => {
-    runCell(request).then((frame) => {
-      let line;
-      try {
-        line = JSON.stringify(frame);
-      } catch {
-        line = JSON.stringify({ ...frame, results: [], results_dropped: frame.results.length });
-      }
-      try {
-        writeAll(RES, line + "\n");
-      } catch {
-        process.exit(70); // a cell closed the result pipe: no cell can end again, as when Python's executor dies
-      }
-      loop(); // straight back to read(R): the supervisor is watching for it
-    });
+// A write node could not finish at once (the pipe was full: node queues the rest, the descriptor being
+// non-blocking) is written before the cell's result: the cell's output comes before its end, as in Python.
+function drained(stream) {
+  if (!stream.writableLength) return null;
+  return new Promise((resolve) => {
+    stream.once("drain", resolve);
+    stream.once("close", resolve);
+    stream.once("error", resolve);
   });
 }
 
+// Output written synchronously: node makes a pipe's writes asynchronous, so what a cell printed past the pipe's
+// 64 KiB would come after its end (in the next cell), an endless console.log would fill node's memory instead of
+// meeting the output limit, and the non-blocking flag would be on the file the supervisor writes its frames to.
+function blockingOutput() {
+  for (const stream of [process.stdout, process.stderr]) {
+    if (stream._handle && typeof stream._handle.setBlocking === "function") stream._handle.setBlocking(true);
+  }
+}
+
+const { Worker } = require("worker_threads");
+const done = new Int32Array(new SharedArrayBuffer(4));
+const waiter = new Worker(WAITER, { eval: true, workerData: { req: REQ, done: done.buffer }, stdout: false });
+waiter.on("error", (error) => {
+  process.stderr.write(`mainsdk cell kernel: the request waiter failed: ${error && error.stack}\n`);
+  process.exit(70); // no request can come any more
+});
+waiter.on("message", (line) => {
+  if (line === null) process.exit(0);
+  // A message is handled on a turn of the event loop: a SIGINT that landed after the last cell ended is seen
+  // (and finds nothing running) before this cell starts.
+  const request = JSON.parse(line);
+  blockingOutput(); // before each cell: a cell may have undone it
+  runCell(request).then(async (frame) => {
+    for (const stream of [process.stdout, process.stderr]) await drained(stream); // a cell made it non-blocking again
+    let text;
+    try {
+      text = JSON.stringify(frame);
+    } catch {
+      text = JSON.stringify({ ...frame, results: [], results_dropped: frame.results.length });
+    }
+    try {
+      writeAll(RES, text + "\n");
+    } catch {
+      process.exit(70); // a cell closed the result pipe: no cell can end again, as when Python's executor dies
+    }
+    Atomics.store(done, 0, 1);
+    Atomics.notify(done, 0); // the waiter goes back to read(R): the supervisor is watching for it
+  });
+});
+blockingOutput();
 writeAll(RES, '{"ready": true}\n');
-loop();
-})();
+});
