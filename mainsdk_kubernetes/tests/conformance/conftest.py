@@ -1,0 +1,85 @@
+"""The kubernetes driver runs the conformance suite: the Kubernetes API replayed from cassettes, through the
+official ``kubernetes`` client, and the pods' sandboxd served live by the stand-in (``standin/pods.py``).
+
+Why sandboxd is live and not replayed: its ProcessService is gRPC (HTTP/2), which the replay server (HTTP/1.1,
+one chunk per frame) does not speak, and the files a command writes must be the files the next read finds.
+What is replayed is every request to the API server: the claim, its watch, the sandbox, the pod (its OOM status).
+
+Replay: ``pytest mainsdk_kubernetes/tests/conformance``. Author the cassettes again against the stand-in:
+``python mainsdk_kubernetes/tests/conformance/author.py``. Re-check them on a live cluster (token auth; the app
+where it reaches the pods' IPs, and the warm pool of ``K8S_WARM_POOL`` in ``K8S_NAMESPACE``):
+``KUBE_TOKEN=... mainsdk-conformance record --driver kubernetes --upstream api=https://<api-server>`` with
+``K8S_ROUTER_URL`` for the sandbox-router, if any.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from mainsdk.config import AppConfig
+from mainsdk_conformance import ConformanceTarget
+from mainsdk_conformance.profiles import KUBERNETES, Profile
+
+import standin
+from mainsdk_kubernetes import driver_from_config
+from standin.pods import ROOT, Pods
+
+NAMESPACE = "mainsdk"
+POOL = "python-pool"
+MEMORY = 64 * 1024 * 1024  # the template's pods' limit (64Mi), as the stand-in's API server says
+
+
+@pytest.fixture
+def conformance_profile() -> Profile:
+    """The Kubernetes API server, as the official client speaks to it."""
+    return KUBERNETES
+
+
+@pytest.fixture
+def standin_pods(request: pytest.FixtureRequest) -> Iterator[Pods | None]:
+    """The pods' sandboxd: the authoring run's stand-in, a fresh one for a replay, none for a live cluster."""
+    if standin.ACTIVE is not None:
+        yield standin.ACTIVE.pods
+        return
+    if request.config.getoption("conformance_record"):
+        yield None  # a live cluster: its own pods
+        return
+    pods = Pods(memory=MEMORY)
+    try:
+        yield pods
+    finally:
+        pods.close()
+
+
+@pytest.fixture
+def conformance_target(conformance_replay: Any, standin_pods: Pods | None) -> ConformanceTarget:
+    """The real driver, with the official client, pointed at the test's replay server (or the recorder)."""
+    url = conformance_replay.url("api")
+    section: dict[str, Any] = {"namespace": NAMESPACE, "warm_pool": POOL, "languages": ["python", "bash"]}
+    if standin_pods is not None:
+        section.update(router_url=standin_pods.router_url, root=ROOT)
+        address = standin_pods.address
+    else:
+        section.update(namespace=os.environ.get("K8S_NAMESPACE", NAMESPACE), warm_pool=os.environ.get("K8S_WARM_POOL", POOL))
+        if os.environ.get("K8S_ROUTER_URL"):
+            section["router_url"] = os.environ["K8S_ROUTER_URL"]
+        address = None
+
+    def build(config: AppConfig) -> object:
+        return driver_from_config(config, api_url=url, address=address, token=os.environ.get("KUBE_TOKEN"))
+
+    def unavailable(config: AppConfig) -> object:
+        # Port 9 (discard) on loopback: nothing listens, the connection is refused.
+        return driver_from_config(config, api_url="http://127.0.0.1:9", address=address)
+
+    return ConformanceTarget(
+        driver_id="kubernetes",
+        driver=build,
+        unavailable=unavailable,
+        config={"sandbox": {"kubernetes": section}},
+        # What a command keeps of the container's environment unless given: PATH and HOME (the wrapper's BASELINE).
+        baseline_env=frozenset({"PATH", "HOME", "LC_CTYPE"}),
+    )
