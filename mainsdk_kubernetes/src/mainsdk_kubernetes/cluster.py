@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -20,7 +21,7 @@ import attrs
 from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, NO_SESSION, SandboxError
+from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 CLAIMS = ("extensions.agents.x-k8s.io", "v1beta1", "sandboxclaims")
@@ -30,6 +31,9 @@ SANDBOXES = ("agents.x-k8s.io", "v1beta1", "sandboxes")
 POD_NAME_ANNOTATION = "agents.x-k8s.io/pod-name"
 # Labels on the claim, so an operator (or a reaper) finds what this driver made.
 MANAGED_BY = {"app.kubernetes.io/managed-by": "mainsdk"}
+
+RETRIES_429 = 3
+MAX_RETRY_AFTER = 10.0
 
 T = TypeVar("T")
 
@@ -44,6 +48,7 @@ class Claimed:
     pod_ip: str
     service_fqdn: str | None
     restarts: int  # the pod's containers' restarts when claimed: an OOM kill after it adds one
+    runtime_class: str | None  # the pod's spec.runtimeClassName: what it really runs with
 
 
 @attrs.frozen
@@ -55,6 +60,15 @@ class Template:
     handler: str | None
     memory_limit: int | None  # bytes, the smallest container limit; None when a container has none
     egress_denied: bool  # the template's networkPolicy lets nothing out (no egress rule)
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    """The seconds a 429 says to wait (at most ``MAX_RETRY_AFTER``), or None when it names none."""
+    value = (exc.headers or {}).get("Retry-After")
+    try:
+        return min(float(value), MAX_RETRY_AFTER) if value is not None else None
+    except ValueError:
+        return None
 
 
 def quantity(text: str | int) -> int:
@@ -99,18 +113,27 @@ class Cluster:
         return await asyncio.to_thread(self._guarded, what, fn)
 
     def _guarded(self, what: str, fn: Callable[[], T]) -> T:
-        try:
-            return fn()
-        except ApiException as exc:
-            raise self.error(what, exc) from exc
-        except (Urllib3Error, OSError) as exc:
-            raise SandboxError(DRIVER_UNAVAILABLE, f"kubernetes: {what}: the API server is unreachable") from exc
+        for attempt in range(RETRIES_429 + 1):
+            try:
+                return fn()
+            except ApiException as exc:
+                # 429 is the API server's priority and fairness saying it did not take the request: safe to send
+                # again, after the Retry-After it names (k8s.io/apiserver pkg/server/filters/maxinflight.go and
+                # priority-and-fairness.go set it; client-go's rest client waits for it the same way).
+                wait = _retry_after(exc) if exc.status == 429 and attempt < RETRIES_429 else None
+                if wait is None:
+                    raise self.error(what, exc) from exc
+                time.sleep(wait)
+            except (Urllib3Error, OSError) as exc:
+                raise SandboxError(DRIVER_UNAVAILABLE, f"kubernetes: {what}: the API server is unreachable") from exc
+        raise AssertionError("unreachable")
 
     def error(self, what: str, exc: ApiException) -> SandboxError:
         """An API answer as the code that fits: 404 gone (0008), 403/422 a setup to fix (0001), else an outage."""
         status = int(exc.status or 0)
         if status == 404:
-            return SandboxError(NO_SESSION, f"kubernetes: {what}: not found (404)", status=404)
+            # A claim, sandbox or pod gone while it was being made or used: the controller (or someone) deleted it.
+            return SandboxError(DRIVER_UNAVAILABLE, f"kubernetes: {what}: it is gone (404)")
         if status in (401, 403):
             return SandboxError(
                 INVALID_OPTION,
@@ -176,7 +199,8 @@ class Cluster:
         ips = status.get("podIPs") or ((ready.get("status") or {}).get("sandbox") or {}).get("podIPs") or []
         if not ips:
             raise SandboxError(DRIVER_UNAVAILABLE, f"kubernetes: Sandbox {sandbox_name} is ready with no pod IP")
-        return Claimed(name, sandbox_name, pod_name, str(ips[0]), status.get("serviceFQDN"), restarts(pod))
+        runtime = (pod.get("spec") or {}).get("runtimeClassName")
+        return Claimed(name, sandbox_name, pod_name, str(ips[0]), status.get("serviceFQDN"), restarts(pod), runtime)
 
     def _watch_ready(self, name: str, resource_version: str, timeout: float) -> dict[str, Any]:
         group, version, plural = CLAIMS

@@ -64,6 +64,11 @@ WRAPPER = (
 # The out folder as one tar stream: tar stores a link as a link, never following it.
 ARCHIVE = 'cd "$0/out" 2>/dev/null || exit 0; exec tar -cf - .'
 
+# A template read is kept this long for the drivers of one process: each Sandbox builds its own driver, and a run
+# should not cost three more requests. What a claimed pod really runs with is checked on every claim (start).
+TEMPLATE_TTL = 60.0
+_TEMPLATES: dict[tuple[str, str, str], tuple[float, Template]] = {}
+
 Address = Callable[[str, int], str]  # (pod IP or service name, port) to the host:port to dial
 
 
@@ -122,14 +127,21 @@ class KubernetesDriver:
     _isolation: str | None = None
 
     def template(self) -> Template:
-        """The warm pool's template, read once (three requests: the pool, its template, its RuntimeClass)."""
+        """The warm pool's template (three requests: the pool, its template, its RuntimeClass), kept ``TEMPLATE_TTL``
+        seconds for every driver of this process on the same API server and pool."""
         if self._template is None:
             if not self.config.warm_pool:
                 raise SandboxError(
                     INVALID_OPTION,
                     "kubernetes: sandbox.kubernetes.warm_pool is not set; name the SandboxWarmPool to claim pods of",
                 )
-            template = self.cluster.template_now(self.config.warm_pool, self.config.runtime_isolation)
+            key = (str(self.cluster.api.configuration.host), self.config.namespace, self.config.warm_pool)
+            kept = _TEMPLATES.get(key)
+            if kept is not None and time.monotonic() - kept[0] < TEMPLATE_TTL:
+                template = kept[1]
+            else:
+                template = self.cluster.template_now(self.config.warm_pool, self.config.runtime_isolation)
+                _TEMPLATES[key] = (time.monotonic(), template)
             self._isolation = isolation_of(template, self.config)
             self._template = template
         return self._template
@@ -223,6 +235,17 @@ class KubernetesDriver:
         except BaseException:
             await asyncio.shield(self.cluster.delete(name))
             raise
+        if claimed.runtime_class != template.runtime_class:
+            # The pod is not what the template said (it changed since it was read): its isolation is not the one
+            # this run reports, so it is not used.
+            _TEMPLATES.clear()
+            self._template = None
+            await asyncio.shield(self.cluster.delete(name))
+            raise SandboxError(
+                DRIVER_UNAVAILABLE,
+                f"kubernetes: pod {claimed.pod} runs with RuntimeClass {claimed.runtime_class}, not the template's "
+                f"{template.runtime_class}; the template changed since it was read: retry",
+            )
         box = KubernetesBox(spec.id, spec, claimed, Sandboxd(self._route(claimed), self._http()))
         try:
             for path, data in spec.files.items():

@@ -27,6 +27,10 @@ import standin
 from mainsdk_kubernetes import driver_from_config
 from standin.pods import ROOT, Pods
 
+# The command stream is sandboxd's gRPC ProcessService, which a cassette does not hold (the replay server is
+# HTTP/1.1), so there is no recorded command stream to cut or hold; tests/test_streams.py cuts and holds the live
+# stream of the stand-in instead.
+GRPC_FAULT = "the command stream is gRPC, which no cassette holds: tests/test_streams.py cuts and holds it live"
 NAMESPACE = "mainsdk"
 POOL = "python-pool"
 MEMORY = 64 * 1024 * 1024  # the template's pods' limit (64Mi), as the stand-in's API server says
@@ -82,4 +86,8 @@ def conformance_target(conformance_replay: Any, standin_pods: Pods | None) -> Co
         config={"sandbox": {"kubernetes": section}},
         # What a command keeps of the container's environment unless given: PATH and HOME (the wrapper's BASELINE).
         baseline_env=frozenset({"PATH", "HOME", "LC_CTYPE"}),
+        expected_failures={
+            "TestFaults::test_a_reset_mid_stream_is_0006_and_the_command_is_not_sent_again": GRPC_FAULT,
+            "TestFaults::test_a_response_past_the_deadline_stops_the_run_at_its_time_limit": GRPC_FAULT,
+        },
     )

@@ -80,10 +80,12 @@ class ApiServer:
         memory: str = "64Mi",
         replicas: int = 2,
         egress: list[Any] | None = None,
+        ip_prefix: str = "10.244.0.",
     ) -> None:
         self.pods, self.namespace, self.pool, self.template = pods, namespace, pool, template
         self.runtime_class, self.handler, self.memory, self.replicas = runtime_class, handler, memory, replicas
         self.egress = egress or []
+        self.ip_prefix = ip_prefix
         self.versions = itertools.count(1000)
         self.serial = itertools.count(1)
         self.claims: dict[str, dict[str, Any]] = {}
@@ -109,7 +111,7 @@ class ApiServer:
         self.server.server_close()
 
     def _new_sandbox(self, name: str, warm: bool = True) -> dict[str, Any]:
-        ip = f"10.244.0.{next(self.serial) % 250 + 2}"
+        ip = f"{self.ip_prefix}{next(self.serial) % 250 + 2}"
         self.pods.pod(ip, name)
         sandbox = {
             "apiVersion": "agents.x-k8s.io/v1beta1",

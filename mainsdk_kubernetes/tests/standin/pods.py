@@ -162,7 +162,7 @@ class Pod:
 class ProcessService:
     """sandboxd's ProcessService for one pod (a grpcio server of its own, on loopback)."""
 
-    def __init__(self, pod: Pod) -> None:
+    def __init__(self, pod: Pod, bind: str = "127.0.0.1:0") -> None:
         self.pod = pod
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
         handlers = {
@@ -177,7 +177,7 @@ class ProcessService:
             ),
         }
         self.server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("process.v1.ProcessService", handlers)])
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.port = self.server.add_insecure_port(bind)
         self.server.start()
 
     def start(self, request: pb.StartRequest, context: grpc.ServicerContext) -> Any:
@@ -278,9 +278,13 @@ class ProcessService:
 class Pods:
     """Every pod of the stand-in, by IP; a pod named in a replayed cassette is made when first dialled."""
 
-    def __init__(self, memory: int | None, token: str | None = None) -> None:
+    def __init__(self, memory: int | None, token: str | None = None, direct: bool = False) -> None:
         self.memory = memory
         self.token = token
+        # direct: each pod listens at its own IP (a loopback address the API server gives it), sandboxd's ports
+        # 9090 and 8080, as a pod reached in the cluster (reach: pod-ip, no router): nothing to map.
+        self.direct = direct
+        self.rest: dict[str, http.server.ThreadingHTTPServer] = {}
         self.base = tempfile.mkdtemp(prefix="mainsdk-k8s-standin-", dir="/var/tmp")  # not under /tmp
         self.pods: dict[str, Pod] = {}
         self.services: dict[str, ProcessService] = {}
@@ -299,7 +303,14 @@ class Pods:
         with self.lock:
             if ip not in self.pods:
                 self.pods[ip] = Pod(ip, name or f"pod-{ip.replace('.', '-')}", self.memory, self.base)
-                self.services[ip] = ProcessService(self.pods[ip])
+                if self.direct:
+                    self.services[ip] = ProcessService(self.pods[ip], f"{ip}:9090")
+                    rest = http.server.ThreadingHTTPServer((ip, 8080), _router(self, self.pods[ip]))
+                    rest.daemon_threads = True
+                    threading.Thread(target=rest.serve_forever, daemon=True).start()
+                    self.rest[ip] = rest
+                else:
+                    self.services[ip] = ProcessService(self.pods[ip])
             if name:
                 self.by_name[name] = ip
             return self.pods[ip]
@@ -317,6 +328,10 @@ class Pods:
             pod, service = self.pods.pop(ip, None), self.services.pop(ip, None)
         if service is not None:
             service.server.stop(0)
+        rest = self.rest.pop(ip, None)
+        if rest is not None:
+            rest.shutdown()
+            rest.server_close()
         if pod is not None:
             pod.remove()
 
@@ -328,7 +343,9 @@ class Pods:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def _router(pods: Pods) -> type[http.server.BaseHTTPRequestHandler]:
+def _router(pods: Pods, direct: Pod | None = None) -> type[http.server.BaseHTTPRequestHandler]:
+    """The sandbox-router's handler (or, given ``direct``, that pod's own sandboxd REST listener)."""
+
     class Router(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -351,6 +368,8 @@ def _router(pods: Pods) -> type[http.server.BaseHTTPRequestHandler]:
             self._send(status, json.dumps({"detail": detail}).encode())
 
         def _pod(self) -> Pod | None:
+            if direct is not None:
+                return direct
             if pods.token is not None:
                 auth = (self.headers.get("Authorization") or "").split()
                 if len(auth) != 2 or auth[0].lower() != "bearer" or auth[1] != pods.token:
