@@ -18,7 +18,8 @@ from mainsdk_conformance.profiles import PROFILES
 # Where this repository keeps each driver's conformance conftest; a third party passes --tests.
 DEFAULT_TESTS = "conformance/drivers/{driver}"
 OUR_DRIVER_TESTS = {
-    "e2b": "mainsdk_e2b/tests/conformance", "vercel-sandbox": "mainsdk_vercel/tests/conformance",
+    "e2b": "mainsdk_e2b/tests/conformance",
+    "vercel-sandbox": "mainsdk_vercel/tests/conformance",
     "kubernetes": "mainsdk_kubernetes/tests/conformance",
 }
 

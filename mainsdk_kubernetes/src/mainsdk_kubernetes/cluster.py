@@ -186,7 +186,10 @@ class Cluster:
         }
         created = await self.call(
             f"create SandboxClaim on pool {pool}",
-            lambda: self.custom.create_namespaced_custom_object(group, version, self.namespace, plural, body),
+            lambda: cast(
+                dict[str, Any],
+                self.custom.create_namespaced_custom_object(group, version, self.namespace, plural, body),
+            ),
         )
         version_seen = str(((created or {}).get("metadata") or {}).get("resourceVersion") or "0")
         ready = await self.call(f"wait for SandboxClaim {name}", lambda: self._watch_ready(name, version_seen, timeout))
@@ -204,9 +207,9 @@ class Cluster:
 
     def _watch_ready(self, name: str, resource_version: str, timeout: float) -> dict[str, Any]:
         group, version, plural = CLAIMS
-        stream = watch.Watch()
+        stream = watch.Watch()  # type: ignore[no-untyped-call]
         try:
-            for event in stream.stream(
+            for event in stream.stream(  # type: ignore[no-untyped-call]
                 self.custom.list_namespaced_custom_object,
                 group,
                 version,
@@ -223,7 +226,7 @@ class Cluster:
                     if condition.get("type") == "Ready" and condition.get("status") == "True":
                         return obj
         finally:
-            stream.stop()
+            stream.stop()  # type: ignore[no-untyped-call]
         raise SandboxError(
             DRIVER_UNAVAILABLE,
             f"kubernetes: SandboxClaim {name} was not ready within {timeout:.0f}s; check the warm pool's replicas "
@@ -235,7 +238,7 @@ class Cluster:
 
         def read() -> dict[str, Any]:
             pod = self.core.read_namespaced_pod(name, self.namespace)
-            return cast(dict[str, Any], self.api.sanitize_for_serialization(pod))
+            return cast(dict[str, Any], self.api.sanitize_for_serialization(pod))  # type: ignore[no-untyped-call]
 
         return await self.call(f"read Pod {name}", read)
 

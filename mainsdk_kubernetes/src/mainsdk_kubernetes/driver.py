@@ -18,7 +18,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
 
 import attrs
 import grpc
@@ -28,13 +27,13 @@ from kubernetes import client as k8s
 from kubernetes import config as kubeconfig
 from mainsdk.config import AppConfig
 from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, Folder, OutputSink, SessionDriver
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, before_command
+from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
 from mainsdk.hookspecs import hookimpl
 from mainsdk_driverkit.hostbox import collect_folder
 
 from mainsdk_kubernetes.cluster import Claimed, Cluster, Template, oom_killed
 from mainsdk_kubernetes.config import KubernetesConfig
-from mainsdk_kubernetes.sandboxd import Process, Route, Sandboxd
+from mainsdk_kubernetes.sandboxd import Process, Route, Sandboxd, StreamBroken
 
 __all__ = ["KubernetesBox", "KubernetesDriver", "driver_from_config", "isolation_of"]
 
@@ -272,10 +271,11 @@ class KubernetesDriver:
             except TimeoutError:
                 await process.kill()
                 return ExecOutcome(None, stop="timeout", duration=time.monotonic() - began)
-            except grpc.aio.AioRpcError as exc:
+            except (grpc.aio.AioRpcError, StreamBroken) as exc:
                 if await self._oom(box):
                     return ExecOutcome(None, stop="memory", duration=time.monotonic() - began)
-                raise SandboxError(DRIVER_UNAVAILABLE, f"sandboxd: the command's stream ended ({exc.code().name})")
+                why = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else "no exit"
+                raise SandboxError(DRIVER_UNAVAILABLE, f"sandboxd: the command's stream ended ({why})") from exc
         except asyncio.CancelledError:
             await asyncio.shield(process.kill())
             raise
@@ -304,7 +304,7 @@ class KubernetesDriver:
         while True:
             event = await process.next()
             if event is None:
-                raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata())
+                raise StreamBroken("the stream ended without an ExitEvent")
             kind = event.WhichOneof("event")
             if kind == "stdout":
                 output.stdout(event.stdout)
@@ -337,8 +337,8 @@ class KubernetesDriver:
                         cut = True
                         await process.kill()
                         break
-        except grpc.aio.AioRpcError as exc:
-            raise SandboxError(DRIVER_UNAVAILABLE, f"sandboxd: the out folder's archive failed ({exc.code().name})")
+        except (grpc.aio.AioRpcError, StreamBroken) as exc:
+            raise SandboxError(DRIVER_UNAVAILABLE, "sandboxd: the out folder's archive failed") from exc
         collected = await asyncio.to_thread(_unpack, bytes(archive), max_bytes)
         return attrs.evolve(collected, truncated=True) if cut else collected
 
@@ -362,7 +362,7 @@ class KubernetesDriver:
     @hookimpl
     def mainsdk_driver_shutdown(self) -> None:
         """Close the API client's connections."""
-        self.cluster.api.close()
+        self.cluster.api.close()  # type: ignore[no-untyped-call]
 
 
 def _unpack(archive: bytes, max_bytes: int) -> Collected:
@@ -385,11 +385,12 @@ def _api_client(config: KubernetesConfig) -> k8s.ApiClient:
     try:
         if config.in_cluster:
             configuration = k8s.Configuration()
-            kubeconfig.load_incluster_config(client_configuration=configuration)
+            kubeconfig.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             return k8s.ApiClient(configuration)
-        return kubeconfig.new_client_from_config(
+        api: k8s.ApiClient = kubeconfig.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=os.path.expanduser(config.kubeconfig) if config.kubeconfig else None, context=config.context
         )
+        return api
     except (kubeconfig.ConfigException, OSError) as exc:
         where = "the pod's service account" if config.in_cluster else (config.kubeconfig or "the default kubeconfig")
         raise SandboxError(

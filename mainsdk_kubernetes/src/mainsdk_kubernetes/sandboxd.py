@@ -15,6 +15,7 @@ ProcessService is always reached directly (the python client's ``connector.py`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from urllib.parse import quote
 
 import attrs
@@ -30,6 +31,10 @@ WRITE_STDIN = "/process.v1.ProcessService/WriteStdin"
 SEND_SIGNAL = "/process.v1.ProcessService/SendSignal"
 STDIN_CHUNK = 1024 * 1024  # under gRPC's default 4 MiB message limit
 SIGKILL = pb.SIGNAL_SIGKILL
+
+
+class StreamBroken(Exception):
+    """A ``Start`` stream that ended without its ``ExitEvent`` (or began without its ``InitEvent``)."""
 
 
 @attrs.frozen
@@ -51,22 +56,21 @@ class Process:
             response_deserializer=pb.StartResponse.FromString,
         )
         self.call = start(request)
+        self._events = self.call.__aiter__()
         self.channel = channel
         self.pid: int | None = None
 
     async def next(self) -> pb.StartResponse | None:
         """The stream's next event; None once it ended."""
-        event = await self.call.read()
-        if event is grpc.aio.EOF:
-            return None
-        assert isinstance(event, pb.StartResponse)
+        event = await anext(self._events, None)
+        assert event is None or isinstance(event, pb.StartResponse)
         return event
 
     async def started(self) -> int:
         """Wait for the ``InitEvent``: the process id sandboxd gives it (its own id, not the OS pid)."""
         event = await self.next()
         if event is None or event.WhichOneof("event") != "init":
-            raise grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata())
+            raise StreamBroken("the stream did not begin with an InitEvent")
         self.pid = int(event.init.process_id)
         return self.pid
 
@@ -99,10 +103,8 @@ class Process:
             request_serializer=pb.SendSignalRequest.SerializeToString,
             response_deserializer=pb.SendSignalResponse.FromString,
         )
-        try:
+        with contextlib.suppress(grpc.aio.AioRpcError, TimeoutError):
             await asyncio.wait_for(signal(pb.SendSignalRequest(process_id=self.pid, signal=SIGKILL)), 10.0)
-        except (grpc.aio.AioRpcError, TimeoutError):
-            pass
 
 
 class Sandboxd:
@@ -148,7 +150,7 @@ class Sandboxd:
 
     async def close(self) -> None:
         """Close the channel (the HTTP client is the driver's)."""
-        await self.channel.close()
+        await self.channel.close(None)
 
 
 def _rest_error(what: str, answer: httpx.Response) -> SandboxError:

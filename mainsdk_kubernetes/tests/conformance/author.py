@@ -1,4 +1,4 @@
-"""Author the conformance cassettes: record the suite against the stand-in cluster (``standin/``).
+"""Author the conformance cassettes: record the suite against the stand-in cluster (``standin_*.py``).
 
     python mainsdk_kubernetes/tests/conformance/author.py [PYTEST-ARGS]   # e.g. -k TestRun
 
@@ -19,11 +19,10 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
 import pytest  # noqa: E402
+import standin_pods  # noqa: E402
 from mainsdk_conformance.cassette import authored_meta  # noqa: E402
-
-import standin  # noqa: E402
-from standin.apiserver import ApiServer  # noqa: E402
-from standin.pods import Pods  # noqa: E402
+from standin_apiserver import ApiServer  # noqa: E402
+from standin_pods import Pods  # noqa: E402
 
 MEMORY = 64 * 1024 * 1024
 CASSETTES = HERE / "cassettes"
@@ -33,13 +32,24 @@ JSON = {"content-type": "application/json"}
 
 def _status(code: int, reason: str, message: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
     """An API server's failure answer: a ``Status`` (k8s.io/apimachinery pkg/apis/meta/v1 types.go)."""
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     return {"status": code, "headers": {**JSON, **(headers or {})}, "body": {"json": body}}
 
 
 def _index(data: dict[str, Any], method: str, part: str) -> int:
-    return next(i for i, x in enumerate(data["interactions"]) if x["request"]["method"] == method and part in x["request"]["path"])
+    return next(
+        i
+        for i, x in enumerate(data["interactions"])
+        if x["request"]["method"] == method and part in x["request"]["path"]
+    )
 
 
 def finish_faults() -> None:
@@ -59,24 +69,27 @@ def finish_faults() -> None:
     data = copy.deepcopy(base)
     create = _index(data, "POST", "/sandboxclaims")
     throttled = copy.deepcopy(data["interactions"][create])
-    throttled["response"] = _status(429, "TooManyRequests", "Too many requests, please try again later.",
-                                    {"retry-after": "1"})
+    throttled["response"] = _status(
+        429, "TooManyRequests", "Too many requests, please try again later.", {"retry-after": "1"}
+    )
     data["interactions"].insert(create, throttled)
     save("test_429_with_retry_after_is_retried_after_the_wait", data, "fault: 429 with Retry-After: 1 at the create")
     # 503 on the create: nothing made; the driver deletes the claim it may have made, which is not there.
     data = copy.deepcopy(base)
     create = _index(data, "POST", "/sandboxclaims")
     delete = copy.deepcopy(data["interactions"][_index(data, "DELETE", "/sandboxclaims/")])
-    data["interactions"][create]["response"] = _status(503, "ServiceUnavailable", "the server is currently unable to handle the request")
+    data["interactions"][create]["response"] = _status(
+        503, "ServiceUnavailable", "the server is currently unable to handle the request"
+    )
     delete["response"] = _status(404, "NotFound", "sandboxclaims.extensions.agents.x-k8s.io not found")
-    data["interactions"] = data["interactions"][: create + 1] + [delete]
+    data["interactions"] = [*data["interactions"][: create + 1], delete]
     save("test_503_is_0006_and_retryable", data, "fault: 503 at the create")
     # The sandbox vanished between the claim's ready event and its read: 404, then the claim deleted.
     data = copy.deepcopy(base)
     sandbox = _index(data, "GET", "/sandboxes/")
     data["interactions"][sandbox]["response"] = _status(404, "NotFound", "sandboxes.agents.x-k8s.io not found")
     delete = _index(data, "DELETE", "/sandboxclaims/")
-    data["interactions"] = data["interactions"][: sandbox + 1] + [data["interactions"][delete]]
+    data["interactions"] = [*data["interactions"][: sandbox + 1], data["interactions"][delete]]
     save("test_a_sandbox_that_vanished_mid_run_is_0006", data, "fault: 404 for the adopted sandbox")
 
 
@@ -85,7 +98,7 @@ def main() -> int:
     pods = Pods(memory=MEMORY)
     api = ApiServer(pods, namespace="mainsdk", pool="python-pool", memory="64Mi")
     api.start()
-    standin.ACTIVE = api
+    standin_pods.ACTIVE = api
     try:
         status = int(
             pytest.main(
@@ -105,7 +118,7 @@ def main() -> int:
             finish_faults()
         return status
     finally:
-        standin.ACTIVE = None
+        standin_pods.ACTIVE = None
         api.stop()
         pods.close()
 

@@ -1,5 +1,5 @@
 """The kubernetes driver runs the conformance suite: the Kubernetes API replayed from cassettes, through the
-official ``kubernetes`` client, and the pods' sandboxd served live by the stand-in (``standin/pods.py``).
+official ``kubernetes`` client, and the pods' sandboxd served live by the stand-in (``standin_pods.py``).
 
 Why sandboxd is live and not replayed: its ProcessService is gRPC (HTTP/2), which the replay server (HTTP/1.1,
 one chunk per frame) does not speak, and the files a command writes must be the files the next read finds.
@@ -19,13 +19,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import standin_pods
 from mainsdk.config import AppConfig
 from mainsdk_conformance import ConformanceTarget
 from mainsdk_conformance.profiles import KUBERNETES, Profile
+from standin_pods import ROOT, Pods
 
-import standin
 from mainsdk_kubernetes import driver_from_config
-from standin.pods import ROOT, Pods
 
 # The command stream is sandboxd's gRPC ProcessService, which a cassette does not hold (the replay server is
 # HTTP/1.1), so there is no recorded command stream to cut or hold; tests/test_streams.py cuts and holds the live
@@ -43,10 +43,10 @@ def conformance_profile() -> Profile:
 
 
 @pytest.fixture
-def standin_pods(request: pytest.FixtureRequest) -> Iterator[Pods | None]:
+def standin(request: pytest.FixtureRequest) -> Iterator[Pods | None]:
     """The pods' sandboxd: the authoring run's stand-in, a fresh one for a replay, none for a live cluster."""
-    if standin.ACTIVE is not None:
-        yield standin.ACTIVE.pods
+    if standin_pods.ACTIVE is not None:
+        yield standin_pods.ACTIVE.pods
         return
     if request.config.getoption("conformance_record"):
         yield None  # a live cluster: its own pods
@@ -59,15 +59,17 @@ def standin_pods(request: pytest.FixtureRequest) -> Iterator[Pods | None]:
 
 
 @pytest.fixture
-def conformance_target(conformance_replay: Any, standin_pods: Pods | None) -> ConformanceTarget:
+def conformance_target(conformance_replay: Any, standin: Pods | None) -> ConformanceTarget:
     """The real driver, with the official client, pointed at the test's replay server (or the recorder)."""
     url = conformance_replay.url("api")
     section: dict[str, Any] = {"namespace": NAMESPACE, "warm_pool": POOL, "languages": ["python", "bash"]}
-    if standin_pods is not None:
-        section.update(router_url=standin_pods.router_url, root=ROOT)
-        address = standin_pods.address
+    if standin is not None:
+        section.update(router_url=standin.router_url, root=ROOT)
+        address = standin.address
     else:
-        section.update(namespace=os.environ.get("K8S_NAMESPACE", NAMESPACE), warm_pool=os.environ.get("K8S_WARM_POOL", POOL))
+        section.update(
+            namespace=os.environ.get("K8S_NAMESPACE", NAMESPACE), warm_pool=os.environ.get("K8S_WARM_POOL", POOL)
+        )
         if os.environ.get("K8S_ROUTER_URL"):
             section["router_url"] = os.environ["K8S_ROUTER_URL"]
         address = None

@@ -28,8 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import jsonschema
-
-from standin.pods import Pods
+from standin_pods import Pods
 
 SCHEMAS = json.loads((Path(__file__).parent / "agent-sandbox-v1beta1.json").read_text())["schemas"]
 EXT = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/"
@@ -54,7 +53,9 @@ VALIDATORS = {kind: jsonschema.Draft7Validator(_strict(s)) for kind, s in SCHEMA
 
 def problems(kind: str, obj: Any) -> list[str]:
     """What in ``obj`` its CRD's schema refuses."""
-    return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in VALIDATORS[kind].iter_errors(obj)]
+    return [
+        f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in VALIDATORS[kind].iter_errors(obj)
+    ]
 
 
 def _now() -> str:
@@ -140,7 +141,11 @@ class ApiServer:
     def _pod_template(self) -> dict[str, Any]:
         spec: dict[str, Any] = {
             "containers": [
-                {"name": "sandbox", "image": "standin/python-sandboxd", "resources": {"limits": {"memory": self.memory}}}
+                {
+                    "name": "sandbox",
+                    "image": "standin/python-sandboxd",
+                    "resources": {"limits": {"memory": self.memory}},
+                }
             ]
         }
         if self.runtime_class is not None:
@@ -219,7 +224,7 @@ class ApiServer:
             if entry is None:
                 return None
             sandbox = self.sandboxes[entry["sandbox"]]
-            claim = json.loads(json.dumps(entry["object"]))
+            claim: dict[str, Any] = json.loads(json.dumps(entry["object"]))
         claim["metadata"]["resourceVersion"] = str(next(self.versions))
         claim["status"] = {
             "conditions": _ready(),
@@ -235,12 +240,20 @@ class ApiServer:
                 return None
             sandbox = self.sandboxes.pop(entry["sandbox"])
         self.pods.drop(sandbox["status"]["podIPs"][0])
-        return entry["object"]
+        gone: dict[str, Any] = entry["object"]
+        return gone
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def _handler(api: ApiServer) -> type[http.server.BaseHTTPRequestHandler]:
@@ -273,9 +286,23 @@ def _handler(api: ApiServer) -> type[http.server.BaseHTTPRequestHandler]:
             elif path == f"{EXT}{ns}/sandboxtemplates/{api.template}":
                 self._json(200, api.template_object())
             elif api.runtime_class and path == f"/apis/node.k8s.io/v1/runtimeclasses/{api.runtime_class}":
-                self._json(200, {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                                 "metadata": {"name": api.runtime_class}, "handler": api.handler})
-            elif claims.match(path) and query.get("watch", [""])[0] in ("1", "t", "T", "true", "True", "TRUE"):  # Go ParseBool
+                self._json(
+                    200,
+                    {
+                        "apiVersion": "node.k8s.io/v1",
+                        "kind": "RuntimeClass",
+                        "metadata": {"name": api.runtime_class},
+                        "handler": api.handler,
+                    },
+                )
+            elif claims.match(path) and query.get("watch", [""])[0] in (
+                "1",
+                "t",
+                "T",
+                "true",
+                "True",
+                "TRUE",
+            ):  # Go ParseBool
                 selector = query.get("fieldSelector", [""])[0]
                 claim = api.ready_claim(selector.removeprefix("metadata.name="))
                 line = json.dumps({"type": "MODIFIED", "object": claim}).encode() + b"\n" if claim else b""

@@ -50,6 +50,9 @@ from urllib.parse import unquote, urlsplit
 import grpc
 from mainsdk_kubernetes._proto import process_pb2 as pb
 
+# The stand-in an authoring run (``conformance/author.py``) records against, shared with the conftest in the same
+# process; None otherwise.
+ACTIVE: Any = None
 ROOT = "/mnt/workspace"  # where a pod's root is seen by its commands (sandbox.kubernetes.root in the tests)
 MOUNTS = (
     'mount -t tmpfs none /mnt && mkdir /mnt/workspace && mount --bind "$1" /mnt/workspace '
@@ -133,7 +136,12 @@ class Pod:
         }
         if self.oom_at is not None:
             container["lastState"] = {
-                "terminated": {"exitCode": 137, "reason": "OOMKilled", "startedAt": self.oom_at, "finishedAt": self.oom_at}
+                "terminated": {
+                    "exitCode": 137,
+                    "reason": "OOMKilled",
+                    "startedAt": self.oom_at,
+                    "finishedAt": self.oom_at,
+                }
             }
         return {"phase": "Running", "podIP": self.ip, "podIPs": [{"ip": self.ip}], "containerStatuses": [container]}
 
@@ -176,7 +184,9 @@ class ProcessService:
                 self.send_signal, pb.SendSignalRequest.FromString, pb.SendSignalResponse.SerializeToString
             ),
         }
-        self.server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("process.v1.ProcessService", handlers)])
+        self.server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler("process.v1.ProcessService", handlers)]
+        )
         self.port = self.server.add_insecure_port(bind)
         self.server.start()
 
@@ -191,7 +201,12 @@ class ProcessService:
         cgroup = str(pod.cgroup / "cgroup.procs") if pod.cgroup is not None else ""
         argv = ["unshare", "-m", "-n", "sh", "-c", MOUNTS, "sh", pod.root, pod.tmp, cgroup, *command]
         proc = subprocess.Popen(
-            argv, env=env, cwd=pod.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            argv,
+            env=env,
+            cwd=pod.root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             start_new_session=True,  # sandboxd's Setpgid: the process leads a group of its own
         )
         ooms = pod.ooms()
@@ -437,8 +452,12 @@ def _router(pods: Pods, direct: Pod | None = None) -> type[http.server.BaseHTTPR
                 self._error(404, "NOT_FOUND", "path does not exist within the sandbox")
             elif os.path.isdir(target):
                 entries = [
-                    {"name": e.name, "size": e.stat().st_size, "type": "directory" if e.is_dir() else "file",
-                     "modified_at": _now()}
+                    {
+                        "name": e.name,
+                        "size": e.stat().st_size,
+                        "type": "directory" if e.is_dir() else "file",
+                        "modified_at": _now(),
+                    }
                     for e in os.scandir(target)
                 ]
                 self._send(200, json.dumps({"path": target, "entries": entries}).encode())
