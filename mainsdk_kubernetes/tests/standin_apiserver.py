@@ -82,11 +82,14 @@ class ApiServer:
         replicas: int = 2,
         egress: list[Any] | None = None,
         ip_prefix: str = "10.244.0.",
+        pod_runtime_class: str | None = "",
     ) -> None:
         self.pods, self.namespace, self.pool, self.template = pods, namespace, pool, template
         self.runtime_class, self.handler, self.memory, self.replicas = runtime_class, handler, memory, replicas
         self.egress = egress or []
         self.ip_prefix = ip_prefix
+        # What the pods really run with, when a test makes it differ from the template ("": as the template says).
+        self.pod_runtime_class = pod_runtime_class
         self.versions = itertools.count(1000)
         self.serial = itertools.count(1)
         self.claims: dict[str, dict[str, Any]] = {}
@@ -178,11 +181,16 @@ class ApiServer:
             return None
         ip = sandbox["status"]["podIPs"][0]
         pod = self.pods.pod(ip, name)
+        spec = self._pod_template()["spec"]
+        if self.pod_runtime_class != "":
+            spec.pop("runtimeClassName", None)
+            if self.pod_runtime_class is not None:
+                spec["runtimeClassName"] = self.pod_runtime_class
         return {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": self.namespace},
-            "spec": self._pod_template()["spec"],
+            "spec": spec,
             "status": pod.status(),
         }
 

@@ -42,6 +42,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ MOUNTS = (
 )
 DNS_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?$")
 CGROUPS = Path("/sys/fs/cgroup/memory")
+FAULTY = 1_000_000  # the process id a test's faulty stream gives in its InitEvent
 SIGNALS = {pb.SIGNAL_SIGINT: signal.SIGINT, pb.SIGNAL_SIGKILL: signal.SIGKILL, pb.SIGNAL_SIGTERM: signal.SIGTERM}
 # The container's own environment (sandboxd's): what the driver's wrapper must drop unless a command is given it.
 CONTAINER_ENV = {
@@ -170,8 +172,9 @@ class Pod:
 class ProcessService:
     """sandboxd's ProcessService for one pod (a grpcio server of its own, on loopback)."""
 
-    def __init__(self, pod: Pod, bind: str = "127.0.0.1:0") -> None:
+    def __init__(self, pod: Pod, bind: str = "127.0.0.1:0", owner: Pods | None = None) -> None:
         self.pod = pod
+        self.owner = owner
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
         handlers = {
             "Start": grpc.unary_stream_rpc_method_handler(
@@ -193,6 +196,11 @@ class ProcessService:
     def start(self, request: pb.StartRequest, context: grpc.ServicerContext) -> Any:
         pod = self.pod
         command = list(request.config.command)
+        if self.owner is not None:
+            self.owner.starts.append(command)
+            if self.owner.fault is not None and self.owner.fault_for(command):
+                yield from self.owner.fault(command, context)
+                return
         if not command:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "command is required")
         if shutil.which(command[0]) is None and not os.path.exists(command[0]):
@@ -281,6 +289,10 @@ class ProcessService:
         return pb.WriteStdinResponse()
 
     def send_signal(self, request: pb.SendSignalRequest, context: grpc.ServicerContext) -> pb.SendSignalResponse:
+        if self.owner is not None:
+            self.owner.signals.append(int(request.signal))
+        if self.owner is not None and self.owner.fault is not None and request.process_id == FAULTY:
+            return pb.SendSignalResponse()  # the faulty stream has no process: the signal is only counted
         proc = self._process(request.process_id, context)
         sig = SIGNALS.get(request.signal)
         if sig is None:
@@ -300,6 +312,11 @@ class Pods:
         # 9090 and 8080, as a pod reached in the cluster (reach: pod-ip, no router): nothing to map.
         self.direct = direct
         self.rest: dict[str, http.server.ThreadingHTTPServer] = {}
+        # A test's fault: given a command and its context, the stream's events instead of running it.
+        self.fault: Callable[[list[str], grpc.ServicerContext], Iterator[pb.StartResponse]] | None = None
+        self.fault_for: Callable[[list[str]], bool] = lambda command: True  # which commands get the fault
+        self.starts: list[list[str]] = []  # every command Start was sent, in order
+        self.signals: list[int] = []  # every SendSignal's signal
         self.base = tempfile.mkdtemp(prefix="mainsdk-k8s-standin-", dir="/var/tmp")  # not under /tmp
         self.pods: dict[str, Pod] = {}
         self.services: dict[str, ProcessService] = {}
@@ -319,13 +336,13 @@ class Pods:
             if ip not in self.pods:
                 self.pods[ip] = Pod(ip, name or f"pod-{ip.replace('.', '-')}", self.memory, self.base)
                 if self.direct:
-                    self.services[ip] = ProcessService(self.pods[ip], f"{ip}:9090")
+                    self.services[ip] = ProcessService(self.pods[ip], f"{ip}:9090", self)
                     rest = http.server.ThreadingHTTPServer((ip, 8080), _router(self, self.pods[ip]))
                     rest.daemon_threads = True
                     threading.Thread(target=rest.serve_forever, daemon=True).start()
                     self.rest[ip] = rest
                 else:
-                    self.services[ip] = ProcessService(self.pods[ip])
+                    self.services[ip] = ProcessService(self.pods[ip], owner=self)
             if name:
                 self.by_name[name] = ip
             return self.pods[ip]

@@ -8,81 +8,25 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import mainsdk
 import pytest
-from mainsdk import Sandbox, SandboxDeps, secret
+from mainsdk import secret
 from mainsdk.config import load_config
 from mainsdk.default import reset_default_sandbox
 from mainsdk.entry_points import installed_drivers
 from mainsdk_kubernetes.cluster import Template
 from mainsdk_kubernetes.config import KubernetesConfig
 from mainsdk_kubernetes.driver import isolation_of, kubernetes_driver
-from standin_apiserver import ApiServer
-from standin_pods import ROOT, Pods
-
-MEMORY = 64 * 1024 * 1024
-
-
-@attrs.define
-class Cluster:
-    """A stand-in cluster and the main.yaml that points the driver at it."""
-
-    api: ApiServer
-    pods: Pods
-    yaml: str
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    """Start a stand-in cluster (``ApiServer`` options as keywords); its pods at loopback IPs, reached directly,
-    its API server through a kubeconfig file, as a user's cluster is."""
-    made: list[Cluster] = []
-
-    def make(**options: Any) -> Cluster:
-        pods = Pods(memory=MEMORY, direct=True)
-        prefix = f"127.{os.getpid() % 200 + 20}.{len(made) + 1}."
-        api = ApiServer(pods, ip_prefix=prefix, **options)
-        api.start()
-        kubeconfig = tmp_path / f"kubeconfig-{len(made)}"
-        kubeconfig.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "standin", "cluster": {"server": api.url}}],
-                    "users": [{"name": "app", "user": {}}],
-                    "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "app"}}],
-                    "current-context": "standin",
-                }
-            )
-        )
-        yaml = (
-            "sandbox:\n  driver: kubernetes\n  kubernetes:\n"
-            f"    namespace: mainsdk\n    warm_pool: python-pool\n    kubeconfig: {kubeconfig}\n    root: {ROOT}\n"
-        )
-        made.append(Cluster(api, pods, yaml))
-        return made[-1]
-
-    yield make
-    for c in made:
-        c.api.stop()
-        c.pods.close()
-
-
-def _sandbox(c: Cluster, tmp_path: Path, extra: str = "", **deps: Any) -> Sandbox:
-    (tmp_path / "main.yaml").write_text(c.yaml + extra)
-    config = load_config(tmp_path / "main.yaml")
-    return Sandbox(SandboxDeps(config=config, **deps))
+from standin_cluster import make_sandbox
+from standin_pods import ROOT
 
 
 def test_a_run_is_a_warm_claim_and_reports_the_runtime_class_isolation(cluster: Any, tmp_path: Path) -> None:
     c = cluster()
-    result = _sandbox(c, tmp_path).run("import os; print(os.getcwd())")
+    result = make_sandbox(c, tmp_path).run("import os; print(os.getcwd())")
     assert (result.exit_code, result.stdout, result.isolation) == (0, f"{ROOT}/work\n", "microvm"), result.stderr
     assert c.api.cold_starts == 0 and len(c.api.claim_bodies) == 1
     assert c.api.claims == {}  # deleted at the end: the pod and what it ran went with it
@@ -92,7 +36,7 @@ def test_a_run_naming_a_secret_is_served_warm_and_the_secret_never_reaches_the_c
     cluster: Any, tmp_path: Path
 ) -> None:
     c = cluster()
-    box = _sandbox(c, tmp_path, "  secrets: [API_KEY]\n", secret={"API_KEY": "s3cr3t-v4lue"}.get)
+    box = make_sandbox(c, tmp_path, "  secrets: [API_KEY]\n", secret={"API_KEY": "s3cr3t-v4lue"}.get)
     result = box.run("import os; print(os.environ['K'] == 's3cr3t-v4lue')", env={"K": secret("API_KEY")})
     assert result.stdout == "True\n", result.stderr
     assert c.api.cold_starts == 0
@@ -102,7 +46,7 @@ def test_a_run_naming_a_secret_is_served_warm_and_the_secret_never_reaches_the_c
 
 def test_the_containers_own_environment_does_not_reach_the_code(cluster: Any, tmp_path: Path) -> None:
     c = cluster()
-    result = _sandbox(c, tmp_path).run("import os; print(sorted(os.environ))", env={"A": "1"})
+    result = make_sandbox(c, tmp_path).run("import os; print(sorted(os.environ))", env={"A": "1"})
     # Core's LC_CTYPE and the image's PATH and HOME: no KUBERNETES_*, SANDBOXD_*, HOSTNAME of the container's.
     assert result.stdout == "['A', 'HOME', 'LC_CTYPE', 'PATH']\n", result.stderr
 
@@ -110,11 +54,20 @@ def test_the_containers_own_environment_does_not_reach_the_code(cluster: Any, tm
 def test_plain_runc_is_refused_before_anything_starts_unless_named(cluster: Any, tmp_path: Path) -> None:
     c = cluster(runtime_class=None)
     with pytest.raises(mainsdk.SandboxError) as refused:
-        _sandbox(c, tmp_path).run("print(1)")
+        make_sandbox(c, tmp_path).run("print(1)")
     assert refused.value.code == "MAIN-SANDBOX-0001" and "allow_runc" in refused.value.message
     assert c.api.claim_bodies == []
-    allowed = _sandbox(c, tmp_path, "    allow_runc: true\n").run("print(1)")
+    allowed = make_sandbox(c, tmp_path, "    allow_runc: true\n").run("print(1)")
     assert (allowed.stdout, allowed.isolation) == ("1\n", "namespace")
+
+
+def test_a_pod_not_running_the_templates_runtime_class_is_not_used(cluster: Any, tmp_path: Path) -> None:
+    c = cluster(pod_runtime_class=None)  # the template says kata; the pod runs plain runc
+    with pytest.raises(mainsdk.SandboxError) as refused:
+        make_sandbox(c, tmp_path).run("print(1)")
+    assert refused.value.code == "MAIN-SANDBOX-0006" and "RuntimeClass" in refused.value.message
+    assert len(c.api.claim_bodies) == 1 and c.api.claims == {}  # claimed, never run in, deleted
+    assert c.pods.starts == []
 
 
 @pytest.mark.parametrize(
@@ -137,14 +90,14 @@ def test_an_unknown_handler_is_refused_until_mapped() -> None:
 def test_a_template_that_lets_egress_out_is_refused_before_any_claim(cluster: Any, tmp_path: Path) -> None:
     c = cluster(egress=[{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}])
     with pytest.raises(mainsdk.SandboxError) as refused:
-        _sandbox(c, tmp_path).run("print(1)")
+        make_sandbox(c, tmp_path).run("print(1)")
     assert refused.value.code == "MAIN-SANDBOX-0001" and "networkPolicy" in refused.value.message
     assert c.api.claim_bodies == []
 
 
 def test_hosts_are_refused_before_any_claim(cluster: Any, tmp_path: Path) -> None:
     c = cluster()
-    box = _sandbox(c, tmp_path, "permissions:\n  network: { hosts: [example.com] }\n")
+    box = make_sandbox(c, tmp_path, "permissions:\n  network: { hosts: [example.com] }\n")
     with pytest.raises(mainsdk.SandboxError) as refused:
         box.run("print(1)", network=["example.com"])
     assert refused.value.code == "MAIN-SANDBOX-0005"
@@ -154,7 +107,7 @@ def test_hosts_are_refused_before_any_claim(cluster: Any, tmp_path: Path) -> Non
 def test_a_memory_limit_below_the_pods_is_refused_naming_both(cluster: Any, tmp_path: Path) -> None:
     c = cluster(memory="128Mi")
     with pytest.raises(mainsdk.SandboxError) as refused:
-        _sandbox(c, tmp_path).run("print(1)", limits={"memory": "64MB"})
+        make_sandbox(c, tmp_path).run("print(1)", limits={"memory": "64MB"})
     assert refused.value.code == "MAIN-SANDBOX-0001"
     assert "64MB" in refused.value.message and "128Mi" in refused.value.message
     assert c.api.claim_bodies == []
@@ -164,7 +117,7 @@ def test_an_oom_kill_of_the_pod_is_a_memory_stop(cluster: Any, tmp_path: Path) -
     c = cluster()
     if c.pods.memory is None or not os.access("/sys/fs/cgroup/memory", os.W_OK):
         pytest.skip("this machine gives the stand-in no memory cgroup to make its pods' limit with")
-    result = _sandbox(c, tmp_path).run("b = bytearray(300 * 1024 * 1024)\nprint('survived')")
+    result = make_sandbox(c, tmp_path).run("b = bytearray(300 * 1024 * 1024)\nprint('survived')")
     assert (result.stop, result.stop_code) == ("memory", "MAIN-SANDBOX-0003") and "survived" not in result.stdout
 
 
