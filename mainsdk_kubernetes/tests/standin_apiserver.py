@@ -97,6 +97,7 @@ class ApiServer:
         self.warm: list[str] = []
         self.cold_starts = 0
         self.claim_bodies: list[dict[str, Any]] = []
+        self.requests: list[str] = []  # every request, "METHOD path", in order
         self.lock = threading.Lock()
         for _ in range(replicas):
             self._new_sandbox(f"{pool}-{next(self.serial):05d}")
@@ -286,6 +287,7 @@ def _handler(api: ApiServer) -> type[http.server.BaseHTTPRequestHandler]:
             self._json(404, _status(404, "NotFound", f"{what} not found"))
 
         def do_GET(self) -> None:
+            api.requests.append(f"GET {urlsplit(self.path).path}")
             url = urlsplit(self.path)
             query = parse_qs(url.query)
             path = url.path
@@ -333,6 +335,7 @@ def _handler(api: ApiServer) -> type[http.server.BaseHTTPRequestHandler]:
                 self._missing(path)
 
         def do_POST(self) -> None:
+            api.requests.append(f"POST {urlsplit(self.path).path}")
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             if claims.match(urlsplit(self.path).path):
                 self._json(*api.create_claim(body))
@@ -340,6 +343,7 @@ def _handler(api: ApiServer) -> type[http.server.BaseHTTPRequestHandler]:
                 self._missing(self.path)
 
         def do_DELETE(self) -> None:
+            api.requests.append(f"DELETE {urlsplit(self.path).path}")
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             match = claims.match(urlsplit(self.path).path)
             gone = api.delete_claim(match.group(1)) if match and match.group(1) else None

@@ -276,6 +276,8 @@ class ProcessService:
         return proc
 
     def write_stdin(self, request: pb.WriteStdinRequest, context: grpc.ServicerContext) -> pb.WriteStdinResponse:
+        if self.owner is not None:
+            self.owner.stdin_writes += 1
         proc = self._process(request.process_id, context)
         assert proc.stdin is not None
         try:
@@ -317,6 +319,8 @@ class Pods:
         self.fault_for: Callable[[list[str]], bool] = lambda command: True  # which commands get the fault
         self.starts: list[list[str]] = []  # every command Start was sent, in order
         self.signals: list[int] = []  # every SendSignal's signal
+        self.stdin_writes = 0  # every WriteStdin
+        self.rest_requests: list[str] = []  # every REST request, "METHOD path"
         self.base = tempfile.mkdtemp(prefix="mainsdk-k8s-standin-", dir="/var/tmp")  # not under /tmp
         self.pods: dict[str, Pod] = {}
         self.services: dict[str, ProcessService] = {}
@@ -400,6 +404,7 @@ def _router(pods: Pods, direct: Pod | None = None) -> type[http.server.BaseHTTPR
             self._send(status, json.dumps({"detail": detail}).encode())
 
         def _pod(self) -> Pod | None:
+            pods.rest_requests.append(f"{self.command} {urlsplit(self.path).path}")
             if direct is not None:
                 return direct
             if pods.token is not None:
