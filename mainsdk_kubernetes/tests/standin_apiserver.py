@@ -83,6 +83,7 @@ class ApiServer:
         egress: list[Any] | None = None,
         ip_prefix: str = "10.244.0.",
         pod_runtime_class: str | None = "",
+        cilium: bool = False,
     ) -> None:
         self.pods, self.namespace, self.pool, self.template = pods, namespace, pool, template
         self.runtime_class, self.handler, self.memory, self.replicas = runtime_class, handler, memory, replicas
@@ -90,6 +91,11 @@ class ApiServer:
         self.ip_prefix = ip_prefix
         # What the pods really run with, when a test makes it differ from the template ("": as the template says).
         self.pod_runtime_class = pod_runtime_class
+        # Cilium installed: cilium.io/v2 served, its CiliumNetworkPolicies kept (never enforced: no pod here has a
+        # network). policy_at: how many Starts the pods had been sent when each policy was made.
+        self.cilium = cilium
+        self.policies: dict[str, dict[str, Any]] = {}
+        self.policy_at: list[int] = []
         self.versions = itertools.count(1000)
         self.serial = itertools.count(1)
         self.claims: dict[str, dict[str, Any]] = {}
@@ -198,13 +204,13 @@ class ApiServer:
     def create_claim(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         wrong = problems("SandboxClaim", body)
         if wrong or body.get("kind") != "SandboxClaim":
-            return 422, _status(422, "Invalid", f"SandboxClaim is invalid: {'; '.join(wrong) or 'kind'}")
+            return 422, status_body(422, "Invalid", f"SandboxClaim is invalid: {'; '.join(wrong) or 'kind'}")
         name = body["metadata"]["name"]
         with self.lock:
             if name in self.claims:
-                return 409, _status(409, "AlreadyExists", f'sandboxclaims "{name}" already exists')
+                return 409, status_body(409, "AlreadyExists", f'sandboxclaims "{name}" already exists')
             if body["spec"]["warmPoolRef"]["name"] != self.pool:
-                return 422, _status(422, "Invalid", "spec.warmPoolRef: no such SandboxWarmPool")
+                return 422, status_body(422, "Invalid", "spec.warmPoolRef: no such SandboxWarmPool")
             self.claim_bodies.append(body)
             spec = body["spec"]
             if spec.get("env") or spec.get("volumeClaimTemplates") or not self.warm:
@@ -253,7 +259,8 @@ class ApiServer:
         return gone
 
 
-def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
+    """An API server's failure answer's body: a ``Status`` (k8s.io/apimachinery pkg/apis/meta/v1 types.go)."""
     return {
         "kind": "Status",
         "apiVersion": "v1",
@@ -284,14 +291,37 @@ def _handler(api: ApiServer) -> type[http.server.BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _missing(self, what: str) -> None:
-            self._json(404, _status(404, "NotFound", f"{what} not found"))
+            self._json(404, status_body(404, "NotFound", f"{what} not found"))
 
         def do_GET(self) -> None:
             api.requests.append(f"GET {urlsplit(self.path).path}")
             url = urlsplit(self.path)
             query = parse_qs(url.query)
             path = url.path
-            if path == f"{EXT}{ns}/sandboxwarmpools/{api.pool}":
+            if path in ("/apis", "/apis/"):
+                groups = [
+                    ("extensions.agents.x-k8s.io", "v1beta1"),
+                    ("agents.x-k8s.io", "v1beta1"),
+                    ("node.k8s.io", "v1"),
+                ]
+                if api.cilium:
+                    groups.append(("cilium.io", "v2"))
+                self._json(
+                    200,
+                    {
+                        "kind": "APIGroupList",
+                        "apiVersion": "v1",
+                        "groups": [
+                            {
+                                "name": g,
+                                "versions": [{"groupVersion": f"{g}/{v}", "version": v}],
+                                "preferredVersion": {"groupVersion": f"{g}/{v}", "version": v},
+                            }
+                            for g, v in groups
+                        ],
+                    },
+                )
+            elif path == f"{EXT}{ns}/sandboxwarmpools/{api.pool}":
                 self._json(200, api.warm_pool())
             elif path == f"{EXT}{ns}/sandboxtemplates/{api.template}":
                 self._json(200, api.template_object())
@@ -339,13 +369,28 @@ def _handler(api: ApiServer) -> type[http.server.BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             if claims.match(urlsplit(self.path).path):
                 self._json(*api.create_claim(body))
+            elif api.cilium and urlsplit(self.path).path == f"/apis/cilium.io/v2/namespaces/{ns}/ciliumnetworkpolicies":
+                spec = body.get("spec") or {}
+                if body.get("kind") != "CiliumNetworkPolicy" or not (spec.get("endpointSelector") or {}).get(
+                    "matchLabels"
+                ):
+                    self._json(422, status_body(422, "Invalid", "CiliumNetworkPolicy needs spec.endpointSelector"))
+                    return
+                api.policies[body["metadata"]["name"]] = body
+                api.policy_at.append(len(api.pods.starts))
+                self._json(201, body)
             else:
                 self._missing(self.path)
 
         def do_DELETE(self) -> None:
             api.requests.append(f"DELETE {urlsplit(self.path).path}")
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            match = claims.match(urlsplit(self.path).path)
+            path = urlsplit(self.path).path
+            if api.cilium and path.startswith(f"/apis/cilium.io/v2/namespaces/{ns}/ciliumnetworkpolicies/"):
+                policy = api.policies.pop(path.rsplit("/", 1)[1], None)
+                self._json(200, policy) if policy else self._missing(path)
+                return
+            match = claims.match(path)
             gone = api.delete_claim(match.group(1)) if match and match.group(1) else None
             self._json(200, gone) if gone else self._missing(self.path)
 

@@ -24,6 +24,8 @@ from kubernetes.client.exceptions import ApiException
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from mainsdk_kubernetes.network import GROUP, PLURAL, VERSION
+
 CLAIMS = ("extensions.agents.x-k8s.io", "v1beta1", "sandboxclaims")
 POOLS = ("extensions.agents.x-k8s.io", "v1beta1", "sandboxwarmpools")
 TEMPLATES = ("extensions.agents.x-k8s.io", "v1beta1", "sandboxtemplates")
@@ -49,6 +51,7 @@ class Claimed:
     service_fqdn: str | None
     restarts: int  # the pod's containers' restarts when claimed: an OOM kill after it adds one
     runtime_class: str | None  # the pod's spec.runtimeClassName: what it really runs with
+    selector: str  # the Sandbox's status.selector: its pod's labels
 
 
 @attrs.frozen
@@ -106,6 +109,7 @@ class Cluster:
         self.custom = k8s.CustomObjectsApi(api)
         self.core = k8s.CoreV1Api(api)
         self.node = k8s.NodeV1Api(api)
+        self.apis = k8s.ApisApi(api)
         self.remedy = remedy
 
     async def call(self, what: str, fn: Callable[[], T]) -> T:
@@ -203,7 +207,10 @@ class Cluster:
         if not ips:
             raise SandboxError(DRIVER_UNAVAILABLE, f"kubernetes: Sandbox {sandbox_name} is ready with no pod IP")
         runtime = (pod.get("spec") or {}).get("runtimeClassName")
-        return Claimed(name, sandbox_name, pod_name, str(ips[0]), status.get("serviceFQDN"), restarts(pod), runtime)
+        selector = str(status.get("selector") or "")
+        return Claimed(
+            name, sandbox_name, pod_name, str(ips[0]), status.get("serviceFQDN"), restarts(pod), runtime, selector
+        )
 
     def _watch_ready(self, name: str, resource_version: str, timeout: float) -> dict[str, Any]:
         group, version, plural = CLAIMS
@@ -232,6 +239,26 @@ class Cluster:
             f"kubernetes: SandboxClaim {name} was not ready within {timeout:.0f}s; check the warm pool's replicas "
             "and the controller's events (kubectl describe sandboxclaim)",
         )
+
+    def serves(self, group: str, version: str) -> bool:
+        """Whether the API server serves ``group/version`` (discovery, ``GET /apis``: every user may read it)."""
+        groups = self._guarded("read the API groups", self.apis.get_api_versions)
+        return any(g.name == group and any(v.version == version for v in g.versions) for g in groups.groups)
+
+    async def create_policy(self, body: dict[str, Any]) -> None:
+        """Create a namespaced ``CiliumNetworkPolicy``."""
+        await self.call(
+            f"create CiliumNetworkPolicy {body['metadata']['name']}",
+            lambda: self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body),
+        )
+
+    async def delete_policy(self, name: str) -> None:
+        """Delete a ``CiliumNetworkPolicy``; gone already is fine."""
+        with contextlib.suppress(SandboxError):
+            await self.call(
+                f"delete CiliumNetworkPolicy {name}",
+                lambda: self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name),
+            )
 
     async def read_pod(self, name: str) -> dict[str, Any]:
         """A pod, as plain JSON (the API's field names)."""

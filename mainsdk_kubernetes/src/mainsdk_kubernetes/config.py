@@ -18,6 +18,7 @@ __all__ = ["ISOLATIONS", "KubernetesConfig"]
 _LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 ISOLATIONS = ("microvm", "namespace")
 REACHES = ("pod-ip", "service")
+NETWORKS = ("none", "cilium")
 
 
 def _label(instance: Any, attribute: Any, value: str | None) -> None:
@@ -31,6 +32,11 @@ def _label(instance: Any, attribute: Any, value: str | None) -> None:
 def _reach(instance: Any, attribute: Any, value: str) -> None:
     if value not in REACHES:
         raise ValueError(f"reach {value!r} is not one of {', '.join(REACHES)}")
+
+
+def _network(instance: Any, attribute: Any, value: str) -> None:
+    if value not in NETWORKS:
+        raise ValueError(f"network {value!r} is not one of {', '.join(NETWORKS)}")
 
 
 def _port(instance: Any, attribute: Any, value: int) -> None:
@@ -83,6 +89,8 @@ class KubernetesConfig:
     isolation ``namespace``), refused unless set. ``runtime_isolation``: what a RuntimeClass handler this driver
     does not know isolates as (``microvm`` or ``namespace``). ``languages``: what the template's image runs (of
     ``python``, ``node``, ``bash``). ``root``: sandboxd's ``--root-dir`` in the pods (``/workspace``).
+    ``network``: ``none`` (runs naming hosts are refused) or ``cilium`` (a ``CiliumNetworkPolicy`` with the run's
+    hosts as ``toFQDNs``, made for each claimed pod before anything runs in it).
     """
 
     namespace: str = attrs.field(default="default", validator=_label)
@@ -99,6 +107,7 @@ class KubernetesConfig:
     runtime_isolation: dict[str, str] = attrs.field(factory=dict, validator=_runtimes)
     ready_timeout: str = attrs.field(default="120s", validator=_duration)
     root: str = attrs.field(default="/workspace", validator=_root)
+    network: str = attrs.field(default="none", validator=_network)
     languages: list[str] = attrs.field(factory=lambda: ["python", "bash"], validator=_languages)
 
     @property

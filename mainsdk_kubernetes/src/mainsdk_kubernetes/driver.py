@@ -16,7 +16,7 @@ import re
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 
 import attrs
@@ -26,13 +26,25 @@ import httpx
 from kubernetes import client as k8s
 from kubernetes import config as kubeconfig
 from mainsdk.config import AppConfig
-from mainsdk.driver import BoxSpec, Capabilities, Collected, Command, ExecOutcome, Folder, OutputSink, SessionDriver
+from mainsdk.driver import (
+    BoxSpec,
+    Capabilities,
+    Collected,
+    Command,
+    ExecOutcome,
+    Folder,
+    NetworkPolicy,
+    NetworkReach,
+    OutputSink,
+    SessionDriver,
+)
 from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
 from mainsdk.hookspecs import hookimpl
 from mainsdk_driverkit.hostbox import collect_folder
 
 from mainsdk_kubernetes.cluster import Claimed, Cluster, Template, oom_killed
 from mainsdk_kubernetes.config import KubernetesConfig
+from mainsdk_kubernetes.network import EXTRA_REACH, GROUP, PORTS, VERSION, cilium_egress, cilium_policy, selector_labels
 from mainsdk_kubernetes.sandboxd import Process, Route, Sandboxd, StreamBroken
 
 __all__ = ["KubernetesBox", "KubernetesDriver", "driver_from_config", "isolation_of"]
@@ -106,6 +118,7 @@ class KubernetesBox:
     spec: BoxSpec
     claimed: Claimed
     sandboxd: Sandboxd
+    policy: str | None = None  # the CiliumNetworkPolicy made for its pod, deleted with it
 
 
 def claim_name(box_id: str) -> str:
@@ -124,6 +137,7 @@ class KubernetesDriver:
     http: httpx.AsyncClient | None = None
     _template: Template | None = None
     _isolation: str | None = None
+    _cilium: bool | None = None
 
     def template(self) -> Template:
         """The warm pool's template (three requests: the pool, its template, its RuntimeClass), kept ``TEMPLATE_TTL``
@@ -164,7 +178,11 @@ class KubernetesDriver:
         template = self._known()
         isolation = self._isolation or "namespace"
         memory = template is not None and template.memory_limit is not None
+        cilium = self.config.network == "cilium"
         return Capabilities(
+            network=cilium,
+            wildcard_hosts=cilium,
+            network_reach=NetworkReach(filtered=PORTS, extra=EXTRA_REACH) if cilium else None,
             isolation=isolation,  # type: ignore[arg-type]
             languages=self.languages,
             memory_limit=memory,
@@ -181,6 +199,17 @@ class KubernetesDriver:
         )
 
     @hookimpl
+    def mainsdk_network_policy(self, hosts: Sequence[str]) -> NetworkPolicy:
+        """The hosts as a CiliumNetworkPolicy's egress (``network: cilium``); none: the template's deny-all."""
+        return cilium_egress(hosts) if self.config.network == "cilium" else None
+
+    def _fqdn_capable(self) -> bool:
+        """Whether the cluster serves Cilium's policies (read once per driver)."""
+        if self._cilium is None:
+            self._cilium = self.cluster.serves(GROUP, VERSION)
+        return self._cilium
+
+    @hookimpl
     def mainsdk_driver_check(self, command: Command, spec: BoxSpec) -> None:
         """Refuse what the warm pool's pods cannot hold, before anything starts."""
         template = self._known()
@@ -188,6 +217,13 @@ class KubernetesDriver:
             self._refuse(template, spec)
 
     def _refuse(self, template: Template, spec: BoxSpec) -> None:
+        if spec.network_policy and not self._fqdn_capable():
+            raise SandboxError(
+                INVALID_OPTION,
+                f"kubernetes: this cluster serves no {GROUP}/{VERSION} CiliumNetworkPolicy, so it cannot express an "
+                f"allowlist of host names ({', '.join(spec.hosts)}): a NetworkPolicy names addresses only; run "
+                "Cilium, or run without hosts (sandbox.kubernetes.network: none)",
+            )
         if template.memory_limit is not None and spec.limits.memory < template.memory_limit:
             raise SandboxError(
                 INVALID_OPTION,
@@ -247,6 +283,15 @@ class KubernetesDriver:
             )
         box = KubernetesBox(spec.id, spec, claimed, Sandboxd(self._route(claimed), self._http()))
         try:
+            if spec.network_policy:
+                # Before anything runs in the pod. Cilium realizes a policy on the pod asynchronously; until it
+                # has, the template's deny-all holds: a command that starts first reaches less, never more.
+                await self.cluster.create_policy(
+                    cilium_policy(
+                        name, self.config.namespace, selector_labels(claimed.selector), dict(spec.network_policy)
+                    )
+                )
+                box.policy = name
             for path, data in spec.files.items():
                 await box.sandboxd.put(f"work/{path}", data)
         except BaseException:
@@ -358,6 +403,8 @@ class KubernetesDriver:
         with contextlib.suppress(Exception):
             await box.sandboxd.close()
         await self.cluster.delete(box.claimed.claim)
+        if box.policy is not None:
+            await self.cluster.delete_policy(box.policy)
 
     @hookimpl
     def mainsdk_driver_shutdown(self) -> None:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE.parent))
 import pytest  # noqa: E402
 import standin_pods  # noqa: E402
 from mainsdk_conformance.cassette import authored_meta  # noqa: E402
-from standin_apiserver import ApiServer  # noqa: E402
+from standin_apiserver import ApiServer, status_body  # noqa: E402
 from standin_pods import Pods  # noqa: E402
 
 MEMORY = 64 * 1024 * 1024
@@ -31,16 +31,8 @@ JSON = {"content-type": "application/json"}
 
 
 def _status(code: int, reason: str, message: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
-    """An API server's failure answer: a ``Status`` (k8s.io/apimachinery pkg/apis/meta/v1 types.go)."""
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
+    """An API server's failure answer, as a cassette's response."""
+    body = status_body(code, reason, message)
     return {"status": code, "headers": {**JSON, **(headers or {})}, "body": {"json": body}}
 
 
