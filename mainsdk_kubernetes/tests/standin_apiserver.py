@@ -115,7 +115,7 @@ class ApiServer:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def start(self) -> None:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def stop(self) -> None:
         self.server.shutdown()

@@ -328,7 +328,7 @@ class Pods:
         self.lock = threading.Lock()
         self.router = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _router(self))
         self.router.daemon_threads = True
-        threading.Thread(target=self.router.serve_forever, daemon=True).start()
+        threading.Thread(target=self.router.serve_forever, args=(0.05,), daemon=True).start()
 
     @property
     def router_url(self) -> str:
@@ -343,7 +343,7 @@ class Pods:
                     self.services[ip] = ProcessService(self.pods[ip], f"{ip}:9090", self)
                     rest = http.server.ThreadingHTTPServer((ip, 8080), _router(self, self.pods[ip]))
                     rest.daemon_threads = True
-                    threading.Thread(target=rest.serve_forever, daemon=True).start()
+                    threading.Thread(target=rest.serve_forever, args=(0.05,), daemon=True).start()
                     self.rest[ip] = rest
                 else:
                     self.services[ip] = ProcessService(self.pods[ip], owner=self)
