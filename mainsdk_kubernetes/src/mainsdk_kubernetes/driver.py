@@ -75,11 +75,6 @@ WRAPPER = (
 # The out folder as one tar stream: tar stores a link as a link, never following it.
 ARCHIVE = 'cd "$0/out" 2>/dev/null || exit 0; exec tar -cf - .'
 
-# A template read is kept this long for the drivers of one process: each Sandbox builds its own driver, and a run
-# should not cost three more requests. What a claimed pod really runs with is checked on every claim (start).
-TEMPLATE_TTL = 60.0
-_TEMPLATES: dict[tuple[str, str, str], tuple[float, Template]] = {}
-
 Address = Callable[[str, int], str]  # (pod IP or service name, port) to the host:port to dial
 
 
@@ -140,21 +135,15 @@ class KubernetesDriver:
     _cilium: bool | None = None
 
     def template(self) -> Template:
-        """The warm pool's template (three requests: the pool, its template, its RuntimeClass), kept ``TEMPLATE_TTL``
-        seconds for every driver of this process on the same API server and pool."""
+        """The warm pool's template, read once per driver (three requests: the pool, its template, its
+        RuntimeClass); what a claimed pod really runs with is checked on every claim (start)."""
         if self._template is None:
             if not self.config.warm_pool:
                 raise SandboxError(
                     INVALID_OPTION,
                     "kubernetes: sandbox.kubernetes.warm_pool is not set; name the SandboxWarmPool to claim pods of",
                 )
-            key = (str(self.cluster.api.configuration.host), self.config.namespace, self.config.warm_pool)
-            kept = _TEMPLATES.get(key)
-            if kept is not None and time.monotonic() - kept[0] < TEMPLATE_TTL:
-                template = kept[1]
-            else:
-                template = self.cluster.template_now(self.config.warm_pool, self.config.runtime_isolation)
-                _TEMPLATES[key] = (time.monotonic(), template)
+            template = self.cluster.template_now(self.config.warm_pool, self.config.runtime_isolation)
             self._isolation = isolation_of(template, self.config)
             self._template = template
         return self._template
@@ -189,6 +178,12 @@ class KubernetesDriver:
             memory_limit_scope="tree" if memory else None,
             sessions=True,
             background=True,
+            # The cell kernel is one long Start with a live stdin (WriteStdin); without its packages in the image a
+            # Python cell runs plain (no IPython: core's kernel says so), a bash cell where the image has bash.
+            cells="python" in self.languages,
+            cells_languages=frozenset({"python"} | ({"bash"} & self.languages))
+            if "python" in self.languages
+            else frozenset(),
             production=isolation == "microvm",
             price_per_second=Decimal(0),  # your own cluster: sandbox.price says what a second costs you
             outage_remedy=(
@@ -273,7 +268,6 @@ class KubernetesDriver:
         if claimed.runtime_class != template.runtime_class:
             # The pod is not what the template said (it changed since it was read): its isolation is not the one
             # this run reports, so it is not used.
-            _TEMPLATES.clear()
             self._template = None
             await asyncio.shield(self.cluster.delete(name))
             raise SandboxError(
@@ -338,7 +332,7 @@ class KubernetesDriver:
         try:
             if command.stdin:
                 await process.write(command.stdin)
-            elif command.input is not None:
+            if command.input is not None:  # a live stdin (the cell kernel's), after the stdin given whole
                 async for chunk in command.input:
                     await process.write(chunk)
             await process.close_stdin()
@@ -373,8 +367,9 @@ class KubernetesDriver:
         archive = bytearray()
         cut = False
         try:
+            # Its stdin is never closed: tar does not read it, and a WriteStdin racing the exit would be NOT_FOUND
+            # (sandboxd removes a process from its registry as its Start returns, pkg/server/process.go).
             await process.started()
-            await process.close_stdin()
             while (event := await process.next()) is not None and event.WhichOneof("event") != "exit":
                 if event.WhichOneof("event") == "stdout":
                     archive += event.stdout

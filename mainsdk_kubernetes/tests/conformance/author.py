@@ -51,6 +51,19 @@ def finish_faults() -> None:
     are not authored here (the conftest lists those two tests as expected failures, saying why).
     """
     base = json.loads(BASE.read_text())
+    # The template's reads (the pool, its template, its RuntimeClass) come once per driver a test builds, which
+    # differs from test to test: each fault cassette holds them four times over, optional.
+    probes = [
+        x
+        for x in base["interactions"]
+        if x["request"]["method"] == "GET"
+        and "/sandboxclaims" not in x["request"]["path"]
+        and "/sandboxes/" not in x["request"]["path"]
+        and "/pods/" not in x["request"]["path"]
+    ]
+    rest = [x for x in base["interactions"] if x not in probes]
+    unique = list({json.dumps(x["request"], sort_keys=True): x for x in probes}.values())
+    base["interactions"] = [dict(copy.deepcopy(x), optional=True) for _ in range(4) for x in unique] + rest
 
     def save(test: str, data: dict[str, Any], edit: str) -> None:
         data["meta"] = authored_meta(base["meta"], test=test, how=f"derived from {BASE.name}", edited=[edit])

@@ -9,7 +9,8 @@ Replay: ``pytest mainsdk_kubernetes/tests/conformance``. Author the cassettes ag
 ``python mainsdk_kubernetes/tests/conformance/author.py``. Re-check them on a live cluster (token auth; the app
 where it reaches the pods' IPs, and the warm pool of ``K8S_WARM_POOL`` in ``K8S_NAMESPACE``):
 ``KUBE_TOKEN=... mainsdk-conformance record --driver kubernetes --upstream api=https://<api-server>`` with
-``K8S_ROUTER_URL`` for the sandbox-router, if any.
+``K8S_ROUTER_URL`` for the sandbox-router, if any, and ``SSL_CERT_FILE`` naming the cluster's CA (the recorder's
+httpx reads it) when the API server's certificate is not from a public CA.
 """
 
 from __future__ import annotations
