@@ -60,7 +60,8 @@ MOUNTS = (
     '&& mount --bind "$2" /tmp && { [ -z "$3" ] || echo $$ > "$3"; } && shift 3 && exec "$@"'
 )
 DNS_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?$")
-CGROUPS = Path("/sys/fs/cgroup/memory")
+CGROUPS = Path("/sys/fs/cgroup/memory")  # cgroup v1's memory controller
+UNIFIED = Path("/sys/fs/cgroup")  # cgroup v2, where it is the whole hierarchy (cgroup.controllers at its top)
 FAULTY = 1_000_000  # the process id a test's faulty stream gives in its InitEvent
 SIGNALS = {pb.SIGNAL_SIGINT: signal.SIGINT, pb.SIGNAL_SIGKILL: signal.SIGKILL, pb.SIGNAL_SIGTERM: signal.SIGTERM}
 # The container's own environment (sandboxd's): what the driver's wrapper must drop unless a command is given it.
@@ -75,6 +76,14 @@ CONTAINER_ENV = {
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def memory_cgroups() -> bool:
+    """Whether this machine lets the stand-in give its pods a memory limit (a cgroup it can make and remove)."""
+    pod = Pod("0.0.0.0", "probe", 64 * 1024 * 1024, tempfile.gettempdir())
+    made = pod.cgroup is not None
+    pod.remove()
+    return made
 
 
 class Pod:
@@ -93,13 +102,26 @@ class Pod:
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self.ids = itertools.count(1)
         self.cgroup: Path | None = None
+        self.events = "memory.oom_control"  # where the cgroup counts its OOM kills (v1; v2: memory.events)
+        group_name = f"mainsdk-standin-{os.getpid()}-{name}"
         if memory is not None and os.access(CGROUPS, os.W_OK):
             with contextlib.suppress(OSError):
-                group = CGROUPS / f"mainsdk-standin-{os.getpid()}-{name}"
+                group = CGROUPS / group_name
                 group.mkdir()
                 (group / "memory.limit_in_bytes").write_text(str(memory))
                 with contextlib.suppress(OSError):
                     (group / "memory.memsw.limit_in_bytes").write_text(str(memory))
+                self.cgroup = group
+        elif memory is not None and (UNIFIED / "cgroup.controllers").exists() and os.access(UNIFIED, os.W_OK):
+            with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError):
+                    (UNIFIED / "cgroup.subtree_control").write_text("+memory")
+                group = UNIFIED / group_name
+                group.mkdir()
+                (group / "memory.max").write_text(str(memory))
+                with contextlib.suppress(OSError):
+                    (group / "memory.swap.max").write_text("0")
+                self.events = "memory.events"
                 self.cgroup = group
         self.lock = threading.Lock()
 
@@ -108,7 +130,7 @@ class Pod:
         if self.cgroup is None:
             return 0
         with contextlib.suppress(OSError):
-            for line in (self.cgroup / "memory.oom_control").read_text().splitlines():
+            for line in (self.cgroup / self.events).read_text().splitlines():
                 if line.startswith("oom_kill "):
                     return int(line.split()[1])
         return 0

@@ -1,6 +1,7 @@
 """Author the conformance cassettes: record the suite against the stand-in cluster (``standin_*.py``).
 
     python mainsdk_kubernetes/tests/conformance/author.py [PYTEST-ARGS]   # e.g. -k TestRun
+    python mainsdk_kubernetes/tests/conformance/author.py --finish        # only the finishing (after a live run)
 
 The recorder forwards the driver's API requests to the stand-in's API server on loopback, so it labels what it
 writes ``made: authored`` (``how: recorded against a stand-in on this machine``); the pods' sandboxd is the same
@@ -20,7 +21,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import pytest  # noqa: E402
 import standin_pods  # noqa: E402
-from mainsdk_conformance.cassette import authored_meta  # noqa: E402
+from mainsdk_conformance.cassette import authored_meta, mark_edited  # noqa: E402
 from standin_apiserver import ApiServer, status_body  # noqa: E402
 from standin_pods import Pods  # noqa: E402
 
@@ -44,6 +45,38 @@ def _index(data: dict[str, Any], method: str, part: str) -> int:
     )
 
 
+PROBES_EDIT = (
+    "probes: the template's reads (pool, template, RuntimeClass) made optional and held 4 times over: they come "
+    "once per driver built, which follows how many tests a run selects (the plugin's capability gate builds one)"
+)
+PROBE_COPIES = 4
+
+
+def _is_probe(interaction: dict[str, Any]) -> bool:
+    request = interaction["request"]
+    kinds = ("/sandboxwarmpools/", "/sandboxtemplates/", "/runtimeclasses/")
+    return request["method"] == "GET" and any(kind in request["path"] for kind in kinds)
+
+
+def with_optional_probes(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its template reads first, each optional and held ``PROBE_COPIES`` times (idempotent)."""
+    probes = [x for x in data["interactions"] if _is_probe(x)]
+    if not probes:
+        return data
+    unique = list({json.dumps(x["request"], sort_keys=True): x for x in probes}.values())
+    held = [dict(copy.deepcopy(x), optional=True) for _ in range(PROBE_COPIES) for x in unique]
+    data["interactions"] = held + [x for x in data["interactions"] if not _is_probe(x)]
+    return data
+
+
+def finish_probes() -> None:
+    """Every cassette's template reads made optional and held several times (``PROBES_EDIT``)."""
+    for path in sorted(CASSETTES.rglob("*.json")):
+        data = with_optional_probes(json.loads(path.read_text()))
+        mark_edited(data["meta"], PROBES_EDIT)
+        path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
 def finish_faults() -> None:
     """The ``TestFaults`` cassettes, derived from a plain run's: each fault as the API server answers it.
 
@@ -51,19 +84,6 @@ def finish_faults() -> None:
     are not authored here (the conftest lists those two tests as expected failures, saying why).
     """
     base = json.loads(BASE.read_text())
-    # The template's reads (the pool, its template, its RuntimeClass) come once per driver a test builds, which
-    # differs from test to test: each fault cassette holds them four times over, optional.
-    probes = [
-        x
-        for x in base["interactions"]
-        if x["request"]["method"] == "GET"
-        and "/sandboxclaims" not in x["request"]["path"]
-        and "/sandboxes/" not in x["request"]["path"]
-        and "/pods/" not in x["request"]["path"]
-    ]
-    rest = [x for x in base["interactions"] if x not in probes]
-    unique = list({json.dumps(x["request"], sort_keys=True): x for x in probes}.values())
-    base["interactions"] = [dict(copy.deepcopy(x), optional=True) for _ in range(4) for x in unique] + rest
 
     def save(test: str, data: dict[str, Any], edit: str) -> None:
         data["meta"] = authored_meta(base["meta"], test=test, how=f"derived from {BASE.name}", edited=[edit])
@@ -121,6 +141,7 @@ def main() -> int:
         )
         if BASE.exists():
             finish_faults()
+        finish_probes()
         return status
     finally:
         standin_pods.ACTIVE = None
@@ -129,4 +150,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--finish"]:
+        finish_probes()
+        sys.exit(0)
     sys.exit(main())
