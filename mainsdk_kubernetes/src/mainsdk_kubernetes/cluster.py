@@ -21,7 +21,7 @@ import attrs
 from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
+from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from mainsdk_kubernetes.network import GROUP, PLURAL, VERSION

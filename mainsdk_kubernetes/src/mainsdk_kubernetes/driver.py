@@ -27,6 +27,8 @@ from kubernetes import client as k8s
 from kubernetes import config as kubeconfig
 from mainsdk.config import AppConfig
 from mainsdk.driver import (
+    DRIVER_UNAVAILABLE,
+    INVALID_OPTION,
     BoxSpec,
     Capabilities,
     Collected,
@@ -36,9 +38,9 @@ from mainsdk.driver import (
     NetworkPolicy,
     NetworkReach,
     OutputSink,
+    SandboxError,
     SessionDriver,
 )
-from mainsdk.errors import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
 from mainsdk.hookspecs import hookimpl
 from mainsdk_driverkit.hostbox import collect_folder
 

@@ -22,7 +22,7 @@ import attrs
 import grpc
 import grpc.aio
 import httpx
-from mainsdk.errors import DRIVER_UNAVAILABLE, NO_SESSION, SandboxError
+from mainsdk.driver import DRIVER_UNAVAILABLE, NO_SESSION, SandboxError
 
 from mainsdk_kubernetes._proto import process_pb2 as pb
 
