@@ -84,6 +84,7 @@ class ApiServer:
         ip_prefix: str = "10.244.0.",
         pod_runtime_class: str | None = "",
         cilium: bool = False,
+        management: str = "Managed",
     ) -> None:
         self.pods, self.namespace, self.pool, self.template = pods, namespace, pool, template
         self.runtime_class, self.handler, self.memory, self.replicas = runtime_class, handler, memory, replicas
@@ -94,6 +95,7 @@ class ApiServer:
         # Cilium installed: cilium.io/v2 served, its CiliumNetworkPolicies kept (never enforced: no pod here has a
         # network). policy_at: how many Starts the pods had been sent when each policy was made.
         self.cilium = cilium
+        self.management = management  # the template's networkPolicyManagement
         self.policies: dict[str, dict[str, Any]] = {}
         self.policy_at: list[int] = []
         self.versions = itertools.count(1000)
@@ -177,7 +179,11 @@ class ApiServer:
             "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
             "kind": "SandboxTemplate",
             "metadata": {"name": self.template, "namespace": self.namespace},
-            "spec": {"podTemplate": self._pod_template(), "networkPolicy": {"egress": self.egress}},
+            "spec": {
+                "podTemplate": self._pod_template(),
+                "networkPolicy": {"egress": self.egress},
+                "networkPolicyManagement": self.management,
+            },
         }
         assert not problems("SandboxTemplate", template)
         return template

@@ -87,8 +87,15 @@ def test_an_unknown_handler_is_refused_until_mapped() -> None:
     assert isolation_of(template, KubernetesConfig(runtime_isolation={"my-vm": "microvm"})) == "microvm"
 
 
-def test_a_template_that_lets_egress_out_is_refused_before_any_claim(cluster: Any, tmp_path: Path) -> None:
-    c = cluster(egress=[{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}])
+@pytest.mark.parametrize(
+    "options",
+    [{"egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]}, {"management": "Unmanaged"}],
+    ids=["an-egress-rule", "unmanaged"],
+)
+def test_a_template_that_lets_egress_out_is_refused_before_any_claim(
+    cluster: Any, tmp_path: Path, options: dict[str, Any]
+) -> None:
+    c = cluster(**options)
     with pytest.raises(mainsdk.SandboxError) as refused:
         make_sandbox(c, tmp_path).run("print(1)")
     assert refused.value.code == "MAIN-SANDBOX-0001" and "networkPolicy" in refused.value.message

@@ -170,8 +170,12 @@ class Cluster:
             handler = str(rc.handler)
         limits = [((c.get("resources") or {}).get("limits") or {}).get("memory") for c in pod.get("containers") or []]
         memory = None if not limits or None in limits else min(quantity(x) for x in limits if x is not None)
+        # agent-sandbox's extensions/api/v1beta1/sandboxtemplate_types.go: a managed networkPolicy with no egress
+        # rule is Default Deny; an omitted one is the controller's "Secure Default", which lets the public internet
+        # out; "Unmanaged" ignores the field altogether.
         policy = spec.get("networkPolicy")
-        denied = isinstance(policy, dict) and not policy.get("egress")
+        managed = spec.get("networkPolicyManagement", "Managed") == "Managed"
+        denied = managed and isinstance(policy, dict) and not policy.get("egress")
         return Template(name, runtime, handler, memory, denied)
 
     async def claim(self, name: str, pool: str, timeout: float) -> Claimed:
