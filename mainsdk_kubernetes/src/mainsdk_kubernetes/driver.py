@@ -179,6 +179,7 @@ class KubernetesDriver:
             memory_limit=memory,
             memory_limit_scope="tree" if memory else None,
             sessions=True,
+            private_tmp=True,  # a pod per run and per session: its container's /tmp and HOME are its own
             background=True,
             # The cell kernel is one long Start with a live stdin (WriteStdin); without its packages in the image a
             # Python cell runs plain (no IPython: core's kernel says so), a bash cell where the image has bash.
