@@ -20,7 +20,9 @@ SKIP = {".git", ".venv", ".tox", "build", "dist", "node_modules", "__pycache__",
 # Deliberately odd code the linter under test must judge; it is data, not code of ours.
 DATA = {Path("mainsdk_check/tests/corpus")}
 # Benchmarks run the tests' own fuzzers and readers, importing them from the test folders.
-EXTRA_PATH = {Path("benchmarks"): [Path("mainsdk_check/tests"), Path("mainsdk_local/tests")]}
+EXTRA_PATH = {
+    Path("benchmarks"): [Path("mainsdk_check/tests"), Path("mainsdk_local/tests"), Path("mainsdk_kubernetes/tests")]
+}
 
 
 def source_roots() -> list[Path]:

@@ -1,8 +1,8 @@
 """Drivers take core's contract from one documented place: ``mainsdk.driver`` (and ``@hookimpl``, ``AppConfig``).
 
-Read from the drivers' sources (the local, E2B, Vercel and example drivers, the conformance tests' third-party
-driver, and the driver kit they share), so a driver reaching into another module of core fails here, with the
-import named. The few left are listed with why ``mainsdk.driver`` cannot re-export them yet.
+Read from the drivers' sources (the local, E2B, Vercel, Kubernetes and example drivers, the conformance tests'
+third-party driver, and the driver kit they share), so a driver reaching into another module of core fails here,
+with the import named. The few left are listed with why ``mainsdk.driver`` cannot re-export them yet.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ SOURCES = [
     "mainsdk_local/src",
     "mainsdk_e2b/src",
     "mainsdk_vercel/src",
+    "mainsdk_kubernetes/src",
     "plugins/mainsdk_example_driver/src",
     "conformance/tests/third_party_driver/src",
     "mainsdk_driverkit/src",

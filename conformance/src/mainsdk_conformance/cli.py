@@ -17,7 +17,11 @@ from mainsdk_conformance.profiles import PROFILES
 
 # Where this repository keeps each driver's conformance conftest; a third party passes --tests.
 DEFAULT_TESTS = "conformance/drivers/{driver}"
-OUR_DRIVER_TESTS = {"e2b": "mainsdk_e2b/tests/conformance", "vercel-sandbox": "mainsdk_vercel/tests/conformance"}
+OUR_DRIVER_TESTS = {
+    "e2b": "mainsdk_e2b/tests/conformance",
+    "vercel-sandbox": "mainsdk_vercel/tests/conformance",
+    "kubernetes": "mainsdk_kubernetes/tests/conformance",
+}
 
 
 def _record(args: argparse.Namespace) -> int:

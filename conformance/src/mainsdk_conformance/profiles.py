@@ -166,4 +166,19 @@ VERCEL = Profile(
     secret_fields=("/networkPolicy/allow/*/*/transform/*/headers/*",),
 )
 
-PROFILES = {profile.name: profile for profile in (E2B, VERCEL)}
+# Kubernetes with agent-sandbox (mainsdk_kubernetes): the API server's requests, through the official client. A
+# claim is named after core's run or session id (new on every run), in its body, its paths and its watch's
+# fieldSelector; the adopted sandbox and pod are the warm pool's, named in the answers. Commands are not HTTP
+# (sandboxd's gRPC ProcessService), so no path is a command here.
+KUBERNETES = Profile(
+    name="kubernetes",
+    upstreams={"api": "https://kubernetes.default.svc"},
+    api="kubernetes API, agent-sandbox v1beta1 (extensions.agents.x-k8s.io, agents.x-k8s.io)",
+    sdk="kubernetes",
+    # The lanes are the warm pool's sandboxes and pods (the claim's own name is volatile, so its requests name none).
+    lane_paths=(r"/sandboxes/([^/?]+)$", r"/pods/([^/?]+)$"),
+    credential_env=("KUBE_TOKEN",),
+    volatile=(r"\b(?:run|ses)[_-][0-9a-f]{16,24}\b",),
+)
+
+PROFILES = {profile.name: profile for profile in (E2B, VERCEL, KUBERNETES)}
