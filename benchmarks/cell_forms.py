@@ -1,4 +1,4 @@
-"""What the cells' data forms (``mainsdk/_kernel_forms.py``) cost a display: with them against without them.
+"""What the cells' data forms (``mainsdk/kernel/forms.py``) cost a display: with them against without them.
 
 The kernel's IPython shell makes every display output's bundle with ``DisplayFormatter.format``; the forms add
 two formatters to it. This measures, interleaved in one process on a real ``InteractiveShell`` so machine
@@ -24,7 +24,6 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from importlib import resources
 from typing import Any
 
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -33,6 +32,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 from IPython.core.interactiveshell import InteractiveShell
+from mainsdk.kernel import forms
 
 TARGET_PLAIN = 1.10  # the forms may cost a plain value's bundle at most 10% at the median
 FORMS = ("application/vnd.mainsdk.chart+json", "application/vnd.mainsdk.dataframe+json")
@@ -48,11 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=300)
     args = parser.parse_args(argv)
-    namespace: dict[str, Any] = {"__name__": "__main__"}
-    text = resources.files("mainsdk").joinpath("_kernel_forms.py").read_text("utf-8")
-    exec(compile(text, "<kernel>", "exec"), namespace)  # mainsdk: allow MAIN-SANDBOX-0010 (the kernel's text)
     shell = InteractiveShell.instance(colors="nocolor")
-    namespace["register_forms"](shell)
+    forms.register_forms(shell)
     formatter: Any = shell.display_formatter
 
     figure, ax = plt.subplots()

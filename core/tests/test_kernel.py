@@ -1,9 +1,10 @@
 """The cell kernel's own protocol, run as the real processes on this machine (no sandbox): supervisor and executor.
 
-Core's kernel (``mainsdk/_kernel.py``) is started here the way a driver starts it, ``python3 -I -u -c <kernel>``
-with the token as the first stdin line, the start line second and each cell one JSON line after; the tests read
-its stdout for the frames. The "probe" watch (what the supervisor falls back to where ``/proc/<child>/syscall``
-cannot be read) is the same source with that path pointed at nothing.
+Core's kernel (the package ``mainsdk/kernel/``) is started here the way a driver starts it
+(``mainsdk.kernel_start.kernel_command``: ``python3 -I -u -c <loader>``, then on stdin the token, the package and
+the start line), and each cell is one JSON line after; the tests read its stdout for the frames. The "probe" watch
+(what the supervisor falls back to where ``/proc/<child>/syscall`` cannot be read) is the same package with that
+path pointed at nothing.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mainsdk.cells import kernel_source
+from mainsdk.kernel_start import kernel_command, kernel_files
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the cell kernel runs in Linux boxes")
 TOKEN = "0123456789abcdef0123456789abcdef"
@@ -54,17 +55,17 @@ def _syscall_readable() -> bool:
 class Kernel:
     """One kernel process and the frames it writes."""
 
-    def __init__(self, source: str, start: dict[str, Any] = START) -> None:
+    def __init__(self, files: Mapping[str, str] | None = None, start: dict[str, Any] = START) -> None:
+        _, args, stdin = kernel_command(TOKEN, start, files)
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-u", "-c", source],
+            [sys.executable, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
-        self.stdin.write(TOKEN.encode() + b"\n")
-        self.stdin.write(json.dumps(start).encode() + b"\n")
+        self.stdin.write(stdin)
         self.stdin.flush()
 
     def cell(self, code: str, timeout: float = 10.0) -> tuple[bytes, dict[str, Any], float]:
@@ -93,15 +94,27 @@ class Kernel:
         return self.proc.wait(10)
 
 
+def edited(file: str, *changes: tuple[str, str]) -> dict[str, str]:
+    """The kernel's files with ``file``'s text changed (each old text must be there)."""
+    files = dict(kernel_files())
+    for old, new in changes:
+        assert old in files[file], old
+        files[file] = files[file].replace(old, new)
+    return files
+
+
+def watched(watch: str) -> dict[str, str]:
+    """The kernel's files for a watch: "probe" points the supervisor's syscall path at nothing."""
+    if watch == "probe":
+        return edited("supervisor.py", ('SYSCALL_PATH = "/proc/{}/syscall"', 'SYSCALL_PATH = "/nonexistent/{}"'))
+    return dict(kernel_files())
+
+
 @pytest.fixture(params=["syscall", "probe"])
 def kernel(request: pytest.FixtureRequest) -> Iterator[tuple[Kernel, str]]:
-    source = kernel_source()
     if request.param == "syscall" and not _syscall_readable():
         pytest.skip("this machine's Yama ptrace_scope refuses /proc/<child>/syscall: only the probe watch runs here")
-    if request.param == "probe":
-        assert 'SYSCALL_PATH = "/proc/{}/syscall"' in source
-        source = source.replace('SYSCALL_PATH = "/proc/{}/syscall"', 'SYSCALL_PATH = "/nonexistent/{}"')
-    running = Kernel(source)
+    running = Kernel(watched(request.param))
     yield running, request.param
     if running.proc.poll() is None:
         running.proc.kill()
@@ -152,7 +165,7 @@ def test_the_start_line_names_the_folder_and_the_kernels_own_packages_and_a_bad_
     own = tmp_path / "kernel-site"
     own.mkdir()
     (own / "kernel_only.py").write_text("WHERE = 'kernel site'\n")
-    running = Kernel(kernel_source(), {"language": "python", "cwd": str(tmp_path), "site": [str(own)]})
+    running = Kernel(None, {"language": "python", "cwd": str(tmp_path), "site": [str(own)]})
     out, frame, _ = running.cell("import os, sys, kernel_only\nprint(os.getcwd())\nsys.path[-1], kernel_only.WHERE")
     assert out == f"{tmp_path}\n".encode() and frame["error"] is None
     # Last on sys.path: after the user's (IPython's pretty printer may wrap the tuple: compared as a value).
@@ -163,9 +176,32 @@ def test_the_start_line_names_the_folder_and_the_kernels_own_packages_and_a_bad_
         ({"language": "python", "cwd": str(tmp_path / "missing")}, b"cannot enter the interpreter's folder"),
         ({"language": "python", "site": "/opt"}, b"not a list of folders"),
     ):
-        refused = Kernel(kernel_source(), start)
+        refused = Kernel(None, start)
         assert refused.proc.wait(10) == 125, start  # nothing started: the app reports the kernel's exit
         assert refused.proc.stderr is not None and why in refused.proc.stderr.read(), start
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    found = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            found += _tree(int(child))
+    return found
+
+
+def test_no_kernel_process_carries_the_kernel_on_its_command_line(tmp_path: Path) -> None:
+    # A package far past what one argument may hold (131,072 bytes fail with E2BIG): a padding module.
+    padded = {**kernel_files(), "padding.py": f"PAD = {'x' * (600 * 1024)!r}\n"}
+    for language, code in (("python", "import mainsdk_kernel.padding as p\nlen(p.PAD)"), ("bash", "echo 1")):
+        running = Kernel(padded, {"language": language, "cwd": str(tmp_path), "site": []})
+        out, frame, _ = running.cell(code)
+        assert frame["error"] is None and (
+            out == b"1\n" if language == "bash" else frame["results"][0]["data"] == "614400"
+        )
+        lines = {pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid in _tree(running.proc.pid)}
+        assert len(lines) == 2 and max(len(line) for line in lines.values()) <= 16 * 1024, lines
+        assert running.close() == 0
 
 
 def test_each_display_output_comes_as_a_live_frame_before_the_end_frame(kernel: tuple[Kernel, str]) -> None:

@@ -1,14 +1,12 @@
-"""The cells' data forms (``mainsdk/_kernel_forms.py``) on a real IPython InteractiveShell.
+"""The cells' data forms (``mainsdk/kernel/forms.py``) on a real IPython InteractiveShell.
 
-The kernel runs that file's text inside its own (``cells.kernel_source``), never as an import: so the tests
-exec the same text into a fresh namespace, register its forms on a real shell, and read what IPython's own
-display machinery makes of real matplotlib figures, pandas frames and PIL images. The chart forms are compared
-with what ``e2b-charts`` (E2B's own extractor, a test dependency only) makes of the same figures.
+The tests import the kernel's module, register its forms on a real shell as the executor does, and read what
+IPython's own display machinery makes of real matplotlib figures, pandas frames and PIL images. The chart forms
+are compared with what ``e2b-charts`` (E2B's own extractor, a test dependency only) makes of the same figures.
 """
 
 from __future__ import annotations
 
-import ast
 import base64
 import datetime
 import io
@@ -20,7 +18,6 @@ import textwrap
 import warnings
 from collections.abc import Iterator
 from decimal import Decimal
-from importlib import resources
 from typing import Any, cast
 
 import pytest
@@ -33,6 +30,7 @@ import pandas as pd  # type: ignore[import-untyped]
 from e2b_charts import chart_figure_to_dict  # type: ignore[import-untyped]
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
+from mainsdk.kernel import forms
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Circle
@@ -40,24 +38,13 @@ from PIL import Image
 
 CHART = "application/vnd.mainsdk.chart+json"
 FRAME = "application/vnd.mainsdk.dataframe+json"
-FORMS_TEXT = resources.files("mainsdk").joinpath("_kernel_forms.py").read_text("utf-8")
-KERNEL_TEXT = resources.files("mainsdk").joinpath("_kernel.py").read_text("utf-8")
-
-
-def _forms() -> dict[str, Any]:
-    namespace: dict[str, Any] = {"__name__": "__main__"}
-    exec(compile(FORMS_TEXT, "<kernel>", "exec"), namespace)  # mainsdk: allow MAIN-SANDBOX-0010 (the kernel's text)
-    return namespace
-
-
-FORMS = _forms()
 
 
 @pytest.fixture(scope="module")
 def shell() -> Iterator[InteractiveShell]:
     """One real shell (IPython keeps one per process) with the forms registered, as the executor does."""
     ip = InteractiveShell.instance(colors="nocolor")
-    FORMS["register_forms"](ip)
+    forms.register_forms(ip)
     yield ip
     plt.close("all")
 
@@ -106,26 +93,8 @@ def chart(shell: InteractiveShell, figure: Figure) -> Any:
 # -- the module itself ---------------------------------------------------------------------------------------
 
 
-def test_the_forms_text_imports_nothing_at_the_top_and_shares_no_name_with_the_kernel() -> None:
-    forms = ast.parse(FORMS_TEXT)
-    assert not [node for node in forms.body if isinstance(node, (ast.Import, ast.ImportFrom))]
-
-    def names(tree: ast.Module) -> set[str]:
-        found: set[str] = set()
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                found.add(node.name)
-            elif isinstance(node, ast.Assign):
-                found.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        return found
-
-    # The kernel's text follows this one in one module: a name in both would be silently replaced.
-    assert names(forms) & names(ast.parse(KERNEL_TEXT)) == set()
-    assert "register_forms" in names(forms)
-
-
-def test_running_the_forms_text_loads_no_third_party_module() -> None:
-    probe = FORMS_TEXT + "\nimport sys\nprint(sorted(m for m in sys.modules if m.split('.')[0] in "
+def test_importing_the_forms_module_loads_no_third_party_module() -> None:
+    probe = "import mainsdk.kernel.forms\nimport sys\nprint(sorted(m for m in sys.modules if m.split('.')[0] in "
     probe += "('IPython', 'matplotlib', 'pandas', 'PIL', 'numpy', 'traitlets')))\n"
     done = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout == "[]\n" and done.stderr == ""
@@ -342,7 +311,7 @@ def test_a_figure_with_nothing_drawn_has_no_chart_form(shell: InteractiveShell) 
 
 
 def test_a_chart_is_bounded_and_says_so(shell: InteractiveShell) -> None:
-    points = FORMS["FORMS_MAX_POINTS"]
+    points = forms.MAX_POINTS
     plt.figure()
     plt.plot(np.arange(10_000), np.arange(10_000) * 2.0)
     plt.plot([0, 1, 2], [float("nan"), 1.0, float("inf")])
@@ -353,7 +322,7 @@ def test_a_chart_is_bounded_and_says_so(shell: InteractiveShell) -> None:
     plt.figure()
     plt.bar([str(i) for i in range(1500)], np.ones(1500))
     bars = chart(shell, plt.gcf())
-    assert len(bars["elements"]) == FORMS["FORMS_MAX_ELEMENTS"] and bars["elements_total"] == 1500
+    assert len(bars["elements"]) == forms.MAX_ELEMENTS and bars["elements_total"] == 1500
 
 
 def test_a_figure_whose_chart_cannot_be_read_still_shows_without_a_word_on_stderr(shell: InteractiveShell) -> None:
@@ -402,19 +371,19 @@ def test_display_of_a_dataframe_carries_html_text_and_its_data_form(shell: Inter
 
 
 def test_a_huge_frame_gives_its_first_rows_and_columns_and_says_so(shell: InteractiveShell) -> None:
-    rows, columns, cells = FORMS["FORMS_MAX_ROWS"], FORMS["FORMS_MAX_COLUMNS"], FORMS["FORMS_MAX_CELLS"]
+    rows, columns, cells = forms.MAX_ROWS, forms.MAX_COLUMNS, forms.MAX_CELLS
     long = bundle(shell, pd.DataFrame({"n": np.arange(5000), "half": np.arange(5000) / 2}))[FRAME]
     assert long["shape"] == [5000, 2] and long["truncated"] is True
     assert long["index"] == list(range(rows)) and long["data"]["half"][-1] == (rows - 1) / 2
     wide = bundle(shell, pd.DataFrame(np.arange(5000 * 150).reshape(5000, 150)))[FRAME]
     assert wide["shape"] == [5000, 150] and wide["truncated"] is True
     assert len(wide["columns"]) == columns and wide["columns"][:2] == ["0", "1"]
-    shown = cells // columns  # fewer rows where the columns are many: at most FORMS_MAX_CELLS values
+    shown = cells // columns  # fewer rows where the columns are many: at most forms.MAX_CELLS values
     assert wide["index"] == list(range(shown)) and all(len(v) == shown for v in wide["data"].values())
     assert wide["data"]["1"][:2] == [1, 151]
     assert len(json.dumps(wide)) < 200 * cells  # bounded in bytes too
     text = pd.DataFrame({"s": ["x" * 5000]})
-    assert bundle(shell, text)[FRAME]["data"]["s"] == ["x" * FORMS["FORMS_MAX_TEXT"]]
+    assert bundle(shell, text)[FRAME]["data"]["s"] == ["x" * forms.MAX_TEXT]
 
 
 def test_duplicate_and_multiindex_labels_stay_apart(shell: InteractiveShell) -> None:
@@ -497,9 +466,10 @@ def test_image_show_displays_the_image_and_never_a_desktop_viewer(tmp_path: Any,
     viewer = tmp_path / "xdg-open"
     viewer.write_text(VIEWER)
     viewer.chmod(0o755)
-    code = FORMS_TEXT + textwrap.dedent(
+    code = textwrap.dedent(
         f"""
         import json, sys
+        from mainsdk.kernel.forms import register_forms
         if {imported == "before"}:
             import PIL.ImageShow
         from IPython.core.interactiveshell import InteractiveShell

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mainsdk.cells import kernel_source
-from test_kernel import MARK, TOKEN, Kernel, _syscall_readable
+from mainsdk.kernel_start import kernel_command
+from test_kernel import MARK, TOKEN, Kernel, _syscall_readable, edited, watched
 
 NODE = shutil.which("node")
 needs_node = pytest.mark.skipif(NODE is None, reason="JavaScript cells need node (.ci/run installs it)")
@@ -31,8 +31,8 @@ needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="bash cells
 class Cells(Kernel):
     """A kernel of one language; a cell's request may carry its own env."""
 
-    def __init__(self, language: str, source: str | None = None, cwd: str | None = None) -> None:
-        super().__init__(source or kernel_source(), {"language": language, "cwd": cwd, "site": []})
+    def __init__(self, language: str, files: dict[str, str] | None = None, cwd: str | None = None) -> None:
+        super().__init__(files, {"language": language, "cwd": cwd, "site": []})
 
     def run(
         self, code: str, timeout: float = 10.0, env: dict[str, str] | None = None, grace: float = 1.0
@@ -52,13 +52,10 @@ class Cells(Kernel):
         return before, json.loads(frame), time.monotonic() - started
 
 
-def _source(watch: str) -> str:
-    source = kernel_source()
-    if watch == "probe":
-        source = source.replace('SYSCALL_PATH = "/proc/{}/syscall"', 'SYSCALL_PATH = "/nonexistent/{}"')
-    elif not _syscall_readable():
+def _source(watch: str) -> dict[str, str]:
+    if watch != "probe" and not _syscall_readable():
         pytest.skip("this machine's Yama ptrace_scope refuses /proc/<child>/syscall: only the probe watch runs here")
-    return source
+    return watched(watch)
 
 
 @pytest.fixture
@@ -218,9 +215,10 @@ def test_typescript_cells_run_where_node_strips_types_and_are_refused_clearly_el
 def test_a_language_whose_program_is_missing_is_refused_with_its_name(started: list[Cells], tmp_path: Path) -> None:
     empty = tmp_path / "bin"
     empty.mkdir()
+    _, args, stdin = kernel_command(TOKEN, {"language": "javascript"})
     proc = subprocess.run(  # noqa: PLW1510 (its status is the assertion)
-        [sys.executable, "-I", "-u", "-c", kernel_source()],
-        input=b"0123456789abcdef0123456789abcdef\n" + json.dumps({"language": "javascript"}).encode() + b"\n",
+        [sys.executable, *args],
+        input=stdin,
         capture_output=True,
         env={**os.environ, "PATH": str(empty)},
         timeout=10,
@@ -342,8 +340,11 @@ def test_a_node_without_the_repl_internals_runs_plain_cells_and_says_what_await_
     started: list[Cells],
 ) -> None:
     # Node 20 and 22 have both; a later node that moved them must not lose the interpreter (names pointed away).
-    source = kernel_source().replace("internal/repl/await", "internal/repl/moved")
-    source = source.replace("internal/deps/acorn/acorn/dist/acorn", "internal/deps/moved")
+    source = edited(
+        "node_executor.js",
+        ("internal/repl/await", "internal/repl/moved"),
+        ("internal/deps/acorn/acorn/dist/acorn", "internal/deps/moved"),
+    )
     js = Cells("javascript", source)
     started.append(js)
     assert _value(js.run("1 + 1")[1]) == "2"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mainsdk.cells import kernel_source
+from mainsdk.kernel_start import kernel_command
 from mainsdk_driverkit.node_sets import MANIFEST, NODE_KERNEL_SETS, ensure_node_set, npm_environment
 
 pytestmark = pytest.mark.skipif(
@@ -56,12 +56,11 @@ def test_a_typescript_cell_is_transpiled_by_the_sets_typescript_where_node_canno
         pytest.skip("this node strips types itself: the executor does not load the set's typescript")
     site = ensure_node_set(NODE_KERNEL_SETS["typescript"], str(tmp_path / "cache"))
     start = {"language": "typescript", "cwd": None, "site": [site]}
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-u", "-c", kernel_source()], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
+    _, args, stdin = kernel_command(TOKEN, start)
+    proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
     try:
-        proc.stdin.write(TOKEN.encode() + b"\n" + json.dumps(start).encode() + b"\n")
+        proc.stdin.write(stdin)
         frames = []
         for code in (
             "enum Color { Red = 1 }\ninterface P { n: number }\nconst p: P = { n: await Promise.resolve(2) };\np.n",

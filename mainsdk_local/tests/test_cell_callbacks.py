@@ -6,6 +6,7 @@ Run with ``-W error::RuntimeWarning`` too: an async callback left unawaited woul
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -187,3 +188,35 @@ async def test_run_and_start_refuse_an_async_listener_they_would_not_await(async
         for caught in (ran, ran_in_session, started):
             assert caught.value.code == INVALID_OPTION
             assert caught.value.message.startswith("on_output: on_output is an async function")
+
+
+# 1,000 lines of varied lengths (0 to 999 characters of padding), each written by one print, console.log or
+# echo: the Python ones with several arguments (under -u each was its own write), so a line came in pieces.
+LINES = 1000
+PRINTS = {
+    "python": f"for i in range({LINES}):\n    print('line', i, 'x' * (i * 977 % 1000))",
+    "javascript": f"for (let i = 0; i < {LINES}; i++) console.log('line', i, 'x'.repeat(i * 977 % 1000));",
+    "bash": (
+        "pad=$(printf '%1000s' '' | tr ' ' x)\n"
+        f"for ((i = 0; i < {LINES}; i++)); do echo line $i ${{pad:0:$((i * 977 % 1000))}}; done"
+    ),
+}
+
+
+@pytest.mark.parametrize("language", list(PRINTS))
+async def test_each_line_a_print_writes_reaches_on_output_as_one_chunk(
+    async_sandbox: AsyncSandbox, language: str
+) -> None:
+    if language == "javascript" and shutil.which("node") is None:
+        pytest.skip("JavaScript cells need node (.ci/run installs it)")
+    chunks: list[bytes] = []
+    async with async_sandbox.create() as session:
+        cell = await session.run_code(
+            PRINTS[language], language=language, on_output=lambda stream, data: chunks.append(data)
+        )
+    assert cell.error is None and cell.stop is None, cell
+    expected = [f"line {i} {'x' * (i * 977 % 1000)}".encode() + b"\n" for i in range(LINES)]
+    if language == "bash":  # an empty unquoted word is no argument of echo's: no trailing space
+        expected = [line.replace(b" \n", b"\n") for line in expected]
+    assert b"".join(chunks) == b"".join(expected)
+    assert chunks == expected  # each line whole, one call each

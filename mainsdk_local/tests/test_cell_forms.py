@@ -142,6 +142,27 @@ def test_image_show_in_a_cell_displays_the_image_and_never_a_desktop_viewer(sess
     assert session.run_code("import os\nos.path.exists('bin/xdg-open.ran')").text == "False"
 
 
+def test_image_save_to_a_path_displays_the_saved_image_and_the_result_reads_as_json(session: Session) -> None:
+    cell = session.run_code(
+        "from PIL import Image\nimport io, pathlib\nImage.new('RGB', (3, 4), 'red').save('red.png')\n"
+        "Image.new('RGB', (6, 1)).save(pathlib.Path('dark.png'))\nImage.new('RGB', (2, 2)).save(io.BytesIO(), 'PNG')"
+    )
+    assert cell.ok and cell.stderr == "", cell
+    # As E2B's template: a save to a named file displays the image; one into an open file or buffer does not.
+    assert [struct.unpack(">II", _png(d)[16:24]) for d in cell.displays] == [(3, 4), (6, 1)]
+    assert session.run_code("import os\nos.path.getsize('red.png') > 0").text == "True"
+    data = json.loads(cell.to_json())
+    assert (data["id"], data["number"], data["ok"], data["stop_code"], data["error"]) == (
+        cell.id,
+        cell.number,
+        True,
+        None,
+        None,
+    )
+    pngs = [r for r in data["results"] if r["mime"] == "image/png"]
+    assert [r["display"] for r in pngs] == [0, 1] and all(r["base64"] for r in pngs)
+
+
 @pytest.mark.skipif(shutil.which("fc-list") is None, reason="no fontconfig on this host: nothing in a box runs it")
 def test_a_matplotlib_cell_prints_no_fontconfig_error_for_fonts_no_system_cache_holds(session: Session) -> None:
     cell = session.run_code(STALE_FONT_CACHE)

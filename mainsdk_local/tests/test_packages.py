@@ -304,7 +304,11 @@ def test_each_show_in_a_cell_returns_that_figure_then_closes_it_as_a_notebook_do
     assert inline.ok and inline.stderr == "", inline.error
     assert shown.ok and shown.stderr == "", shown
     # Each show as it came, all its forms together, then the value.
-    figure = ("image/png", "application/vnd.mainsdk.chart+json", "text/plain")  # the chart form: _kernel_forms.py
+    figure = (
+        "image/png",
+        "application/vnd.mainsdk.chart+json",
+        "text/plain",
+    )  # the chart form: kernel/forms.py
     assert [d.mimes for d in shown.displays] == [figure] * 3 + [("text/plain",)]
     assert [d.text for d in shown.displays[:3]] == ["<Figure size 640x480 with 1 Axes>"] * 3
     assert shown.displays[-1].main and shown.text == "0"  # each show closed its figure

@@ -1,10 +1,10 @@
 """Cells: Python code run in an interpreter that lives as long as its session, as a notebook runs it.
 
-The interpreter is ``mainsdk/_kernel.py`` (standard library only), started in the session's box with the
+The interpreter is the kernel package ``mainsdk/kernel/`` (standard library only), started in the session's box with the
 driver's ordinary exec hook and left running; each cell is one line the app sends on that command's live
 stdin (``Command.input``), a channel nothing in the box can write. So any driver that can keep one command
 running in a session, and feed it a live stdin, gets cells, and the interpreter is a process in the box under
-the box's limits. See ``_kernel.py`` for the protocol: a supervisor that holds the token and watches an
+the box's limits. See ``mainsdk.kernel`` for the protocol: a supervisor that holds the token and watches an
 executor process, which runs the cells.
 """
 
@@ -15,10 +15,10 @@ import base64
 import binascii
 import collections
 import contextlib
-import importlib.resources
 import inspect
 import json
 import secrets as token
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
@@ -31,19 +31,18 @@ from mainsdk.audit import code_sha256
 from mainsdk.driver import CELL_LANGUAGES, Command, ExecOutcome, InputStream, StopReason
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered
+from mainsdk.kernel.protocol import MARK, TEXT_LIMIT, UNSUPPORTED_EXIT, WATCHDOG_EXIT
+from mainsdk.kernel_start import kernel_command
 from mainsdk.lifecycle import CommandPlan, Ended, Ending, stop_reason
-from mainsdk.limits import Listener, OutputCollector, cost_of, signal_status
+from mainsdk.limits import QUIET_RELEASE, Listener, OutputCollector, cost_of, signal_status
 from mainsdk.redact import NameRedactor
-from mainsdk.rich import INLINE_LIMIT, Display, RichResult, group_displays, is_binary, is_mime
+from mainsdk.rich import INLINE_LIMIT, Display, RichResult, group_displays, is_binary, is_mime, rich_entry
 from mainsdk.secrets import SecretRef
 from mainsdk.session_runtime import SessionRuntime
 from mainsdk.units import MAX_TIMEOUT
 
 GRACE = 1.0  # after KeyboardInterrupt, how long a cell has to stop before the interpreter is ended
 BACKSTOP = 3.0  # past the grace, how long the app waits before it kills the interpreter itself
-TEXT_LIMIT = 64 * 1024  # an error's value and traceback are cut to this many characters in the box
-WATCHDOG_EXIT = 124  # the kernel's exit status when it ended itself at a cell's timeout + grace
-UNSUPPORTED_EXIT = 125  # the kernel's exit status when the box gives it no way to watch its executor
 _EXTENSIONS = {
     "image/png": "png",
     "image/jpeg": "jpg",
@@ -139,19 +138,66 @@ class CellResult:
         """The seed's code for the stop, or None."""
         return errors.STOP_CODES[self.stop] if self.stop else None
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of the result (as ``RunResult.to_dict``): each rich result with its display index."""
+        data = attrs.asdict(self)
+        data["cost"] = str(self.cost)
+        data["results"] = [{**rich_entry(r), "display": r.display, "main": r.main} for r in self.results]
+        data["ok"], data["text"], data["stop_code"] = self.ok, self.text, self.stop_code
+        return data
 
-def kernel_source() -> str:
-    """The text of the kernel the box runs: the data forms of charts and frames (when present), then the kernel,
-    with its node and bash executors' sources in it."""
-    package = importlib.resources.files("mainsdk")
-    executors = {
-        "node": package.joinpath("_kernel_node.js").read_text("utf-8"),
-        "bash": package.joinpath("_kernel_bash.sh").read_text("utf-8"),
-    }
-    kernel = package.joinpath("_kernel.py").read_text("utf-8")
-    kernel = kernel.replace("\nEXECUTORS = {}\n", f"\nEXECUTORS = {executors!r}\n", 1)
-    forms = package.joinpath("_kernel_forms.py")
-    return (forms.read_text("utf-8") + "\n\n" + kernel) if forms.is_file() else kernel
+    def to_json(self) -> str:
+        """``to_dict`` as JSON text."""
+        return json.dumps(self.to_dict())
+
+
+class _OutputLines:
+    """A cell's output as ``on_output`` gets it: each line one chunk, as a notebook's clients read it.
+
+    A line that came in pieces (one ``print`` of several arguments, a pipe read that cut it) is joined: its start
+    is held until its newline comes, or for ``QUIET_RELEASE`` at most (the pause after which the redactor, too,
+    releases what it held), or until ``HELD_LIMIT`` bytes of it are held; a chunk of several lines is one call per
+    line. Fed on the event loop's thread or a driver's own (the timer is armed on the loop either way).
+    """
+
+    HELD_LIMIT = 1 << 20
+
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
+        self._held: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+        self._lock = threading.Lock()
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def feed(self, stream: str, data: bytes) -> None:
+        """A released chunk of ``stream``: its complete lines go on now, one call each; the rest is held."""
+        with self._lock:
+            held = self._held[stream] + data
+            end = held.rfind(b"\n") + 1
+            complete, rest = (held[:end], held[end:]) if len(held) - end < self.HELD_LIMIT else (held, b"")
+            self._held[stream] = rest
+        *lines, last = complete.split(b"\n")
+        for line in lines:
+            self._listener(stream, line + b"\n")
+        if last:
+            self._listener(stream, last)  # a start of a line past HELD_LIMIT
+        if rest:
+            self._loop.call_soon_threadsafe(self._arm)
+
+    def _arm(self) -> None:
+        if self._timer is None:
+            self._timer = self._loop.call_later(QUIET_RELEASE, self.flush)
+
+    def flush(self) -> None:
+        """Release every held start of a line now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for stream in ("stdout", "stderr"):
+            with self._lock:
+                held, self._held[stream] = self._held[stream], b""
+            if held:
+                self._listener(stream, held)
 
 
 class _KernelStream:
@@ -349,17 +395,20 @@ class Kernel:
         secret = token.token_hex(16)
         # A frame's JSON escapes at most 6 characters per one of a result's (a base64 PNG: none).
         self._stream = _KernelStream(
-            f"\x1e{secret}:".encode(), f"\x1e{secret}:end\n".encode(), 8 * session.opened.plan.limits.files + (2 << 20)
+            f"{MARK}{secret}:".encode(),
+            f"{MARK}{secret}:end\n".encode(),
+            8 * session.opened.plan.limits.files + (2 << 20),
         )
-        # The token goes first on stdin, not argv: it never shows in the box's /proc/<pid>/cmdline. The same
-        # stdin then stays open for the cells (``Command.input``): only the app writes there.
+        # The token and the kernel's package go on stdin, not argv: neither shows in the box's /proc/<pid>/cmdline,
+        # and only the app writes there. The same stdin then stays open for the cells (``Command.input``).
         self._input = InputStream()
         # The start line: which interpreter the kernel runs, in which folder, with which packages of its own.
         start = {"language": self.language, "cwd": self.cwd, "site": list(self.site)}
+        program, args, stdin = kernel_command(secret, start)
         command = Command(
-            "python3",
-            ("-I", "-u", "-c", kernel_source()),
-            stdin=f"{secret}\n".encode() + json.dumps(start).encode() + b"\n",
+            program,
+            args,
+            stdin=stdin,
             timeout=MAX_TIMEOUT,
             env=session.opened.plan.env,
             input=self._input,
@@ -519,7 +568,8 @@ class Kernel:
         plan = session.opened.plan
         env, cell_secrets = cell_env
         secret_values = (*plan.secret_values, *cell_secrets)
-        on_output: Listener | None = listeners.output if listeners.has_output else None
+        lines = _OutputLines(listeners.output) if listeners.has_output else None
+        on_output: Listener | None = lines.feed if lines is not None else None
         restarted = False
         if not self.alive:
             restarted = self._started_before
@@ -610,6 +660,8 @@ class Kernel:
         ending, error, frame, state_kept = outcome
         stop = stop_reason(attrs.evolve(ending, cost_bound=cost_bound))
         stdout, stderr = collector.finish()
+        if lines is not None:
+            lines.flush()  # the last line's end, when the cell left it without one
         results, dropped = self._results(frame, number, redact, shown)
         for rich in results:
             if not any(rich is seen for seen in shown.values()):

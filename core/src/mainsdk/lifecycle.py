@@ -21,6 +21,7 @@ A one-shot run (``AsyncSandbox.run``), a session command (``AsyncSession.run`` a
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -263,6 +264,10 @@ class RunResult:
         data["results"] = [rich_entry(r) for r in self.results]
         data["stop_code"] = self.stop_code
         return data
+
+    def to_json(self) -> str:
+        """``to_dict`` as JSON text."""
+        return json.dumps(self.to_dict())
 
 
 class Lifecycle:

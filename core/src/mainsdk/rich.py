@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from mainsdk.files import FileRef
+from mainsdk.kernel import protocol
 
 INLINE_LIMIT = 64 * 1024  # a rich result up to this many bytes comes inline; a larger one as a FileRef
 # The forms IPython's display formatter makes (``text/plain`` always), in its order; a cell may also give any
@@ -26,12 +27,11 @@ MIME_TYPES = (
     "application/json",
     "application/javascript",
 )
-# The kernel's data forms (``_kernel_forms.py``; docs/notebooks-and-agents.md): a matplotlib figure's chart, and a
-# pandas DataFrame's columns and values, each as JSON a model can read without vision.
-CHART_MIME = "application/vnd.mainsdk.chart+json"
-DATAFRAME_MIME = "application/vnd.mainsdk.dataframe+json"
 # Forms whose data is bytes (``RichResult.data`` is ``bytes``, sent base64); every other form is text.
 BINARY_MIME_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"})
+# The kernel's data forms (docs/notebooks-and-agents.md): a chart's and a DataFrame's JSON, named in its protocol.
+CHART_MIME = protocol.CHART_MIME
+DATAFRAME_MIME = protocol.DATAFRAME_MIME
 _MIME = re.compile(r"[a-z0-9][a-z0-9.+-]{0,62}/[a-z0-9][a-z0-9.+-]{0,126}")
 
 

@@ -1,6 +1,8 @@
-# The cell kernel's bash executor (see _kernel.py's docstring for the protocol).
+# The cell kernel's bash executor (see the kernel package's docstring for the protocol).
 #
-# The supervisor starts it as `bash --noprofile --norc -c <this> mainsdk-bash <R> <W>`, its stdin /dev/null,
+# The supervisor starts it as `bash --noprofile --norc -c 'source "/dev/fd/$3"' mainsdk-bash <R> <W> <fd>`: bash
+# reads this text whole from the sealed in-memory file <fd> (supervisor.py), closes it, and runs it in this shell
+# at its top level; its stdin /dev/null,
 # its stdout and stderr the supervisor's own, in a process group of its own (a timeout's SIGINT reaches the
 # cell's foreground job and this shell), with a parent-death SIGKILL. It never holds the token. Between
 # cells it waits in the `read` builtin on R (read(R, ..., 1)): what the supervisor watches.
@@ -22,6 +24,8 @@
 # with xtrace off, the cell's options put back before its next cell's first command).
 __mainsdk_R=$1
 __mainsdk_W=$2
+eval "exec $3<&-" # this text's own file: read already, nothing a cell needs
+set -- "$1" "$2" # the cells see R and W as $1 and $2, as a -c script would
 __mainsdk_incell=
 __mainsdk_interrupted=
 __mainsdk_opts=

@@ -1,6 +1,9 @@
-// The cell kernel's JavaScript and TypeScript executor (see _kernel.py's docstring for the protocol).
+// The cell kernel's JavaScript and TypeScript executor (see the kernel package's docstring for the protocol).
 //
-// The supervisor starts it as `node --expose-internals -e <this> <R> <W> <language> [site ...]`, its stdin
+// The supervisor starts node as `node --expose-internals -e <NODE_BOOT> <fd> <sha256> <R> <W> <language>
+// <constants> [site ...]` (supervisor.py): the boot line reads this file's text from the sealed in-memory file
+// <fd>, checks its SHA-256, and calls the function this text is with node's `require`, the arguments from <R>
+// on and the boot line's own `import()` (a vm script has none of its own on node 20); <constants> is protocol.py's NODE_CONSTANTS as JSON. Its stdin is
 // /dev/null, its stdout and stderr the supervisor's own, in a process group of its own, with a parent-death
 // SIGKILL. It never holds the token. Between cells its main thread is blocked in read(R) (fs.readSync): what
 // the supervisor watches to know a cell is over. Each request is one JSON line on R, each result one JSON
@@ -27,9 +30,9 @@
 // with the interpreter. Callbacks a cell left (timers, I/O) run only while a later cell runs: between cells
 // the main thread waits in read(R).
 //
-// Node runs `-e` code as a script in the global scope: the whole executor is one function, so none of its
-// names is a global a cell could collide with (a cell's `import fs` or `let path`).
-(function executor() {
+// The whole executor is one function, so none of its names is a global a cell could collide with (a cell's
+// `import fs` or `let path`).
+(function executor(require, args, load) {
 "use strict";
 const fs = require("fs");
 const vm = require("vm");
@@ -38,11 +41,11 @@ const nodeModule = require("module");
 const path = require("path");
 const { pathToFileURL } = require("url");
 
-const REQ = Number(process.argv[1]);
-const RES = Number(process.argv[2]);
-const LANGUAGE = process.argv[3];
-const SITE = process.argv.slice(4);
-const TEXT_LIMIT = 64 * 1024;
+const REQ = Number(args[0]);
+const RES = Number(args[1]);
+const LANGUAGE = args[2];
+const { TEXT_LIMIT, UNSUPPORTED_EXIT } = JSON.parse(args[3]);
+const SITE = args.slice(4);
 const IMPORT = "__mainsdk_import__";
 
 // Node's own parser and REPL transform (node 20 and 22 have both; node's REPL itself loads them so). Should a
@@ -67,7 +70,7 @@ function missing(what, module) {
 const base = pathToFileURL(path.join(process.cwd(), "[cell]")).href;
 const cellRequire = nodeModule.createRequire(path.join(process.cwd(), "[cell]"));
 Object.defineProperty(globalThis, IMPORT, {
-  value: (specifier) => import(specifier.startsWith(".") ? new URL(specifier, base).href : specifier),
+  value: (specifier) => load(specifier.startsWith(".") ? new URL(specifier, base).href : specifier),
   enumerable: false,
 });
 globalThis.require = cellRequire;
@@ -109,7 +112,7 @@ function stripper() {
     `mainsdk cell kernel: TypeScript cells need node >= 22.13 (type stripping) or the kernel's typescript ` +
       `package; this box has node ${process.version} and neither\n`,
   );
-  process.exit(125); // cells.UNSUPPORTED_EXIT
+  process.exit(UNSUPPORTED_EXIT);
 }
 const strip = stripper();
 
@@ -216,8 +219,8 @@ function errorOf(thrown) {
       return { name, value: message, traceback: `${name}: ${message}` };
     }
     const frames = String(thrown.stack || `${name}: ${message}`).split("\n");
-    // The kernel's own frames (vm, this file) are not the cell's.
-    const cut = frames.findIndex((line) => /^\s+at .*(node:vm|\[eval\]|node:internal)/.test(line));
+    // The kernel's own frames (vm, the boot line, this file) are not the cell's.
+    const cut = frames.findIndex((line) => /^\s+at .*(node:vm|\[eval\]|node:internal|mainsdk_kernel\/)/.test(line));
     const stack = (cut > 0 ? frames.slice(0, cut) : frames).join("\n");
     return { name, value: message.slice(0, TEXT_LIMIT), traceback: stack.slice(-TEXT_LIMIT) };
   }
@@ -336,12 +339,25 @@ async function runCell(request) {
   return { cell: request.cell, results: results.items, results_dropped: results.dropped, error };
 }
 
+// A write node could not finish at once (the pipe was full: node queues the rest, the descriptor being
+// non-blocking) is written before the cell's result: the cell's output comes before its end, as in Python.
+function drained(stream) {
+  if (!stream.writableLength) return null;
+  return new Promise((resolve) => {
+    stream.once("drain", resolve);
+    stream.once("close", resolve);
+    stream.once("error", resolve);
+  });
+}
+
 function loop() {
   const request = nextRequest();
   // One turn of the event loop first: a SIGINT that landed after the last cell ended is seen (and finds
   // nothing running) before this cell starts.
   setImmediate(() => {
-    runCell(request).then((frame) => {
+    runCell(request).then(async (frame) => {
+      await drained(process.stdout);
+      await drained(process.stderr);
       let line;
       try {
         line = JSON.stringify(frame);
@@ -360,4 +376,4 @@ function loop() {
 
 writeAll(RES, '{"ready": true}\n');
 loop();
-})();
+});

@@ -1,15 +1,10 @@
-# mypy: ignore-errors
-# ruff: noqa: BLE001, SIM105
-# (A data form must never break a cell's display: every error in one means "no form", hence the broad excepts.
-# Nothing is imported at the top: matplotlib, pandas, PIL and IPython are imported inside the functions, only
-# once the cell's own objects prove them loaded, so a kernel that never draws pays nothing.)
 """The cells' data forms (standard library only at import time): charts, DataFrames, PIL images, in the box.
 
-Core puts this file's text before ``_kernel.py``'s (``cells.kernel_source()``): it runs in the box inside the
-kernel's own text and the app never imports it. Its names share that module's globals, so every name here is
-``register_forms``, a ``FORMS_``/``CHART_``/``DATAFRAME_`` constant or a ``_forms_`` helper
-(``core/tests/test_kernel_forms.py`` checks that no name is defined in both texts). The Python executor calls
-``register_forms(shell)`` with its IPython ``InteractiveShell`` once, before the first cell.
+A module of the kernel package: it runs in the box, and the app imports it only for its constants. Nothing is
+imported at its top: matplotlib, pandas, PIL and IPython are imported inside the functions, only once the cell's
+own objects prove them loaded, so a kernel that never draws pays nothing. A data form must never break a cell's
+display: every error in one means "no form". The Python executor calls ``register_forms(shell)`` with its
+IPython ``InteractiveShell`` once, before the first cell.
 
 What it adds to IPython's display formatters (``docs/notebooks-and-agents.md`` has the table):
 
@@ -24,15 +19,16 @@ What it adds to IPython's display formatters (``docs/notebooks-and-agents.md`` h
 - ``application/vnd.mainsdk.dataframe+json`` for a ``pandas.DataFrame``: ``columns``, ``index``, ``data`` (the
   values by column, E2B's ``e2b/data``, ``DataFrame.to_dict(orient="list")`` of its template's
   ``startup_scripts/0002_data.py``), ``dtypes``, ``shape`` (the whole frame's) and ``truncated``: the first
-  ``FORMS_MAX_COLUMNS`` columns and the first ``FORMS_MAX_ROWS`` rows, fewer where that would make more than
-  ``FORMS_MAX_CELLS`` values, and strings cut at ``FORMS_MAX_TEXT`` characters. ``text/html`` and
+  ``MAX_COLUMNS`` columns and the first ``MAX_ROWS`` rows, fewer where that would make more than
+  ``MAX_CELLS`` values, and strings cut at ``MAX_TEXT`` characters. ``text/html`` and
   ``text/plain`` are pandas' own.
 - PIL: ``Image.show()`` displays the image (``image/png`` and ``text/plain``, Pillow's ``_repr_png_``) through a
   viewer put first in ``PIL.ImageShow``'s list. Pillow's own ``IPythonViewer`` comes last, after a viewer for
   each desktop program on PATH (``xdg-open``, ``display``, ``eog`` ...), which a box whose ``/usr`` is a
   desktop host's has: ``show()`` ran that program, an error on stderr and no image (E2B stubs
-  ``UnixViewer.show_file`` in its template's ``startup_scripts/0003_images.py``). A PIL image as a cell's last
-  expression gets ``image/png`` from IPython itself.
+  ``UnixViewer.show_file`` in its template's ``startup_scripts/0003_images.py``). ``Image.save(path)`` displays
+  the saved image too, as that same file of E2B's does. A PIL image as a cell's last expression gets
+  ``image/png`` from IPython itself.
 
 Why not depend on ``e2b-charts`` itself: it requires matplotlib, numpy and pydantic, which would then be part
 of the kernel's own package set and so on every user's ``sys.path``, a user who pinned none of them (or other
@@ -43,19 +39,28 @@ as ``null``, dates as ISO 8601 strings, anything else as its ``str``. A form tha
 artist, a broken ``__str__``) is left out, never an error in the cell.
 """
 
-CHART_MIME = "application/vnd.mainsdk.chart+json"
-DATAFRAME_MIME = "application/vnd.mainsdk.dataframe+json"
-FORMS_MAX_ROWS = 1000  # a DataFrame form holds at most its first 1000 rows ...
-FORMS_MAX_COLUMNS = 100  # ... and 100 columns ...
-FORMS_MAX_CELLS = 10000  # ... and fewer rows where the columns are many: at most this many values in all
-FORMS_MAX_TEXT = 1000  # a string value in a form is cut to this many characters
-FORMS_MAX_POINTS = 2000  # a chart element holds at most this many points (evenly picked, the last kept)
-FORMS_MAX_ELEMENTS = 1000  # a chart holds at most this many elements (bars, wedges, lines ...)
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import types
+from collections.abc import Callable
+from typing import Any
+
+from .protocol import CHART_MIME, DATAFRAME_MIME
+
+MAX_ROWS = 1000  # a DataFrame form holds at most its first 1000 rows ...
+MAX_COLUMNS = 100  # ... and 100 columns ...
+MAX_CELLS = 10000  # ... and fewer rows where the columns are many: at most this many values in all
+MAX_TEXT = 1000  # a string value in a form is cut to this many characters
+MAX_POINTS = 2000  # a chart element holds at most this many points (evenly picked, the last kept)
+MAX_ELEMENTS = 1000  # a chart holds at most this many elements (bars, wedges, lines ...)
 # E2B's unit rule (e2b_charts/charts/base.py, Chart2D): "Time (s)" or "Time [s]" has the unit "s".
-FORMS_UNIT = r"\s\((.*?)\)|\[(.*?)\]"
+UNIT = r"\s\((.*?)\)|\[(.*?)\]"
 
 
-def register_forms(shell):
+def register_forms(shell: Any) -> None:
     """Add the chart and DataFrame forms to ``shell``'s display formatters and the PIL viewer (once per shell)."""
     formatters = shell.display_formatter.formatters
     if CHART_MIME in formatters:
@@ -67,48 +72,50 @@ def register_forms(shell):
         drops every formatter's printer for ``Figure`` when an inline backend starts, so no printer is
         registered by type; the check is in the call."""
 
-        def __init__(self, mime, make, **kwargs):
+        def __init__(self, mime: str, make: Callable[[Any], object], **kwargs: Any) -> None:
             super().__init__(**kwargs)
             self.format_type = mime
             self._make = make
 
-        def __call__(self, obj):
+        def __call__(self, obj: Any) -> Any:
             if not self.enabled:
                 return None
-            try:
+            with contextlib.suppress(Exception):
                 return self._make(obj)
-            except Exception:
-                return None  # a form that cannot be made is left out; the object's other forms still come
+            return None  # a form that cannot be made is left out; the object's other forms still come
 
     parent = shell.display_formatter
-    formatters[CHART_MIME] = _FormsFormatter(CHART_MIME, _forms_chart_of, parent=parent)
-    formatters[DATAFRAME_MIME] = _FormsFormatter(DATAFRAME_MIME, _forms_frame_of, parent=parent)
+    formatters[CHART_MIME] = _FormsFormatter(CHART_MIME, _chart_of, parent=parent)
+    formatters[DATAFRAME_MIME] = _FormsFormatter(DATAFRAME_MIME, _frame_of, parent=parent)
     png = formatters.get("image/png")
     if png is not None and ("matplotlib.figure", "Figure") not in png.deferred_printers:
-        png.for_type_by_name("matplotlib.figure", "Figure", _forms_figure_png)
-    _forms_pil_viewer()
+        png.for_type_by_name("matplotlib.figure", "Figure", _figure_png)
+    _pil_viewer()
 
 
 # -- charts (e2b_charts) ----------------------------------------------------------------------------------
 
 
-def _forms_chart_of(obj):
+def _chart_of(obj: object) -> dict[str, Any] | None:
     """The chart form of a matplotlib figure, or None (not a figure, or nothing drawn in it)."""
     import sys
 
     figure_module = sys.modules.get("matplotlib.figure")
     if figure_module is None or not isinstance(obj, figure_module.Figure):
         return None
-    return _forms_chart(obj)
+    return _chart(obj)
 
 
-def _forms_figure_png(figure):
-    from IPython.core.pylabtools import print_figure
-
-    return print_figure(figure, "png")
+def _figure_png(figure: Any) -> Any:
+    return _module("IPython.core.pylabtools").print_figure(figure, "png")
 
 
-def _forms_chart(figure):
+def _module(name: str) -> Any:
+    """A module of the cell's own libraries (matplotlib, IPython), some of whose calls carry no types."""
+    return importlib.import_module(name)
+
+
+def _chart(figure: Any) -> dict[str, Any] | None:
     """e2b_charts/main.py ``chart_figure_to_chart``: None for a blank figure, a superchart for several axes."""
     axes = list(figure.get_axes())
     if not axes or not any(ax.has_data() for ax in axes):  # main.py is_figure_blank
@@ -116,19 +123,19 @@ def _forms_chart(figure):
     if len(axes) > 1:
         get_suptitle = getattr(figure, "get_suptitle", None)  # matplotlib 3.8+, as e2b-charts requires
         title = get_suptitle() if get_suptitle is not None else ""
-        elements = [_forms_axes_chart(ax) for ax in axes[:FORMS_MAX_ELEMENTS]]
+        elements = [_axes_chart(ax) for ax in axes[:MAX_ELEMENTS]]
         chart = {"type": "superchart", "title": title, "elements": elements}  # main.py SuperChart: "" when none
-        return _forms_cut(chart, "elements", len(axes), FORMS_MAX_ELEMENTS)
-    return _forms_axes_chart(axes[0])
+        return _cut(chart, "elements", len(axes), MAX_ELEMENTS)
+    return _axes_chart(axes[0])
 
 
-def _forms_children(ax):
+def _children(ax: Any) -> list[Any]:
     # e2b-charts reads the private ``ax._children``; these public lists hold the same artists (``artists``: every
     # other kind), in another order, which the type rules never look at.
     return [*ax.lines, *ax.collections, *ax.patches, *ax.images, *ax.texts, *ax.tables, *ax.artists]
 
 
-def _forms_is_grid_line(line):
+def _is_grid_line(line: Any) -> bool:
     """e2b_charts/utils/filtering.py ``is_grid_line``: two points on one vertical or horizontal line."""
     x, y = line.get_xdata(), line.get_ydata()
     if len(x) != 2 or len(y) != 2:
@@ -136,19 +143,19 @@ def _forms_is_grid_line(line):
     return bool(x[0] == x[1] or y[0] == y[1])
 
 
-def _forms_chart_type(ax):
+def _chart_type(ax: Any) -> str:
     """e2b_charts/main.py ``_get_type_of_chart``, in its order."""
     from matplotlib.collections import PathCollection
     from matplotlib.lines import Line2D
     from matplotlib.patches import PathPatch, Rectangle, Wedge
     from matplotlib.text import Text
 
-    objects = [o for o in _forms_children(ax) if not isinstance(o, Text)]
+    objects = [o for o in _children(ax) if not isinstance(o, Text)]
     if all(isinstance(o, Line2D) for o in objects):
         return "line"
     if all(isinstance(o, (PathPatch, Line2D)) for o in objects):
         return "box_and_whisker"
-    objects = [o for o in objects if not (isinstance(o, Line2D) and _forms_is_grid_line(o))]
+    objects = [o for o in objects if not (isinstance(o, Line2D) and _is_grid_line(o))]
     if all(isinstance(o, PathCollection) for o in objects):
         return "scatter"
     if all(isinstance(o, Wedge) for o in objects):
@@ -158,58 +165,58 @@ def _forms_chart_type(ax):
     return "unknown"
 
 
-def _forms_axes_chart(ax):
+def _axes_chart(ax: Any) -> dict[str, Any]:
     """e2b_charts/main.py ``get_chart_from_ax``: the chart of one axes, with the fields of its type."""
-    kind = _forms_chart_type(ax)
-    chart = {"type": kind, "title": ax.get_title() or None, "elements": []}  # charts/base.py Chart
+    kind = _chart_type(ax)
+    chart: dict[str, Any] = {"type": kind, "title": ax.get_title() or None, "elements": []}  # charts/base.py Chart
     if kind in ("unknown", "pie"):
         if kind == "pie":
-            chart["elements"] = _forms_pie(ax)
-        return _forms_cut(chart, "elements", len(chart["elements"]), FORMS_MAX_ELEMENTS)
-    _forms_labels(chart, ax)
+            chart["elements"] = _pie(ax)
+        return _cut(chart, "elements", len(chart["elements"]), MAX_ELEMENTS)
+    _labels(chart, ax)
     if kind in ("line", "scatter"):
-        _forms_ticks(chart, ax)
-        chart["elements"] = _forms_lines(ax) if kind == "line" else _forms_scatter(ax)
+        _ticks(chart, ax)
+        chart["elements"] = _lines(ax) if kind == "line" else _scatter(ax)
     elif kind == "bar":
-        chart["elements"] = _forms_bars(chart, ax)
+        chart["elements"] = _bars(chart, ax)
     else:
-        chart["elements"] = _forms_boxes(chart, ax)
+        chart["elements"] = _boxes(chart, ax)
     total = len(chart["elements"])
-    chart["elements"] = chart["elements"][:FORMS_MAX_ELEMENTS]
-    return _forms_cut(chart, "elements", total, FORMS_MAX_ELEMENTS)
+    chart["elements"] = chart["elements"][:MAX_ELEMENTS]
+    return _cut(chart, "elements", total, MAX_ELEMENTS)
 
 
-def _forms_cut(form, key, total, limit):
+def _cut(form: dict[str, Any], key: str, total: int, limit: int) -> dict[str, Any]:
     """Say in the form that ``key`` holds only the first ``limit`` of ``total`` (a key E2B's forms lack)."""
     if total > limit:
         form[key + "_total"] = total
     return form
 
 
-def _forms_labels(chart, ax):
+def _labels(chart: dict[str, Any], ax: Any) -> None:
     """e2b_charts/charts/base.py ``Chart2D``: the axis labels (None when empty) and their units."""
     import re
 
     for axis, label in (("x", ax.get_xlabel()), ("y", ax.get_ylabel())):
         chart[axis + "_label"] = label or None
         chart[axis + "_unit"] = None
-        match = re.search(FORMS_UNIT, label) if label else None
+        match = re.search(UNIT, label) if label else None
         if match:
             chart[axis + "_unit"] = match.group(1) or match.group(2)
 
 
-def _forms_swap_axes(chart):
+def _swap_axes(chart: dict[str, Any]) -> None:
     """e2b_charts/charts/base.py ``_change_orientation``: horizontal bars and boxes read along y."""
     chart["x_label"], chart["y_label"] = chart["y_label"], chart["x_label"]
     chart["x_unit"], chart["y_unit"] = chart["y_unit"], chart["x_unit"]
 
 
-def _forms_converter(axis):
+def _converter(axis: Any) -> Any:
     get = getattr(axis, "get_converter", None)  # matplotlib 3.10+; ``converter`` is deprecated there
     return get() if get is not None else getattr(axis, "converter", None)
 
 
-def _forms_is_dates(converter):
+def _is_dates(converter: object) -> bool:
     # e2b_charts tests ``isinstance(converter, matplotlib.dates._SwitchableDateConverter)``, a private class: the
     # kind matplotlib registers for dates. Here, any kind registered for dates (that one; pandas' DatetimeConverter,
     # which pandas registers once a frame has been plotted) and every DateConverter (ConciseDateConverter ...).
@@ -225,30 +232,30 @@ def _forms_is_dates(converter):
     return converter is not None and isinstance(converter, tuple(kinds))
 
 
-def _forms_ticks(chart, ax):
+def _ticks(chart: dict[str, Any], ax: Any) -> None:
     """e2b_charts/charts/planar.py ``PointChart``: ticks, tick labels and the scale of each axis."""
-    import matplotlib.dates
 
     for axis, scale, ticks, labels in (
         (ax.xaxis, ax.get_xscale(), ax.get_xticks(), ax.get_xticklabels()),
         (ax.yaxis, ax.get_yscale(), ax.get_yticks(), ax.get_yticklabels()),
     ):
         name = "x" if axis is ax.xaxis else "y"
-        converter = _forms_converter(axis)
+        converter = _converter(axis)
         texts = [label.get_text() for label in labels]
-        if _forms_is_dates(converter):  # planar.py _extract_ticks_info
-            values = [matplotlib.dates.num2date(tick).isoformat() for tick in ticks]
+        if _is_dates(converter):  # planar.py _extract_ticks_info
+            dates = _module("matplotlib.dates")
+            values = [dates.num2date(tick).isoformat() for tick in ticks]
         else:
-            values = [_forms_value(tick) for tick in ticks]
+            values = [_value(tick) for tick in ticks]
         chart[name + "_ticks"] = values
         chart[name + "_tick_labels"] = texts
-        chart[name + "_scale"] = _forms_scale(converter, scale, values, texts)
+        chart[name + "_scale"] = _scale(converter, scale, values, texts)
 
 
-def _forms_scale(converter, scale, ticks, labels):
+def _scale(converter: object, scale: str, ticks: list[Any], labels: list[str]) -> str:
     """e2b_charts/charts/planar.py ``_detect_scale``: datetime, the axis' own non-linear scale, categorical when
     the ticks are 0, 1, ... n-1 with labels that are not those numbers, else linear."""
-    if _forms_is_dates(converter):
+    if _is_dates(converter):
         return "datetime"
     if scale != "linear":
         return scale
@@ -259,43 +266,43 @@ def _forms_scale(converter, scale, ticks, labels):
     return "categorical"
 
 
-def _forms_points(xs, ys):
-    """(x, y) pairs as e2b_charts/charts/planar.py ``PointData`` keeps them: at most FORMS_MAX_POINTS, evenly
+def _points(xs: Any, ys: Any) -> dict[str, Any]:
+    """(x, y) pairs as e2b_charts/charts/planar.py ``PointData`` keeps them: at most MAX_POINTS, evenly
     picked from first to last when there are more (``points_total`` then says how many, a key E2B lacks)."""
     pairs = list(zip(xs, ys, strict=False))
     total = len(pairs)
-    if total > FORMS_MAX_POINTS:
-        last = FORMS_MAX_POINTS - 1
-        pairs = [pairs[(i * (total - 1)) // last] for i in range(FORMS_MAX_POINTS)]
-    element = {"points": [[_forms_point(x), _forms_point(y)] for x, y in pairs]}
-    if total > FORMS_MAX_POINTS:
+    if total > MAX_POINTS:
+        last = MAX_POINTS - 1
+        pairs = [pairs[(i * (total - 1)) // last] for i in range(MAX_POINTS)]
+    element: dict[str, Any] = {"points": [[_point(x), _point(y)] for x, y in pairs]}
+    if total > MAX_POINTS:
         element["points_total"] = total
     return element
 
 
-def _forms_lines(ax):
+def _lines(ax: Any) -> list[dict[str, Any]]:
     """e2b_charts/charts/planar.py ``LineChart``: each line but grid lines; ``_childN`` is named "Line N"."""
     out = []
     for line in ax.get_lines():
-        if _forms_is_grid_line(line):
+        if _is_grid_line(line):
             continue
         label = str(line.get_label())
         if label.startswith("_child") and label[6:].isdigit():
             label = f"Line {int(label[6:])}"
-        out.append({"label": label, **_forms_points(line.get_xdata(), line.get_ydata())})
+        out.append({"label": label, **_points(line.get_xdata(), line.get_ydata())})
     return out
 
 
-def _forms_scatter(ax):
+def _scatter(ax: Any) -> list[dict[str, Any]]:
     """e2b_charts/charts/planar.py ``ScatterChart``: each collection's offsets, with its label as it is."""
     out = []
     for collection in ax.collections:
         offsets = collection.get_offsets()
-        out.append({"label": str(collection.get_label()), **_forms_points(offsets[:, 0], offsets[:, 1])})
+        out.append({"label": str(collection.get_label()), **_points(offsets[:, 0], offsets[:, 1])})
     return out
 
 
-def _forms_bars(chart, ax):
+def _bars(chart: dict[str, Any], ax: Any) -> list[dict[str, Any]]:
     """e2b_charts/charts/bars.py ``BarChart``: one element per bar, its group the container's label
     (``_containerN`` is "Group N").
 
@@ -323,7 +330,7 @@ def _forms_bars(chart, ax):
         if horizontal is None:
             horizontal = sideways
             if sideways:
-                _forms_swap_axes(chart)
+                _swap_axes(chart)
         if sideways:
             ticks, labels = ax.get_yticks(), [t.get_text() for t in ax.get_yticklabels()]
             centres = [p.get_y() + p.get_height() / 2 for p in patches]
@@ -333,12 +340,12 @@ def _forms_bars(chart, ax):
             centres = [p.get_x() + p.get_width() / 2 for p in patches]
             values = [p.get_height() for p in patches]
         for centre, value in zip(centres, values, strict=False):
-            label = _forms_nearest_label(centre, ticks, labels)
-            out.append({"label": label, "group": group, "value": _forms_value(value)})
+            label = _nearest_label(centre, ticks, labels)
+            out.append({"label": label, "group": group, "value": _value(value)})
     return out
 
 
-def _forms_nearest_label(centre, ticks, labels):
+def _nearest_label(centre: float, ticks: Any, labels: list[str]) -> str:
     best = None
     for tick, label in zip(ticks, labels, strict=False):
         distance = abs(float(tick) - float(centre))
@@ -347,7 +354,7 @@ def _forms_nearest_label(centre, ticks, labels):
     return best[1] if best is not None else f"{float(centre):g}"
 
 
-def _forms_round(number):
+def _round(number: object) -> float:
     """e2b_charts/utils/rounding.py ``dynamic_round``: Decimal rounding, as a float."""
     from decimal import Decimal, localcontext
 
@@ -357,28 +364,28 @@ def _forms_round(number):
         return float(+value)
 
 
-def _forms_boxes(chart, ax):
+def _boxes(chart: dict[str, Any], ax: Any) -> list[dict[str, Any]]:
     """e2b_charts/charts/bars.py ``BoxAndWhiskerChart``: each box (a PathPatch, ``boxplot(patch_artist=True)``)
     with its quartiles from its vertices, its median and whiskers from the lines inside it, its outliers."""
     labels = [t.get_text() for t in ax.get_xticklabels()]
     boxes = []
     for label, patch in zip(labels, ax.patches, strict=False):
         vertices = patch.get_path().vertices
-        xs = [_forms_round(x) for x in vertices[:, 0]]
-        ys = [_forms_round(y) for y in vertices[:, 1]]
+        xs = [_round(x) for x in vertices[:, 0]]
+        ys = [_round(y) for y in vertices[:, 1]]
         x, y = min(xs), min(ys)
         boxes.append({"x": x, "y": y, "label": label, "width": max(xs) - x, "height": max(ys) - y, "outliers": []})
     if not boxes:
         return []
     vertical = all(box["height"] == boxes[0]["height"] for box in boxes)  # bars.py: "vertical" reads along y
     if vertical:
-        _forms_swap_axes(chart)
+        _swap_axes(chart)
         for box in boxes:
             box["x"], box["y"] = box["y"], box["x"]
             box["width"], box["height"] = box["height"], box["width"]
     for line in ax.lines:
-        xdata = [_forms_round(v) for v in line.get_xdata()]
-        ydata = [_forms_round(v) for v in line.get_ydata()]
+        xdata = [_round(v) for v in line.get_xdata()]
+        ydata = [_round(v) for v in line.get_ydata()]
         if vertical:
             xdata, ydata = ydata, xdata
         if len(xdata) == 1:
@@ -413,7 +420,7 @@ def _forms_boxes(chart, ax):
     ]
 
 
-def _forms_pie(ax):
+def _pie(ax: Any) -> list[dict[str, Any]]:
     """e2b_charts/charts/pie.py ``PieChart``: each wedge's label, angle (degrees) and radius."""
     from decimal import Decimal
 
@@ -421,12 +428,12 @@ def _forms_pie(ax):
     for wedge in ax.patches:
         if not hasattr(wedge, "theta1"):
             continue
-        angle = abs(_forms_round(Decimal(float(wedge.theta2)) - Decimal(float(wedge.theta1))))
-        out.append({"label": str(wedge.get_label()), "angle": angle, "radius": _forms_value(wedge.r)})
+        angle = abs(_round(Decimal(float(wedge.theta2)) - Decimal(float(wedge.theta1))))
+        out.append({"label": str(wedge.get_label()), "angle": angle, "radius": _value(wedge.r)})
     return out
 
 
-def _forms_point(value):
+def _point(value: Any) -> object:
     """e2b_charts/charts/planar.py ``PointData._parse_point``: dates as ISO 8601, numbers as floats."""
     import datetime
 
@@ -435,21 +442,21 @@ def _forms_point(value):
     kind = type(value)
     if kind.__module__ == "numpy" and kind.__name__ == "datetime64":
         return str(value.astype("datetime64[s]"))
-    return _forms_value(value)
+    return _value(value)
 
 
 # -- values -----------------------------------------------------------------------------------------------
 
 
-def _forms_value(value, depth=0):
+def _value(value: Any, depth: int = 0) -> object:
     """``value`` as plain JSON: finite numbers as themselves (floats unless integral types), NaN as None, ..."""
     kind = type(value)
-    if kind is float:  # the common cases first: a frame's form makes up to FORMS_MAX_CELLS of them
+    if kind is float:  # the common cases first: a frame's form makes up to MAX_CELLS of them
         return value if value - value == 0.0 else None  # NaN and infinities are no JSON numbers
     if kind is int or kind is bool or value is None:
         return value
     if kind is str:
-        return value[:FORMS_MAX_TEXT]
+        return value[:MAX_TEXT]
     import datetime
     import decimal
     import math
@@ -464,32 +471,27 @@ def _forms_value(value, depth=0):
         number = float(value)
         return number if math.isfinite(number) else None
     if isinstance(value, str):
-        return value[:FORMS_MAX_TEXT]
+        return value[:MAX_TEXT]
     if isinstance(value, (datetime.date, datetime.time)):
         text = value.isoformat()
         return None if text == "NaT" else text  # pandas' NaT is a datetime whose isoformat is "NaT"
     if depth < 3 and isinstance(value, (list, tuple)):
-        return [_forms_value(v, depth + 1) for v in value[:FORMS_MAX_ELEMENTS]]
+        return [_value(v, depth + 1) for v in value[:MAX_ELEMENTS]]
     if depth < 3 and isinstance(value, dict):
-        return {
-            str(k)[:FORMS_MAX_TEXT]: _forms_value(v, depth + 1) for k, v in list(value.items())[:FORMS_MAX_ELEMENTS]
-        }
+        return {str(k)[:MAX_TEXT]: _value(v, depth + 1) for k, v in list(value.items())[:MAX_ELEMENTS]}
     pandas = sys.modules.get("pandas")  # never imported here: a value of pandas' kind means it is loaded
-    try:
+    with contextlib.suppress(Exception):
         if pandas is not None and pandas.isna(value) is True:  # NA and its kin (an array's isna is no bool)
             return None
-    except Exception:
-        pass
-    try:
-        return str(value)[:FORMS_MAX_TEXT]
-    except Exception:
-        return None
+    with contextlib.suppress(Exception):
+        return str(value)[:MAX_TEXT]
+    return None
 
 
 # -- DataFrames (E2B's e2b/data) ----------------------------------------------------------------------------
 
 
-def _forms_frame_of(obj):
+def _frame_of(obj: Any) -> dict[str, Any] | None:
     """The DataFrame form, or None (not a DataFrame). As E2B's 0002_data.py, only once pandas is imported."""
     import sys
 
@@ -497,22 +499,22 @@ def _forms_frame_of(obj):
     if pandas is None or not isinstance(obj, pandas.DataFrame):
         return None
     rows, columns = obj.shape
-    shown = min(columns, FORMS_MAX_COLUMNS)
-    part = obj.iloc[: min(FORMS_MAX_ROWS, max(1, FORMS_MAX_CELLS // max(shown, 1))), :shown]
+    shown = min(columns, MAX_COLUMNS)
+    part = obj.iloc[: min(MAX_ROWS, max(1, MAX_CELLS // max(shown, 1))), :shown]
     names, data, dtypes = [], {}, {}
     for position in range(part.shape[1]):
-        base = _forms_label(part.columns[position])
+        base = _label(part.columns[position])
         name, n = base, 0
         while name in data:  # duplicate labels get ".1", ".2" as pandas' read_csv names them
             n += 1
             name = f"{base}.{n}"
         names.append(name)
         series = part.iloc[:, position]
-        data[name] = [_forms_value(v) for v in series.tolist()]
+        data[name] = [_value(v) for v in series.tolist()]
         dtypes[name] = str(series.dtype)
     return {
         "columns": names,
-        "index": [_forms_value(v) for v in part.index.tolist()],
+        "index": [_value(v) for v in part.index.tolist()],
         "data": data,
         "dtypes": dtypes,
         "shape": [rows, columns],
@@ -520,69 +522,85 @@ def _forms_frame_of(obj):
     }
 
 
-def _forms_label(label):
+def _label(label: object) -> str:
     if isinstance(label, tuple):  # a MultiIndex column: its levels joined, as pandas prints them flat
-        return " ".join(str(part) for part in label)[:FORMS_MAX_TEXT]
-    return str(label)[:FORMS_MAX_TEXT]
+        return " ".join(str(part) for part in label)[:MAX_TEXT]
+    return str(label)[:MAX_TEXT]
 
 
 # -- PIL ----------------------------------------------------------------------------------------------------
 
 
-def _forms_pil_viewer():
-    """Put a viewer that displays the image first in PIL.ImageShow's list: now if PIL.ImageShow is imported,
-    else when it is (``Image.show`` imports it on first use, so a cell that never shows imports nothing)."""
+def _pil_viewer() -> None:
+    """Make PIL's ``Image.show()`` and ``Image.save(path)`` display the image: now for the modules already
+    imported, else when they are (so a cell that never uses PIL imports nothing of it)."""
     import sys
 
-    if "PIL.ImageShow" in sys.modules:
-        _forms_register_viewer(sys.modules["PIL.ImageShow"])
+    for name, patch in _PIL_PATCHES.items():
+        if name in sys.modules:
+            with contextlib.suppress(Exception):
+                patch(sys.modules[name])
+    if any(getattr(finder, "_hook", False) for finder in sys.meta_path):
         return
-    if any(getattr(finder, "_forms_hook", False) for finder in sys.meta_path):
-        return
 
-    class _FormsImageShowHook:
-        """A meta path finder for ``PIL.ImageShow`` alone: the module loads as usual, then gets our viewer."""
+    class _FormsPilHook:
+        """A meta path finder for ``PIL.ImageShow`` and ``PIL.Image`` alone: each loads as usual, then is patched."""
 
-        _forms_hook = True
+        _hook = True
 
-        def find_spec(self, name, path=None, target=None):
-            if name != "PIL.ImageShow":
+        def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+            patch = _PIL_PATCHES.get(name)
+            if patch is None:
                 return None
             import importlib.machinery
 
             spec = importlib.machinery.PathFinder.find_spec(name, path)
             if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
                 return spec
-            loader = spec.loader
+            loader: Any = spec.loader
             run = loader.exec_module
 
-            def exec_module(module):
+            def exec_module(module: types.ModuleType) -> None:
                 run(module)
-                try:
-                    _forms_register_viewer(module)
-                except Exception:
-                    pass
+                with contextlib.suppress(Exception):
+                    patch(module)
 
             loader.exec_module = exec_module
             return spec
 
-    sys.meta_path.insert(0, _FormsImageShowHook())
+    sys.meta_path.insert(0, _FormsPilHook())
 
 
-def _forms_register_viewer(image_show):
+def _patch_save(image_module: Any) -> None:
+    """``Image.save`` to a path displays the image too, as E2B's template does (its ``0003_images.py``)."""
+    if getattr(image_module, "mainsdk_forms_save", False):
+        return
+    image_class = image_module.Image
+    original = image_class.save
+
+    def save(self: Any, fp: Any, format: Any = None, **params: Any) -> Any:
+        saved = original(self, fp, format, **params)
+        if isinstance(fp, str | os.PathLike):  # a file by name; E2B shows no image written to an open file either
+            _module("IPython.display").display(self)
+        return saved
+
+    save.__doc__ = original.__doc__
+    image_class.save = save
+    image_module.mainsdk_forms_save = True  # once per PIL.Image
+
+
+def _register_viewer(image_show: Any) -> None:
     if getattr(image_show, "mainsdk_forms_viewer", False):
         return
 
-    class _FormsViewer(image_show.Viewer):
-        """Shows an image as the cell's display output (image/png and text/plain), never in a desktop viewer."""
+    def show(self: object, image: Any, **options: Any) -> int:
+        """Show an image as the cell's display output (image/png and text/plain), never in a desktop viewer."""
+        _module("IPython.display").display(image)
+        return 1
 
-        format = "PNG"
-
-        def show(self, image, **options):
-            from IPython.display import display
-
-            display(image)
-            return 1
-
-    image_show.register(_FormsViewer(), -1)
+    viewer = type("_FormsViewer", (image_show.Viewer,), {"format": "PNG", "show": show})
+    image_show.register(viewer(), -1)
     image_show.mainsdk_forms_viewer = True  # once per PIL.ImageShow
+
+
+_PIL_PATCHES: dict[str, Callable[[Any], None]] = {"PIL.ImageShow": _register_viewer, "PIL.Image": _patch_save}
