@@ -171,11 +171,16 @@ def test_a_long_json_string_is_kept_by_digest_and_a_short_one_as_it_is() -> None
     assert body_meaning(stored) != body_meaning(other)
 
 
-def test_the_known_payload_is_the_kernel_core_delivers_now(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mainsdk import cells
+def test_the_known_payloads_are_the_kernel_core_delivers_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mainsdk import kernel_start
 
-    kernel = cells.kernel_source()
+    program, args, stdin = kernel_start.kernel_command("t" * 32, {"language": "python"})
     payloads = known_payloads()
-    assert payloads.mark_text(f"x {kernel} y") == "x [payload:kernel] y"
-    monkeypatch.setattr(cells, "kernel_source", lambda: kernel + "\n# edited\n")
-    assert known_payloads().mark_text(kernel + "\n# edited\n") == "[payload:kernel]"
+    assert payloads.mark_text(args[-1]) == "[payload:kernel-loader]"
+    assert payloads.mark_bytes(stdin) == b"t" * 32 + b'\n[payload:kernel]{"language": "python"}\n'
+    files = dict(kernel_start.kernel_files())
+    files["loader.py"] = files["loader.py"].replace("\n", "\n# edited\n", 1)
+    monkeypatch.setattr(kernel_start, "kernel_files", lambda: files)
+    edited = kernel_start.kernel_command("t" * 32, {"language": "python"})
+    assert known_payloads().mark_bytes(edited[2]).startswith(b"t" * 32 + b"\n[payload:kernel]")
+    assert known_payloads().mark_text(edited[1][-1]) == "[payload:kernel-loader]"

@@ -125,7 +125,7 @@ class Payloads:
     """The payloads a cassette keeps by name (``[payload:NAME]``): what the app delivers to every box.
 
     ``named`` maps a name to the payload's bytes as the app has them now (``known_payloads()``: the cell
-    kernel). Each is found as it goes on the wire: its text, or shell-quoted in a command line
+    kernel's package and loader). Each is found as it goes on the wire: its text, or shell-quoted in a command line
     (``[payload:NAME:sh]``), in a JSON string, in base64 inside one, or in a part, member or body. Kept by
     name, a kernel edit changes no cassette; replay checks each request carries exactly the current one.
     """
@@ -220,10 +220,13 @@ NO_PAYLOADS = Payloads()
 
 def known_payloads() -> Payloads:
     """What every cassette keeps by name: the cell kernel as core delivers it to a box now
-    (``mainsdk.cells.kernel_source``), read at each call, so a replay made after an edit checks the edited one."""
-    from mainsdk import cells
+    (``mainsdk.kernel_start``): its loader (``kernel-loader``, on the command line) and its package (``kernel``,
+    on stdin after the token). Read at each call, so a replay made after an edit checks the edited one."""
+    from mainsdk import kernel_start
 
-    return Payloads({"kernel": cells.kernel_source().encode()})
+    return Payloads(
+        {"kernel": kernel_start.package_bytes(), "kernel-loader": kernel_start.kernel_files()["loader.py"].encode()}
+    )
 
 
 # --- Payloads: one body or one frame ----------------------------------------------------------------------------------
