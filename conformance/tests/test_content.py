@@ -174,7 +174,7 @@ def test_a_long_json_string_is_kept_by_digest_and_a_short_one_as_it_is() -> None
 def test_the_known_payloads_are_the_kernel_core_delivers_now(monkeypatch: pytest.MonkeyPatch) -> None:
     from mainsdk import kernel_start
 
-    program, args, stdin = kernel_start.kernel_command("t" * 32, {"language": "python"})
+    _, args, stdin = kernel_start.kernel_command("t" * 32, {"language": "python"})
     payloads = known_payloads()
     assert payloads.mark_text(args[-1]) == "[payload:kernel-loader]"
     assert payloads.mark_bytes(stdin) == b"t" * 32 + b'\n[payload:kernel]{"language": "python"}\n'

@@ -20,8 +20,8 @@ test with every thread's stack instead of hanging CI.
 from __future__ import annotations
 
 import contextlib
-import importlib.resources
 import http.server
+import importlib.resources
 import os
 import random
 import shutil
@@ -631,4 +631,3 @@ def kernel_with_an_edited_comment(folder: Path) -> Iterator[str]:
         yield lines[index]
     finally:
         setattr(kernel_start, "kernel_files", kept)  # noqa: B010
-
