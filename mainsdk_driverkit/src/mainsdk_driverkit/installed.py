@@ -125,6 +125,8 @@ def _wheel_files(dist: metadata.Distribution) -> list[tuple[str, Path]]:
             continue  # scripts (bin/), bytecode: each installer makes its own
         if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] in INSTALLER_FILES:
             continue
+        if len(parts) == 1 and parts[0].endswith(".virtualenv"):
+            continue  # the marker virtualenv's seeder leaves beside the pip it put in an environment
         path = Path(str(dist.locate_file(entry)))
         if path.is_file():
             out.append(("/".join(parts), path))
