@@ -245,8 +245,8 @@ def _index_fails(env: Mapping[str, str], output: str) -> bool:
     ``-vv``, and "No matching distribution" is what a 404 (no such package) gives too, so its page is asked once
     more here. An answer other than 5xx (a 404, a 401) is the package's problem: False."""
     names = re.findall(r"No matching distribution found for ([A-Za-z0-9._-]+)", output)
-    if not names:
-        return False
+    if not names or env.get("PIP_NO_INDEX", "").lower() in ("1", "true", "yes", "on"):
+        return False  # no index was asked (find-links only): nothing of an index's to fail
     base = env.get("PIP_INDEX_URL") or "https://pypi.org/simple"
     url = base.rstrip("/") + "/" + canonical_name(names[0]) + "/"
     context = ssl.create_default_context(cafile=env.get("PIP_CERT") or None)
