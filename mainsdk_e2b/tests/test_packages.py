@@ -27,6 +27,7 @@ import pytest
 from e2b_replay import KEY, provider
 from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
+from mainsdk.driver import KERNEL_PACKAGES
 from mainsdk.errors import INVALID_OPTION
 from mainsdk.rich import CHART_MIME, DATAFRAME_MIME, Display
 from mainsdk_conformance.replay import ReplayServer
@@ -262,11 +263,8 @@ def chart_wheels(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def kernel_wheels(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
-    """The kernel's wheelhouse: IPython, its dependencies and pip, from the package index (as the chart's)."""
-    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple/")
-    if not index_answers(index.rstrip("/") + "/ipython/"):
-        host = urllib.parse.urlsplit(index).hostname or index.split(":", 1)[0]  # never a token the URL may hold
-        pytest.skip(f"the package index on {host} does not answer here: the kernel's 18 wheels come from it")
+    """The kernel's wheelhouse: IPython, its dependencies and pip, made from this environment's installed
+    distributions (the driver depends on them), never from an index."""
     cache = getattr(request.config, "cache", None)  # downloaded once per checkout, as an app keeps its cache
     return Path(cache.mkdir("mainsdk-e2b-kernel-wheelhouses")) if cache is not None else tmp_path
 
@@ -407,3 +405,12 @@ def test_the_driver_depends_on_the_pip_its_wheelhouse_runs() -> None:
 
     required = {Requirement(text).name for text in importlib.metadata.requires("mainsdk-e2b") or []}
     assert "pip" in required
+
+
+def test_the_driver_depends_on_the_kernels_set_exactly() -> None:
+    # The kernel's IPython set comes from the app's environment (mainsdk_driverkit.installed), never an index at run
+    # time: installing the driver must install exactly those versions.
+    import importlib.metadata
+
+    required = set(importlib.metadata.requires("mainsdk-e2b") or [])
+    assert set(KERNEL_PACKAGES["python"]) <= required

@@ -23,3 +23,13 @@ def wheel_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CACHE_HOME", str(folder))
         yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def edited_kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Every test here runs with a comment of the cell kernel edited (a copy of core's kernel package): each
+    cassette must replay unchanged, the kernel being matched by content, never by its bytes (issue 32)."""
+    from mainsdk_conformance.plugin import kernel_with_an_edited_comment
+
+    with kernel_with_an_edited_comment(tmp_path_factory.mktemp("edited-kernel")) as line:
+        yield line

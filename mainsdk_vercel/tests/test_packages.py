@@ -176,9 +176,10 @@ class MadeWheels:
         self.downloads = 0
         self.kernel = kernel  # the real wheelhouse the cell kernel's set (IPython) comes from, if any
 
-    def ensure(self, python: BoxPython, pins: Sequence[str]) -> WheelSet:
+    def ensure(self, python: BoxPython, pins: Sequence[str], *, find_links: Path | None = None) -> WheelSet:
         if self.kernel is not None and tuple(pins) == KERNEL_PACKAGES["python"]:
-            return self.kernel.ensure(python, pins)  # a session's first cell: real wheels, none made here
+            # A session's first cell: the real wheels, made from this environment's installed set.
+            return self.kernel.ensure(python, pins, find_links=find_links)
         key = wheels_key(python, pins)
         folder = self.root / key
         wheels: dict[str, bytes] = {}
@@ -257,10 +258,8 @@ def index_wheels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 
 @pytest.fixture
 def kernel_wheels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Wheelhouse:
-    """The app's real wheelhouse for the cell kernel's set (IPython, its dependencies and pip), from the index."""
-    why = _index_reachable()
-    if why is not None and not os.environ.get(AUTHOR_ENV):
-        pytest.skip(f"{why}: this test installs the cell kernel's 18 real wheels (IPython) fetched from it")
+    """The app's real wheelhouse for the cell kernel's set (IPython, its dependencies and pip), made from this
+    environment's installed distributions (the driver depends on them): no index."""
     cache = getattr(request.config, "cache", None)
     root = Path(cache.mkdir("mainsdk-vercel-kernel-wheels")) if cache is not None else tmp_path_factory.mktemp("k")
     return Wheelhouse(str(root))
@@ -633,3 +632,12 @@ def test_an_image_python_older_than_3_11_cannot_take_the_kernels_set() -> None:
     problem = kernel_python_problem(old)
     assert problem is not None and "python 3.9" in problem and "sandbox.vercel.runtime" in problem
     assert kernel_python_problem(BoxPython(version="3.13", glibc="2.34")) is None
+
+
+def test_the_driver_depends_on_the_kernels_set_exactly() -> None:
+    # The kernel's IPython set comes from the app's environment (mainsdk_driverkit.installed), never an index at run
+    # time: installing the driver must install exactly those versions.
+    import importlib.metadata
+
+    required = set(importlib.metadata.requires("mainsdk-vercel") or [])
+    assert set(KERNEL_PACKAGES["python"]) <= required

@@ -8,9 +8,15 @@ may have a ``fault``. Bodies are stored as what they are:
 - ``{"text": "..."}`` for other UTF-8, ``{"base64": "..."}`` for binary,
 - ``{"connect": [frame, ...]}`` for Connect envelopes (E2B's process stream): each frame
   ``{"flags": 0, "json": ...}``; ``{"ndjson": [line, ...]}`` for NDJSON (Vercel's logs),
-- request only: ``{"multipart": {...}}`` by part, ``{"targz": [...]}`` by archive member; a part or member
-  over 256 KiB (uploaded wheels) is kept as ``{"sha256", "size"}``: a request is only ever matched, never
-  sent again, so its digest says all replay needs, and a cassette does not carry megabytes of uploads.
+- request only: ``{"multipart": {...}}`` by part, ``{"targz": [...]}`` by archive member.
+
+A request is only ever matched, never sent again, so it is kept by content (``Payloads``): a known payload
+(the kernel the app delivers) by name, ``[payload:NAME]``, wherever it is in a request; then any part, member,
+body or JSON string over ``DIGEST_OVER`` (wheels, archives, uploads) by its sha256 and size. Replay does the
+same to each request before matching, so it checks the hash and size, and a kernel edit changes no cassette.
+A response is replayed byte for byte: a known payload it echoes (Vercel's command carries its arguments) is
+kept by name and filled in again from the current one, and a large frame that compresses well (megabytes of
+output past a limit) is kept gzipped (``{"gzip": base64}``).
 
 A response frame may carry ``at`` (seconds after the response started) and
 ``after`` (how many requests of its sandbox had arrived when it did), so replay
@@ -31,6 +37,7 @@ import io
 import json
 import os
 import re
+import shlex
 import stat
 import struct
 import tarfile
@@ -100,12 +107,129 @@ JSON_STYLES: dict[str, dict[str, Any]] = {
 }
 CONNECT_TYPES = ("application/connect+json", "application/connect+proto")
 MAX_CASSETTE_BYTES = 64 * 1024 * 1024  # the largest cassette here is under 6 MB
-DIGEST_OVER = 256 * 1024  # request parts larger than this are stored as their sha256 and size
+DIGEST_OVER = 4096  # request payloads (parts, members, bodies, JSON strings) larger than this: sha256 and size
+GZIP_OVER = 16 * 1024  # response frames larger than this are stored gzipped when that makes them a third or less
+PAYLOAD_MARK = "[payload:{}]"
+DIGEST_MARK = "[sha256:{}, {} bytes]"
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/json-seq")
 
 
 class CassetteError(Exception):
     """A cassette that is malformed, or holds a credential. The message says where."""
+
+
+# --- Content: what a cassette keeps by name or by digest -------------------------------------------------------------
+
+PAYLOAD_MIN = 256  # a known payload shorter than this is kept as it is: a short text may be in anything
+
+
+@attrs.frozen
+class Payloads:
+    """The payloads a cassette keeps by name (``[payload:NAME]``): what the app delivers to every box.
+
+    ``named`` maps a name to the payload's bytes as the app has them now (``known_payloads()``: the cell
+    kernel's package and loader). Each is found as it goes on the wire: its text, or shell-quoted in a command line
+    (``[payload:NAME:sh]``), in a JSON string, in base64 inside one, or in a part, member or body. Kept by
+    name, a kernel edit changes no cassette; replay checks each request carries exactly the current one.
+    """
+
+    named: Mapping[str, bytes] = attrs.field(factory=dict)
+    _forms: tuple[tuple[str, str], ...] = attrs.field(init=False, repr=False)
+
+    @_forms.default
+    def _make_forms(self) -> tuple[tuple[str, str], ...]:
+        forms = []
+        for name, data in self.named.items():
+            if len(data) < PAYLOAD_MIN:
+                continue
+            text = data.decode("utf-8", "surrogateescape")
+            quoted = shlex.quote(text)
+            if quoted != text:
+                forms.append((quoted, PAYLOAD_MARK.format(f"{name}:sh")))
+            forms.append((text, PAYLOAD_MARK.format(name)))
+        # Longest first: a quoted form holds pieces of the plain one.
+        return tuple(sorted(forms, key=lambda form: -len(form[0])))
+
+    def __bool__(self) -> bool:
+        return bool(self._forms)
+
+    def mark_text(self, text: str) -> str:
+        """``text`` with each known payload replaced by its mark."""
+        for form, mark in self._forms:
+            if form in text:
+                text = text.replace(form, mark)
+        return text
+
+    def mark_bytes(self, data: bytes) -> bytes:
+        """``data`` with each known payload replaced by its mark."""
+        for form, mark in self._forms:
+            raw = form.encode("utf-8", "surrogateescape")
+            if raw in data:
+                data = data.replace(raw, mark.encode())
+        return data
+
+    def _mark_string(self, text: str) -> str:
+        marked = self.mark_text(text)
+        if marked == text and len(text) > PAYLOAD_MIN and len(text) % 4 == 0 and _BASE64.fullmatch(text):
+            try:
+                decoded = base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError):
+                return text
+            inside = self.mark_bytes(decoded)
+            if inside != decoded:
+                return base64.b64encode(inside).decode()
+        return marked
+
+    def content(self, value: Any) -> Any:
+        """A request's JSON value as a cassette keeps it: known payloads by mark, then each string still over
+        ``DIGEST_OVER`` bytes as ``[sha256:HEX, N bytes]``."""
+        if isinstance(value, str):
+            marked = self._mark_string(value).encode("utf-8", "surrogatepass")
+            if len(marked) > DIGEST_OVER:
+                return DIGEST_MARK.format(hashlib.sha256(marked).hexdigest(), len(marked))
+            return marked.decode("utf-8", "surrogatepass")
+        if isinstance(value, list):
+            return [self.content(item) for item in value]
+        if isinstance(value, Mapping):
+            return {key: self.content(item) for key, item in value.items()}
+        return value
+
+    def mark_json(self, value: Any) -> Any:
+        """A response's JSON value with each known payload in its strings replaced by its mark."""
+        if isinstance(value, str):
+            return self.mark_text(value)
+        if isinstance(value, list):
+            return [self.mark_json(item) for item in value]
+        if isinstance(value, Mapping):
+            return {key: self.mark_json(item) for key, item in value.items()}
+        return value
+
+    def fill_json(self, value: Any) -> Any:
+        """A stored response's JSON value with each mark replaced by the payload as it is now."""
+        if isinstance(value, str):
+            if "[payload:" in value:
+                for form, mark in self._forms:
+                    value = value.replace(mark, form)
+            return value
+        if isinstance(value, list):
+            return [self.fill_json(item) for item in value]
+        if isinstance(value, Mapping):
+            return {key: self.fill_json(item) for key, item in value.items()}
+        return value
+
+
+NO_PAYLOADS = Payloads()
+
+
+def known_payloads() -> Payloads:
+    """What every cassette keeps by name: the cell kernel as core delivers it to a box now
+    (``mainsdk.kernel_start``): its loader (``kernel-loader``, on the command line) and its package (``kernel``,
+    on stdin after the token). Read at each call, so a replay made after an edit checks the edited one."""
+    from mainsdk import kernel_start
+
+    return Payloads(
+        {"kernel": kernel_start.package_bytes(), "kernel-loader": kernel_start.kernel_files()["loader.py"].encode()}
+    )
 
 
 # --- Payloads: one body or one frame ----------------------------------------------------------------------------------
@@ -138,17 +262,44 @@ def encode_payload(data: bytes, *, json_hint: bool = True) -> dict[str, Any]:
         return {"base64": base64.b64encode(data).decode()}
 
 
-def request_payload(data: bytes) -> dict[str, Any]:
-    """A request part's bytes as ``encode_payload`` stores them, or by digest and size when over ``DIGEST_OVER``."""
-    if len(data) > DIGEST_OVER:
-        return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-    return encode_payload(data)
+def response_payload(data: bytes, *, json_hint: bool = True, payloads: Payloads | None = None) -> dict[str, Any]:
+    """A response frame as ``encode_payload`` stores it, with known payloads by name in its JSON strings; gzipped
+    (``{"gzip": base64}``) when over ``GZIP_OVER`` and that makes it a third of its size or less."""
+    stored = encode_payload(data, json_hint=json_hint)
+    if payloads and "json" in stored:
+        marked = payloads.mark_json(stored["json"])
+        if marked != stored["json"]:
+            return {**stored, "json": marked}  # filled in at replay: never gzipped with the payload inside
+    if len(data) > GZIP_OVER:
+        packed = gzip.compress(data, compresslevel=9, mtime=0)
+        if len(packed) * 3 <= len(data):
+            return {"gzip": base64.b64encode(packed).decode()}
+    return stored
 
 
-def decode_payload(stored: Mapping[str, Any]) -> bytes:
-    """The bytes of a stored payload."""
+def request_payload(data: bytes, payloads: Payloads | None = None, *, json_hint: bool = True) -> dict[str, Any]:
+    """A request's part, member, frame or body as a cassette keeps it: JSON by value (``Payloads.content``: known
+    payloads by name, long strings by digest), anything else with known payloads by name, and then, over
+    ``DIGEST_OVER`` bytes (wheels, archives, uploads), as its ``{"sha256", "size"}``."""
+    payloads = payloads or NO_PAYLOADS
+    stored = encode_payload(data, json_hint=json_hint)
     if "json" in stored:
-        return _dump_json(stored["json"], stored.get("style", "compact"), bool(stored.get("newline")))
+        stored["json"] = payloads.content(stored["json"])
+        if len(json.dumps(stored["json"])) <= 16 * DIGEST_OVER:
+            return stored
+    marked = payloads.mark_bytes(data)
+    if len(marked) > DIGEST_OVER:
+        return {"sha256": hashlib.sha256(marked).hexdigest(), "size": len(marked)}
+    return encode_payload(marked, json_hint=False)
+
+
+def decode_payload(stored: Mapping[str, Any], payloads: Payloads | None = None) -> bytes:
+    """The bytes of a stored payload (a response's known payloads filled in from ``payloads``)."""
+    if "gzip" in stored:
+        return gzip.decompress(base64.b64decode(stored["gzip"], validate=True))
+    if "json" in stored:
+        value = payloads.fill_json(stored["json"]) if payloads else stored["json"]
+        return _dump_json(value, stored.get("style", "compact"), bool(stored.get("newline")))
     if "text" in stored:
         return str(stored["text"]).encode("utf-8")
     if "base64" in stored:
@@ -242,54 +393,68 @@ def parse_targz(data: bytes) -> list[dict[str, Any]] | None:
         return None
 
 
-def encode_body(data: bytes, headers: Mapping[str, str], *, request: bool) -> dict[str, Any] | None:
-    """Store a whole body in the most readable form that gives its bytes (or, for requests, its meaning) back."""
+def encode_body(
+    data: bytes, headers: Mapping[str, str], *, request: bool, payloads: Payloads | None = None
+) -> dict[str, Any] | None:
+    """Store a whole body in the most readable form that gives its bytes (or, for requests, its meaning) back.
+
+    A request is kept by content (``request_payload``); a response byte for byte, its known payloads by name
+    and its large frames gzipped (``response_payload``). ``payloads``: what is kept by name (``Payloads``).
+    """
     if not data:
         return None
+    payloads = payloads or NO_PAYLOADS
+
+    def payload(part: bytes, json_hint: bool = True) -> dict[str, Any]:
+        if request:
+            return request_payload(part, payloads, json_hint=json_hint)
+        return response_payload(part, json_hint=json_hint, payloads=payloads)
+
     kind = media_type(headers)
     if kind in CONNECT_TYPES and (frames := envelopes(data)) is not None:
-        return {"connect": [{"flags": f, **encode_payload(p, json_hint=kind.endswith("json"))} for f, p in frames]}
+        return {"connect": [{"flags": f, **payload(p, kind.endswith("json"))} for f, p in frames]}
     if kind in NDJSON_TYPES or (kind == "" and data.startswith(b"{") and b"}\n{" in data):
         lines = data.split(b"\n")
-        stored: dict[str, Any] = {"ndjson": [encode_payload(line) for line in lines[:-1]]}
+        stored: dict[str, Any] = {"ndjson": [payload(line) for line in lines[:-1]]}
         if lines[-1]:
-            stored["ndjson"].append(encode_payload(lines[-1]))
+            stored["ndjson"].append(payload(lines[-1]))
             stored["end_newline"] = False
-        if decode_body(stored) == data:
+        if request or decode_body(stored, payloads) == data:
             return stored
     if request and kind == "multipart/form-data":
         parts = parse_multipart(data, _content_type(headers))
         if parts is not None:
-            return {
-                "multipart": [{k: v for k, v in p.items() if k != "data"} | request_payload(p["data"]) for p in parts]
-            }
+            return {"multipart": [{k: v for k, v in p.items() if k != "data"} | payload(p["data"]) for p in parts]}
     if request and (members := parse_targz(data)) is not None:
-        return {"targz": [{k: v for k, v in m.items() if k != "data"} | request_payload(m["data"]) for m in members]}
-    return encode_payload(data, json_hint="json" in kind or kind == "")
+        return {"targz": [{k: v for k, v in m.items() if k != "data"} | payload(m["data"]) for m in members]}
+    return payload(data, "json" in kind or kind == "")
 
 
-def body_frames(stored: Mapping[str, Any] | None) -> list[tuple[bytes, Mapping[str, Any]]]:
-    """A stored response body as the frames to send: (bytes, the frame's own ``at``/``after``)."""
+def body_frames(
+    stored: Mapping[str, Any] | None, payloads: Payloads | None = None
+) -> list[tuple[bytes, Mapping[str, Any]]]:
+    """A stored response body as the frames to send: (bytes, the frame's own ``at``/``after``), each known
+    payload's mark filled in from ``payloads``."""
     if not stored:
         return []
     if "connect" in stored:
-        return [(envelope(int(f.get("flags", 0)), decode_payload(f)), f) for f in stored["connect"]]
+        return [(envelope(int(f.get("flags", 0)), decode_payload(f, payloads)), f) for f in stored["connect"]]
     if "ndjson" in stored:
         lines = list(stored["ndjson"])
         frames = []
         for index, line in enumerate(lines):
             last = index == len(lines) - 1
             end = b"" if last and stored.get("end_newline") is False else b"\n"
-            frames.append((decode_payload(line) + end, line))
+            frames.append((decode_payload(line, payloads) + end, line))
         return frames
     if "multipart" in stored or "targz" in stored:
         raise CassetteError("a multipart or tar body is a request body; a response cannot be replayed from it")
-    return [(decode_payload(stored), {})]
+    return [(decode_payload(stored, payloads), {})]
 
 
-def decode_body(stored: Mapping[str, Any] | None) -> bytes:
+def decode_body(stored: Mapping[str, Any] | None, payloads: Payloads | None = None) -> bytes:
     """The bytes of a stored response body (all frames)."""
-    return b"".join(data for data, _ in body_frames(stored))
+    return b"".join(data for data, _ in body_frames(stored, payloads))
 
 
 def is_stream(stored: Mapping[str, Any] | None) -> bool:
@@ -300,31 +465,37 @@ def is_stream(stored: Mapping[str, Any] | None) -> bool:
 # --- Meaning, for matching --------------------------------------------------------------------------------------------
 
 
-def _meaning(stored: Mapping[str, Any]) -> Any:
+def _meaning(stored: Mapping[str, Any], payloads: Payloads) -> Any:
+    # As a request is kept (``request_payload``) whoever wrote it: a cassette written by hand, or by an older
+    # recorder, with a long string or a whole upload in it matches the same content.
     if "sha256" in stored:
         return ("sha256", stored["sha256"], stored.get("size"))
     if "json" in stored:
-        return ("json", stored["json"])
-    data = decode_payload(stored)
+        return ("json", payloads.content(stored["json"]))
+    data = payloads.mark_bytes(decode_payload(stored))
+    if len(data) > DIGEST_OVER:
+        return ("sha256", hashlib.sha256(data).hexdigest(), len(data))
     try:
-        return ("json", json.loads(data))
+        return ("json", payloads.content(json.loads(data)))
     except ValueError:
         return ("bytes", data)
 
 
-def body_meaning(stored: Mapping[str, Any] | None) -> Any:
-    """What a request body says, for matching: JSON by value, multipart by part, tar by member, else bytes."""
+def body_meaning(stored: Mapping[str, Any] | None, payloads: Payloads | None = None) -> Any:
+    """What a request body says, for matching: JSON by value, multipart by part, tar by member, else bytes; each
+    known payload by name and what is over ``DIGEST_OVER`` by digest, as ``request_payload`` keeps it."""
+    p = payloads or NO_PAYLOADS
     if not stored:
         return ("empty",)
     if "connect" in stored:
-        return ("connect", [(f.get("flags", 0), _meaning(f)) for f in stored["connect"]])
+        return ("connect", [(f.get("flags", 0), _meaning(f, p)) for f in stored["connect"]])
     if "ndjson" in stored:
-        return ("ndjson", [_meaning(line) for line in stored["ndjson"]])
+        return ("ndjson", [_meaning(line, p) for line in stored["ndjson"]])
     if "multipart" in stored:
-        return ("multipart", [(p.get("name"), p.get("filename"), _meaning(p)) for p in stored["multipart"]])
+        return ("multipart", [(m.get("name"), m.get("filename"), _meaning(m, p)) for m in stored["multipart"]])
     if "targz" in stored:
-        return ("targz", sorted((m["name"], m.get("kind"), _meaning(m)) for m in stored["targz"]))
-    return _meaning(stored)
+        return ("targz", sorted((m["name"], m.get("kind"), _meaning(m, p)) for m in stored["targz"]))
+    return _meaning(stored, p)
 
 
 # --- Credentials ------------------------------------------------------------------------------------------------------

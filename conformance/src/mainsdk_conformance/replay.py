@@ -41,10 +41,12 @@ from mainsdk_conformance.cassette import (
     CREDENTIAL_QUERY,
     Cassette,
     CassetteError,
+    Payloads,
     body_frames,
     body_meaning,
     encode_body,
     is_stream,
+    known_payloads,
     load,
     scrub,
     scrub_named,
@@ -151,8 +153,12 @@ class ReplayServer:
         secrets: Sequence[str] = (),
         named: Mapping[str, str] | None = None,
         known: Mapping[str, str] | None = None,
+        payloads: Payloads | None = None,
     ) -> None:
         self.profile = profile
+        # Kept by name in requests and responses (the cell kernel, by default as core has it now): a kernel edit
+        # changes no cassette, and replay checks each request carries exactly the current kernel.
+        self.payloads = known_payloads() if payloads is None else payloads
         # Secrets scrubbed by name (``cassette.scrub``): from the saved cassette, and from each request replayed
         # before it is matched, so the match still says which value went where.
         self._named = dict(named or {})
@@ -185,6 +191,7 @@ class ReplayServer:
         *,
         named: Mapping[str, str] | None = None,
         known: Mapping[str, str] | None = None,
+        payloads: Payloads | None = None,
     ) -> ReplayServer:
         """Replay ``path``; a missing file fails each request that comes, a bad one raises ``CassetteError`` now.
 
@@ -196,7 +203,7 @@ class ReplayServer:
         found = secret_field_values(cassette.interactions, profile.secret_fields) if cassette is not None else []
         if found:
             raise CassetteError(f"{path}: " + "; ".join(found))
-        return cls(profile, path, cassette=cassette, named=named, known=known)
+        return cls(profile, path, cassette=cassette, named=named, known=known, payloads=payloads)
 
     @classmethod
     def recorder(
@@ -208,6 +215,7 @@ class ReplayServer:
         secrets: Sequence[str] = (),
         named: Mapping[str, str] | None = None,
         known: Mapping[str, str] | None = None,
+        payloads: Payloads | None = None,
     ) -> ReplayServer:
         """Forward to the provider (the profile's upstreams, overridden by ``upstreams``) and record into ``path``."""
         merged = dict(profile.upstreams) | dict(upstreams or {})
@@ -239,6 +247,7 @@ class ReplayServer:
             secrets=secrets,
             named=named,
             known=known,
+            payloads=payloads,
         )
         return server
 
@@ -338,7 +347,7 @@ class ReplayServer:
             for k, v in request.get("query") or []
             if str(k).lower() not in CREDENTIAL_QUERY
         )
-        body = copy.deepcopy(body_meaning(request.get("body")))
+        body = copy.deepcopy(body_meaning(request.get("body"), self.payloads))
         if body[0] == "json":
             for pointer in self.profile.ignore_json:
                 _drop_pointer(body[1], pointer)
@@ -458,7 +467,7 @@ class ReplayServer:
         kept = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP | {"content-length"}}
         if kept:
             request["headers"] = kept
-        stored_body = encode_body(body, headers, request=True)
+        stored_body = encode_body(body, headers, request=True, payloads=self.payloads)
         if stored_body is not None:
             request["body"] = stored_body
         lane = self.profile.lane(parts.path, headers)
@@ -528,7 +537,7 @@ class ReplayServer:
         if response.get("after"):
             self._wait_lane(lane, int(response["after"]))
         body = response.get("body")
-        frames = body_frames(body)
+        frames = body_frames(body, self.payloads)
         stream = is_stream(body)
         status = int(response["status"])
         recorded_headers = dict(response.get("headers") or {})
@@ -613,22 +622,24 @@ class ReplayServer:
             interaction["fault"] = {"kind": "reset"}
             _reset(handler)
         if "response" in interaction:
-            stored = encode_body(bytes(received), interaction["response"]["headers"], request=False)
+            stored = encode_body(
+                bytes(received), interaction["response"]["headers"], request=False, payloads=self.payloads
+            )
             if stored is not None:
-                self._annotate(stored, arrivals, own)
+                self._annotate(stored, arrivals, own, self.payloads)
                 interaction["response"]["body"] = stored
             if "fault" in interaction:
-                interaction["fault"]["after_frames"] = len(body_frames(stored))
+                interaction["fault"]["after_frames"] = len(body_frames(stored, self.payloads))
         with self._cond:
             self.cassette.interactions[index] = interaction
 
     @staticmethod
-    def _annotate(stored: dict[str, Any], arrivals: list[tuple[int, float, int]], own: int) -> None:
+    def _annotate(stored: dict[str, Any], arrivals: list[tuple[int, float, int]], own: int, payloads: Payloads) -> None:
         """Give each recorded frame its arrival time and the requests it waited for."""
         if not is_stream(stored):
             return
         offset = 0
-        for data, frame in body_frames(stored):
+        for data, frame in body_frames(stored, payloads):
             offset += len(data)
             arrival = next(((t, n) for end, t, n in arrivals if end >= offset), None)
             if arrival is None or not isinstance(frame, dict):

@@ -26,12 +26,16 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -100,10 +104,21 @@ def wheels_root() -> str:
     return os.path.join(base, "mainsdk", "wheels")
 
 
-def wheels_key(python: BoxInterpreter, pins: Sequence[str]) -> str:
-    """The sha256 naming a set: the box's interpreter (every field) and the sorted, normalised pins."""
+def wheels_key(python: BoxInterpreter, pins: Sequence[str], source: str = "index") -> str:
+    """The sha256 naming a set: the box's interpreter (every field), the sorted, normalised pins, and where the
+    wheels come from (``index``: the app's; else the digest of the find-links folder's wheels, ``find_links_key``)."""
     identity = {"format": FORMAT, "python": attrs.asdict(python), "packages": sorted(str(parse_pin(p)) for p in pins)}
+    if source != "index":
+        identity["source"] = source
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def find_links_key(folder: Path) -> str:
+    """The digest of the wheels in ``folder`` (names and bytes): a set made from them is kept by their content."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.whl")):
+        digest.update(path.name.encode() + b"\0" + _sha256(path).encode() + b"\0")
+    return "find-links:" + digest.hexdigest()
 
 
 class Wheelhouse:
@@ -119,13 +134,16 @@ class Wheelhouse:
         """Where the sets are kept (read each time, so a test or an app may set XDG_CACHE_HOME late)."""
         return self._root or wheels_root()
 
-    def ensure(self, python: BoxInterpreter, pins: Sequence[str]) -> WheelSet:
+    def ensure(self, python: BoxInterpreter, pins: Sequence[str], *, find_links: Path | None = None) -> WheelSet:
         """The wheels of ``pins`` (dependencies included) for ``python``, downloaded first unless cached.
 
-        Raises ``MAIN-SANDBOX-0001`` naming the package and quoting pip when the set cannot be resolved
-        for that interpreter, and ``MAIN-SANDBOX-0006`` (retryable) when pip cannot start or takes too long.
+        ``find_links``: take them from the wheels in that folder only (``--no-index``: the cell kernel's set,
+        made from the app's installed distributions, ``mainsdk_driverkit.installed``), never from an index.
+        Raises ``MAIN-SANDBOX-0001`` naming the package and quoting pip when the set cannot be resolved for
+        that interpreter (or does not exist on the index), and ``MAIN-SANDBOX-0006`` (retryable) when pip cannot
+        start, takes too long, or the index fails (an outage: it names the index).
         """
-        key = wheels_key(python, pins)
+        key = wheels_key(python, pins, "index" if find_links is None else find_links_key(find_links))
         final = Path(self.root) / key
         if not (final / MANIFEST).is_file():
             final.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -134,21 +152,22 @@ class Wheelhouse:
                 if not (final / MANIFEST).is_file():
                     why = f"the first use of this set downloads its wheels with pip into {self.root} (once: cached)"
                     with long_wait(f"fetching the python package set {', '.join(pins)} for the box", why):
-                        self._download(python, pins, final)
+                        self._download(python, pins, final, find_links)
         names = tuple(sorted(n for n in os.listdir(final) if n.endswith(".whl")))
         return WheelSet(key, final, names, tuple(pins))
 
-    def _download(self, python: BoxInterpreter, pins: Sequence[str], final: Path) -> None:
+    def _download(self, python: BoxInterpreter, pins: Sequence[str], final: Path, find_links: Path | None) -> None:
         temp = Path(tempfile.mkdtemp(prefix=".download-", dir=final.parent))
         try:
             started = time.monotonic()
             requirements = [str(parse_pin(pin)) for pin in pins]
+            offline = [] if find_links is None else ["--no-index", "--find-links", str(find_links)]
             command = [
                 sys.executable, "-I", "-m", "pip", "download", "--only-binary=:all:", "--dest", str(temp),
-                "--disable-pip-version-check", "--no-input", "--progress-bar", "off", *python.pip_target(),
-                "--", *requirements,
+                "--disable-pip-version-check", "--no-input", "--progress-bar", "off", *offline,
+                *python.pip_target(), "--", *requirements,
             ]  # fmt: skip
-            _run_pip(command, pins, python)
+            _run_pip(command, pins, python, offline=find_links is not None)
             wheels = sorted(p for p in temp.iterdir() if p.name.endswith(".whl"))
             manifest = {
                 "python": attrs.asdict(python),
@@ -205,7 +224,47 @@ def _names(pin: str, said: str) -> bool:
     return re.search(rf"(?<![a-z0-9-]){re.escape(parse_pin(pin).key)}(?![a-z0-9]|-[a-z])", said) is not None
 
 
-def _run_pip(command: list[str], pins: Sequence[str], python: BoxInterpreter) -> None:
+# What pip prints when the index itself failed (refused, reset, timed out, answered 5xx), never for a package
+# the index does not have (a 404 for its page: "No matching distribution"): an outage, worth a retry.
+_OUTAGE = re.compile(
+    r"Retrying \(Retry\(|NewConnectionError|ConnectTimeoutError|ReadTimeoutError|Connection refused|"
+    r"Connection reset|Max retries exceeded|Could not fetch URL .*: (?:connection|There was a problem)|"
+    r"\b5\d\d (?:Server Error|Service Unavailable|Bad Gateway)|HTTP error 5\d\d"
+)
+
+
+def index_named(environ: Mapping[str, str] | None = None) -> str:
+    """The index the app's pip asks (``PIP_INDEX_URL`` without its credentials, else PyPI), for messages."""
+    url = (os.environ if environ is None else environ).get("PIP_INDEX_URL") or "https://pypi.org/simple"
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or url
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _index_fails(env: Mapping[str, str], output: str) -> bool:
+    """Whether the index fails for a package pip found no version of: pip says nothing of a 5xx page below
+    ``-vv``, and "No matching distribution" is what a 404 (no such package) gives too, so its page is asked once
+    more here. An answer other than 5xx (a 404, a 401) is the package's problem: False."""
+    names = re.findall(r"No matching distribution found for ([A-Za-z0-9._-]+)", output)
+    if not names or env.get("PIP_NO_INDEX", "").lower() in ("1", "true", "yes", "on"):
+        return False  # no index was asked (find-links only): nothing of an index's to fail
+    base = env.get("PIP_INDEX_URL") or "https://pypi.org/simple"
+    url = base.rstrip("/") + "/" + canonical_name(names[0]) + "/"
+    context = ssl.create_default_context(cafile=env.get("PIP_CERT") or None)
+    try:
+        with urllib.request.urlopen(url, timeout=15, context=context) as answer:
+            answer.read(1)
+    except urllib.error.HTTPError as exc:
+        return exc.code >= 500
+    except (urllib.error.URLError, OSError):
+        return True  # refused, reset, timed out, no such host
+    except ValueError:
+        return False  # a URL urllib cannot ask (credentials in it): pip's own answer stands
+    return False
+
+
+def _run_pip(command: list[str], pins: Sequence[str], python: BoxInterpreter, *, offline: bool = False) -> None:
     env = tool_environment()
     try:
         with private_folder() as cwd:  # never the app's folder, where box output lands
@@ -233,8 +292,19 @@ def _run_pip(command: list[str], pins: Sequence[str], python: BoxInterpreter) ->
             "and Vercel drivers depend on it: install pip into that environment (uv pip install pip)",
             ran=False,
         )
+    output = done.stdout + done.stderr
+    if not offline and (_OUTAGE.search(output) or _index_fails(env, output)):
+        said = " ".join(line.strip() for line in output.splitlines() if line.strip().startswith(("ERROR", "WARNING")))
+        raise SandboxError(
+            DRIVER_UNAVAILABLE,
+            f"packages: the package index {index_named(env)} did not answer the app's pip while it fetched "
+            f"{', '.join(pins)} (an outage, not a missing package); retry later, or point PIP_INDEX_URL at a "
+            f"mirror; pip said: {said[:_MESSAGE_CHARS]}",
+            ran=False,
+            retryable=True,
+        )
     where = f"as wheels for {python.describe()}"
-    raise SandboxError(INVALID_OPTION, failure_message(pins, done.stdout + done.stderr, where), ran=False)
+    raise SandboxError(INVALID_OPTION, failure_message(pins, output, where), ran=False)
 
 
 def _sha256(path: Path) -> str:

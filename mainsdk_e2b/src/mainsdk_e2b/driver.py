@@ -67,6 +67,7 @@ from mainsdk.driver import (
     environment_secrets,
 )
 from mainsdk.hookspecs import hookimpl
+from mainsdk_driverkit.installed import kernel_find_links
 from mainsdk_driverkit.wheelhouse import Wheelhouse, failure_message, kernel_failure
 
 from mainsdk_e2b.config import PLAN_HOURS, E2BConfig
@@ -540,10 +541,11 @@ class E2BDriver:
     async def mainsdk_driver_kernel_site(self, box: E2BBox, language: str) -> str | None:
         """The folder of the cell kernel's packages in ``box`` (``KERNEL``), installed at the first call.
 
-        As ``sandbox.packages``: the wheels of ``KERNEL_PACKAGES[language]`` for the template's python come from
-        the app's wheelhouse (downloaded once, then reused by every box), go up in one request and are installed
-        offline, as root, into ``KERNEL``: one upload and one command per box, none at a later call (a restart).
-        The network of the box is never widened for them. None for a language with no set.
+        The wheels of ``KERNEL_PACKAGES[language]`` are made from the app's own installed distributions (the
+        driver depends on them; ``mainsdk_driverkit.installed``), picked for the template's python by the app's
+        pip with ``--no-index`` into the wheelhouse (once, then reused by every box), go up in one request and are
+        installed offline, as root, into ``KERNEL``: one upload and one command per box, none at a later call (a
+        restart). The network of the box is never widened for them. None for a language with no set.
         """
         pins = KERNEL_PACKAGES.get(language)
         if not pins:
@@ -731,8 +733,10 @@ class E2BDriver:
             problem = kernel_python_problem(box_python)
             if problem is not None:
                 raise SandboxError(INVALID_OPTION, problem, ran=False)
+            # Made from the app's installed distributions (the driver depends on the set): no index at run time.
+            made = await asyncio.to_thread(kernel_find_links, pins)
             try:
-                wheels = (await asyncio.to_thread(self._wheelhouse.ensure, box_python, pins)).paths
+                wheels = (await asyncio.to_thread(self._wheelhouse.ensure, box_python, pins, find_links=made)).paths
             except SandboxError as exc:
                 if exc.code != INVALID_OPTION:
                     raise

@@ -20,7 +20,6 @@ import base64
 import copy
 import json
 import os
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -34,7 +33,7 @@ sys.path.insert(0, str(HERE))
 
 from mainsdk.driver import BoxSpec, RunLimits  # noqa: E402
 from mainsdk.engine import code_command  # noqa: E402
-from mainsdk_conformance.cassette import authored_meta, mark_edited  # noqa: E402
+from mainsdk_conformance.cassette import authored_meta, decode_payload, known_payloads, mark_edited  # noqa: E402
 from mainsdk_conformance.profiles import E2B  # noqa: E402
 from mainsdk_conformance.replay import ReplayServer  # noqa: E402
 from mainsdk_conformance.suite._helpers import reach_code  # noqa: E402
@@ -83,6 +82,20 @@ def edited(data: dict[str, Any], what: str) -> None:
     mark_edited(data["meta"], what)
 
 
+def plain_script(code: str, files: int) -> str:
+    """The driver's script for ``TestRun/test_python_prints``'s run of ``code`` (10 s, no env)."""
+    return shell_line(code_command("python", code, 10.0, {}), archive_limit=files)
+
+
+def recorded_files_limit(start: dict[str, Any]) -> int:
+    """The files limit ``test_python_prints``'s script was made with. The script is kept by content (a digest past
+    4 KiB: conformance's ``cassette.request_payload``), so it is made again with each likely limit until one is
+    the recorded one."""
+    recorded = start["request"]["body"]["connect"][0]["json"]["process"]["args"][2]
+    content = known_payloads().content
+    return next(n for n in (1 << 20, 10 << 20, 50 << 20) if content(plain_script("print(1 + 1)", n)) == recorded)
+
+
 def network() -> None:
     """The network tests' cassettes, derived from ``TestRun/test_python_prints``: recording cannot make them.
 
@@ -97,6 +110,7 @@ def network() -> None:
     base = load("TestRun/test_python_prints.json")
     hosts = NetworkHosts()
     plain = shlex.quote("print(1 + 1)")
+    files_limit = recorded_files_limit(start_of(base))
 
     def run(number: int, given: str | None, tried: list[str], scheme: str, port: int) -> list[dict[str, Any]]:
         code = reach_code(tried, port, scheme)
@@ -108,6 +122,10 @@ def network() -> None:
             create["network"] = {"allowOut": [given], "denyOut": ["0.0.0.0/0"]}
         reached = given is not None and E2B_NETWORK_REACH.filters(scheme, port)  # type: ignore[arg-type]
         start = start_of({"interactions": interactions})
+        # The script is a digest in the cassette: the probe's own script, kept as the recorder keeps it.
+        start["request"]["body"]["connect"][0]["json"]["process"]["args"][2] = known_payloads().content(
+            plain_script(code, files_limit)
+        )
         set_stdout(
             start, "".join(f"{h} {'reached' if reached and i == 0 else 'refused'}\n" for i, h in enumerate(tried))
         )
@@ -150,7 +168,9 @@ def trim_output() -> None:
         stream = frames(start_of(data))
         kept, total, limit = [], 0, 1024 * 1024 + 65536
         for frame in stream:
-            event = (frame.get("json") or {}).get("event", {})
+            # A large frame is kept gzipped (conformance's cassette.response_payload): read it as what it says.
+            said = frame.get("json") or (json.loads(decode_payload(frame)) if "gzip" in frame else {})
+            event = said.get("event", {})
             if "data" in event:
                 if total > limit:
                     continue
@@ -165,11 +185,10 @@ def faults() -> None:
     base = load("TestRun/test_python_prints.json")
     base["interactions"] = [copy.deepcopy(i) for i in base["interactions"]]
     start = start_of(base)
-    recorded = start["request"]["body"]["connect"][0]["json"]["process"]["args"][2]
-    files_limit = int(re.search(r"-le (\d+) \]", recorded).group(1))  # type: ignore[union-attr]
+    files_limit = recorded_files_limit(start)
+    content = known_payloads().content
     limits = RunLimits(timeout=10.0, memory=0, output=0, files=files_limit, disk=0)
-    line = shell_line(code_command("python", "print('fault')", 10.0, {}), archive_limit=limits.files)
-    assert shell_line(code_command("python", "print(1 + 1)", 10.0, {}), archive_limit=limits.files) == recorded
+    line = content(plain_script("print('fault')", limits.files))
     start["request"]["body"]["connect"][0]["json"]["process"]["args"][2] = line
     set_stdout(start, "fault\n")
     create, _, archive, kill = base["interactions"]
@@ -239,8 +258,8 @@ def faults() -> None:
     late["fault"] = {"kind": "delay", "seconds": 5}
     delayed_create = copy.deepcopy(create)
     delayed_create["request"]["body"]["json"]["timeout"] = 61
-    late["request"]["body"]["connect"][0]["json"]["process"]["args"][2] = shell_line(
-        code_command("python", "print('fault')", 1.0, {}), archive_limit=limits.files
+    late["request"]["body"]["connect"][0]["json"]["process"]["args"][2] = content(
+        shell_line(code_command("python", "print('fault')", 1.0, {}), archive_limit=limits.files)
     )
     cassette(
         "test_a_response_past_the_deadline_stops_the_run_at_its_time_limit",

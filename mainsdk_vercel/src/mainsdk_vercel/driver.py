@@ -52,6 +52,7 @@ from mainsdk.driver import (
     environment_secrets,
 )
 from mainsdk.hookspecs import hookimpl
+from mainsdk_driverkit.installed import kernel_find_links
 from mainsdk_driverkit.wheelhouse import Wheelhouse, failure_message, kernel_failure
 
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
@@ -470,9 +471,10 @@ class VercelDriver:
     async def mainsdk_driver_kernel_site(self, box: VercelBox, language: str) -> str | None:
         """The folder of the cell kernel's packages in ``box`` (``KERNEL``), installed at the first call.
 
-        As ``sandbox.packages``: the wheels of ``KERNEL_PACKAGES[language]`` for the image's python come from the
-        app's wheelhouse (downloaded once, then reused by every box), go up in one ``fs/write`` with the installer
-        and are installed offline into ``KERNEL``: one upload and one command per box, none at a later call (a
+        The wheels of ``KERNEL_PACKAGES[language]`` are made from the app's own installed distributions (the
+        driver depends on them; ``mainsdk_driverkit.installed``), picked for the image's python by the app's pip
+        with ``--no-index`` into the wheelhouse (once, then reused by every box), go up in one ``fs/write`` with the
+        installer and are installed offline into ``KERNEL``: one upload and one command per box, none at a later call (a
         restart). The sandbox's network is never widened for them. None for a language with no set.
         """
         pins = KERNEL_PACKAGES.get(language)
@@ -715,8 +717,10 @@ class VercelDriver:
             problem = kernel_python_problem(self._python)
             if problem is not None:
                 raise SandboxError(INVALID_OPTION, problem, ran=False)
+            # Made from the app's installed distributions (the driver depends on the set): no index at run time.
+            made = await asyncio.to_thread(kernel_find_links, pins)
             try:
-                wheels = await asyncio.to_thread(self._wheelhouse.ensure, self._python, pins)
+                wheels = await asyncio.to_thread(self._wheelhouse.ensure, self._python, pins, find_links=made)
             except SandboxError as exc:
                 if exc.code != INVALID_OPTION:
                     raise
