@@ -162,9 +162,10 @@ def main() -> None:
         fail("the kernel package's header line is not 'mainsdk-kernel <size> <sha256>'")
     raw = stdin.exact(int(fields[1]))
     digest = fields[2].decode("ascii", "replace")
-    install(unpack(raw, digest))
+    files = unpack(raw, digest)
+    install(files)
     supervisor = importlib.import_module(PACKAGE + ".supervisor")
-    supervisor.main(token, bytes(stdin.rest), raw, digest, guarded)
+    supervisor.main(token, bytes(stdin.rest), files, raw, digest, guarded)
 
 
 if __name__ == "__main__":

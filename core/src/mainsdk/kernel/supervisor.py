@@ -572,9 +572,8 @@ class _Supervisor:
         _write_all(2, self.end_err)
 
 
-def main(token: bytes, rest: bytes, raw: bytes, digest: str, guarded: bool) -> NoReturn:
+def main(token: bytes, rest: bytes, files: dict[str, str], raw: bytes, digest: str, guarded: bool) -> NoReturn:
     """The supervisor, as the loader starts it: ``token`` and what followed the package on stdin (``rest``), the
-    package (``raw``, checked against ``digest``), whether the process is undumpable (``guarded``)."""
+    package's files and its bytes (``raw``, checked against ``digest``), whether the process is undumpable."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the executor's to take (it is reset there)
-    files = json.loads(raw)
     _Supervisor(token, rest, files, raw, digest, guarded).serve()
