@@ -1,6 +1,6 @@
 """JavaScript, TypeScript and bash cells: the kernel's node and bash executors, run as real processes here.
 
-The kernel is driven as in ``test_kernel.py`` (token, start line, one JSON request per cell), with a start line
+The kernel is driven as in ``test_kernel.py`` (token, package, start line, one JSON request per cell), with a start line
 naming the language. Every guarantee of the Python executor is checked again for each: the code's hash in the
 frame, state across cells, the timeout's interrupt, and that a line forged on the result pipe by something an
 earlier cell left running does not end a later cell (under both watches).
