@@ -45,3 +45,22 @@ def kernel_command(
     loader = (kernel_files() if files is None else files)["loader.py"]
     stdin = token.encode() + b"\n" + package_bytes(files) + json.dumps(dict(start)).encode() + b"\n"
     return "python3", ("-I", "-u", "-c", loader), stdin
+
+
+def start_line_of(stdin: bytes) -> dict[str, Any] | None:
+    """The start line of a kernel's first stdin bytes as ``kernel_command`` made them, or None for anything else.
+
+    A driver that must know a kernel's language before it starts (the local driver binds that language's
+    program) reads it here, so the framing is parsed in the one module that writes it.
+    """
+    _token, _, rest = stdin.partition(b"\n")
+    header, _, rest = rest.partition(b"\n")
+    fields = header.split(b" ")
+    if len(fields) != 3 or fields[0] != HEADER:
+        return None
+    try:
+        size = int(fields[1])
+        start = json.loads(rest[size:].partition(b"\n")[0])
+    except ValueError:
+        return None
+    return start if isinstance(start, dict) else None

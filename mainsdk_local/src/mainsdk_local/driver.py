@@ -45,6 +45,7 @@ from mainsdk.driver import (
     SandboxError,
 )
 from mainsdk.hookspecs import hookimpl
+from mainsdk.kernel_start import start_line_of
 from mainsdk.plugins import DriverHookError
 from mainsdk_driverkit.host_tools import absolute_path
 from mainsdk_driverkit.node_sets import NODE_KERNEL_SETS, ensure_node_set
@@ -541,16 +542,12 @@ def _not_executable(box: LocalBox, program_name: str, executable: str) -> Sandbo
 
 
 def _kernel_language(command: Command) -> str | None:
-    """The cell language of a cell kernel's command (``mainsdk.cells``: the python kernel with its start line, a
-    JSON object naming the language, as the second line of its stdin), or None for any other command."""
+    """The cell language of a cell kernel's command (``mainsdk.kernel_start``: the python kernel whose stdin
+    carries its token, its package and a start line naming the language), or None for any other command."""
     if command.input is None or not command.stdin or _PROGRAM_LANGUAGE.get(command.program) != "python":
         return None
-    lines = command.stdin.split(b"\n", 2)
-    try:
-        start = json.loads(lines[1]) if len(lines) > 1 else None
-    except ValueError:
-        return None
-    language = start.get("language") if isinstance(start, dict) else None
+    start = start_line_of(command.stdin)
+    language = start.get("language") if start is not None else None
     return language if isinstance(language, str) else None
 
 
