@@ -43,6 +43,7 @@ from mainsdk.errors import SandboxError as SandboxError
 from mainsdk.errors import before_command as before_command
 from mainsdk.hosts import host_covered as host_covered
 from mainsdk.hosts import validate_host_pattern as validate_host_pattern
+from mainsdk.kernel_start import start_line_of as start_line_of
 from mainsdk.out_names import UnsafeName as UnsafeName
 from mainsdk.out_names import check_name as check_name
 from mainsdk.packages import canonical_name as canonical_name

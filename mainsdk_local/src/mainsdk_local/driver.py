@@ -43,9 +43,9 @@ from mainsdk.driver import (
     OutFile,
     OutputSink,
     SandboxError,
+    start_line_of,
 )
 from mainsdk.hookspecs import hookimpl
-from mainsdk.kernel_start import start_line_of
 from mainsdk.plugins import DriverHookError
 from mainsdk_driverkit.host_tools import absolute_path
 from mainsdk_driverkit.node_sets import NODE_KERNEL_SETS, ensure_node_set
