@@ -11,6 +11,7 @@ so a value sent anywhere but the rule's header (the command's environment, its l
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import socket
@@ -48,7 +49,11 @@ CONFIG = (
 # says what its environment holds. E2B's proxy ends TLS for the host with a CA envd appends to the system bundle
 # only (e2b-dev/infra packages/envd/internal/host/cacerts.go): each client must be pointed at that bundle.
 URL = f"https://{HOST}/data/2.5/weather?q=Paris&units=metric"
-WEATHER = "import os\nprint(sorted(os.environ))\n" + clients_code(URL)
+# Its second line: the value of each trust variable it was given (the command itself is recorded by its hash).
+WEATHER = (
+    "import os\nprint(sorted(os.environ))\n"
+    f"print(sorted({{n: os.environ.get(n) for n in {list(TRUST_VARIABLES)!r}}}.items()))\n" + clients_code(URL)
+)
 # E2B's base template (e2b-dev/E2B templates/base/e2b.Dockerfile: FROM python:3.11.6, node 20.9.0, curl) installs
 # no httpx and no requests of its own: requests is pip's vendored copy there (certifi's store, as pip uses it);
 # pip is 23.2.1, with the same store.
@@ -143,12 +148,7 @@ def test_the_weather_example_sends_the_key_to_e2bs_egress_and_never_into_the_san
     # What the code's environment holds (python's own LC_CTYPE coercion included): no key, no proxy setting, and
     # every client pointed at the bundle E2B adds its CA to.
     assert set(json.loads(names.replace("'", '"'))) == {"HOME", "LC_CTYPE", "PATH", *TRUST_VARIABLES}
-    start = [i for i in json.loads((CASSETTES / "the_weather_example.json").read_text())["interactions"]]
-    line = next(i for i in start if i["request"]["path"] == "/process.Process/Start")
-    assert all(
-        f"{n}={E2B_CA_BUNDLE}" in line["request"]["body"]["connect"][0]["json"]["process"]["args"][-1]
-        for n in TRUST_VARIABLES
-    )
+    assert ast.literal_eval(seen["stdout"].splitlines()[1]) == sorted((n, E2B_CA_BUNDLE) for n in TRUST_VARIABLES)
     assert SECRET not in seen["stdout"] and VALUE not in seen["stdout"] + seen["stderr"]
     [event] = [e for e in seen["events"] if e.kind == "run"]
     assert event.to_dict()["egress"] == [{"host": HOST, "header": "X-Api-Key", "secret": SECRET}]
