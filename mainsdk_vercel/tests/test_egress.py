@@ -53,8 +53,8 @@ CONFIG = (
 # system store and the box's own variables name it (see simulator.py ``Sandbox``), which the driver keeps.
 URL = f"https://{HOST}/data/2.5/weather?q=Paris&units=metric"
 # The default image (github vercel/sandbox images/universal/Dockerfile: Ubuntu, python3-pip, curl, Node 24) has no
-# httpx and no requests but Ubuntu pip's vendored copy; the simulator's python has no pip (as the legacy Amazon
-# Linux runtimes), so requests and httpx are the conformance suite's (from sandbox.packages, live).
+# httpx and no requests but pip's vendored copy (not an importable requests), so requests and httpx are the
+# conformance suite's (from sandbox.packages, live).
 IMAGE_CLIENTS = ("urllib", "curl", "node")
 WEATHER = "import os\nprint(sorted(os.environ))\n" + clients_code(URL, IMAGE_CLIENTS)
 # What Vercel sets for its clients in the sandbox (simulator.py TRUST_VARIABLES).
