@@ -12,6 +12,9 @@ import pytest
 
 pytest_plugins = ["mainsdk_conformance.plugin"]
 
+# The driver's own cassettes' fixture: replayed, authored through the stand-in, or recorded live (recording.py).
+from recording import own_cassette  # noqa: E402, F401
+
 
 @pytest.fixture(scope="session", autouse=True)
 def wheel_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

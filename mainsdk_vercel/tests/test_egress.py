@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +27,14 @@ from mainsdk import Sandbox, SandboxDeps, secret
 from mainsdk.audit import AuditEvent
 from mainsdk.config import load_config_text
 from mainsdk.driver import EgressHeader, EgressRule
-from mainsdk_conformance.cassette import authored_meta
-from mainsdk_conformance.profiles import VERCEL
-from mainsdk_conformance.replay import ReplayServer
 from mainsdk_conformance.suite._helpers import client_lines, clients_code
 from mainsdk_vercel.driver import vercel_injection_policy, vercel_network_policy
+from recording import AUTHOR_ENV, PROJECT, TEAM, TOKEN, OwnCassette
 
 from mainsdk_vercel import VercelDriver
 
 HERE = Path(__file__).parent
 CASSETTES = HERE / "cassettes" / "egress"
-PROJECT = "prj_conformance"
-TEAM = "team_conformance"
-TOKEN = "replay-token-not-a-secret"
 HOST = "api.openweathermap.org"
 SECRET = "OPENWEATHER_KEY"
 VALUE = "owm-7d1e0c5a9b-authoring"  # made up: the key the app holds, which the sandbox must never see
@@ -57,8 +53,8 @@ CONFIG = (
 # system store and the box's own variables name it (see simulator.py ``Sandbox``), which the driver keeps.
 URL = f"https://{HOST}/data/2.5/weather?q=Paris&units=metric"
 # The default image (github vercel/sandbox images/universal/Dockerfile: Ubuntu, python3-pip, curl, Node 24) has no
-# httpx and no requests but Ubuntu pip's vendored copy; the simulator's python has no pip (as the legacy Amazon
-# Linux runtimes), so requests and httpx are the conformance suite's (from sandbox.packages, live).
+# httpx and no requests but pip's vendored copy (not an importable requests), so requests and httpx are the
+# conformance suite's (from sandbox.packages, live).
 IMAGE_CLIENTS = ("urllib", "curl", "node")
 WEATHER = "import os\nprint(sorted(os.environ))\n" + clients_code(URL, IMAGE_CLIENTS)
 # What Vercel sets for its clients in the sandbox (simulator.py TRUST_VARIABLES).
@@ -75,18 +71,21 @@ def assert_every_client_reached(stdout: str) -> None:
         assert status == "200" and json.loads(body)["name"] == "Paris", (client, line)
 
 
-def _sandbox(server: ReplayServer, events: list[AuditEvent]) -> Sandbox:
-    driver = VercelDriver(token=TOKEN, project=PROJECT, team=TEAM, base_url=server.url("api"))
+def _sandbox(cassette: OwnCassette, events: list[AuditEvent]) -> Sandbox:
+    server = cassette.server
+    driver = VercelDriver(
+        token=cassette.token, project=cassette.project, team=cassette.team, base_url=server.url("api")
+    )
     deps = SandboxDeps(
         config=load_config_text(CONFIG), driver=driver, secret=NAMED.get, log=events.append, load_entrypoints=False
     )
     return Sandbox(deps)
 
 
-def the_weather_example(server: ReplayServer) -> dict[str, Any]:
+def the_weather_example(cassette: OwnCassette) -> dict[str, Any]:
     """One run of the weather code with the key added at the egress for the API's host alone."""
     events: list[AuditEvent] = []
-    sandbox = _sandbox(server, events)
+    sandbox = _sandbox(cassette, events)
     try:
         result = sandbox.run(WEATHER, network=[HOST], egress={HOST: {"headers": {"X-Api-Key": secret(SECRET)}}})
     finally:
@@ -94,10 +93,10 @@ def the_weather_example(server: ReplayServer) -> dict[str, Any]:
     return {"stdout": result.stdout, "stderr": result.stderr, "exit": result.exit_code, "events": events}
 
 
-def a_session_with_egress(server: ReplayServer) -> dict[str, Any]:
+def a_session_with_egress(cassette: OwnCassette) -> dict[str, Any]:
     """A session opened with the key at the egress: its one create carries the rule, for every command after."""
     events: list[AuditEvent] = []
-    sandbox = _sandbox(server, events)
+    sandbox = _sandbox(cassette, events)
     try:
         with sandbox.create(network=[HOST], egress={HOST: {"headers": {"X-Api-Key": secret(SECRET)}}}) as session:
             outputs = [session.run("python3", ["-c", WEATHER]).stdout, session.run("echo", ["second"]).stdout]
@@ -106,21 +105,25 @@ def a_session_with_egress(server: ReplayServer) -> dict[str, Any]:
     return {"outputs": outputs, "events": events}
 
 
-SCENARIOS = {"the_weather_example": the_weather_example, "a_session_with_egress": a_session_with_egress}
+AUTHORED_HOW = (
+    "recorded with tests/test_egress.py against tests/conformance/simulator.py (written from vercel-sandbox "
+    "0.10.0 and @vercel/sandbox, the policy held to validators.ts NetworkPolicyRequestValidator); the box's "
+    "python ran on this machine, its firewall (mainsdk_conformance.egress_standin) ending TLS for the "
+    "transform's host with a CA in the system bundle the sandbox's variables name, and answering as "
+    "api.openweathermap.org answers a valid key; the egress header's value scrubbed by name"
+)
 
 
 def test_the_weather_example_sends_the_key_to_vercels_firewall_and_never_into_the_sandbox(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, own_cassette: Callable[..., OwnCassette]
 ) -> None:
     caplog.set_level(logging.DEBUG)  # every logger, the SDK's and httpx's included
-    path = CASSETTES / "the_weather_example.json"
-    server = ReplayServer.replayer(VERCEL, path, named=NAMED)
-    server.start()
+    cassette = own_cassette(CASSETTES / "the_weather_example.json", named=NAMED, how=AUTHORED_HOW)
     try:
-        seen = the_weather_example(server)
+        seen = the_weather_example(cassette)
     finally:
-        server.stop()
-    assert server.problems(final=True) == []  # every request as recorded: the value in the rule, nowhere else
+        problems = cassette.stop()
+    assert problems == []  # every request as recorded: the value in the rule, nowhere else
     assert not [r for r in caplog.records if VALUE in r.getMessage()]  # no log line holds it
     names = seen["stdout"].splitlines()[0]
     assert seen["exit"] == 0, seen["stderr"]
@@ -131,7 +134,7 @@ def test_the_weather_example_sends_the_key_to_vercels_firewall_and_never_into_th
     assert event.to_dict()["egress"] == [{"host": HOST, "header": "X-Api-Key", "secret": SECRET}]
     assert event.network_policy == {"allow": {HOST: []}}  # audited without the headers
     assert all(VALUE not in json.dumps(e.to_dict(), default=str) for e in seen["events"])
-    text = path.read_text()
+    text = cassette.path.read_text()  # as replayed, or as just recorded
     assert VALUE not in text and text.count(MARK) == 1
     data = json.loads(text)
     [create] = [i for i in data["interactions"] if i["request"]["path"] == "/v3/sandboxes"]
@@ -142,20 +145,20 @@ def test_the_weather_example_sends_the_key_to_vercels_firewall_and_never_into_th
     assert readback["injectionRules"] == [{"domain": HOST, "headerNames": ["X-Api-Key"]}]
 
 
-def test_a_session_gets_the_rule_once_at_its_create_and_every_command_the_header() -> None:
-    path = CASSETTES / "a_session_with_egress.json"
-    server = ReplayServer.replayer(VERCEL, path, named=NAMED)
-    server.start()
+def test_a_session_gets_the_rule_once_at_its_create_and_every_command_the_header(
+    own_cassette: Callable[..., OwnCassette],
+) -> None:
+    cassette = own_cassette(CASSETTES / "a_session_with_egress.json", named=NAMED, how=AUTHORED_HOW)
     try:
-        seen = a_session_with_egress(server)
+        seen = a_session_with_egress(cassette)
     finally:
-        server.stop()
-    assert server.problems(final=True) == []  # one create with the rule; each command as recorded, without the value
+        problems = cassette.stop()
+    assert problems == []  # one create with the rule; each command as recorded, without the value
     assert_every_client_reached(seen["outputs"][0])
     assert seen["outputs"][1] == "second\n"
     commands = [e for e in seen["events"] if e.kind == "command"]
     assert len(commands) == 2 and all(e.egress == ((HOST, "X-Api-Key", SECRET),) for e in commands)
-    text = path.read_text()
+    text = cassette.path.read_text()
     assert VALUE not in text and text.count(MARK) == 1
     assert [i["request"]["path"] for i in json.loads(text)["interactions"]].count("/v3/sandboxes") == 1
 
@@ -178,38 +181,19 @@ def test_the_policy_gives_each_host_one_transform_and_keeps_the_others() -> None
     assert driver.mainsdk_driver_capabilities().egress_headers is True
 
 
-def author() -> None:
-    """Record each scenario through the simulator: every line is what the box printed, nothing set by hand."""
+def author() -> int:
+    """Record each test's cassette through the simulator (``recording.py``): every line is what the box printed."""
     sys.path.insert(0, str(HERE / "conformance"))
-    for name, scenario in SCENARIOS.items():
-        _author(name, scenario)
-
-
-def _author(name: str, scenario: Any) -> None:
     sim = importlib.import_module("simulator").Simulator(token=TOKEN)
     sim.start()
-    path = CASSETTES / f"{name}.json"
-    server = ReplayServer.recorder(VERCEL, path, upstreams={"api": sim.url}, named=NAMED)
-    server.start()
+    os.environ[AUTHOR_ENV] = sim.url
     try:
-        seen = scenario(server)
-        print(name, seen.get("stdout", seen.get("outputs")))
+        return int(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "-k", "weather_example or session_gets"]))
     finally:
-        server.stop()
         sim.stop()
-    server.save()
-    data = json.loads(path.read_text())
-    how = (
-        "recorded with tests/test_egress.py against tests/conformance/simulator.py (written from vercel-sandbox "
-        "0.10.0 and @vercel/sandbox, the policy held to validators.ts NetworkPolicyRequestValidator); the box's "
-        "python ran on this machine, its firewall (mainsdk_conformance.egress_standin) ending TLS for the "
-        "transform's host with a CA in the system bundle the sandbox's variables name, and answering as "
-        "api.openweathermap.org answers a valid key; the egress header's value scrubbed by name"
-    )
-    data["meta"] = authored_meta(data["meta"], test=path.stem, how=how)
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        os.environ.pop(AUTHOR_ENV, None)
 
 
 if __name__ == "__main__" and "--author" in sys.argv:
     os.environ.pop("VERCEL_TOKEN", None)
-    author()
+    sys.exit(author())

@@ -112,7 +112,7 @@ def test_the_stand_in_keeps_the_stdin_endpoints_rules(standin: Any) -> None:
     )  # read until running
 
     def start(attach: bool, script: str) -> str:
-        body = {"command": "bash", "args": ["-c", script], "cwd": "/vercel/sandbox", "attachStdin": attach}
+        body = {"command": "bash", "args": ["-c", script], "attachStdin": attach}  # in the image's WORKDIR
         return str(post(f"/v2/sandboxes/sessions/{session}/cmd", body).json()["command"]["id"])
 
     def stdin(cmd: str, **body: Any) -> httpx.Response:

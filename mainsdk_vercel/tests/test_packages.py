@@ -10,9 +10,10 @@ environment (``MadeWheels`` stands for the app-side download, which core's own t
 pandas and matplotlib are 14 real wheels (50 MB) that no test can make: those two tests download them from
 the package index with the app's pip (``mainsdk_driverkit.wheelhouse``) and say so when it cannot be reached.
 
-Authored, never recorded: ``python mainsdk_vercel/tests/conformance/author.py --packages`` runs this module
-against the stand-in (``simulator.py``), whose box Python has no pip: pypa's installer (shipped by the driver
-as a zip), the box's python and the code really ran there (the PNGs are matplotlib's own output on this machine).
+Authored: ``python mainsdk_vercel/tests/conformance/author.py --packages`` runs this module against the
+stand-in (``simulator.py``): pypa's installer (shipped by the driver as a zip), the box's python and the code
+really ran there (the PNGs are matplotlib's own output on this machine). Recorded live as the conformance
+suite's cassettes are (``--conformance-record``, ``recording.py``), which re-checks every one of them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import socket
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,6 @@ from mainsdk.driver import KERNEL_PACKAGES
 from mainsdk.errors import INVALID_OPTION
 from mainsdk.rich import CHART_MIME, DATAFRAME_MIME
 from mainsdk_conformance.plugin import seeded_cell_tokens
-from mainsdk_conformance.profiles import VERCEL
-from mainsdk_conformance.replay import ReplayServer
 from mainsdk_driverkit.wheelhouse import Wheelhouse, WheelSet, failure_message, wheels_key
 from mainsdk_vercel.driver import VercelBox
 from mainsdk_vercel.packages import (
@@ -55,18 +54,16 @@ from mainsdk_vercel.packages import (
     installer_zip,
     kernel_python_problem,
 )
+from recording import AUTHOR_ENV, OwnCassette
 
 from mainsdk_vercel import VercelDriver
 
 CASSETTES = Path(__file__).parent / "cassettes" / "packages"
-PROJECT = "prj_conformance"
-TEAM = "team_conformance"
-TOKEN = "replay-token-not-a-secret"
-# Set by author.py --packages to the stand-in's URL: the tests then record their cassettes through it.
-AUTHOR_ENV = "MAINSDK_VERCEL_AUTHOR_PACKAGES"
+# Set by author.py --packages to the stand-in's URL: the tests then record their cassettes through it
+# (recording.py; ``--conformance-record`` records them live, as the conformance suite's).
 AUTHORED_HOW = (
     "recorded with tests/test_packages.py against tests/conformance/simulator.py (written from vercel-sandbox "
-    "0.10.0 and @vercel/sandbox); the box's python (no pip) and pypa's installer (shipped as a zip) really ran "
+    "0.10.0 and @vercel/sandbox); the box's python and pypa's installer (shipped as a zip) really ran "
     "on this machine, so outputs (and PNGs) are their own; wheel uploads are stored by sha256 and size"
 )
 DEMO = "mainsdk-demo==1.0"  # made here, with its dependency mainsdk-demo-dep 2.0 and a console script
@@ -198,19 +195,19 @@ class MadeWheels:
 
 
 class Harness:
-    """A replay server on one cassette (a recorder through the stand-in when authoring) and a sandbox on it."""
+    """A replay server on one cassette (a recorder through the stand-in, or to Vercel, when recording: ``recording``)
+    and a sandbox on it."""
 
-    def __init__(self, name: str, text: str, wheelhouse: Any) -> None:
-        path = CASSETTES / f"{name}.json"
-        upstream = os.environ.get(AUTHOR_ENV)
-        if upstream:
-            self.server = ReplayServer.recorder(VERCEL, path, upstreams={"api": upstream})
-        else:
-            self.server = ReplayServer.replayer(VERCEL, path)
-        self.server.start()
+    def __init__(self, cassette: OwnCassette, text: str, wheelhouse: Any) -> None:
+        self.cassette = cassette
+        self.server = cassette.server
         self.wheelhouse = wheelhouse
         self.driver = VercelDriver(
-            token=TOKEN, project=PROJECT, team=TEAM, base_url=self.server.url("api"), wheelhouse=self.wheelhouse
+            token=cassette.token,
+            project=cassette.project,
+            team=cassette.team,
+            base_url=self.server.url("api"),
+            wheelhouse=self.wheelhouse,
         )
         self.sandbox = Sandbox(SandboxDeps(config=load_config_text(text), driver=self.driver, load_entrypoints=False))
 
@@ -222,15 +219,9 @@ class Harness:
             for r in self.server.received[start:]
         ]
 
-    def close(self, passed: bool) -> list[str]:
+    def close(self) -> list[str]:
         self.sandbox.close()
-        self.server.stop()
-        if self.server.recording:
-            if passed:
-                self.server.cassette.meta["how"] = AUTHORED_HOW
-                self.server.save()
-            return []
-        return self.server.problems(final=True)
+        return self.cassette.stop()
 
 
 def _index_reachable() -> str | None:
@@ -249,7 +240,7 @@ def index_wheels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     """The app's real wheelhouse, downloading from the package index: only the chart needs it (50 MB of wheels
     no test can make). Kept in pytest's cache folder when there is one, as an app keeps ~/.cache/mainsdk/wheels."""
     why = _index_reachable()
-    if why is not None and not os.environ.get(AUTHOR_ENV):
+    if why is not None and not os.environ.get(AUTHOR_ENV) and not request.config.getoption("conformance_record"):
         pytest.skip(f"{why}: this test installs 14 real wheels (pandas, matplotlib) fetched from it")
     cache = getattr(request.config, "cache", None)
     root = Path(cache.mkdir("mainsdk-vercel-wheels")) if cache is not None else tmp_path_factory.mktemp("wheels")
@@ -271,19 +262,17 @@ def made_wheels(tmp_path: Path) -> MadeWheels:
 
 
 @pytest.fixture
-def harness(request: pytest.FixtureRequest) -> Iterator[Any]:
+def harness(request: pytest.FixtureRequest, own_cassette: Callable[..., OwnCassette]) -> Iterator[Any]:
     opened: list[Harness] = []
 
     def make(name: str, text: str, wheelhouse: Any) -> Harness:
-        built = Harness(name, text, wheelhouse)
+        built = Harness(own_cassette(CASSETTES / f"{name}.json", how=AUTHORED_HOW), text, wheelhouse)
         opened.append(built)
         return built
 
-    failed_before = request.session.testsfailed
     with seeded_cell_tokens(request.node.name):  # cells' tokens as when the cassette was authored
         yield make
-    passed = request.session.testsfailed == failed_before  # the call's report is counted before teardown
-    problems = [p for h in opened for p in h.close(passed)]
+    problems = [p for h in opened for p in h.close()]  # a recording is kept at the end if the test passed
     assert problems == [], "\n".join(problems)
 
 
@@ -630,7 +619,11 @@ def test_each_session_gets_the_kernels_ipython_in_a_folder_of_its_own_from_wheel
 def test_an_image_python_older_than_3_11_cannot_take_the_kernels_set() -> None:
     old = BoxPython(version="3.9", glibc="2.34")  # Amazon Linux 2023's python3 (the legacy runtimes)
     problem = kernel_python_problem(old)
-    assert problem is not None and "python 3.9" in problem and "sandbox.vercel.runtime" in problem
+    assert (
+        problem is not None
+        and "python 3.9" in problem
+        and "sandbox.vercel.image: vercel/sandbox/python:3.14" in problem
+    )
     assert kernel_python_problem(BoxPython(version="3.13", glibc="2.34")) is None
 
 

@@ -109,3 +109,24 @@ def test_a_malformed_id_never_reaches_the_provider(standin: Any) -> None:
         assert [r for r in standin.requests if r["path"].startswith("/v2/sandboxes/mainsdk")] == []
     finally:
         a.close()
+
+
+def test_a_take_over_never_shortens_the_end_its_opener_extended(standin: Any) -> None:
+    """README "A take-over": the taking worker extends (``extend-timeout`` adds to the timeout), never sets an end."""
+    a = sandbox_for(standin, "acme")
+    try:
+        session = a.create()
+        sandbox = next(iter(standin.sandboxes.values()))
+        sandbox.body["timeout"] = 40 * 60_000  # the opener extended it near the plan's cap (45 min on Hobby)
+        before = sandbox.body["timeout"]
+        session.write("shared.txt", "from-a\n")
+        assert worker(standin, "acme", session.id) == {"stdout": "from-a\n", "exit_code": 0}
+        assert sandbox.body["timeout"] >= before  # the take-over's first use extended it, or left it
+        # Only ever additions, and none past the plan's cap (which Vercel refuses: the take-over would fail).
+        asked = [json.loads(r["body"]) for r in standin.requests if r["path"].endswith("/extend-timeout")]
+        assert all(body["duration"] > 0 for body in asked)
+        assert sandbox.body["timeout"] <= standin.max_duration * 1000
+        assert not [r for r in standin.requests if r["path"].endswith(("/timeout", "/set-timeout"))]
+        session.close()
+    finally:
+        a.close()

@@ -118,25 +118,23 @@ def theirs() -> Iterator[dict[str, list[dict[str, Any]]]]:
                 network_policy=NetworkPolicy.deny_all(),
             )
             await sandbox.fs.write_bytes(f"{ROOT}/work/a.txt", b"hello")
-            done = await sandbox.run_process("bash", ["-c", "echo ran"], cwd=ROOT, env={"A": "1"}, capture_output=True)
+            done = await sandbox.run_process("bash", ["-c", "echo ran"], env={"A": "1"}, capture_output=True)
             assert (done.returncode, done.stdout) == (0, "ran\n")
-            started = await sandbox.create_process("bash", ["-c", "echo started; sleep 30"], cwd=ROOT, env={"A": "1"})
+            started = await sandbox.create_process("bash", ["-c", "echo started; sleep 30"], env={"A": "1"})
             assert started.stdout is not None
             first = await started.stdout.readline()
             assert first == "started\n"
             await started.send_signal(15)
             await started.wait()
             # A live stdin: started with it attached, written while it runs, then closed.
-            cat = await sandbox.create_process("bash", ["-c", "cat"], cwd=ROOT, env={"A": "1"}, stdin=subprocess.PIPE)
+            cat = await sandbox.create_process("bash", ["-c", "cat"], env={"A": "1"}, stdin=subprocess.PIPE)
             assert cat.stdin is not None and cat.stdout is not None
             await cat.stdin.send(b"fed\n")
             assert await cat.stdout.readline() == "fed\n"
             await cat.stdin.aclose()
             await cat.wait()
             # The same, waited on with its output in one stream, as our driver runs every command.
-            fed = await sandbox.run_process(
-                "bash", ["-c", "cat"], cwd=ROOT, env={"A": "1"}, input=b"fed\n", capture_output=True
-            )
+            fed = await sandbox.run_process("bash", ["-c", "cat"], env={"A": "1"}, input=b"fed\n", capture_output=True)
             assert (fed.returncode, fed.stdout) == (0, "fed\n")
             assert await sandbox.fs.read_bytes(f"{ROOT}/work/a.txt") == b"hello"
             await sandbox.extend_execution_time_limit(60)
@@ -219,8 +217,11 @@ def test_our_requests_agree_with_vercels_client(name: str, theirs: dict[str, lis
             headers = {k.lower(): v for k, v in (request.get("headers") or {}).items()}
             assert headers.get("content-type") == reference["headers"]["content-type"] == "application/gzip", where
             members = request["body"]["targz"]
-            assert all(m["name"].startswith(("work/", ".mainsdk/")) for m in members), where
-            assert posixpath.isabs(headers["x-cwd"]) and posixpath.isabs(reference["headers"]["x-cwd"]), where
+            # Absolute names under x-cwd "/" (as session.ts writes them), in the driver's folders only.
+            assert all(m["name"].startswith(("vercel/sandbox/work/", "vercel/sandbox/.mainsdk/")) for m in members), (
+                where
+            )
+            assert headers["x-cwd"] == reference["headers"]["x-cwd"] == "/", where
         else:
             assert shape(ours) == shape(their_body), where
     assert checked, f"no cassette holds a {name} request"
@@ -326,12 +327,13 @@ def test_vercels_client_reads_the_simulators_injection_readback_as_names_only() 
 
 
 def test_the_written_files_land_where_vercels_client_puts_them(theirs: dict[str, list[dict[str, Any]]]) -> None:
-    from mainsdk_vercel.driver import _targz
+    from mainsdk_vercel._archive import UPLOAD_CWD, upload
 
     reference = theirs["write"][0]
     their_paths = tar_paths(reference["body"], reference["headers"]["x-cwd"])
-    ours = tar_paths(_targz({"work/a.txt": b"hello"}, ()), ROOT)
+    ours = tar_paths(upload({f"{ROOT}/work/a.txt": b"hello"}), UPLOAD_CWD)
     assert ours == their_paths == [f"{ROOT}/work/a.txt"]
+    assert reference["headers"]["x-cwd"] == UPLOAD_CWD  # "/": names absolute, as our driver sends them
 
 
 def test_extend_timeout_is_the_request_vercels_client_sends(theirs: dict[str, list[dict[str, Any]]]) -> None:

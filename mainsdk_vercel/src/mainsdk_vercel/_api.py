@@ -4,6 +4,11 @@ Every failure becomes ``SandboxError(DRIVER_UNAVAILABLE)`` (MAIN-SANDBOX-0006,
 503, retryable) carrying Vercel's status, code and message, and never the
 token: messages are built from the answer's body, and the token is scrubbed
 from them all the same, in case a proxy echoes a header back.
+
+What httpx raises (and a stream's line that is not JSON) becomes a ``VercelError`` at one place,
+``VercelApi.errors``, as httpx maps httpcore's exceptions at one place (``httpx._transports.default``,
+``map_httpcore_exceptions``): every request and every stream, and the reading of a stream's answer, pass
+through it, and nothing else in the driver catches an httpx exception.
 """
 
 from __future__ import annotations
@@ -12,8 +17,8 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
@@ -45,10 +50,15 @@ INVALID_TOKEN = "the token is not valid (revoked, expired or mistyped); check th
 class VercelError(SandboxError):
     """MAIN-SANDBOX-0006 from a Vercel request, with Vercel's own status and error code (None when absent)."""
 
-    def __init__(self, message: str, vercel_status: int | None, vercel_code: str | None = None) -> None:
+    def __init__(
+        self, message: str, vercel_status: int | None, vercel_code: str | None = None, *, broken: bool = False
+    ) -> None:
         super().__init__(DRIVER_UNAVAILABLE, message, status=503, retryable=True)
         self.vercel_status = vercel_status
         self.vercel_code = vercel_code
+        # No answer from Vercel: the connection failed, or a stream broke (or held a line that is not JSON)
+        # on the way. Only such a failure is retried or followed; an answer is Vercel's word.
+        self.broken = broken
 
 
 class NotFound(VercelError):
@@ -107,7 +117,24 @@ class VercelApi:
         """``text`` with the token replaced, for messages."""
         return text.replace(self._token, "[token]") if self._token else text
 
-    def error(self, what: str, status: int | None, body: bytes = b"", cause: str = "") -> VercelError:
+    @contextmanager
+    def errors(self, what: str) -> Iterator[None]:
+        """The driver's one boundary for provider errors: httpx's failures as a broken ``VercelError``.
+
+        Around every request and stream (and so around the reading of a stream's answer, which runs inside
+        ``stream``): a network failure is ``network: <httpx exception>``, a stream line that is not JSON
+        ``the stream broke``; both ``broken``. A ``VercelError`` passes as it is.
+        """
+        try:
+            yield
+        except httpx.TransportError as exc:
+            raise self.error(what, None, cause=f"network: {type(exc).__name__}", broken=True) from None
+        except json.JSONDecodeError:
+            raise self.error(what, None, cause="the stream broke: a line is not JSON", broken=True) from None
+
+    def error(
+        self, what: str, status: int | None, body: bytes = b"", cause: str = "", *, broken: bool = False
+    ) -> VercelError:
         """The MAIN-SANDBOX-0006 for a failed request: Vercel's status, code and message, and why."""
         detail = cause
         code: str | None = None
@@ -130,7 +157,7 @@ class VercelApi:
         head = f"Vercel Sandbox {what} failed" + (f" with {status}" if status else "")
         message = self.clean(f"{head}: {reason}" + (f" ({detail})" if detail else ""))
         cls = NotFound if status == 404 else VercelError
-        return cls(message, status, code)
+        return cls(message, status, code, broken=broken)
 
     async def request(
         self,
@@ -153,19 +180,20 @@ class VercelApi:
         for attempt in range(ATTEMPTS):
             last = attempt == ATTEMPTS - 1
             try:
-                answer = await self._http().request(
-                    method,
-                    self._url(path),
-                    params={**self._params(), **(query or {})},
-                    json=json_body,
-                    content=content,
-                    headers=self._headers(headers),
-                )
-            except httpx.TransportError as exc:
-                if idempotent and not last:
+                with self.errors(what):
+                    answer = await self._http().request(
+                        method,
+                        self._url(path),
+                        params={**self._params(), **(query or {})},
+                        json=json_body,
+                        content=content,
+                        headers=self._headers(headers),
+                    )
+            except VercelError as exc:
+                if exc.broken and idempotent and not last:
                     await asyncio.sleep(_backoff(attempt))
                     continue
-                raise self.error(what, None, cause=f"network: {type(exc).__name__}") from None
+                raise
             if answer.is_success:
                 return answer
             wait = _retry_wait(answer, attempt, idempotent)
@@ -196,10 +224,11 @@ class VercelApi:
     ) -> AsyncIterator[httpx.Response]:
         """An answer to read as it comes, with no read timeout (logs, a command run with ``wait``). 2xx heads only.
 
-        Sent once: a stream is a command's run or its logs, never retried here.
+        Sent once: a stream is a command's run or its logs, never retried here. What breaks while the caller
+        reads it comes out of ``errors`` too: the caller reads inside this context.
         """
         for attempt in range(ATTEMPTS):
-            try:
+            with self.errors(what):
                 async with self._http().stream(
                     method,
                     self._url(path),
@@ -217,8 +246,6 @@ class VercelApi:
                     else:
                         yield answer
                         return
-            except httpx.TransportError as exc:
-                raise self.error(what, None, cause=f"network: {type(exc).__name__}") from None
             log.info("Vercel Sandbox %s answered 429; retrying in %.1fs", what, wait)
             await asyncio.sleep(wait)
 

@@ -7,6 +7,8 @@ from typing import Any
 import attrs
 from mainsdk.driver import Credential, parse_duration
 
+from mainsdk_vercel._images import image_problem
+
 __all__ = ["PLAN_MAX_DURATION", "VercelConfig"]
 
 # The longest a sandbox session may live, from its start, per Vercel plan (seconds): 45 minutes on Hobby, 24 hours
@@ -31,18 +33,27 @@ def _duration(instance: Any, attribute: Any, value: str | None) -> None:
 
 @attrs.frozen
 class VercelConfig:
-    """``sandbox.vercel``: the token (a secret reference core resolves), project, team, runtime image and plan.
+    """``sandbox.vercel``: the token (a secret reference core resolves), project, team, image and plan.
 
-    ``plan`` sets the longest a session may live (``PLAN_MAX_DURATION``); ``max_duration`` (``"45m"``, ``"5h"``)
-    overrides it, for a contract with another figure.
+    ``image`` is the image a sandbox starts from (``vercel/sandbox/python:3.14``, a repository of the project's own
+    registry; none: Vercel's universal image); ``runtime`` is its older name, and a legacy runtime's name
+    (``python3.13``) in either is sent as that runtime (``_images.create_request``). ``plan`` sets the longest a
+    session may live (``PLAN_MAX_DURATION``); ``max_duration`` (``"45m"``, ``"5h"``) overrides it, for a contract
+    with another figure.
     """
 
     token: Credential = attrs.field(default=Credential.named("VERCEL_TOKEN"))
     project: str | None = None
     team: str | None = None
     runtime: str | None = None
+    image: str | None = None
     plan: str = attrs.field(default="hobby", validator=_plan)
     max_duration: str | None = attrs.field(default=None, validator=_duration)
+
+    def __attrs_post_init__(self) -> None:
+        problem = image_problem(self.image, self.runtime)
+        if problem is not None:
+            raise ValueError(problem)
 
     @property
     def session_cap(self) -> float:

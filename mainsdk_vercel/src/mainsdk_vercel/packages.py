@@ -29,6 +29,8 @@ import attrs
 import installer
 from mainsdk_driverkit.wheelhouse import manylinux_platforms
 
+from mainsdk_vercel._images import NO_PYTHON_ADVICE
+
 OLDEST_GLIBC_MINOR = 17  # manylinux2014, the oldest tag wheels of current packages carry
 
 # Run in the box as ``python3 -I -c PROBE``: what pip needs to pick wheels for it (PEP 425 tags' parts).
@@ -46,7 +48,7 @@ PROBE = (
 # and imported from it by the box's ``python3``. The image's Python may have no pip: Vercel's default image
 # (``vercel/sandbox/universal``, github vercel/sandbox ``images/universal/Dockerfile``: Ubuntu with python3.14
 # and python3-pip) has one, but the legacy runtimes are Amazon Linux 2023 (docs "System Specifications"), whose
-# system python3 (3.9) ships without pip, and an image named by ``sandbox.vercel.runtime`` may have none.
+# system python3 (3.9) ships without pip, and an image named by ``sandbox.vercel.image`` may have none.
 # installer 0.7 is pinned (pyproject.toml): 1.0 and later need Python 3.10.
 INSTALLER_ZIP = "installer.zip"  # its name in the uploaded wheel folder, removed with it after the install
 
@@ -294,5 +296,5 @@ def kernel_python_problem(box_python: BoxPython) -> str | None:
         return None
     return (
         f"{box_python.describe()} cannot run the cells' IPython (ipython 9 needs CPython >= 3.11): choose an image "
-        "whose python3 is 3.11 or later (sandbox.vercel.runtime)"
+        f"whose python3 is 3.11 or later ({NO_PYTHON_ADVICE})"
     )

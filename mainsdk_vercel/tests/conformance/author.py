@@ -36,6 +36,9 @@ from mainsdk_vercel.packages import KERNEL_INSTALL  # noqa: E402
 _conftest = importlib.import_module("conftest")
 PROJECT: str = _conftest.PROJECT
 TEAM: str = _conftest.TEAM
+sys.path.insert(0, str(HERE.parent))
+_recording = importlib.import_module("recording")  # the driver's own cassettes' record mode
+AUTHOR_ENV: str = _recording.AUTHOR_ENV
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -221,6 +224,12 @@ REWRAPPED = (
 )
 
 
+UNCWD = (
+    "request: each command without cwd, as driver.py sends it now (it starts in the image's WORKDIR and the "
+    "wrapper goes to its folder); the answer is as authored"
+)
+
+
 def _rewrap(data: dict[str, Any]) -> None:
     """Put the driver's current ``WRAPPER`` in a kept cassette's commands (and the answers that echo them).
 
@@ -250,6 +259,17 @@ def _rewrap(data: dict[str, Any]) -> None:
             fix(answer["command"].get("args"))
     if changed:
         mark_edited(data["meta"], REWRAPPED)
+    # A command is sent with no cwd now (the image's WORKDIR: no managed image has /vercel/sandbox, which the
+    # wrapper makes): a kept cassette's commands are brought up to date the same way.
+    moved = False
+    for interaction in data["interactions"]:
+        request = interaction["request"]
+        body = (request.get("body") or {}).get("json")
+        if request["method"] == "POST" and _CMD.match(request["path"]) and isinstance(body, dict) and "cwd" in body:
+            del body["cwd"]
+            moved = True
+    if moved:
+        mark_edited(data["meta"], UNCWD)
 
 
 def _pace(data: dict[str, Any], durations: dict[str, float]) -> None:
@@ -545,19 +565,31 @@ def record_packages() -> int:
     # The token test_packages.py replays with (not a secret): the stand-in takes it.
     sim = importlib.import_module("simulator").Simulator(token="replay-token-not-a-secret")
     sim.start()
-    os.environ["MAINSDK_VERCEL_AUTHOR_PACKAGES"] = sim.url
+    os.environ[AUTHOR_ENV] = sim.url
     args = [a for a in sys.argv[1:] if a != "--packages"]
     try:
         status = int(pytest.main([str(HERE.parent / "test_packages.py"), "-q", *args]))
     finally:
         sim.stop()
-        os.environ.pop("MAINSDK_VERCEL_AUTHOR_PACKAGES", None)
-    for path in sorted((HERE.parent / "cassettes" / "packages").glob("*.json")):
+        os.environ.pop(AUTHOR_ENV, None)
+    _finish_packages()
+    return status
+
+
+def _finish_packages() -> None:
+    for path in sorted((OWN / "packages").glob("*.json")):
         data = _load(path)
         _hold_abandoned_streams(data)
         _unpace(data)
         _save(path, data)
-    return status
+
+
+def finish_own() -> None:
+    """After a live recording of the driver's own cassettes (recording.py): placeholders back, installs unpaced."""
+    changed = _recording.finish_own(OWN, os.environ.get("VERCEL_PROJECT_ID"), os.environ.get("VERCEL_TEAM_ID"))
+    for path in changed:
+        print("placeholders put back:", path.relative_to(HERE.parent))
+    _finish_packages()
 
 
 UNPACED = "pace: each frame's arrival time (at) dropped, so the install does not make the replay wait; order kept"
@@ -581,6 +613,7 @@ if __name__ == "__main__":
         sys.exit(record_packages())
     if "--finish" in sys.argv:
         finish(simulated=False)
+        finish_own()
     else:
         _, durations = record()
         finish(simulated=True, durations=durations)

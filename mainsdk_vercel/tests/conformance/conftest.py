@@ -86,6 +86,7 @@ def conformance_target(conformance_replay: Any, request: pytest.FixtureRequest) 
         driver=build,
         unavailable=unavailable,
         config={"sandbox": {"vercel": {"project": project, "team": team}}},
-        # What a Vercel command's environment holds before ours: the runtime's PATH and HOME.
-        baseline_env=frozenset({"PATH", "HOME", "LC_CTYPE"}),
+        # What a Vercel command's environment holds before ours: the image's PATH, HOME and LANG (github
+        # vercel/sandbox images/ubuntu/Dockerfile ``ENV LANG=C.UTF-8``).
+        baseline_env=frozenset({"PATH", "HOME", "LANG", "LC_CTYPE"}),
     )

@@ -25,8 +25,20 @@ everything the sandbox ran. A wrong token is answered as Vercel's
 API does: 403 with ``invalidToken`` (providers.md, checked 2026-11-30).
 
 Commands run as plain host processes in a private temporary folder standing
-for ``/vercel`` (the image user's home, ``/vercel/sandbox`` in it), in their own mount namespace with the
-sandbox's own ``/tmp`` and ``/opt/mainsdk`` (the host's files are not the VM's). Not a sandbox: test code only.
+for ``/vercel``, in their own mount namespace with the sandbox's own ``/tmp`` and ``/opt/mainsdk`` (the host's
+files are not the VM's). Not a sandbox: test code only.
+
+The box is laid out as the image it stands for (``IMAGES``; github vercel/sandbox at 81d725b7,
+``images/ubuntu/Dockerfile``, ``images/universal/Dockerfile``, ``images/python/Dockerfile``,
+``images/node/Dockerfile``): ``HOME=/vercel`` and ``WORKDIR /vercel``, owned by the image's user, with
+nothing in it; no ``/vercel/sandbox`` (only the legacy runtimes, ``POST /v2/sandboxes`` with a ``runtime``,
+start there: docs "System Specifications"; the official mock still models them,
+``packages/vercel-sandbox-mock/src/server/mock-server.ts`` ``DEFAULT_CWD``); ``LANG=C.UTF-8``; ``sudo`` that
+asks no password and keeps the environment (``ubuntu ALL=(ALL) NOPASSWD:ALL``, ``Defaults !env_reset``);
+``python``/``python3`` with ``pip`` where the image has them (universal, python), ``node`` where it has it
+(universal, node). What it cannot be: the interpreters are this machine's (the images have Python 3.14 and
+Node 24; the probe says which, so cassettes stay true to what ran), there is no ``uv`` unless this machine has
+one, and commands run as this machine's user, not ``ubuntu``.
 """
 
 from __future__ import annotations
@@ -52,11 +64,49 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-ROOT = "/vercel/sandbox"
-# HOME is the image's own (the driver gives none): ``/vercel`` in the default image, whose user ubuntu has it
-# as home and owns it, /vercel/sandbox inside it (github vercel/sandbox, images/ubuntu/Dockerfile: ``usermod
-# --home /vercel ubuntu``, ``ENV HOME=/vercel``); /home/vercel-sandbox in the legacy Amazon Linux runtimes
-# (images/runtime-base/Dockerfile: ``useradd -m ... vercel-sandbox``). The stand-in's is its folder for /vercel.
+TOP = "/vercel"
+# HOME and WORKDIR of every managed image (the driver gives neither): ``/vercel``, owned by the image's user
+# ubuntu (github vercel/sandbox, images/ubuntu/Dockerfile: ``install -d -o ubuntu -g ubuntu /vercel``, ``usermod
+# --home /vercel ubuntu``, ``ENV HOME=/vercel``, ``WORKDIR /vercel``; images/universal/Dockerfile the same at
+# its end). Nothing in an image creates /vercel/sandbox: only the legacy runtimes' sessions start there
+# (``LEGACY_CWD``). The stand-in's /vercel is a folder of its own; only paths under it reach the box's disk.
+LEGACY_CWD = "/vercel/sandbox"
+# The managed images (github vercel/sandbox ``packages/vercel-sandbox/src/constants.ts`` ``ManagedImage``,
+# ``images/README.md``, ``images/docker-bake.hcl``: published as ``vcr.vercel.com/vercel/sandbox/<name>``) and what
+# each has of the interpreters the stand-in can give: universal has Python 3.14 with pip and uv, and Node 24;
+# python:3.14 Python with pip and uv; node:N Node and no Python; ubuntu and arch neither. A v3 create with no
+# ``image`` gets universal (``sandbox.ts``: "If omitted, the sandbox uses vercel/sandbox/universal:latest").
+IMAGES: dict[str, frozenset[str]] = {
+    "universal": frozenset({"python", "node"}),
+    "python:3.14": frozenset({"python"}),
+    "node:22": frozenset({"node"}),
+    "node:24": frozenset({"node"}),
+    "node:26": frozenset({"node"}),
+    "ubuntu": frozenset(),
+    "arch": frozenset(),
+}
+DEFAULT_IMAGE = "universal"
+# The legacy runtimes (``constants.ts`` ``RUNTIMES``), sent as ``runtime`` to ``POST /v2/sandboxes``
+# (``api-client.ts`` ``createSandbox``: ``params.runtime === undefined ? "/v3/sandboxes" : "/v2/sandboxes"``).
+RUNTIMES = frozenset({"node26", "node24", "node22", "python3.13"})
+# The universal image's PATH (images/universal/Dockerfile ``ENV PATH="/vercel/.local/bin:/vercel/.global/pnpm/bin:
+# /vercel/.global/npm/bin:${PATH}"``), before the stand-in's own folders of the image's programs.
+IMAGE_PATH = ("/vercel/.local/bin", "/vercel/.global/pnpm/bin", "/vercel/.global/npm/bin")
+# ``sudo`` as the images' sudoers make it (images/ubuntu/Dockerfile: ``ubuntu ALL=(ALL) NOPASSWD:ALL``,
+# ``Defaults !env_reset``, ``Defaults always_set_home``): no password asked, the environment kept. Commands run as
+# this machine's user here, so it runs the command as it is.
+SUDO = """#!/bin/sh
+while [ $# -gt 0 ]; do
+    case $1 in
+        -n|-E|-H|-S|-k) shift;;
+        -u|-g) shift 2;;
+        --) shift; break;;
+        -*) echo "sudo: unknown option $1 (stand-in)" >&2; exit 1;;
+        *) break;;
+    esac
+done
+exec "$@"
+"""
 PYTHON = os.path.realpath(sys.executable)
 BASE = "/var/tmp"  # not under /tmp, which each command sees as its sandbox's own
 SESSIONS = "/v2/sandboxes/sessions/"
@@ -84,6 +134,7 @@ class Command:
         self.id = cmd_id
         self.session_id = sandbox.session_id
         self.body = body
+        self.default_cwd = sandbox.cwd
         self.started = int(time.time() * 1000)
         self.began = time.monotonic()
         self.duration: float | None = None  # seconds from the command request to its exit (author.py paces by it)
@@ -91,7 +142,8 @@ class Command:
         self.cond = threading.Condition()
         self.exit_code: int | None = None
         args = [sandbox.map(a) for a in body.get("args", [])]
-        env = {"PATH": f"{sandbox.venv}/bin:{sandbox.bin}:/usr/bin:/bin", "HOME": sandbox.top}
+        path = ":".join([*(sandbox.map(folder) for folder in IMAGE_PATH), *sandbox.programs])
+        env = {"PATH": path, "HOME": sandbox.top, "LANG": "C.UTF-8"}
         firewall = sandbox.firewall()
         if firewall is not None:
             env.update(dict.fromkeys(TRUST_VARIABLES, SYSTEM_BUNDLE))  # the VM's own, set by Vercel (see Sandbox)
@@ -122,7 +174,7 @@ class Command:
         self.stdin_timeout = stdin_timeout
         self.proc = subprocess.Popen(
             [*wrapper, body["command"], *args],
-            cwd=sandbox.map(body.get("cwd", ROOT)),
+            cwd=sandbox.map(body.get("cwd") or sandbox.cwd),
             env=env,
             stdin=subprocess.PIPE if self.attached else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -199,7 +251,7 @@ class Command:
             "id": self.id,
             "name": self.body["command"],
             "args": self.body.get("args", []),
-            "cwd": self.body.get("cwd", ROOT),
+            "cwd": self.body.get("cwd") or self.default_cwd,
             "sessionId": self.session_id,
             "exitCode": self.exit_code if finished else None,
             "startedAt": self.started,
@@ -207,33 +259,70 @@ class Command:
 
 
 class Sandbox:
-    """A named sandbox and its one session: a folder standing for the session's ``/vercel/sandbox``."""
+    """A named sandbox and its one session: a folder standing for the session's ``/vercel``.
 
-    def __init__(self, name: str, session_id: str, body: dict[str, Any], pending: int = 1) -> None:
+    ``image`` is a managed image's name (``IMAGES``) for a v3 create, or None for a legacy ``runtime`` (v2),
+    whose session starts in ``/vercel/sandbox`` with Python and Node.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        session_id: str,
+        body: dict[str, Any],
+        pending: int = 1,
+        image: str | None = DEFAULT_IMAGE,
+        pip: str | None = None,
+    ) -> None:
         self.name = name
         self.began = time.monotonic()
         self.lease: threading.Timer | None = None
         self.session_id = session_id
         self.body = body
-        self.top = tempfile.mkdtemp(prefix="vercel-sim-", dir=BASE)  # /vercel: the image user's HOME
-        self.dir = os.path.join(self.top, "sandbox")  # /vercel/sandbox
-        os.mkdir(self.dir)
+        self.top = tempfile.mkdtemp(prefix="vercel-sim-", dir=BASE)  # /vercel: the image user's HOME and WORKDIR
+        # The session's working folder (validators.ts ``Session.cwd``): the image's WORKDIR, which exists; a
+        # legacy runtime's /vercel/sandbox, made for it.
+        self.cwd = TOP if image is not None else LEGACY_CWD
+        if image is None:
+            os.mkdir(self.map(LEGACY_CWD))
+        has = IMAGES[image] if image is not None else frozenset({"python", "node"})
         self.bin = tempfile.mkdtemp(prefix="vercel-sim-bin-", dir=BASE)
         # The VM's /tmp (1777, as every image's), empty when the sandbox is created.
         self.tmp = tempfile.mkdtemp(prefix="vercel-sim-tmp-", dir=BASE)
         os.chmod(self.tmp, 0o1777)
         self.opt = tempfile.mkdtemp(prefix="vercel-sim-opt-", dir=BASE)  # the VM's /opt/mainsdk, root's
-        # The default image (vercel/sandbox/universal) has Node 24, Python and Bash (sandbox.ts, Sandbox.create).
-        for name_, target in (("node", shutil.which("node")), ("bash", "/bin/bash")):
+        # Every image has bash and sudo (images/ubuntu/Dockerfile); node where the image has it.
+        with open(os.path.join(self.bin, "sudo"), "w") as sudo:
+            sudo.write(SUDO)
+        os.chmod(os.path.join(self.bin, "sudo"), 0o755)
+        links = {"bash": "/bin/bash", "node": shutil.which("node") if "node" in has else None}
+        links["uv"] = shutil.which("uv") if "python" in has else None
+        for name_, target in links.items():
             if target:
                 os.symlink(target, os.path.join(self.bin, name_))
         # Python is the VM's own: an environment of this sandbox alone, so what a command installs into its
-        # site-packages stays in this sandbox, as in a VM. It has no pip, and so is no kinder than the images
-        # a user may name: the legacy runtimes are Amazon Linux 2023 (docs "System Specifications"), whose
-        # system python3 ships without pip (the default vercel/sandbox/universal image has one: github
-        # vercel/sandbox, images/universal/Dockerfile). The driver installs packages without it.
+        # site-packages stays in this sandbox, as in a VM; ``python`` and ``python3`` both (python-is-python3),
+        # and ``pip`` (python3-pip; images/universal/Dockerfile and images/python/Dockerfile remove
+        # EXTERNALLY-MANAGED, so it installs for the user): this machine's pip, on the environment's path by a
+        # .pth (``pip``), with the ``pip`` and ``pip3`` commands. The driver installs packages without it.
         self.venv = os.path.join(self.bin, "venv")
-        subprocess.run([PYTHON, "-m", "venv", "--without-pip", self.venv], check=True, capture_output=True)
+        self.programs = [self.bin]
+        if "python" in has:
+            subprocess.run([PYTHON, "-m", "venv", "--without-pip", self.venv], check=True, capture_output=True)
+            self.programs.insert(0, os.path.join(self.venv, "bin"))
+            if pip is not None:
+                _add_pip(self.venv, pip)
+        # The system's programs: this machine's /usr/local/bin and /usr/bin, less the interpreters the image does
+        # not have (an image without Python finds no python3, as on Vercel: 127), linked in a folder of the box's.
+        # The driver's own tools, found with ``command -p``, are the system's as they are in every image.
+        missing = tuple(prefix for kind in ("python", "node") if kind not in has for prefix in HOST_PROGRAMS[kind])
+        self.system: str | None = None
+        if missing:
+            self.system = tempfile.mkdtemp(prefix="vercel-sim-sys-", dir=BASE)
+            _link_system(self.system, missing)
+            self.programs.append(self.system)
+        else:
+            self.programs += ["/usr/local/bin", "/usr/bin", "/bin"]
         self.commands: dict[str, Command] = {}
         # Vercel's firewall ends TLS for the hosts with a transform, to set their headers (changelog "Safely inject
         # credentials in HTTP headers"; "selective TLS MITM: only domains with transform rules get terminated").
@@ -278,8 +367,14 @@ class Sandbox:
             return self.egress
 
     def map(self, path: str) -> str:
-        """A sandbox path in the host folder."""
-        return self.dir + path[len(ROOT) :] if path == ROOT or path.startswith(ROOT + "/") else path
+        """A sandbox path in the host folder (only /vercel is the box's own; other paths are the host's)."""
+        return self.top + path[len(TOP) :] if path == TOP or path.startswith(TOP + "/") else path
+
+    def exists(self, folder: str) -> bool:
+        """Whether ``folder`` (absolute) is a folder of the box: under /vercel, or /tmp, or the system's."""
+        if folder in ("/tmp", "/opt") or folder.startswith("/tmp/"):
+            return folder in ("/tmp", "/opt") or os.path.isdir(self.tmp + folder[len("/tmp") :])
+        return os.path.isdir(self.map(folder))
 
     def arm(self) -> None:
         """Stop the sandbox when its timeout (the create's, plus every extension) runs out, as Vercel does."""
@@ -311,7 +406,7 @@ class Sandbox:
             "startedAt": self.created,
             "createdAt": self.created,
             "updatedAt": self.created,
-            "cwd": ROOT,
+            "cwd": self.cwd,
             "networkPolicy": _policy_readback(self.body.get("networkPolicy")),
         }
 
@@ -346,6 +441,8 @@ class Sandbox:
         shutil.rmtree(self.bin, ignore_errors=True)
         shutil.rmtree(self.tmp, ignore_errors=True)
         shutil.rmtree(self.opt, ignore_errors=True)
+        if self.system is not None:
+            shutil.rmtree(self.system, ignore_errors=True)
 
 
 def _policy_readback(policy: Any) -> Any:
@@ -441,6 +538,7 @@ class Simulator:
         self.stdin_timeout = 30.0  # seconds a stdin write waits for a command that is not reading (docs: 30 s)
         self.pending = pending  # reads of a new session answered ``pending`` (the create's answer included)
         self.sandboxes: dict[str, Sandbox] = {}  # by session id
+        self.pip = shared_pip()  # this machine's pip, for the images with python3-pip
         self.ids = itertools.count(1)
         self.requests: list[dict[str, Any]] = []  # every request, for comparing clients: method, path, query, body
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -458,6 +556,8 @@ class Simulator:
             sandbox.stop()
         self.server.shutdown()
         self.server.server_close()
+        if self.pip is not None:
+            shutil.rmtree(self.pip, ignore_errors=True)
 
     def durations(self) -> dict[str, float]:
         """Each finished command's run time, by command id (ids are unique within one simulator)."""
@@ -502,8 +602,8 @@ class Simulator:
             # What Vercel's API answers a token it does not know (providers.md): 403, not 401.
             return _json(h, 403, {"error": {"code": "forbidden", "message": "Not authorized", "invalidToken": True}})
         path = parts.path
-        if path == "/v3/sandboxes" and h.command == "POST":
-            return self._create(h, json.loads(body))
+        if path in ("/v3/sandboxes", "/v2/sandboxes") and h.command == "POST":
+            return self._create(h, json.loads(body), legacy=path == "/v2/sandboxes")
         if path.startswith("/v2/sandboxes/") and not path.startswith(SESSIONS):
             name = path.removeprefix("/v2/sandboxes/")
             found = next((s for s in self.sandboxes.values() if s.name == name), None)
@@ -532,17 +632,35 @@ class Simulator:
                 h.rfile.readline()
         return h.rfile.read(int(h.headers.get("content-length") or 0))
 
-    def _create(self, h: http.server.BaseHTTPRequestHandler, request: dict[str, Any]) -> None:
+    def _create(self, h: http.server.BaseHTTPRequestHandler, request: dict[str, Any], legacy: bool = False) -> None:
         problem = policy_problem(request.get("networkPolicy"))
         if problem is not None:
             return _json(h, 400, _error("bad_request", problem))
+        # v3 takes an ``image``, v2 a legacy ``runtime`` (api-client.ts ``createSandbox`` picks the endpoint by
+        # whether a runtime is given). Which words and status the service answers for an unknown one is
+        # unverified: 400 for a runtime it does not have, 404 for an image no registry holds.
+        image: str | None = None
+        if legacy:
+            runtime = request.get("runtime")
+            if runtime not in RUNTIMES or request.get("image") is not None:
+                return _json(h, 400, _error("bad_request", f"runtime {runtime!r} is not one of {sorted(RUNTIMES)}"))
+        else:
+            if request.get("runtime") is not None:
+                return _json(h, 400, _error("bad_request", "v3 takes an image, not a runtime"))
+            image = managed_image(request.get("image"))
+            if image is None:
+                # A name that is not vercel/sandbox/<managed> is a repository of the project's own registry
+                # (sandbox.ts ``image``: "A bare repository name resolves to the latest tag"); the stand-in's
+                # projects have none.
+                name = request.get("image")
+                return _json(h, 404, _error("image_not_found", f"Image {name!r} not found in the project's registry"))
         if request.get("timeout", 300000) > self.max_duration * 1000:
             return _json(h, 400, _error("bad_request", "timeout exceeds the plan's maximum sandbox duration"))
         number = next(self.ids)
         name = request.get("name") or f"sbx-sim{number:04d}"
         if any(s.name == name for s in self.sandboxes.values()):
             return _json(h, 409, _error("sandbox_exists", "A sandbox with this name already exists"))
-        created = Sandbox(name, f"sess_sim{number:04d}", request, self.pending)
+        created = Sandbox(name, f"sess_sim{number:04d}", request, self.pending, image=image, pip=self.pip)
         self.sandboxes[created.session_id] = created
         return _json(h, 200, {"sandbox": created.sandbox_view(), "session": created.session_view(), "routes": []})
 
@@ -575,13 +693,19 @@ class Simulator:
             sandbox.arm()
             return _json(h, 200, {"session": sandbox.session_view()})
         if rest == ["fs", "write"]:
-            cwd = h.headers.get("x-cwd", ROOT)
+            # The archive is extracted at ``x-cwd`` (the official clients send ``/`` and names relative to it:
+            # ``session.ts`` ``writeFiles`` ``extractDir: "/"``, ``utils/normalizePath.ts``); the mock defaults to
+            # ``/``. Extracting into a folder that is not there fails as ``tar -C`` does: refused here (which
+            # status the service answers is unverified; 400, the strict side).
+            cwd = h.headers.get("x-cwd", "/")
+            if not cwd.startswith("/") or not sandbox.exists(cwd):
+                return _json(h, 400, _error("bad_request", f"x-cwd {cwd!r} is not a folder in the sandbox"))
             with tarfile.open(fileobj=io.BytesIO(gzip.decompress(body))) as archive:
-                archive.extractall(sandbox.dir, filter=_under_root(cwd, sandbox))
+                archive.extractall(sandbox.top, filter=_under_root(cwd, sandbox))
             return _json(h, 200, {})
         if rest == ["fs", "read"]:
             request = json.loads(body)
-            path = Path(sandbox.map(os.path.join(request.get("cwd") or ROOT, request["path"])))
+            path = Path(sandbox.map(os.path.join(request.get("cwd") or sandbox.cwd, request["path"])))
             if not path.is_file():
                 return _json(h, 404, _error("file_not_found", "File not found"))
             data = path.read_bytes()
@@ -593,6 +717,12 @@ class Simulator:
             return None
         if rest == ["cmd"] and h.command == "POST":
             request = json.loads(body)
+            # No ``cwd``: the session's (the image's WORKDIR, validators.ts ``Session.cwd``; the mock's
+            # ``body.cwd ?? session.cwd``). A ``cwd`` that is not a folder cannot be a process's working folder:
+            # refused before anything runs (the status is unverified: 400, the strict side).
+            cwd = request.get("cwd")
+            if cwd is not None and (not isinstance(cwd, str) or not cwd.startswith("/") or not sandbox.exists(cwd)):
+                return _json(h, 400, _error("bad_request", f"cwd {cwd!r} is not a folder in the sandbox"))
             started = Command(f"cmd_sim{next(self.ids):04d}", sandbox, request, self.stdin_timeout)
             sandbox.commands[started.id] = started
             if request.get("wait"):
@@ -666,6 +796,67 @@ class Simulator:
             pass  # the client hung up (a timeout): the command runs on, as on Vercel
 
 
+def managed_image(name: Any) -> str | None:
+    """The managed image (``IMAGES``) a v3 ``image`` names, or None. No image: the default, universal.
+
+    ``vercel/sandbox/<image>`` (``sandbox.ts`` ``SandboxImage``), or fully qualified with the registry
+    (``vcr.vercel.com/...``, images/docker-bake.hcl ``REGISTRY``); a name without a tag is its ``latest``
+    (only universal, ubuntu and arch are published as latest: python is 3.14, node 22, 24 and 26).
+    """
+    if name is None:
+        return DEFAULT_IMAGE
+    if not isinstance(name, str):
+        return None
+    rest = name.removeprefix("vcr.vercel.com/").removeprefix("vercel/sandbox/")
+    if rest == name.removeprefix("vcr.vercel.com/"):
+        return None  # not under vercel/sandbox/: the project's registry
+    rest = rest.removesuffix(":latest")
+    return rest if rest in IMAGES else None
+
+
+HOST_PROGRAMS = {
+    "python": ("python", "pip", "pydoc", "2to3", "idle", "uv"),
+    "node": ("node", "nodejs", "npm", "npx", "corepack"),
+}
+
+
+def _link_system(folder: str, missing: tuple[str, ...]) -> None:
+    """Link this machine's system programs into ``folder``, but those whose names start with ``missing``."""
+    for source in ("/usr/local/bin", "/usr/bin", "/bin"):
+        with contextlib.suppress(OSError):
+            for entry in os.listdir(source):
+                target = os.path.join(folder, entry)
+                if not entry.startswith(missing) and not os.path.lexists(target):
+                    os.symlink(os.path.join(source, entry), target)
+
+
+def shared_pip() -> str | None:
+    """A copy of this machine's pip, for the boxes' Pythons (``_add_pip``); None when it has none."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pip")
+    if spec is None or spec.origin is None:
+        return None
+    folder = tempfile.mkdtemp(prefix="vercel-sim-pip-", dir=BASE)
+    shutil.copytree(os.path.dirname(spec.origin), os.path.join(folder, "pip"))
+    return folder
+
+
+def _add_pip(venv: str, pip: str) -> None:
+    """``pip`` in a box's Python: the shared copy on its path, and the ``pip``/``pip3`` commands."""
+    purelib = subprocess.run(
+        [os.path.join(venv, "bin", "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(purelib, "mainsdk-sim-pip.pth").write_text(pip + "\n")
+    for name in ("pip", "pip3"):
+        script = Path(venv, "bin", name)
+        script.write_text('#!/bin/sh\nexec "$(dirname "$0")/python" -m pip "$@"\n')
+        script.chmod(0o755)
+
+
 def _kill_working_in(folder: str) -> None:
     """SIGKILL every process whose working folder is ``folder`` or under it (the VM's processes, as it stops)."""
     for entry in Path("/proc").iterdir():
@@ -681,14 +872,18 @@ def _kill_working_in(folder: str) -> None:
 
 
 def _under_root(cwd: str, sandbox: Sandbox) -> Any:
-    """A tar filter extracting at ``cwd`` (``x-cwd``) inside the sandbox folder; nothing lands outside it."""
+    """A tar filter extracting at ``cwd`` (``x-cwd``) inside the sandbox's /vercel; nothing lands outside it.
+
+    Folders a name needs are made as tar makes them (the official mock: ``fs.mkdir(dir, {recursive: true})``
+    per entry, ``mock-server.ts``), as the image's user, who owns /vercel.
+    """
 
     def keep(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
         full = os.path.normpath(os.path.join(cwd, member.name))
-        if full != ROOT and not full.startswith(ROOT + "/"):
-            return None  # outside /vercel/sandbox: the stand-in keeps only its one folder
-        member = member.replace(name=full[len(ROOT) :].lstrip("/") or ".", deep=False)
-        return tarfile.data_filter(member, sandbox.dir)
+        if full != TOP and not full.startswith(TOP + "/"):
+            return None  # outside /vercel: the stand-in keeps only its one folder (the image user's own)
+        member = member.replace(name=full[len(TOP) :].lstrip("/") or ".", deep=False)
+        return tarfile.data_filter(member, sandbox.top)
 
     return keep
 
