@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from e2b_replay import key, provider
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.driver import Command
@@ -341,13 +342,9 @@ def across_workers(key: str, api_url: str, sandbox_url: str) -> tuple[str, str, 
 
 
 def test_a_session_is_reachable_from_another_worker_of_its_tenant_only() -> None:
-    path = HERE / "cassettes" / "test_a_session_is_reachable_from_another_worker_of_its_tenant_only.json"
-    server = ReplayServer.replayer(E2B, path)
-    server.start()
-    try:
-        seen, refused_code, back = across_workers(KEY, server.url("api"), server.url("sandbox"))
-    finally:
-        server.stop()
+    name = "test_a_session_is_reachable_from_another_worker_of_its_tenant_only"
+    with provider(name, folder=HERE / "cassettes") as server:  # replayed, or recorded in record mode
+        seen, refused_code, back = across_workers(key(), server.url("api"), server.url("sandbox"))
     assert server.problems(final=True) == []
     assert seen == "from the opener\n"  # the other worker ran in the opener's box
     assert refused_code == NO_SESSION  # another tenant: the same 0008 as an unknown id
