@@ -5,6 +5,11 @@ In e2b 2.63 a buffered upload's request timeout bounds the whole transfer, as do
 that needed longer on the user's link. Tested against the stand-in with a slow link (``stand_in.py``,
 ``STATE.uplink``/``STATE.downlink``): the driver's request timeout is made 1 s so that a 2-second transfer of
 400 KB stands for a 53.8 MB package set on a few Mbit/s.
+
+Measured on e2b 2.63 against the stand-in (plain HTTP/1.1 on loopback): the upload's request timeout is its
+whole-request deadline (the driver before this change failed both upload tests with 0006 "timed out"), but a read
+of 2 s came back under a 1 s request timeout, streamed or not, so the read tests pass on that driver too. They
+hold the property should the SDK or its transport bound the whole read, as its docstring says it does.
 """
 
 from __future__ import annotations
@@ -72,3 +77,21 @@ def test_a_session_write_and_read_slower_than_the_request_timeout_land() -> None
 )
 def test_a_transfers_deadline_grows_with_its_bytes_up_to_the_cap(nbytes: int, left: float, deadline: float) -> None:
     assert transfer_deadline(nbytes, 30.0, left) == pytest.approx(deadline)
+
+
+def test_an_out_folder_slower_to_read_than_the_request_timeout_comes_back() -> None:
+    """A run whose out file takes 2 s to come over the link: the archive's read has the time its bytes need."""
+    from mainsdk import Sandbox, SandboxDeps
+    from mainsdk.config import load_config_text
+
+    config = load_config_text("sandbox: {driver: e2b, limits: {timeout: 20s, files: 1MB}}\n")
+    code = f"open('../out/r.bin', 'wb').write(bytes(range(256)) * {len(PAYLOAD) // 256})"
+    with stand_in(downlink=RATE) as (api, url, _state):
+        sandbox = Sandbox(SandboxDeps(config=config, driver=_driver(api, url)))
+        try:
+            result = sandbox.run(code)
+            files = {ref.name: sandbox.files.read(ref) for ref in result.files}
+        finally:
+            sandbox.close()
+    assert result.exit_code == 0, result.stderr
+    assert files == {"r.bin": PAYLOAD}

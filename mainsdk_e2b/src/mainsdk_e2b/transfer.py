@@ -1,13 +1,14 @@
 """Transfers to and from a box, with deadlines that grow with their bytes.
 
 In e2b 2.63 a buffered upload's request timeout is its whole-request deadline, and a streamed read given an
-explicit ``request_timeout`` gets it as its total-transfer deadline (``e2b/sandbox_async/filesystem/
-filesystem.py`` ``write_files``, ``read``; through the pyqwest transport a per-request timeout is a total
-deadline). A fixed 30 s would need 14 Mbit/s for a 53.8 MB package set. So each transfer gets the request's own
-bound (``floor``) plus the time its bytes take at ``MIN_RATE``, at most what is left before the plan's cap
-(E2B ends the sandbox there, whatever the transfer). An upload is of known size, and the sandbox is first kept
-alive through its deadline (``Lifetimes.outlive``, a refresh that never shortens); a read is given the time
-for the most it may bring back (the out folder's archive, ``limits.files``).
+explicit ``request_timeout`` is documented to get it as its total-transfer deadline (``e2b/sandbox_async/
+filesystem/filesystem.py`` ``write_files``, ``read``; through the pyqwest transport a per-request timeout is a
+total deadline). A fixed 30 s would need 14 Mbit/s for a 53.8 MB package set. (Measured against the stand-in:
+the upload is bounded so; a read was not, streamed or not: tests/test_transfers.py.) So each transfer gets
+the request's own bound (``floor``) plus the time its bytes take at ``MIN_RATE``, at most what is left before
+the plan's cap (E2B ends the sandbox there, whatever the transfer). An upload is of known size, and the sandbox
+is first kept alive through its deadline (``Lifetimes.outlive``, a refresh that never shortens); a read is given
+the time for the most it may bring back (the out folder's archive, ``limits.files``).
 """
 
 from __future__ import annotations

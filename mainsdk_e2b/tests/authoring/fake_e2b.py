@@ -579,6 +579,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.send(204)
                 return
             if path.endswith("/connect"):
+                # handlers/sandbox_connect.go: KeepAliveFor(body.timeout, allowShorter=false), never sooner; the
+                # driver sends no timeout (0), so its connect leaves the end as it is.
+                asked = float(json.loads(body or b"{}").get("timeout") or 0)
+                box.end = max(box.end, min(time.time() + asked, box.start + STATE.max_length))
                 keys = ("templateID", "sandboxID", "clientID", "alias", "envdVersion")
                 answer = {k: v for k, v in box.listed().items() if k in keys}
                 self.send_json(200, {**answer, "envdAccessToken": "fake-envd-access", "domain": None})
