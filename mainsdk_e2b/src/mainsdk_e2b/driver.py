@@ -57,7 +57,8 @@ from mainsdk.hookspecs import hookimpl
 from mainsdk_driverkit.wheelhouse import Wheelhouse
 
 from mainsdk_e2b.archive import ARCHIVE, ARCHIVE_SLACK, extract_out_archive
-from mainsdk_e2b.box import E2BBox, in_turn, raise_if_cancelled
+from mainsdk_e2b.box import E2BBox, in_turn
+from mainsdk_e2b.checkpoints import Checkpoints
 from mainsdk_e2b.config import PLAN_HOURS, E2BConfig
 from mainsdk_e2b.egress import (
     E2B_NETWORK_REACH,
@@ -70,6 +71,7 @@ from mainsdk_e2b.egress import (
 from mainsdk_e2b.installs import Installs
 from mainsdk_e2b.layout import E2B_CA_BUNDLE, OUT, TRUST_VARIABLES, WORK
 from mainsdk_e2b.lifetime import SANDBOX_MARGIN, Lifetimes
+from mainsdk_e2b.live_input import LiveInput
 from mainsdk_e2b.packages import KERNEL
 from mainsdk_e2b.provider import OUTAGE_REMEDY, ProviderErrors, cut_at_word
 from mainsdk_e2b.shell import BACKSTOP_GRACE, killer_line, shell_line, signal_of
@@ -168,6 +170,7 @@ class E2BDriver:
         self._provider = ProviderErrors(lambda: (self._api_key,), self._lifetimes.at_cap)
         self._transfers = Transfers(request_timeout, self._lifetimes, self._provider)
         self._installs = Installs(template, wheelhouse or Wheelhouse(), self._transfers)
+        self._checkpoints = Checkpoints(self._provider, self._lifetimes)
 
     def __repr__(self) -> str:
         return f"E2BDriver(template={self._template!r}, api_url={self._api_url!r})"
@@ -211,6 +214,9 @@ class E2BDriver:
             # The create's network.rules: E2B's egress proxy, outside the VM, sets the headers on the box's
             # requests to each named domain (e2b_network_rules); the values never enter the sandbox.
             egress_headers=True,
+            # Snapshots, forks from them, pause and resume on E2B's own calls (checkpoints.py); no memory kind.
+            checkpoint_kinds=frozenset({"filesystem"}),
+            pause=True,
         )
 
     @hookimpl
@@ -248,6 +254,8 @@ class E2BDriver:
         # The box's id (core's run or session id) and its tenant: how a failed create's orphans and a session
         # another worker opened are found again (GET /v2/sandboxes?metadata=, spec/openapi.yml).
         metadata = {META_BOX: spec.id, META_TENANT: spec.tenant, **({META_EGRESS: "headers"} if spec.egress else {})}
+        # A box from a snapshot starts from E2B's template of it (checkpoints.py); 0008 if this driver has none.
+        template = self._checkpoints.template(spec.snapshot) if spec.snapshot else self._template
         opts = self._opts()
         asked = time.monotonic()  # E2B's start time comes after this: the cap measured from here is never late
         # A create that succeeded but answered 502/504 (or timed out), on any of the SDK's tries, leaves a billed
@@ -257,7 +265,7 @@ class E2BDriver:
             with self._provider("create a sandbox", egress=spec.egress):
                 try:
                     sandbox = await AsyncSandbox.create(
-                        template=self._template,
+                        template=template,
                         timeout=lifetime,
                         network=cast("SandboxNetworkOpts", policy),
                         metadata=metadata,
@@ -355,7 +363,9 @@ class E2BDriver:
                     # Shielded: a cancel must reach this task, not the SDK's stream reader, which the kill ends.
                     waiter = asyncio.ensure_future(handle.wait())
                     if live:
-                        await self._feed(box, handle.pid, command, waiter)
+                        await LiveInput(self._lifetimes, self._provider, self._request_timeout).feed(
+                            box, handle.pid, command, waiter
+                        )
                     try:
                         exit_code = (await asyncio.shield(waiter)).exit_code
                     except CommandExitException as exited:
@@ -480,6 +490,27 @@ class E2BDriver:
         )  # fmt: skip
 
     @hookimpl
+    async def mainsdk_driver_snapshot(self, box: E2BBox, snapshot_id: str, kind: str) -> float | None:
+        """Keep the box's files as ``snapshot_id`` (E2B's ``create_snapshot``); E2B keeps it until deleted."""
+        await self._checkpoints.snapshot(box, snapshot_id)
+        return None
+
+    @hookimpl
+    async def mainsdk_driver_delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete E2B's template of ``snapshot_id``; boxes started from it keep their files."""
+        await self._checkpoints.delete(snapshot_id, self._opts())
+
+    @hookimpl
+    async def mainsdk_driver_pause(self, box: E2BBox) -> None:
+        """Pause the sandbox (E2B's ``pause``): it runs nothing and keeps its files."""
+        await self._checkpoints.pause(box)
+
+    @hookimpl
+    async def mainsdk_driver_resume(self, box: E2BBox) -> None:
+        """Resume the paused sandbox (E2B's ``connect``); a box that runs is only kept alive."""
+        await self._checkpoints.resume(box, self._opts())
+
+    @hookimpl
     async def mainsdk_driver_stop(self, box: E2BBox) -> None:
         """Kill the sandbox: everything it held goes with it. Twice is harmless."""
         await self._kill(box)
@@ -529,49 +560,6 @@ class E2BDriver:
         with await in_turn(box):
             self._lifetimes.check_cap(box)
             await self._installs.install_kernel(box, pins)
-
-    async def _feed(self, box: E2BBox, pid: int, command: Command, ended: asyncio.Future[Any]) -> None:
-        """Deliver a command's live stdin until EOF or its end: ``Command.stdin``, each chunk the app sends, EOF.
-
-        One envd ``SendInput`` per chunk, in order, each in the box's turn; ``CloseStdin`` when the app closes
-        the stream (envd 0.5.2+, e2b-dev/infra ``packages/envd/internal/services/process/input.go``). envd
-        refuses input to a process started without stdin, or whose stdin is closed (``handler.go``
-        ``WriteStdin``): the driver starts such a command with ``stdin: true``. A chunk the command can no longer
-        take is dropped. It runs in the exec's own task, so a cancel (core closes the stream and cancels the
-        kernel's exec at once) stops it before it sends anything more: no EOF races the killer.
-        """
-        assert command.input is not None
-        chunks = aiter(command.input)
-        pending = [command.stdin] if command.stdin else []
-        getter: asyncio.Future[bytes | None] | None = None
-        try:
-            # The command ended (or envd is gone): the rest is dropped.
-            with self._provider.best_effort("deliver a command's input; what follows is dropped", box):
-                while True:
-                    for data in pending:
-                        await self._send_input(box, pid, data)
-                        raise_if_cancelled()
-                    getter = asyncio.ensure_future(anext(chunks, None))
-                    done, _ = await asyncio.wait({getter, ended}, return_when=asyncio.FIRST_COMPLETED)
-                    if getter not in done:
-                        return  # the command ended: what the app sends now is dropped
-                    chunk, getter = getter.result(), None
-                    if chunk is None:
-                        break
-                    pending = [chunk]
-                with await in_turn(box):
-                    raise_if_cancelled()
-                    await box.sandbox.commands.close_stdin(pid, request_timeout=self._request_timeout)
-        finally:
-            if getter is not None and not getter.done():
-                getter.cancel()
-
-    async def _send_input(self, box: E2BBox, pid: int, data: bytes) -> None:
-        # Input may start up to a command's timeout of work (a cell), then idle time: as a write does.
-        with await in_turn(box):
-            self._lifetimes.check_cap(box)
-            await self._lifetimes.keep_alive(box, box.lifetime - SANDBOX_MARGIN, self._provider)
-            await box.sandbox.commands.send_stdin(pid, data, request_timeout=self._request_timeout)
 
     async def _kill_command(self, box: E2BBox, handle: Any, waiter: asyncio.Future[Any] | None) -> None:
         """Kill the command's whole session (one more command, as root), then let its stream end. Never raises.

@@ -98,6 +98,7 @@ class Box:
         self.start = time.time()
         self.end = self.start + min(timeout, STATE.max_length)
         self.evicted = threading.Event()
+        self.state = "running"  # or "paused" (POST /sandboxes/{id}/pause)
         self.root = Path(tempfile.mkdtemp(prefix=f"fake-e2b-{sandbox_id}-"))
         (self.root / "home/user").mkdir(parents=True)
         (self.root / "tmp").mkdir()
@@ -128,7 +129,7 @@ class Box:
             "memoryMB": 512,
             "diskSizeMB": 512,
             "metadata": self.metadata,
-            "state": "running",
+            "state": self.state,
             "envdVersion": ENVD_VERSION,
         }
 
@@ -180,6 +181,9 @@ class State:
         # The team's limits.MaxLengthHours (1 on Base/Hobby, 24 on Pro), as seconds.
         self.max_hours = int(os.environ.get("FAKE_E2B_MAX_LENGTH_HOURS", "1"))
         self.max_length = 3600.0 * self.max_hours
+        # Snapshots (POST /sandboxes/{id}/snapshots): each a copy of its sandbox's files, a template by its id.
+        self.templates: dict[str, Path] = {}
+        self.snapshot_ids = itertools.count(1)
         # The API's release (its rules for network.rules, network_problem) and the team's domain limit there.
         self.release = tuple(int(part) for part in os.environ.get("FAKE_E2B_API_RELEASE", "2026.30").split("."))
         self.max_rule_domains = int(os.environ.get("FAKE_E2B_MAX_RULE_DOMAINS", "10"))
@@ -192,7 +196,8 @@ class State:
         """End every sandbox past its end time, as the orchestrator's evictor does; its streams just break."""
         now = time.time()
         with self.lock:
-            ended = [box for box in self.boxes.values() if box.end <= now]
+            # A paused sandbox is kept (as its snapshot) until resumed or killed: it has no end then.
+            ended = [box for box in self.boxes.values() if box.end <= now and box.state == "running"]
             for box in ended:
                 self.boxes.pop(box.id, None)
         for box in ended:
@@ -465,7 +470,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send(status, json.dumps(value, separators=(",", ":")).encode())
 
     def box(self) -> Box | None:
-        return STATE.boxes.get(self.headers.get("E2b-Sandbox-Id", ""))
+        # A paused sandbox's envd is not there: E2B's proxy answers as for a sandbox it does not know (with
+        # auto-resume off, the driver's case), packages/shared/pkg/proxy/template/sandbox_not_found.go.
+        box = STATE.boxes.get(self.headers.get("E2b-Sandbox-Id", ""))
+        return box if box is not None and box.state == "running" else None
 
     def do_GET(self) -> None:
         self.route("GET")
@@ -512,6 +520,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 metadata = dict(request.get("metadata") or {})
                 number = int(sandbox_id[1:4])
                 made = STATE.boxes[sandbox_id] = Box(sandbox_id, template, metadata, float(timeout))
+                kept = STATE.templates.get(template)
+            if template not in ("base", None) and kept is None and template.startswith("snap"):
+                self.send_json(404, {"code": 404, "message": f"template '{template}' not found"})
+                STATE.boxes.pop(sandbox_id, None)
+                made.kill()
+                return
+            if kept is not None:
+                # A box from a snapshot starts with its files (templates of a snapshot, snapshot_template_create.go).
+                shutil.copytree(kept, made.root, symlinks=True, dirs_exist_ok=True)
             # Its egress proxy comes with its first command (``Box.proxy``): a create alone needs none.
             made.rules, made.number = (request.get("network") or {}).get("rules") or {}, number
             with STATE.lock:
@@ -543,6 +560,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 ]
             self.send_json(200, found)
             return
+        if method == "DELETE" and path.startswith("/templates/"):
+            # DELETE /templates/{id} (the SDK's delete_snapshot): 204, or 404 for one it does not have.
+            kept = STATE.templates.pop(path.split("/")[2], None)
+            if kept is None:
+                self.send_json(404, {"code": 404, "message": f"template '{path.split('/')[2]}' not found"})
+                return
+            shutil.rmtree(kept, ignore_errors=True)
+            self.send(204)
+            return
         if path.startswith("/sandboxes/") or path.startswith("/v2/sandboxes/"):
             sandbox_id = path.split("/")[3 if path.startswith("/v2/") else 2]
             box = STATE.boxes.get(sandbox_id)
@@ -565,6 +591,44 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     return
                 box.end = now + min(max(STATE.max_length - (now - box.start), 0.0), asked)
                 self.send(204)
+                return
+            if path.endswith("/pause"):
+                # handlers/sandbox_pause.go: a paused sandbox is a 409 (the SDK answers False). Its processes end
+                # here (E2B keeps the VM's memory; the stand-in is no kinder: nothing of a command survives).
+                if box.state == "paused":
+                    self.send_json(409, {"code": 409, "message": f"Sandbox {box.id} is already paused"})
+                    return
+                box.state = "paused"
+                box.evicted.set()  # its streams break, as the VM's connections do
+                for running in list(box.procs.values()):
+                    with contextlib.suppress(OSError):
+                        os.kill(running.popen.pid, signal.SIGKILL)
+                kill_under(box.root)
+                self.send(204)
+                return
+            if path.endswith("/snapshots"):
+                # snapshot_template_create.go: the sandbox's state as a template of its own; the source runs on.
+                request = json.loads(body or b"{}")
+                snapshot_id = f"snap{next(STATE.snapshot_ids):03d}fake{os.getpid() % 1000:03d}e2b"
+                kept = Path(tempfile.mkdtemp(prefix=f"fake-e2b-{snapshot_id}-"))
+                shutil.copytree(box.root, kept, symlinks=True, dirs_exist_ok=True)
+                STATE.templates[snapshot_id] = kept
+                names = [request["name"]] if request.get("name") else []
+                self.send_json(201, {"snapshotID": snapshot_id, "names": names})
+                return
+            if path.endswith("/connect") and box.state == "paused":
+                # sandbox_connect.go: a sandbox not running is resumed (startSandbox, isResume) for the timeout
+                # asked, its start anew; 201, as a create.
+                asked = float(json.loads(body or b"{}").get("timeout") or 15)
+                box.state, box.evicted = "running", threading.Event()
+                box.start = time.time()
+                box.end = box.start + min(asked, STATE.max_length)
+                answer = {
+                    k: v
+                    for k, v in box.listed().items()
+                    if k in ("templateID", "sandboxID", "clientID", "alias", "envdVersion")
+                }
+                self.send_json(201, {**answer, "envdAccessToken": "fake-envd-access", "domain": None})
                 return
             if path.endswith("/refreshes"):
                 # handlers/sandbox_refresh.go: duration (default and at least SandboxTimeoutDefault, 15 s), then
