@@ -27,3 +27,28 @@ def edited_kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     with kernel_with_an_edited_comment(tmp_path_factory.mktemp("edited-kernel")) as line:
         yield line
+
+
+@pytest.fixture(autouse=True)
+def driver_record_mode(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``pytest --conformance-record``: the driver's own cassettes are recorded from E2B too (``e2b_replay``).
+
+    Each one is saved only when its test passed, after its assertions ran; none is touched in replay.
+    """
+    import os
+    import warnings
+
+    import e2b_replay
+    from mainsdk_conformance.plugin import PASSED_KEY
+
+    recording = e2b_replay.recording_for(request.config, os.environ)
+    if recording is None:
+        yield
+        return
+    e2b_replay.RECORDING[:] = [recording]
+    try:
+        yield
+    finally:
+        e2b_replay.RECORDING.clear()
+    for warning in e2b_replay.save_recorded(recording, request.node.stash.get(PASSED_KEY, False)):
+        warnings.warn(pytest.PytestWarning(warning), stacklevel=1)

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from e2b_replay import key, provider
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.driver import Command
@@ -143,7 +144,7 @@ def test_a_run_costs_four_round_trips_five_with_files_in_whatever_its_out_files(
     ):
         data = json.loads((cassettes / name).read_text())
         assert _requests_per_run(data) == expected, name
-    sessions = {"TestFaults", "TestSessions", "TestCells", "TestBackground"}
+    sessions = {"TestFaults", "TestSessions", "TestCells", "TestBackground", "TestCheckpoints", "TestPause"}
     for path in sorted(cassettes.glob("Test*/*.json")):  # every one-shot run but the faults and sessions
         if path.parent.name in sessions:
             continue
@@ -157,16 +158,22 @@ def test_a_run_costs_four_round_trips_five_with_files_in_whatever_its_out_files(
 def test_no_request_asks_e2b_for_a_sandbox_past_an_hour_not_even_the_cell_kernels() -> None:
     # E2B refuses a timeout past the team's maximum with a 400 (1 h on Hobby; e2b-dev/infra timeout_helper.go).
     # Core's cell kernel is a command with a day's deadline: it must not push the sandbox's end to a day.
-    cassettes = sorted((HERE / "conformance" / "cassettes").rglob("*.json"))
+    # The driver's own cassettes too: their keep-alives are refreshes ({"duration": N}), never /timeout.
+    cassettes = sorted((HERE / "conformance" / "cassettes").rglob("*.json")) + sorted(
+        (HERE / "cassettes").rglob("*.json")
+    )
     asked = []
     for path in cassettes:
         for interaction in json.loads(path.read_text())["interactions"]:
             request = interaction["request"]
             body = (request.get("body") or {}).get("json")
-            if request["method"] == "POST" and isinstance(body, dict) and "timeout" in body:
-                assert 0 < body["timeout"] <= 3600, (path.name, body)
-                asked.append(path.parent.name)
-    assert "TestCells" in asked  # the cells' sandboxes were created, and with a bounded timeout
+            assert not request["path"].endswith("/timeout"), (path.name, "POST /timeout may shorten a sandbox's end")
+            for field in ("timeout", "duration"):
+                if request["method"] == "POST" and isinstance(body, dict) and field in body:
+                    assert 0 < body[field] <= 3600, (path.name, body)
+                    asked.append(f"{path.parent.name}:{field}")
+    assert "TestCells:timeout" in asked  # the cells' sandboxes were created, and with a bounded timeout
+    assert "lifetime:duration" in asked  # and kept alive by bounded refreshes
 
 
 def test_e2b_declares_where_its_firewall_filters_and_the_nameserver_it_opens() -> None:
@@ -341,19 +348,17 @@ def across_workers(key: str, api_url: str, sandbox_url: str) -> tuple[str, str, 
 
 
 def test_a_session_is_reachable_from_another_worker_of_its_tenant_only() -> None:
-    path = HERE / "cassettes" / "test_a_session_is_reachable_from_another_worker_of_its_tenant_only.json"
-    server = ReplayServer.replayer(E2B, path)
-    server.start()
-    try:
-        seen, refused_code, back = across_workers(KEY, server.url("api"), server.url("sandbox"))
-    finally:
-        server.stop()
+    name = "test_a_session_is_reachable_from_another_worker_of_its_tenant_only"
+    with provider(name, folder=HERE / "cassettes") as server:  # replayed, or recorded in record mode
+        seen, refused_code, back = across_workers(key(), server.url("api"), server.url("sandbox"))
     assert server.problems(final=True) == []
     assert seen == "from the opener\n"  # the other worker ran in the opener's box
     assert refused_code == NO_SESSION  # another tenant: the same 0008 as an unknown id
     assert back == "from the other worker\n"
     lists = [r for r in server.received if r.method == "GET" and r.path == "/v2/sandboxes"]
     assert len(lists) == 2  # one per worker that did not open it; the opener never looks
+    # The taking worker knows the session's end from the listing: no keep-alive moved it, let alone shortened it.
+    assert not [r for r in server.received if r.path.endswith(("/timeout", "/refreshes"))]
 
 
 def test_envds_end_event_names_the_signal_the_script_died_of() -> None:

@@ -12,6 +12,7 @@ so a value sent anywhere but the rule's header (the command's environment, its l
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import logging
 import socket
@@ -19,15 +20,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2b_replay import KEY, provider
+from e2b_replay import KEY, key, provider
 from mainsdk import Sandbox, SandboxDeps, SandboxError, secret
 from mainsdk.audit import AuditEvent
 from mainsdk.config import load_config_text
-from mainsdk.driver import EgressHeader, EgressRule
+from mainsdk.driver import BoxSpec, EgressHeader, EgressRule, RunLimits
 from mainsdk.errors import INVALID_OPTION
 from mainsdk_conformance.replay import ReplayServer
 from mainsdk_conformance.suite._helpers import CLIENTS, client_lines, clients_code
-from mainsdk_e2b.driver import E2B_CA_BUNDLE, MAX_HEADER_VALUE_BYTES, TRUST_VARIABLES, e2b_network_rules
+from mainsdk_e2b.driver import (
+    E2B_CA_BUNDLE,
+    MAX_HEADER_VALUE_BYTES,
+    TRUST_VARIABLES,
+    e2b_network_policy,
+    e2b_network_rules,
+)
+from mainsdk_e2b.egress import valid_rule_domain
+from stand_in import stand_in
 
 from mainsdk_e2b import e2b_sandbox_driver
 
@@ -139,7 +148,7 @@ def test_the_weather_example_sends_the_key_to_e2bs_egress_and_never_into_the_san
 ) -> None:
     caplog.set_level(logging.DEBUG)  # every logger, the SDK's and httpx's included
     with provider("the_weather_example", folder=CASSETTES, named=NAMED) as server:
-        seen = the_weather_example(server)
+        seen = the_weather_example(server, key())
     assert server.problems(final=True) == []  # every request as recorded: the value in the rule, nowhere else
     assert not [r for r in caplog.records if VALUE in r.getMessage()]  # no log line holds it
     names = seen["stdout"].splitlines()[0]
@@ -169,7 +178,7 @@ def test_the_weather_example_sends_the_key_to_e2bs_egress_and_never_into_the_san
 
 def test_a_session_gets_the_rule_once_at_its_create_and_every_command_the_header() -> None:
     with provider("a_session_with_egress", folder=CASSETTES, named=NAMED) as server:
-        seen = a_session_with_egress(server)
+        seen = a_session_with_egress(server, key())
     assert server.problems(final=True) == []  # one create with the rule; each Start as recorded, without the value
     assert_every_client_reached(seen["outputs"][0])
     assert seen["outputs"][1] == "second\n"
@@ -182,7 +191,7 @@ def test_a_session_gets_the_rule_once_at_its_create_and_every_command_the_header
 
 def test_cells_of_a_session_with_egress_trust_e2bs_proxy_python_and_javascript_alike() -> None:
     with provider("cells_with_egress", folder=CASSETTES, named=NAMED) as server:
-        seen = cells_with_egress(server)
+        seen = cells_with_egress(server, key())
     assert server.problems(final=True) == []  # the kernel's start and each cell as recorded, without the value
     assert seen["errors"] == [None, None]
     said = client_lines(seen["python"])
@@ -195,7 +204,7 @@ def test_cells_of_a_session_with_egress_trust_e2bs_proxy_python_and_javascript_a
 
 def test_a_team_without_e2bs_network_rules_is_0001_saying_so_and_nothing_runs() -> None:
     with provider("a_team_without_network_rules", folder=CASSETTES, named=NAMED) as server:
-        seen = a_team_without_network_rules(server)
+        seen = a_team_without_network_rules(server, key())
     assert server.problems(final=True) == []  # the create alone: a 400 made nothing, so no orphan is looked for
     error: SandboxError = seen["error"]
     assert (error.code, error.status, error.retryable, error.ran) == (INVALID_OPTION, 400, False, False)
@@ -228,7 +237,6 @@ def _refused(egress: dict[str, Any], secrets: dict[str, str], hosts: list[str]) 
 @pytest.mark.parametrize(
     ("case", "said"),
     [
-        ("eleven hosts", "E2B takes network rules for at most 10"),
         ("a long header name", "E2B takes header names of at most 64 characters"),
         ("a long value", f"longer than the {MAX_HEADER_VALUE_BYTES} bytes E2B takes"),
         ("an e2b placeholder", "read as a placeholder for another credential"),
@@ -238,15 +246,14 @@ def test_what_e2bs_api_would_refuse_is_0001_naming_it_before_any_request(case: s
     value = {"a long value": "v" * (MAX_HEADER_VALUE_BYTES + 1), "an e2b placeholder": "x${e2b.secrets.other}"}.get(
         case, VALUE
     )
-    hosts = [f"h{n}.example.com" for n in range(11 if case == "eleven hosts" else 1)]
+    hosts = ["h0.example.com"]
     name = "X-" + "L" * 63 if case == "a long header name" else "X-Api-Key"
     egress = {host: {"headers": {name: secret(SECRET)}} for host in hosts}
     error = _refused(egress, {SECRET: value}, hosts)
     assert (error.code, error.ran) == (INVALID_OPTION, False), error.message  # not 0006: nothing was sent
     assert said in error.message
     assert value not in error.message and VALUE not in error.message
-    if case != "eleven hosts":
-        assert f"egress['{hosts[0]}']" in error.message
+    assert f"egress['{hosts[0]}']" in error.message
     if case in ("a long value", "an e2b placeholder"):
         assert repr(SECRET) in error.message
 
@@ -265,3 +272,64 @@ def test_the_rules_set_each_hosts_headers_in_one_transform() -> None:
     }
     caps = e2b_sandbox_driver(api_key=KEY).mainsdk_driver_capabilities()
     assert caps.egress_headers is True
+
+
+def _create_with_rules(hosts: list[str], **state: Any) -> SandboxError | None:
+    """Start (and stop) a box with an egress header for each of ``hosts`` against the stand-in set to ``state``."""
+    limits = RunLimits(timeout=10.0, memory=0, output=0, files=1 << 20, disk=0)
+    rules = tuple(EgressRule(host, (EgressHeader("X-Api-Key", SECRET, VALUE, VALUE),)) for host in hosts)
+    spec = BoxSpec(
+        id="run_0123456789abcdef", limits=limits, tenant="default", network_policy=e2b_network_policy(hosts),
+        egress=rules,
+    )  # fmt: skip
+    with stand_in(**state) as (api, url, _state):
+        driver = e2b_sandbox_driver(api_key=KEY, api_url=api, sandbox_url=url)
+
+        async def scenario() -> None:
+            await driver.mainsdk_driver_stop(await driver.mainsdk_driver_start(spec))
+
+        try:
+            asyncio.run(scenario())
+        except SandboxError as error:
+            return error
+    return None
+
+
+def test_a_team_whose_limit_is_higher_gets_its_eleven_rule_domains() -> None:
+    """Release 2026.30 holds a team to its max-network-rule-domains flag (e2b-dev/runtime sandbox_create.go):
+    the driver refuses no count itself, the stand-in at that release with a team limit of 12 takes 11."""
+    hosts = [f"h{n}.example.com" for n in range(11)]
+    assert _create_with_rules(hosts, max_rule_domains=12) is None
+    refused = _create_with_rules(hosts)  # the flag's default, 10: the server's 400, explained
+    assert refused is not None and (refused.code, refused.ran) == (INVALID_OPTION, False), refused
+    assert "Network rules can have at most 10 domains" in refused.message
+    assert "max-network-rule-domains" in refused.message and VALUE not in refused.message
+    assert _create_with_rules(hosts[:10]) is None  # the remedy followed: fewer hosts
+
+
+def test_a_wildcard_rule_domain_is_sent_and_an_older_server_s_refusal_names_the_release() -> None:
+    assert _create_with_rules(["*.example.com"]) is None  # 2026.30 takes it (IsValidWildcardDomainPattern)
+    refused = _create_with_rules(["*.example.com"], release=(2026, 29))  # DNS names only (govalidator)
+    assert refused is not None and refused.code == INVALID_OPTION, refused
+    assert "is not a valid domain name" in refused.message and "API release 2026.30" in refused.message
+    assert _create_with_rules(["api.example.com"], release=(2026, 29)) is None  # the remedy followed: each host
+
+
+@pytest.mark.parametrize(
+    ("domain", "valid"),
+    [
+        ("api.example.com", True),
+        ("*.github.com", True),
+        ("*.com", True),
+        ("*.GITHUB.COM", True),
+        ("*", False),
+        ("*.", False),
+        ("*.*.com", False),
+        ("api*.com", False),
+        ("github.*", False),
+        ("*.github.com.", False),
+    ],
+)
+def test_the_driver_refuses_beforehand_only_domains_no_release_takes(domain: str, valid: bool) -> None:
+    # sandbox-network's TestIsValidWildcardDomainPattern cases (e2b-dev/runtime), and a plain DNS name.
+    assert valid_rule_domain(domain) is valid

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2b_replay import KEY, provider
+from e2b_replay import KEY, key, provider
 from mainsdk.driver import BoxSpec, Command, InputStream, RunLimits
 from mainsdk_conformance.replay import ReplayServer
 
@@ -82,7 +82,7 @@ def cat_reads_its_live_stdin(server: ReplayServer, key: str = KEY) -> dict[str, 
 
 def test_a_session_command_receives_the_chunks_sent_while_it_runs() -> None:
     with provider("cat_reads_its_live_stdin", folder=CASSETTES) as server:
-        seen = cat_reads_its_live_stdin(server)
+        seen = cat_reads_its_live_stdin(server, key())
     assert server.problems(final=True) == []
     assert seen["given"] and seen["one"] and seen["two"] and seen["running"]
     assert seen["outcome"] == (0, None, b"zero\none\ntwo\n", b"")  # EOF after close: cat ended by itself

@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2b_replay import KEY, provider
+from e2b_replay import KEY, key, provider
 from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
+from mainsdk.driver import BoxSpec, Folder, RunLimits
 from mainsdk.errors import INVALID_OPTION, NO_SESSION, ConfigError
 from mainsdk_conformance.replay import ReplayServer
 from mainsdk_e2b.config import E2BConfig
 from mainsdk_e2b.driver import E2BBox
+from stand_in import stand_in
 
 from mainsdk_e2b import e2b_sandbox_driver
 
@@ -56,19 +58,24 @@ def a_session_kept_alive_by_its_cells(server: ReplayServer, key: str = KEY) -> d
 
 def test_a_cells_input_pushes_the_sandboxs_end_back_within_e2bs_maximum() -> None:
     with provider("a_session_kept_alive_by_its_cells", folder=CASSETTES) as server:
-        seen = a_session_kept_alive_by_its_cells(server)
+        seen = a_session_kept_alive_by_its_cells(server, key())
     assert server.problems(final=True) == []
     assert seen["cells"] == (True, "42")
     # idle 300 s + timeout 60 s + 60 s: the sandbox was created for 420 s; the cell's input found 5 s left.
     assert seen["lifetime"] == 420
     sandbox_id = seen["second_cell"][0][1].rsplit("/", 2)[1]
     # The cell is one line on the kernel's live stdin (envd's SendInput), sent once the end is pushed back.
-    assert seen["second_cell"] == [("POST", f"/sandboxes/{sandbox_id}/timeout"), ("POST", "/process.Process/SendInput")]
+    # A refresh, which never shortens (sandbox_refresh.go), never POST /timeout, which may (sandbox_timeout.go).
+    assert seen["second_cell"] == [
+        ("POST", f"/sandboxes/{sandbox_id}/refreshes"),
+        ("POST", "/process.Process/SendInput"),
+    ]
     data = json.loads((CASSETTES / "a_session_kept_alive_by_its_cells.json").read_text())
+    assert not [i for i in data["interactions"] if i["request"]["path"].endswith("/timeout")]
     asked = [
-        i["request"]["body"]["json"]["timeout"]
+        i["request"]["body"]["json"]["duration"]
         for i in data["interactions"]
-        if i["request"]["path"].endswith("/timeout")
+        if i["request"]["path"].endswith("/refreshes")
     ]
     assert asked == [300 + 60 + 420]  # one more cell's worth of work and idle time, plus the lifetime: under 1 h
 
@@ -119,7 +126,7 @@ def a_session_at_e2bs_maximum(server: ReplayServer, key: str = KEY) -> dict[str,
 
 def test_a_session_at_e2bs_maximum_ends_with_an_answer_naming_the_cap() -> None:
     with provider("a_session_at_e2bs_maximum", folder=CASSETTES) as server:
-        seen = a_session_at_e2bs_maximum(server)
+        seen = a_session_at_e2bs_maximum(server, key())
     assert server.problems(final=True) == []
     assert seen["first"]
     data = json.loads((CASSETTES / "a_session_at_e2bs_maximum.json").read_text())
@@ -160,3 +167,61 @@ def test_a_run_longer_than_the_plan_lets_a_sandbox_live_is_0001_before_anything_
     sandbox.close()
     assert caught.value.code == INVALID_OPTION and caught.value.ran is False
     assert "limits.timeout 7200s is longer than E2B lets a sandbox run (1 h from its start" in caught.value.message
+
+
+def test_a_session_taken_over_by_another_worker_keeps_the_end_its_opener_set() -> None:
+    """The opener's notebook asked for 50 minutes; a worker with 1-minute sessions takes it over and writes.
+
+    Against the stand-in (``stand_in.py``), which moves a sandbox's end as E2B's API does: ``/timeout`` to
+    ``now + asked`` even when sooner (``KeepAliveFor(allowShorter=true)``, sandbox_timeout.go), ``/refreshes``
+    never sooner (``allowShorter=false``, sandbox_refresh.go, keep_alive.go ``ErrCannotShortenTTL``).
+    """
+    limits = RunLimits(timeout=10.0, memory=0, output=0, files=1 << 20, disk=0)
+    opened = BoxSpec(id="ses_00112233445566778899aabb", limits=limits, tenant="default", idle=3000.0)
+    taken = BoxSpec(id=opened.id, limits=limits, tenant="default", idle=60.0)  # the taking worker's own limits
+    with stand_in() as (api, url, state):
+        opener = e2b_sandbox_driver(api_key=KEY, api_url=api, sandbox_url=url)
+        taker = e2b_sandbox_driver(api_key=KEY, api_url=api, sandbox_url=url)
+
+        async def scenario() -> dict[str, float]:
+            box = await opener.mainsdk_driver_start(opened)
+            end = state.boxes[box.sandbox_id].end
+            try:
+                other = await taker.mainsdk_driver_reconnect(taken)
+                assert other is not None
+                seen = {"known": other.expires - time.monotonic()}  # the end E2B listed, not "now"
+                await taker.mainsdk_driver_write_file(box=other, folder=Folder.WORK, path="a.txt", data=b"1")
+                seen["after_write"] = state.boxes[box.sandbox_id].end - end
+                # Should the taker's clock know nothing of that end, its keep-alive still cannot shorten it.
+                other.expires = time.monotonic()
+                await taker.mainsdk_driver_write_file(box=other, folder=Folder.WORK, path="b.txt", data=b"2")
+                seen["after_refresh"] = state.boxes[box.sandbox_id].end - end
+                return seen
+            finally:
+                await opener.mainsdk_driver_stop(box)
+
+        seen = asyncio.run(scenario())
+    assert seen["known"] > 3000  # 3070 s asked at the create (idle 3000 + timeout 10 + 60)
+    assert seen["after_write"] == 0  # the end was far enough: no request moved it
+    assert seen["after_refresh"] >= 0  # asked for 130 s, the end stayed ~51 minutes away, never cut to 2
+
+
+def test_a_plan_longer_than_the_teams_is_0001_and_its_remedy_works_when_followed() -> None:
+    """``sandbox.e2b.plan: pro`` on a Base team: E2B's 400 to the create (handlers/timeout_helper.go, the team's
+    MaxLengthHours, the stand-in's ``STATE.max_hours``) is a setting to fix, not an outage to retry; set as the
+    message says, the same session opens."""
+    limits = RunLimits(timeout=60.0, memory=0, output=0, files=1 << 20, disk=0)
+    spec = BoxSpec(id="ses_aabbccddeeff001122334455", limits=limits, tenant="default", idle=7200.0)
+    with stand_in() as (api, url, _state):
+
+        async def open_with(plan: str) -> None:
+            driver = e2b_sandbox_driver(api_key=KEY, api_url=api, sandbox_url=url, plan=plan)
+            await driver.mainsdk_driver_stop(await driver.mainsdk_driver_start(spec))
+
+        with pytest.raises(SandboxError) as caught:
+            asyncio.run(open_with("pro"))
+        error = caught.value
+        assert (error.code, error.ran, error.retryable) == (INVALID_OPTION, False, False), error
+        assert "Timeout cannot be greater than 1 hours" in error.message
+        assert "set sandbox.e2b.plan (or sandbox.e2b.max_hours) to your team's plan" in error.message
+        asyncio.run(open_with("base"))  # followed: the create asks the hour the team has, and E2B takes it

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 import pytest
-from e2b_replay import KEY, provider
+from e2b_replay import KEY, key, provider
 from mainsdk import AsyncSandbox, Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.driver import KERNEL_PACKAGES
@@ -281,7 +281,7 @@ def made(kernel_wheels: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 def test_a_run_gets_its_packages_and_what_it_costs_in_requests(made: Path) -> None:
     wheels = made
     with provider("runs_and_a_session") as server:
-        seen = runs_and_a_session(server, wheels)
+        seen = runs_and_a_session(server, wheels, key())
     assert server.problems(final=True) == []
     first, second, without = (seen[k][0] for k in ("first", "second", "without"))
     assert [(r.exit_code, r.stdout) for r in (first, second)] == [(0, "Made\n")] * 2
@@ -300,12 +300,14 @@ def test_a_run_gets_its_packages_and_what_it_costs_in_requests(made: Path) -> No
 
 def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(chart_wheels: Path) -> None:
     with provider("the_tutorial_chart") as server:
-        seen = the_tutorial_chart(server, chart_wheels)
+        seen = the_tutorial_chart(server, chart_wheels, key())
     assert server.problems(final=True) == []
     assert seen["run"][:2] == (0, "3\n"), seen["run"][2]
     assert seen["run_files"]["chart.png"].startswith(PNG)
     assert len(seen["run_pngs"]) == 1 and seen["run_pngs"][0].startswith(PNG)  # RunResult.results, one-shot
-    assert seen["run_requests"] == 7  # create, probe, upload (data.csv and 13 wheels), install, start, out/, kill
+    # create, probe, a refresh (the 55 MB upload's deadline outlasts the run's sandbox: transfer.py), upload
+    # (data.csv and 13 wheels), install, start, out/, kill
+    assert seen["run_requests"] == 8
     assert seen["cells"] == ("3", None, None)
     assert len(seen["cell_pngs"]) == 1 and seen["cell_pngs"][0].startswith(PNG)
     [figure], error, stderr = seen["chart_cell"]
@@ -337,7 +339,7 @@ def test_the_tutorial_chart_with_pandas_and_matplotlib_returns_a_png(chart_wheel
 
 def test_a_set_that_cannot_be_resolved_is_one_0001_naming_the_package_before_any_code_runs(made: Path) -> None:
     with provider("a_set_that_cannot_be_resolved") as server:
-        seen = a_set_that_cannot_be_resolved(server, made)
+        seen = a_set_that_cannot_be_resolved(server, made, key())
     assert server.problems(final=True) == []
     error = seen["error"]
     assert error.code == INVALID_OPTION and error.ran is False
@@ -350,7 +352,7 @@ def test_each_session_gets_the_kernels_ipython_in_a_folder_of_its_own_from_wheel
     kernel_wheels: Path,
 ) -> None:
     with provider("the_cell_kernels_packages") as server:
-        seen = the_cell_kernels_packages(server, kernel_wheels)
+        seen = the_cell_kernels_packages(server, kernel_wheels, key())
     assert server.problems(final=True) == []
     for name in ("first", "second"):
         box = seen[name]

@@ -89,7 +89,12 @@ def install_line(wheels: Sequence[str]) -> str:
 # The cell kernel's own packages (``mainsdk.driver.KERNEL_PACKAGES``): installed flat (``pip install --target``)
 # into a folder of their own, apart from the user's environment (``ENV``) and never on any default sys.path;
 # core puts it on the kernel's sys.path after the user's site-packages. Installed as root and left read-only to
-# the box's user ("user"), so code in the box cannot change the kernel's IPython under later cells or restarts.
+# the box's user ("user"): that keeps a stray write (a ``pip install --target``, a file of the same name) out of
+# it, and no more. It does not keep the box's own code out: every E2B template gives "user" passwordless sudo and
+# makes /usr/local world-writable (e2b-dev/infra packages/orchestrator/pkg/template/build/phases/finalize/
+# configure.sh: ``user ALL=(ALL:ALL) NOPASSWD: ALL``, ``chmod -R 777 /usr/local``), so code in a session can
+# rewrite this IPython, or the python3 the kernel runs on, for the later cells of that session. What holds is the
+# VM's wall: nothing the code changes reaches the app, another session or another box.
 KERNEL = "/opt/mainsdk/kernel"
 KERNEL_WHEELS = "/tmp/mainsdk-kernel-wheels"
 KERNEL_PYTHON = (3, 11)  # ipython 9's Requires-Python
@@ -110,7 +115,8 @@ def kernel_install_line(wheels: Sequence[str]) -> str:
     """The box's command (as root): the kernel's wheels installed offline into ``KERNEL``, the wheels removed.
 
     ``--no-index --no-deps``: the set is closed and was fetched on the app side. Compiled (pip's default), so the
-    box's user, who cannot write there, imports IPython from bytecode at every kernel start; readable by all.
+    box's user, who cannot write there without sudo, imports IPython from bytecode at every kernel start; readable by
+    all (what that protects, and what it does not: ``KERNEL``'s comment).
     Installed into a fresh folder renamed into place, so a failed install leaves no half set; a box that has the
     set already (a session another worker opened) keeps it.
     """

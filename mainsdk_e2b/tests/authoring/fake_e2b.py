@@ -1,8 +1,9 @@
 """An authoring stand-in for E2B, written from the SDK's source (e2b 2.63.0) and E2B's documented wire.
 
-Not a test double: it never runs in a test. It exists to author cassettes when
-no E2B account is at hand: ``author.py`` runs the conformance tests in record
-mode with the recorder forwarding here instead of to E2B, so every request in
+Not a test double: it exists to author cassettes when no E2B account is at hand, and it serves the few tests
+of a rule no cassette can hold (``tests/stand_in.py``: a link's bandwidth, the end each lifetime call sets, the
+rules each API release takes), none of which runs a command. Authoring: ``author.py`` runs the conformance
+tests in record mode with the recorder forwarding here instead of to E2B, so every request in
 a cassette is exactly what the real SDK sent, and every answer is shaped as
 envd and the control plane shape theirs (Connect JSON envelopes, multipart
 upload, ListDir entries). Commands really run, on this host, in a folder
@@ -29,7 +30,12 @@ Process semantics follow envd (e2b-dev/infra ``packages/envd``), never kinder:
   its start + the team's maximum (``FAKE_E2B_MAX_LENGTH_HOURS``, default 1, the
   Base plan's): a create asking more is a 400 (``handlers/timeout_helper.go``), a
   ``POST /sandboxes/{id}/timeout`` is silently cut at the cap, and past it a 400
-  "Max instance length exceeded" (``orchestrator/keep_alive.go``).
+  "Max instance length exceeded" (``orchestrator/keep_alive.go``);
+- ``/timeout`` sets the end to now + asked even when sooner (``sandbox_timeout.go``,
+  ``KeepAliveFor(allowShorter=true)``); ``/refreshes`` never moves it sooner (``sandbox_refresh.go``,
+  ``allowShorter=false``: ``ErrCannotShortenTTL`` is a 204 that changes nothing), and asks at least 15 s;
+- with ``STATE.uplink`` / ``STATE.downlink`` (``FAKE_E2B_UPLINK``, ``FAKE_E2B_DOWNLINK``, bytes a second) an
+  upload's body comes, and a file's goes, no faster: a client's whole-request deadline meets a real link.
 The control plane keeps each sandbox's ``metadata`` and lists by it
 (``GET /v2/sandboxes?metadata=``, spec/openapi.yml). It checks a create's
 ``Idempotency-Key`` as the API's middleware does (one value, 1 to 255 of
@@ -62,7 +68,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "conformance" / "src"))
@@ -70,7 +76,9 @@ from mainsdk_conformance.cassette import parse_multipart
 from mainsdk_conformance.profiles import E2B
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_egress import MOUNTS, Egress
+
+if TYPE_CHECKING:
+    from fake_egress import Egress
 
 ENVD_VERSION = "0.6.13"  # packages/envd/pkg/version.go
 STD_CHUNK_SIZE = 32 << 10  # packages/envd/internal/services/process/handler/handler.go stdChunkSize
@@ -90,12 +98,23 @@ class Box:
         self.start = time.time()
         self.end = self.start + min(timeout, STATE.max_length)
         self.evicted = threading.Event()
+        self.state = "running"  # or "paused" (POST /sandboxes/{id}/pause)
         self.root = Path(tempfile.mkdtemp(prefix=f"fake-e2b-{sandbox_id}-"))
         (self.root / "home/user").mkdir(parents=True)
         (self.root / "tmp").mkdir()
         (self.root / "opt/mainsdk").mkdir(parents=True)
         self.procs: dict[int, Proc] = {}
         self.egress: Egress | None = None  # E2B's proxy for the create's network.rules, when it had some
+        self.rules: dict[str, Any] = {}
+        self.number = 0
+
+    def proxy(self) -> Egress | None:
+        """E2B's egress proxy for the create's network.rules (made at the first command), or None without rules."""
+        if self.rules and self.egress is None:
+            from fake_egress import Egress  # its TLS needs cryptography, which a create alone does not
+
+            self.egress = Egress(self.root, self.number, self.rules)
+        return self.egress
 
     def listed(self) -> dict[str, Any]:
         """The sandbox as ``GET /v2/sandboxes`` lists it (ListedSandbox in spec/openapi.yml)."""
@@ -110,7 +129,7 @@ class Box:
             "memoryMB": 512,
             "diskSizeMB": 512,
             "metadata": self.metadata,
-            "state": "running",
+            "state": self.state,
             "envdVersion": ENVD_VERSION,
         }
 
@@ -162,12 +181,23 @@ class State:
         # The team's limits.MaxLengthHours (1 on Base/Hobby, 24 on Pro), as seconds.
         self.max_hours = int(os.environ.get("FAKE_E2B_MAX_LENGTH_HOURS", "1"))
         self.max_length = 3600.0 * self.max_hours
+        # Snapshots (POST /sandboxes/{id}/snapshots): each a copy of its sandbox's files, a template by its id.
+        self.templates: dict[str, Path] = {}
+        self.snapshot_ids = itertools.count(1)
+        # The API's release (its rules for network.rules, network_problem) and the team's domain limit there.
+        self.release = tuple(int(part) for part in os.environ.get("FAKE_E2B_API_RELEASE", "2026.30").split("."))
+        self.max_rule_domains = int(os.environ.get("FAKE_E2B_MAX_RULE_DOMAINS", "10"))
+        # The link between the client and envd, in bytes per second each way (0: as fast as loopback): an
+        # upload's body is read, and a file's is sent, no faster (FAKE_E2B_UPLINK, FAKE_E2B_DOWNLINK).
+        self.uplink = int(os.environ.get("FAKE_E2B_UPLINK", "0"))
+        self.downlink = int(os.environ.get("FAKE_E2B_DOWNLINK", "0"))
 
     def evict(self) -> None:
         """End every sandbox past its end time, as the orchestrator's evictor does; its streams just break."""
         now = time.time()
         with self.lock:
-            ended = [box for box in self.boxes.values() if box.end <= now]
+            # A paused sandbox is kept (as its snapshot) until resumed or killed: it has no end then.
+            ended = [box for box in self.boxes.values() if box.end <= now and box.state == "running"]
             for box in ended:
                 self.boxes.pop(box.id, None)
         for box in ended:
@@ -227,6 +257,18 @@ def _is_specified(text: str) -> bool:
     return not ipaddress.ip_address(address).is_unspecified
 
 
+# The release from which rule domains may be wildcards and the domain limit is the team's flag (e2b-dev/runtime
+# sandbox_create.go validateNetworkRules at 2875315b; tag 2026.29 still had the constant and DNS names only).
+WILDCARD_RELEASE = (2026, 30)
+# sandbox-network's IsValidWildcardDomainPattern, as its tests (sandbox_network_test.go) hold it: "*." and DNS
+# labels, no other "*", no final dot, at most 253 characters.
+_WILDCARD_PATTERN = re.compile(r"\*(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+")
+
+
+def _is_wildcard_pattern(text: str) -> bool:
+    return len(text) <= 253 and _WILDCARD_PATTERN.fullmatch(text) is not None
+
+
 def _is_dns_name(text: str) -> bool:
     """govalidator IsDNSName."""
     if not text or len(text.replace(".", "")) > 255 or (_is_ip_or_cidr(text) and "/" not in text):
@@ -275,6 +317,12 @@ def network_problem(network: Any, envd_version: str) -> str | None:
     least 0.5.13, at most 10 domains, each a DNS name of at most 128 characters with at most 1 rule, at most 20
     headers a rule, each name a token of at most 64 characters, each value of valid characters, at most 2048
     long, its ``${e2b.…}`` placeholders well formed, at most 32 secret names a domain. Lengths are Go's: bytes.
+
+    By the API's release (``STATE.release``, ``FAKE_E2B_API_RELEASE``): from 2026.30 (e2b-dev/runtime
+    ``sandbox_create.go`` at 2875315b, the default here) the number of domains is the team's
+    ``max-network-rule-domains`` flag (``STATE.max_rule_domains``, ``FAKE_E2B_MAX_RULE_DOMAINS``, default 10), a
+    domain may be a ``*.`` wildcard (``sandbox_network.IsValidWildcardDomainPattern``) and keys must be unique
+    ignoring case; before it (2026.29, the open e2b-dev/infra tree) a fixed 10 and DNS names only.
     """
     if not isinstance(network, dict):
         return None
@@ -301,16 +349,26 @@ def network_problem(network: Any, envd_version: str) -> str | None:
             "network transform rules are not supported; template must be rebuilt. Template envd version is "
             f"{envd_version}, must be at least 0.5.13"
         )
-    if len(rules) > MAX_RULE_DOMAINS:
-        return f"Network rules can have at most {MAX_RULE_DOMAINS} domains."
+    newer = STATE.release >= WILDCARD_RELEASE
+    max_domains = STATE.max_rule_domains if newer else MAX_RULE_DOMAINS
+    if len(rules) > max_domains:
+        return f"Network rules can have at most {max_domains} domains."
+    seen: set[str] = set()
     for domain, domain_rules in rules.items():
         quoted = json.dumps(domain)  # Go's %q, for the names this suite uses
         if not domain:
             return "Rule domain must not be empty."
         if len(domain.encode()) > MAX_RULE_DOMAIN_LEN:
             return f"Rule domain {quoted} exceeds maximum length of {MAX_RULE_DOMAIN_LEN} characters."
-        if not _is_dns_name(domain):
+        valid = _is_dns_name(domain)
+        if newer and domain.startswith("*."):
+            valid = _is_wildcard_pattern(domain)
+        if not valid:
             return f"Rule domain {quoted} is not a valid domain name."
+        if newer:
+            if domain.lower() in seen:
+                return "Network rule domain keys must be unique ignoring case."
+            seen.add(domain.lower())
         if len(domain_rules) > MAX_TRANSFORMS_PER_DOMAIN:
             return f"Domain {quoted} can have at most {MAX_TRANSFORMS_PER_DOMAIN} transform rule."
         secrets: set[str] = set()
@@ -369,6 +427,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def body(self) -> bytes:
+        data = self.unpaced_body()
+        if STATE.uplink and self.path.startswith("/files"):
+            time.sleep(len(data) / STATE.uplink)  # the upload took that long to come (STATE.uplink)
+        return data
+
+    def paced_write(self, payload: bytes) -> None:
+        """Send ``payload`` no faster than ``STATE.downlink``, in 64 KiB writes; a client gone stops it."""
+        step = 64 << 10
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for at in range(0, len(payload), step):
+                self.wfile.write(payload[at : at + step])
+                self.wfile.flush()
+                time.sleep(min(step, len(payload) - at) / STATE.downlink)
+
+    def unpaced_body(self) -> bytes:
         length = int(self.headers.get("content-length") or 0)
         if self.headers.get("transfer-encoding", "").lower() == "chunked":
             data = bytearray()
@@ -388,13 +461,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         if status != 204:
-            self.wfile.write(payload)
+            if STATE.downlink and content_type == "application/octet-stream":
+                self.paced_write(payload)
+            else:
+                self.wfile.write(payload)
 
     def send_json(self, status: int, value: Any) -> None:
         self.send(status, json.dumps(value, separators=(",", ":")).encode())
 
     def box(self) -> Box | None:
-        return STATE.boxes.get(self.headers.get("E2b-Sandbox-Id", ""))
+        # A paused sandbox's envd is not there: E2B's proxy answers as for a sandbox it does not know (with
+        # auto-resume off, the driver's case), packages/shared/pkg/proxy/template/sandbox_not_found.go.
+        box = STATE.boxes.get(self.headers.get("E2b-Sandbox-Id", ""))
+        return box if box is not None and box.state == "running" else None
 
     def do_GET(self) -> None:
         self.route("GET")
@@ -441,9 +520,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 metadata = dict(request.get("metadata") or {})
                 number = int(sandbox_id[1:4])
                 made = STATE.boxes[sandbox_id] = Box(sandbox_id, template, metadata, float(timeout))
-            rules = (request.get("network") or {}).get("rules")
-            if rules:
-                made.egress = Egress(made.root, number, rules)
+                kept = STATE.templates.get(template)
+            if template not in ("base", None) and kept is None and template.startswith("snap"):
+                self.send_json(404, {"code": 404, "message": f"template '{template}' not found"})
+                STATE.boxes.pop(sandbox_id, None)
+                made.kill()
+                return
+            if kept is not None:
+                # A box from a snapshot starts with its files (templates of a snapshot, snapshot_template_create.go).
+                shutil.copytree(kept, made.root, symlinks=True, dirs_exist_ok=True)
+            # Its egress proxy comes with its first command (``Box.proxy``): a create alone needs none.
+            made.rules, made.number = (request.get("network") or {}).get("rules") or {}, number
             with STATE.lock:
                 fail = STATE.creates_to_fail > 0
                 STATE.creates_to_fail -= 1 if fail else 0
@@ -473,6 +560,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 ]
             self.send_json(200, found)
             return
+        if method == "DELETE" and path.startswith("/templates/"):
+            # DELETE /templates/{id} (the SDK's delete_snapshot): 204, or 404 for one it does not have.
+            kept = STATE.templates.pop(path.split("/")[2], None)
+            if kept is None:
+                self.send_json(404, {"code": 404, "message": f"template '{path.split('/')[2]}' not found"})
+                return
+            shutil.rmtree(kept, ignore_errors=True)
+            self.send(204)
+            return
         if path.startswith("/sandboxes/") or path.startswith("/v2/sandboxes/"):
             sandbox_id = path.split("/")[3 if path.startswith("/v2/") else 2]
             box = STATE.boxes.get(sandbox_id)
@@ -496,7 +592,61 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 box.end = now + min(max(STATE.max_length - (now - box.start), 0.0), asked)
                 self.send(204)
                 return
+            if path.endswith("/pause"):
+                # handlers/sandbox_pause.go: a paused sandbox is a 409 (the SDK answers False). Its processes end
+                # here (E2B keeps the VM's memory; the stand-in is no kinder: nothing of a command survives).
+                if box.state == "paused":
+                    self.send_json(409, {"code": 409, "message": f"Sandbox {box.id} is already paused"})
+                    return
+                box.state = "paused"
+                box.evicted.set()  # its streams break, as the VM's connections do
+                for running in list(box.procs.values()):
+                    with contextlib.suppress(OSError):
+                        os.kill(running.popen.pid, signal.SIGKILL)
+                kill_under(box.root)
+                self.send(204)
+                return
+            if path.endswith("/snapshots"):
+                # snapshot_template_create.go: the sandbox's state as a template of its own; the source runs on.
+                request = json.loads(body or b"{}")
+                snapshot_id = f"snap{next(STATE.snapshot_ids):03d}fake{os.getpid() % 1000:03d}e2b"
+                kept = Path(tempfile.mkdtemp(prefix=f"fake-e2b-{snapshot_id}-"))
+                shutil.copytree(box.root, kept, symlinks=True, dirs_exist_ok=True)
+                STATE.templates[snapshot_id] = kept
+                names = [request["name"]] if request.get("name") else []
+                self.send_json(201, {"snapshotID": snapshot_id, "names": names})
+                return
+            if path.endswith("/connect") and box.state == "paused":
+                # sandbox_connect.go: a sandbox not running is resumed (startSandbox, isResume) for the timeout
+                # asked, its start anew; 201, as a create.
+                asked = float(json.loads(body or b"{}").get("timeout") or 15)
+                box.state, box.evicted = "running", threading.Event()
+                box.start = time.time()
+                box.end = box.start + min(asked, STATE.max_length)
+                answer = {
+                    k: v
+                    for k, v in box.listed().items()
+                    if k in ("templateID", "sandboxID", "clientID", "alias", "envdVersion")
+                }
+                self.send_json(201, {**answer, "envdAccessToken": "fake-envd-access", "domain": None})
+                return
+            if path.endswith("/refreshes"):
+                # handlers/sandbox_refresh.go: duration (default and at least SandboxTimeoutDefault, 15 s), then
+                # orchestrator/keep_alive.go KeepAliveFor(allowShorter=false): past the cap a 400; an end sooner
+                # than the one set is ErrCannotShortenTTL, answered 204 with nothing changed.
+                duration = max(float(json.loads(body or b"{}").get("duration") or 15), 15.0)
+                now = time.time()
+                if now - box.start > STATE.max_length:
+                    self.send_json(400, {"code": 400, "message": "Max instance length exceeded"})
+                    return
+                box.end = max(box.end, now + min(max(STATE.max_length - (now - box.start), 0.0), duration))
+                self.send(204)
+                return
             if path.endswith("/connect"):
+                # handlers/sandbox_connect.go: KeepAliveFor(body.timeout, allowShorter=false), never sooner; the
+                # driver sends no timeout (0), so its connect leaves the end as it is.
+                asked = float(json.loads(body or b"{}").get("timeout") or 0)
+                box.end = max(box.end, min(time.time() + asked, box.start + STATE.max_length))
                 keys = ("templateID", "sandboxID", "clientID", "alias", "envdVersion")
                 answer = {k: v for k, v in box.listed().items() if k in keys}
                 self.send_json(200, {**answer, "envdAccessToken": "fake-envd-access", "domain": None})
@@ -644,7 +794,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         # are, on stdin) at its real path, in a mount namespace of the command's own: the host's /opt is not the
         # VM's. unshare (no --fork) and sh's exec keep the command at the pid started here, as envd's.
         # A sandbox with rules: its proxy's bundle, names and the image's pip too (fake_egress.py).
-        mounts, extra = (MOUNTS + " && ", box.egress.mount_args()) if box.egress is not None else ("", [])
+        egress = box.proxy()
+        mounts, extra = ("", [])
+        if egress is not None:
+            from fake_egress import MOUNTS
+
+            mounts, extra = MOUNTS + " && ", egress.mount_args()
         argv = ["unshare", "-m", "sh", "-c", mounts + OPT_MOUNT, "sh", *extra, str(box.map("/opt/mainsdk")), *argv]
         env = dict(process.get("envs") or {})
         env.setdefault("PATH", os.environ.get("PATH", "/usr/bin:/bin"))
