@@ -76,7 +76,6 @@ PROJECT = "mainsdk"
 hookspec = pluggy.HookspecMarker(PROJECT)
 
 WORK_DIR = "/work"
-OUT_DIR = "/out"
 
 
 class Folder(enum.Enum):

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from mainsdk import arguments, checkpoints, errors
+from mainsdk import arguments, checkpoints, errors, languages
 from mainsdk.audit import AuditEvent
 from mainsdk.background import AsyncProcess
 from mainsdk.cells import (
@@ -27,7 +27,6 @@ from mainsdk.cells import (
     ErrorCallback,
     OutputCallback,
     ResultCallback,
-    cell_language,
     refuse_cell,
 )
 from mainsdk.checkpoints import SessionOptions, Snapshot, SnapshotRecord, Snapshots
@@ -519,7 +518,7 @@ async def run_cell(
 ) -> CellResult:
     """``session.run_code``, and the synchronous twin's with ``blocking`` (its callbacks must be plain functions)."""
     refuse_cell(session._runtime, code, language)  # a language no interpreter here runs: audited and raised
-    interpreter = session._interpreters.default(cell_language(language))  # "node" and "js": javascript's
+    interpreter = session._interpreters.default(languages.cell_language(language))  # "node" and "js": javascript's
     return await run_in(interpreter, code, timeout, callbacks, blocking=blocking, env=env)
 
 
