@@ -22,7 +22,7 @@ from mainsdk.egress import EgressRule
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered, validate_host_pattern
 from mainsdk.packages import select_packages
-from mainsdk.secrets import SecretRef, SecretResolver
+from mainsdk.secrets import SecretRef, SecretResolver, resolve_secret
 from mainsdk.units import MAX_IDLE, describe, format_duration, format_size, parse_duration, parse_money, parse_size
 
 ENV_NAME = arguments.ENV_NAME
@@ -211,26 +211,8 @@ def resolve_env(
     secret_values: list[bytes] = []
     for name, value in arguments.env(env).items():
         if isinstance(value, SecretRef):
-            if value.name not in config.sandbox.secrets:
-                raise SandboxError(
-                    errors.SECRET_NOT_ALLOWED,
-                    f"env.{name}: secret {value.name!r} is not under sandbox.secrets; list it there in main.yaml"
-                    + _no_file_read(config),
-                )
-            secret_value = resolver(value.name)
-            if secret_value is not None and not isinstance(secret_value, str):
-                raise _invalid(
-                    f"env.{name}: the secret resolver (deps.secret) returned {type(secret_value).__name__} for "
-                    f"{value.name!r}; it must return the value as a string, or None"
-                )
-            # Empty is no value, as for egress and a driver's credential: an unset CI secret expands to "", and a
-            # value that is nothing can be neither used nor redacted.
-            if not secret_value:
-                raise SandboxError(
-                    errors.SECRET_NOT_ALLOWED,
-                    f"env.{name}: secret {value.name!r} is listed but has no value"
-                    f"{' (it is empty)' if secret_value == '' else ''}; set it in the app's environment",
-                )
+            listed = config.sandbox.secrets
+            secret_value = resolve_secret(value, f"env.{name}", listed, resolver, _no_file_read(config))
             # Never shown: the value is a secret. Only whether it could be passed at all.
             if "\0" in secret_value or len(secret_value.encode("utf-8", "replace")) > arguments.MAX_ARG_BYTES:
                 raise _invalid(f"env.{name}: secret {value.name!r} holds a NUL byte or is too long to pass")
