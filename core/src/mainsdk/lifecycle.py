@@ -50,7 +50,7 @@ from mainsdk.driver import (
 )
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef, FileStore
-from mainsdk.limits import Listener, OutputCollector, cost_of, exec_within_limits, signal_status
+from mainsdk.limits import LimitedOutcome, Listener, OutputCollector, cost_of, exec_within_limits, signal_status
 from mainsdk.plugins import Hooks
 from mainsdk.redact import NameRedactor
 from mainsdk.rich import RichResult, rich_entry
@@ -97,19 +97,11 @@ def stop_reason(ending: Ending) -> StopReason | None:
 
 
 @attrs.frozen
-class Executed:
-    """A command run under core's limits: the driver's facts and its redacted output (``Lifecycle.execute``)."""
+class Executed(LimitedOutcome):
+    """A command run under core's limits: the facts of its end and its redacted output (``Lifecycle.execute``)."""
 
-    exit_code: int | None
-    driver_stop: StopReason | None
-    output_cut: bool
-    timed_out: bool
-    duration: float
-    hosts_refused: tuple[str, ...]
-    hosts_refused_dropped: int
-    signal: int | str | None
-    stdout: str
-    stderr: str
+    stdout: str = ""
+    stderr: str = ""
     stdout_bytes: bytes = b""
     stderr_bytes: bytes = b""
 
@@ -524,14 +516,7 @@ class Lifecycle:
             raise exc.after_exec() from exc.__cause__
         stdout, stderr = collector.finish_bytes()
         return Executed(
-            exit_code=outcome.exit_code,
-            driver_stop=outcome.driver_stop,
-            output_cut=outcome.output_cut,
-            timed_out=outcome.timed_out,
-            duration=outcome.duration,
-            hosts_refused=outcome.hosts_refused,
-            hosts_refused_dropped=outcome.hosts_refused_dropped,
-            signal=outcome.signal,
+            **attrs.asdict(outcome, recurse=False),
             stdout=stdout.decode("utf-8", "replace"),
             stderr=stderr.decode("utf-8", "replace"),
             stdout_bytes=stdout,
@@ -723,18 +708,12 @@ class Lifecycle:
             stderr=executed.stderr,
             stdout_bytes=executed.stdout_bytes,
             stderr_bytes=executed.stderr_bytes,
-            exit_code=ended.exit_code,
-            stop=ended.stop,
+            **attrs.asdict(ended, recurse=False),  # its stop, exit status, signal, duration, cost, refused hosts
             files=refs,
             isolation=plan.caps.isolation,
-            duration=ended.duration,
-            cost=ended.cost,
             driver=self.driver_id,
             language=plan.language,
-            hosts_refused=ended.hosts_refused,
-            hosts_refused_dropped=ended.hosts_refused_dropped,
             memory_limit_scope=plan.caps.memory_limit_scope,
-            signal=ended.signal,
             files_dropped=dropped,
             results=drawn.results,
             results_dropped=drawn.dropped,
