@@ -79,33 +79,31 @@ def check_language(language: str, caps: Capabilities, driver_id: str) -> None:
         raise _invalid(f"the {driver_id!r} driver does not run {language}; it runs {', '.join(sorted(caps.languages))}")
 
 
+# How each limit a call lowers is read and shown: a duration or a size.
+_LIMIT_UNITS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], str]]] = {
+    "timeout": (parse_duration, format_duration),
+    "memory": (parse_size, format_size),
+    "output": (parse_size, format_size),
+    "files": (parse_size, format_size),
+}
+
+
 def lower_limits(requested: Mapping[str, Any] | None, config: AppConfig) -> RunLimits:
     """The call's limits, each at most the config's. A call may lower a limit, never raise it."""
     allowed: Limits = config.sandbox.limits
     values = {"timeout": allowed.timeout, "memory": allowed.memory, "output": allowed.output, "files": allowed.files}
-    parsers: dict[str, Callable[[Any], Any]] = {
-        "timeout": parse_duration,
-        "memory": parse_size,
-        "output": parse_size,
-        "files": parse_size,
-    }
-    formats: dict[str, Callable[[Any], str]] = {
-        "timeout": format_duration,
-        "memory": format_size,
-        "output": format_size,
-        "files": format_size,
-    }
     for key, raw in arguments.limits(requested).items():
         if key in ("max-cost", "max_cost"):
             continue  # checked with the cost
+        parse, shown_as = _LIMIT_UNITS[key]
         try:
-            value = parsers[key](raw)
+            value = parse(raw)
         except (ValueError, ArithmeticError) as exc:
             raise _invalid(f"limits.{key}: {exc}") from None
         if value > values[key]:
-            shown = formats[key](value) if value < 2**63 else describe(raw)
+            shown = shown_as(value) if value < 2**63 else describe(raw)
             raise _invalid(
-                f"limits.{key} {shown} is above sandbox.limits.{key} {formats[key](values[key])}; "
+                f"limits.{key} {shown} is above sandbox.limits.{key} {shown_as(values[key])}; "
                 f"a call may lower a limit, never raise it: lower it, or raise sandbox.limits.{key} in main.yaml"
             )
         values[key] = value

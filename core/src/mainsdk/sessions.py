@@ -523,10 +523,8 @@ async def run_cell(
 
 
 def find_session(sessions: dict[str, AsyncSession], session_id: object, tenant: str) -> AsyncSession:
-    """The open session ``session_id`` of ``tenant``, or MAIN-SANDBOX-0008."""
-    session = sessions.get(session_id) if isinstance(session_id, str) else None
-    if session is None or session.closed or session.tenant != tenant:
-        raise no_session(str(session_id))
+    """The open session ``session_id`` of ``tenant``, or MAIN-SANDBOX-0008 (also when it is paused)."""
+    session = find_paused(sessions, session_id, tenant)
     if session.paused:
         raise paused_session(session.id)
     return session
