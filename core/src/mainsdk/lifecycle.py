@@ -32,6 +32,7 @@ import attrs
 
 from mainsdk import arguments, egress, errors, figures, preflight
 from mainsdk.audit import AuditEvent
+from mainsdk.checkpoints import SessionOptions
 from mainsdk.config import AppConfig
 from mainsdk.driver import (
     Box,
@@ -319,14 +320,8 @@ class Lifecycle:
         language: object,
         feature: object,
         on_output: object,
-        files: Mapping[str, str | bytes] | None,
-        network: Sequence[str],
-        env: Mapping[str, str | SecretRef] | None,
-        limits: Mapping[str, Any] | None,
-        max_cost: object,
-        packages: Sequence[str] | None,
+        options: preflight.BoxOptions,
         command_for: Callable[[str, str, float, Mapping[str, str]], Command],
-        egress_rules: object = None,
     ) -> RunPlan:
         """Every check of a one-shot run, in the order a user would fix them; ``command_for`` builds its command."""
         arguments.optional_text(feature, "feature")
@@ -336,37 +331,23 @@ class Lifecycle:
         caps = self.capabilities()
         preflight.check_driver_allowed(self.driver_id, caps, self._environment)
         preflight.check_language(language, caps, self.driver_id)
-        if packages is None and language != "python":
-            packages = ()  # python packages by default only for python code
-        box = self.plan_box(caps, files, network, env, limits, max_cost, packages, egress_rules)
+        if options.packages is None and language != "python":
+            options = attrs.evolve(options, packages=())  # python packages by default only for python code
+        box = self.plan_box(caps, options)
         command = command_for(language, code, box.limits.timeout, box.env)
         spec = self.box_spec(run_id, box, tenant=tenant)
         self.hooks.check(command, spec)
         return RunPlan(box, spec, command, language, caps, listener)
 
-    def plan_session(
-        self,
-        session_id: str,
-        tenant: str,
-        *,
-        feature: object,
-        idle: object,
-        files: Mapping[str, str | bytes] | None,
-        network: Sequence[str],
-        env: Mapping[str, str | SecretRef] | None,
-        limits: Mapping[str, Any] | None,
-        max_cost: object,
-        packages: Sequence[str] | None,
-        egress_rules: object = None,
-    ) -> SessionPlan:
-        """Every check of a session's opening."""
-        arguments.optional_text(feature, "feature")
+    def plan_session(self, session_id: str, tenant: str, options: SessionOptions) -> SessionPlan:
+        """Every check of a session's opening (or of a fork, or a resume, planned again from its options)."""
+        arguments.optional_text(options.feature, "feature")
         caps = self.capabilities()
         preflight.check_driver_allowed(self.driver_id, caps, self._environment)
         if not caps.sessions:
             raise SandboxError(errors.INVALID_OPTION, f"the {self.driver_id!r} driver cannot keep a session open")
-        idle_seconds = preflight.check_idle(idle)
-        box = self.plan_box(caps, files, network, env, limits, max_cost, packages, egress_rules)
+        idle_seconds = preflight.check_idle(options.idle)
+        box = self.plan_box(caps, options.box)
         spec = self.box_spec(session_id, box, idle=idle_seconds, tenant=tenant, session=True)
         return SessionPlan(box, spec, caps, idle_seconds)
 
@@ -395,17 +376,7 @@ class Lifecycle:
         self.hooks.check(command, opened.spec)
         return CommandPlan(command, cost_bound)
 
-    def plan_box(
-        self,
-        caps: Capabilities,
-        files: Mapping[str, str | bytes] | None,
-        network: Sequence[str],
-        env: Mapping[str, str | SecretRef] | None,
-        limits: Mapping[str, Any] | None,
-        max_cost: object,
-        packages: object = None,
-        egress_rules: object = None,
-    ) -> preflight.RunPlan:
+    def plan_box(self, caps: Capabilities, options: preflight.BoxOptions) -> preflight.RunPlan:
         """The box a call gets, checked against this sandbox's config, allowlist, secrets and driver."""
         return preflight.plan_run(
             config=self.config,
@@ -413,13 +384,13 @@ class Lifecycle:
             driver_id=self.driver_id,
             network_allow=self._network_allow,
             resolver=self._resolver,
-            files=files,
-            network=network,
-            env=env,
-            limits=limits,
-            max_cost=max_cost,
-            packages=packages,
-            egress_rules=egress_rules,
+            files=options.files,
+            network=options.network,
+            env=options.env,
+            limits=options.limits,
+            max_cost=options.max_cost,
+            packages=options.packages,
+            egress_rules=options.egress,
         )
 
     # -- start --------------------------------------------------------------------------------------------

@@ -40,6 +40,22 @@ def _invalid(message: str) -> SandboxError:
 
 
 @attrs.frozen
+class BoxOptions:
+    """What a call asks of its box, as the app passed it (secrets by name): ``plan_run`` checks it into a ``RunPlan``.
+
+    A session keeps it (``checkpoints.SessionOptions``), so a fork or a resumed session is planned again from it.
+    """
+
+    files: Mapping[str, str | bytes] | None = None
+    network: Sequence[str] = ()
+    env: Mapping[str, str | SecretRef] | None = None
+    limits: Mapping[str, Any] | None = None
+    max_cost: object = None
+    packages: object = None
+    egress: object = None
+
+
+@attrs.frozen
 class RunPlan:
     """A call that passed every check: what the run gets, and nothing more."""
 
