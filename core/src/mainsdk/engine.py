@@ -15,14 +15,14 @@ from typing import Any, TypeVar
 
 import attrs
 
-from mainsdk import arguments, checkpoints, errors, figures, preflight
+from mainsdk import arguments, checkpoints, figures, preflight
 from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.checkpoints import SessionOptions, Snapshot, Snapshots
 from mainsdk.config import AppConfig, SandboxConfig
 from mainsdk.driver import LANGUAGE_PROGRAMS, Capabilities, Command
 from mainsdk.errors import SandboxError
-from mainsdk.files import FileRef, FileStore, LocalDirectoryFileStore, file_ref_id
+from mainsdk.files import AsyncFiles, FileStore, LocalDirectoryFileStore, checked_tenant
 from mainsdk.hookspecs import hookimpl
 from mainsdk.hosts import host_covered
 from mainsdk.lifecycle import Lifecycle, OpenBox, RunPlan, RunResult, SessionPlan
@@ -509,28 +509,3 @@ def with_timeout(limits: Mapping[str, Any] | None, timeout: object) -> Mapping[s
     if "timeout" in given:
         raise arguments.invalid("timeout", "is given twice, as timeout= and in limits; give it once")
     return {**given, "timeout": timeout}
-
-
-def checked_tenant(tenancy: Callable[[], str]) -> str:
-    """What ``tenancy()`` returns, which must be a non-empty string."""
-    tenant = tenancy()
-    if not isinstance(tenant, str) or not tenant:
-        raise SandboxError(
-            errors.INVALID_OPTION,
-            f"deps.tenancy returned {type(tenant).__name__} {tenant!r:.40}; it must return the tenant id as a string",
-        )
-    return arguments.text(tenant, "the tenant id from deps.tenancy", max_bytes=1024)
-
-
-@arguments.checked_calls("sandbox.files")
-class AsyncFiles:
-    """The FileRefs of the current tenant."""
-
-    def __init__(self, store: FileStore, tenancy: Callable[[], str]) -> None:
-        self._store = store
-        self._tenancy = tenancy
-
-    async def read(self, ref: FileRef | str) -> bytes:
-        """The bytes of a FileRef the current tenant owns; ``MAIN-SANDBOX-0008`` otherwise."""
-        file_id = file_ref_id(ref)
-        return self._store.read(checked_tenant(self._tenancy), file_id)
