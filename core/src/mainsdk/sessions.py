@@ -466,9 +466,7 @@ class AsyncSession:
 
     async def _stop_everything(self) -> None:
         # The interpreters and background processes first (the driver kills each tree), then the box.
-        await self._interpreters.kill_all()
-        for process in self._processes:
-            await process.kill()
+        await self._end_processes()
         await self._runtime.lifecycle.stop(self._runtime.opened.box)
 
     async def __aenter__(self) -> AsyncSession:
