@@ -1,7 +1,7 @@
 """The kernel's TypeScript set says what npm is building and why (issue 35, point 9), and when it fails, at INFO.
 
 Run here with no npm on PATH: the build is refused at once (MAIN-SANDBOX-0006), so the test needs no registry,
-and the two lines still come, the second saying it failed (mainsdk.waits).
+and the two lines still come, the second saying it failed (mainsdk_driverkit.waits).
 """
 
 from __future__ import annotations

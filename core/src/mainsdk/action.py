@@ -23,7 +23,7 @@ from mainsdk.config import AppConfig
 from mainsdk.driver import LANGUAGES
 from mainsdk.egress import check_shape as check_egress
 from mainsdk.errors import SandboxError
-from mainsdk.files import FileRef
+from mainsdk.files import AsyncFiles, FileRef
 from mainsdk.hosts import host_covered
 from mainsdk.languages import run_language
 from mainsdk.lifecycle import RunResult
@@ -64,13 +64,6 @@ class ActionDeps(Protocol):
         """The approval rule, or None."""
 
 
-class ActionFiles(Protocol):
-    """The sandbox's FileRefs (``AsyncSandbox.files``)."""
-
-    async def read(self, ref: FileRef | str) -> bytes:
-        """The bytes of a FileRef the current tenant owns."""
-
-
 class ActionSandbox(SessionSandbox, Protocol):
     """What an action uses of its sandbox: ``AsyncSandbox`` is one, and the action needs no more of it."""
 
@@ -83,7 +76,7 @@ class ActionSandbox(SessionSandbox, Protocol):
         """The sandbox's config."""
 
     @property
-    def files(self) -> ActionFiles:
+    def files(self) -> AsyncFiles:
         """The sandbox's FileRefs."""
 
     async def run(

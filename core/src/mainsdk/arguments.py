@@ -328,14 +328,6 @@ def count(value: object, argument: str, *, minimum: int, maximum: int) -> int:
     return value
 
 
-def string_mapping(value: object, argument: str, example: str) -> dict[str, str]:
-    """A mapping of non-empty strings to non-empty strings (program names, host to address)."""
-    checked: dict[str, str] = {}
-    for key, item in mapping(value, argument, example).items():
-        checked[text(key, f"{argument} key")] = text(item, f"{argument}[{key!r}]")
-    return checked
-
-
 _C = TypeVar("_C", bound=type)
 
 

@@ -121,8 +121,6 @@ class AsyncProcess:
             output_cut=False,
             timed_out=False,
             duration=time.monotonic() - self._started,
-            hosts_refused=(),
-            hosts_refused_dropped=0,
             signal=SIGKILL,
             stdout=stdout,
             stderr=stderr,

@@ -320,12 +320,6 @@ class _KernelStream:
             self.collector.host_refused(host, why)
 
 
-def cell_language(value: object) -> str:
-    """A cell language (``CELL_LANGUAGES``) from any of its names or aliases (``mainsdk.languages``: ``node`` and
-    ``js`` are ``javascript``), or MAIN-SANDBOX-0001 naming the value and the vocabulary."""
-    return languages.cell_language(value)
-
-
 def check_cells(session: SessionRuntime, language: str) -> None:
     """MAIN-SANDBOX-0001 unless the session's driver declares cells, in ``language``."""
     lifecycle = session.lifecycle
@@ -350,7 +344,7 @@ def refuse_cell(session: SessionRuntime, code: object, language: object) -> None
     cell language, or none the driver's cells run (MAIN-SANDBOX-0001, audited as refused). Returns otherwise,
     and nothing is opened for a refused one."""
     try:
-        check_cells(session, cell_language(language))
+        check_cells(session, languages.cell_language(language))
     except SandboxError as exc:
         refusal = exc
     else:
@@ -526,7 +520,7 @@ class Kernel:
 
         def plan() -> tuple[_Listeners, str, CommandPlan, tuple[dict[str, str], tuple[bytes, ...]]]:
             listeners = _Listeners(callbacks, blocking, marker)
-            checked_language = cell_language(language)
+            checked_language = languages.cell_language(language)
             if checked_language != self.language:
                 raise arguments.invalid(
                     "language",

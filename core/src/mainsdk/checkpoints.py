@@ -10,16 +10,15 @@ resolver (``deps.secret``) at that moment. ``AsyncSession.snapshot``/``fork``/``
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 
 from mainsdk import arguments, errors
 from mainsdk.driver import CHECKPOINT_KINDS, Capabilities
 from mainsdk.errors import SandboxError
-from mainsdk.secrets import SecretRef
+from mainsdk.preflight import BoxOptions
 
 MAX_FORKS = 20  # forks in one call, as E2B's fork(count=1..20)
 MAX_SNAPSHOTS = 1000  # snapshots one sandbox keeps at once, so a loop of snapshot() cannot hold the host's disk
@@ -54,17 +53,11 @@ class SessionOptions:
 
     feature: object = None
     idle: object = None
-    files: Mapping[str, str | bytes] | None = None
-    network: Sequence[str] = ()
-    env: Mapping[str, str | SecretRef] | None = None
-    limits: Mapping[str, Any] | None = None
-    max_cost: object = None
-    packages: Sequence[str] | None = None
-    egress: Mapping[str, Mapping[str, Any]] | None = None
+    box: BoxOptions = attrs.field(factory=BoxOptions)
 
     def without_files(self) -> SessionOptions:
         """The same options without the opening's files: a fork has its source's files from the snapshot."""
-        return attrs.evolve(self, files=None)
+        return attrs.evolve(self, box=attrs.evolve(self.box, files=None))
 
 
 @attrs.define

@@ -52,7 +52,6 @@ from mainsdk.secrets import Credential as Credential
 from mainsdk.secrets import SecretResolver as SecretResolver
 from mainsdk.secrets import environment_secrets as environment_secrets
 from mainsdk.units import parse_duration as parse_duration
-from mainsdk.waits import long_wait as long_wait
 
 Language = Literal["python", "node", "bash"]
 LANGUAGES: tuple[Language, ...] = ("python", "node", "bash")
@@ -76,7 +75,6 @@ PROJECT = "mainsdk"
 hookspec = pluggy.HookspecMarker(PROJECT)
 
 WORK_DIR = "/work"
-OUT_DIR = "/out"
 
 
 class Folder(enum.Enum):

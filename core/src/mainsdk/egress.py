@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import attrs
 
 from mainsdk import errors
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered, validate_host_pattern
-from mainsdk.secrets import SECRET_NAME, SECRET_PREFIX, SecretRef, SecretResolver, secret
+from mainsdk.secrets import SECRET_NAME, SECRET_PREFIX, SecretRef, SecretResolver, resolve_secret, secret
 
 # RFC 9110 5.6.2: a field name is a token. Matched whole (fullmatch): ``$`` also matches before a final newline.
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
@@ -222,24 +221,7 @@ def plan_egress(
         resolved: list[EgressHeader] = []
         for name, ref in headers.items():
             where = f"{source}[{host!r}].headers.{name}"
-            if ref.name not in secrets:
-                raise SandboxError(
-                    errors.SECRET_NOT_ALLOWED,
-                    f"{where}: secret {ref.name!r} is not under sandbox.secrets; list it there in main.yaml",
-                )
-            secret_value: Any = resolver(ref.name)
-            if secret_value is not None and not isinstance(secret_value, str):
-                raise _invalid(
-                    where,
-                    f"the secret resolver (deps.secret) returned {type(secret_value).__name__} for {ref.name!r}; "
-                    "it must return the value as a string, or None",
-                )
-            if not secret_value:
-                raise SandboxError(
-                    errors.SECRET_NOT_ALLOWED,
-                    f"{where}: secret {ref.name!r} is listed but has no value"
-                    f"{' (it is empty)' if secret_value == '' else ''}; set it in the app's environment",
-                )
+            secret_value = resolve_secret(ref, where, secrets, resolver)
             header_value = ref.prefix + secret_value
             # Never shown: only that it cannot be sent. Visible ASCII and tabs (RFC 9110 5.5), no CR/LF.
             if len(header_value) > MAX_VALUE_BYTES or not all(" " <= c <= "~" or c == "\t" for c in header_value):

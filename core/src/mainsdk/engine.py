@@ -15,19 +15,20 @@ from typing import Any, TypeVar
 
 import attrs
 
-from mainsdk import arguments, checkpoints, errors, figures, preflight
+from mainsdk import arguments, checkpoints, figures, preflight
 from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.checkpoints import SessionOptions, Snapshot, Snapshots
 from mainsdk.config import AppConfig, SandboxConfig
 from mainsdk.driver import LANGUAGE_PROGRAMS, Capabilities, Command
 from mainsdk.errors import SandboxError
-from mainsdk.files import FileRef, FileStore, LocalDirectoryFileStore, file_ref_id
+from mainsdk.files import AsyncFiles, FileStore, LocalDirectoryFileStore, checked_tenant
 from mainsdk.hookspecs import hookimpl
 from mainsdk.hosts import host_covered
 from mainsdk.lifecycle import Lifecycle, OpenBox, RunPlan, RunResult, SessionPlan
 from mainsdk.limits import Listener
 from mainsdk.plugins import Hooks, load_driver, make_plugin_manager
+from mainsdk.preflight import BoxOptions
 from mainsdk.secrets import SecretRef, SecretResolver, environment_secrets
 from mainsdk.sessions import DEFAULT_IDLE, AsyncSession, CheckpointContext, SessionOpener, find_paused, find_session
 
@@ -276,14 +277,8 @@ class AsyncSandbox:
                 language=language,
                 feature=feature,
                 on_output=on_output,
-                files=files,
-                network=network,
-                env=env,
-                limits=with_timeout(limits, timeout),
-                max_cost=max_cost,
-                packages=packages,
+                options=BoxOptions(files, network, env, with_timeout(limits, timeout), max_cost, packages, egress),
                 command_for=code_command,
-                egress_rules=egress,
             )
 
         plan = self._lifecycle.plan(event, plan_run)
@@ -344,7 +339,7 @@ class AsyncSandbox:
         with its files, then ``files`` over them; the options are this call's, the secrets bound now. A deleted,
         expired or another tenant's snapshot is MAIN-SANDBOX-0008; a kind the driver does not offer 0001.
         """
-        options = SessionOptions(feature, idle, files, network, env, limits, max_cost, packages, egress)
+        options = SessionOptions(feature, idle, BoxOptions(files, network, env, limits, max_cost, packages, egress))
 
         async def open_session() -> AsyncSession:
             return await self._open(options, snapshot, None)
@@ -366,7 +361,7 @@ class AsyncSandbox:
 
         def plan_session() -> SessionPlan:
             snapshot_id = self._snapshot_for(snapshot, tenant, hidden_ok=hidden_ok)
-            plan = self._plan_options(session_id, tenant, options)
+            plan = self._lifecycle.plan_session(session_id, tenant, options)
             return attrs.evolve(plan, spec=attrs.evolve(plan.spec, snapshot=snapshot_id)) if snapshot_id else plan
 
         plan = self._lifecycle.plan(event, plan_session)
@@ -404,21 +399,6 @@ class AsyncSandbox:
         checkpoints.check_kind(self.capabilities(), self.driver_id, record.snapshot.kind, "snapshot")
         return record.snapshot.id
 
-    def _plan_options(self, session_id: str, tenant: str, options: SessionOptions) -> SessionPlan:
-        return self._lifecycle.plan_session(
-            session_id,
-            tenant,
-            feature=options.feature,
-            idle=options.idle,
-            files=options.files,
-            network=options.network,
-            env=options.env,
-            limits=options.limits,
-            max_cost=options.max_cost,
-            packages=options.packages,
-            egress_rules=options.egress,
-        )
-
     async def resume(self, session_id: str) -> AsyncSession:
         """Let the paused session ``session_id`` of the current tenant run again, and return it.
 
@@ -431,7 +411,7 @@ class AsyncSandbox:
         session = find_paused(self._sessions, session_id, tenant)
 
         def plan_again(options: SessionOptions) -> Any:
-            return self._plan_options(session.id, tenant, options).box
+            return self._lifecycle.plan_session(session.id, tenant, options).box
 
         await session.resume_paused(plan_again)
         return session
@@ -500,7 +480,7 @@ class AsyncSandbox:
             return None
         idle = preflight.check_idle(DEFAULT_IDLE)
         # The running box has what its opener chose; this process plans its commands with the config's defaults.
-        plan = self._lifecycle.plan_box(caps, None, (), None, None, None, ())
+        plan = self._lifecycle.plan_box(caps, BoxOptions(packages=()))
         spec = self._lifecycle.box_spec(session_id, plan, idle=idle, tenant=tenant, session=True)
         box = await self._lifecycle.reconnect(spec)
         if box is None:
@@ -529,28 +509,3 @@ def with_timeout(limits: Mapping[str, Any] | None, timeout: object) -> Mapping[s
     if "timeout" in given:
         raise arguments.invalid("timeout", "is given twice, as timeout= and in limits; give it once")
     return {**given, "timeout": timeout}
-
-
-def checked_tenant(tenancy: Callable[[], str]) -> str:
-    """What ``tenancy()`` returns, which must be a non-empty string."""
-    tenant = tenancy()
-    if not isinstance(tenant, str) or not tenant:
-        raise SandboxError(
-            errors.INVALID_OPTION,
-            f"deps.tenancy returned {type(tenant).__name__} {tenant!r:.40}; it must return the tenant id as a string",
-        )
-    return arguments.text(tenant, "the tenant id from deps.tenancy", max_bytes=1024)
-
-
-@arguments.checked_calls("sandbox.files")
-class AsyncFiles:
-    """The FileRefs of the current tenant."""
-
-    def __init__(self, store: FileStore, tenancy: Callable[[], str]) -> None:
-        self._store = store
-        self._tenancy = tenancy
-
-    async def read(self, ref: FileRef | str) -> bytes:
-        """The bytes of a FileRef the current tenant owns; ``MAIN-SANDBOX-0008`` otherwise."""
-        file_id = file_ref_id(ref)
-        return self._store.read(checked_tenant(self._tenancy), file_id)

@@ -295,3 +295,28 @@ def remove_stale_folders(temp_dir: str | os.PathLike[str]) -> list[str]:
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(entry.path)
     return removed
+
+
+def checked_tenant(tenancy: Callable[[], str]) -> str:
+    """What ``tenancy()`` returns, which must be a non-empty string."""
+    tenant = tenancy()
+    if not isinstance(tenant, str) or not tenant:
+        raise SandboxError(
+            INVALID_OPTION,
+            f"deps.tenancy returned {type(tenant).__name__} {tenant!r:.40}; it must return the tenant id as a string",
+        )
+    return arguments.text(tenant, "the tenant id from deps.tenancy", max_bytes=1024)
+
+
+@arguments.checked_calls("sandbox.files")
+class AsyncFiles:
+    """The FileRefs of the current tenant."""
+
+    def __init__(self, store: FileStore, tenancy: Callable[[], str]) -> None:
+        self._store = store
+        self._tenancy = tenancy
+
+    async def read(self, ref: FileRef | str) -> bytes:
+        """The bytes of a FileRef the current tenant owns; ``MAIN-SANDBOX-0008`` otherwise."""
+        file_id = file_ref_id(ref)
+        return self._store.read(checked_tenant(self._tenancy), file_id)

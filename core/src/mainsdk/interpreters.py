@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 
-from mainsdk import arguments
+from mainsdk import arguments, languages
 from mainsdk.cells import (
     CellCallbacks,
     CellResult,
@@ -19,7 +19,6 @@ from mainsdk.cells import (
     Kernel,
     OutputCallback,
     ResultCallback,
-    cell_language,
     check_cells,
 )
 from mainsdk.secrets import SecretRef
@@ -157,7 +156,7 @@ class Interpreters:
     def open(self, language: object, cwd: object, name: object) -> AsyncInterpreter:
         """A new interpreter; every argument checked first, and the driver's cells in that language: nothing
         starts in the box until its first cell."""
-        checked_language = cell_language(language)
+        checked_language = languages.cell_language(language)
         checked_cwd = interpreter_cwd(cwd)
         checked_name = arguments.optional_text(name, "name")
         check_cells(self._runtime, checked_language)

@@ -61,9 +61,3 @@ def cell_language(value: object, option: str = "language") -> str:
 def run_names() -> list[str]:
     """Every name and alias a run takes, each language's name first: what a command line offers as choices."""
     return [alias for name in _RUN_NAMES for alias in (name, *ALIASES[name])]
-
-
-def names_of(run: str) -> list[str]:
-    """The names a run's language (``node``) is called by: its run name first, then the others."""
-    [name] = [name for name, run_name in _RUN_NAMES.items() if run_name == run]
-    return list(dict.fromkeys([run, name, *ALIASES[name]]))

@@ -32,6 +32,7 @@ import attrs
 
 from mainsdk import arguments, egress, errors, figures, preflight
 from mainsdk.audit import AuditEvent
+from mainsdk.checkpoints import SessionOptions
 from mainsdk.config import AppConfig
 from mainsdk.driver import (
     Box,
@@ -50,7 +51,7 @@ from mainsdk.driver import (
 )
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef, FileStore
-from mainsdk.limits import Listener, OutputCollector, cost_of, exec_within_limits, signal_status
+from mainsdk.limits import LimitedOutcome, Listener, OutputCollector, cost_of, exec_within_limits, signal_status
 from mainsdk.plugins import Hooks
 from mainsdk.redact import NameRedactor
 from mainsdk.rich import RichResult, rich_entry
@@ -97,19 +98,11 @@ def stop_reason(ending: Ending) -> StopReason | None:
 
 
 @attrs.frozen
-class Executed:
-    """A command run under core's limits: the driver's facts and its redacted output (``Lifecycle.execute``)."""
+class Executed(LimitedOutcome):
+    """A command run under core's limits: the facts of its end and its redacted output (``Lifecycle.execute``)."""
 
-    exit_code: int | None
-    driver_stop: StopReason | None
-    output_cut: bool
-    timed_out: bool
-    duration: float
-    hosts_refused: tuple[str, ...]
-    hosts_refused_dropped: int
-    signal: int | str | None
-    stdout: str
-    stderr: str
+    stdout: str = ""
+    stderr: str = ""
     stdout_bytes: bytes = b""
     stderr_bytes: bytes = b""
 
@@ -327,14 +320,8 @@ class Lifecycle:
         language: object,
         feature: object,
         on_output: object,
-        files: Mapping[str, str | bytes] | None,
-        network: Sequence[str],
-        env: Mapping[str, str | SecretRef] | None,
-        limits: Mapping[str, Any] | None,
-        max_cost: object,
-        packages: Sequence[str] | None,
+        options: preflight.BoxOptions,
         command_for: Callable[[str, str, float, Mapping[str, str]], Command],
-        egress_rules: object = None,
     ) -> RunPlan:
         """Every check of a one-shot run, in the order a user would fix them; ``command_for`` builds its command."""
         arguments.optional_text(feature, "feature")
@@ -344,37 +331,23 @@ class Lifecycle:
         caps = self.capabilities()
         preflight.check_driver_allowed(self.driver_id, caps, self._environment)
         preflight.check_language(language, caps, self.driver_id)
-        if packages is None and language != "python":
-            packages = ()  # python packages by default only for python code
-        box = self.plan_box(caps, files, network, env, limits, max_cost, packages, egress_rules)
+        if options.packages is None and language != "python":
+            options = attrs.evolve(options, packages=())  # python packages by default only for python code
+        box = self.plan_box(caps, options)
         command = command_for(language, code, box.limits.timeout, box.env)
         spec = self.box_spec(run_id, box, tenant=tenant)
         self.hooks.check(command, spec)
         return RunPlan(box, spec, command, language, caps, listener)
 
-    def plan_session(
-        self,
-        session_id: str,
-        tenant: str,
-        *,
-        feature: object,
-        idle: object,
-        files: Mapping[str, str | bytes] | None,
-        network: Sequence[str],
-        env: Mapping[str, str | SecretRef] | None,
-        limits: Mapping[str, Any] | None,
-        max_cost: object,
-        packages: Sequence[str] | None,
-        egress_rules: object = None,
-    ) -> SessionPlan:
-        """Every check of a session's opening."""
-        arguments.optional_text(feature, "feature")
+    def plan_session(self, session_id: str, tenant: str, options: SessionOptions) -> SessionPlan:
+        """Every check of a session's opening (or of a fork, or a resume, planned again from its options)."""
+        arguments.optional_text(options.feature, "feature")
         caps = self.capabilities()
         preflight.check_driver_allowed(self.driver_id, caps, self._environment)
         if not caps.sessions:
             raise SandboxError(errors.INVALID_OPTION, f"the {self.driver_id!r} driver cannot keep a session open")
-        idle_seconds = preflight.check_idle(idle)
-        box = self.plan_box(caps, files, network, env, limits, max_cost, packages, egress_rules)
+        idle_seconds = preflight.check_idle(options.idle)
+        box = self.plan_box(caps, options.box)
         spec = self.box_spec(session_id, box, idle=idle_seconds, tenant=tenant, session=True)
         return SessionPlan(box, spec, caps, idle_seconds)
 
@@ -403,17 +376,7 @@ class Lifecycle:
         self.hooks.check(command, opened.spec)
         return CommandPlan(command, cost_bound)
 
-    def plan_box(
-        self,
-        caps: Capabilities,
-        files: Mapping[str, str | bytes] | None,
-        network: Sequence[str],
-        env: Mapping[str, str | SecretRef] | None,
-        limits: Mapping[str, Any] | None,
-        max_cost: object,
-        packages: object = None,
-        egress_rules: object = None,
-    ) -> preflight.RunPlan:
+    def plan_box(self, caps: Capabilities, options: preflight.BoxOptions) -> preflight.RunPlan:
         """The box a call gets, checked against this sandbox's config, allowlist, secrets and driver."""
         return preflight.plan_run(
             config=self.config,
@@ -421,13 +384,13 @@ class Lifecycle:
             driver_id=self.driver_id,
             network_allow=self._network_allow,
             resolver=self._resolver,
-            files=files,
-            network=network,
-            env=env,
-            limits=limits,
-            max_cost=max_cost,
-            packages=packages,
-            egress_rules=egress_rules,
+            files=options.files,
+            network=options.network,
+            env=options.env,
+            limits=options.limits,
+            max_cost=options.max_cost,
+            packages=options.packages,
+            egress_rules=options.egress,
         )
 
     # -- start --------------------------------------------------------------------------------------------
@@ -524,14 +487,7 @@ class Lifecycle:
             raise exc.after_exec() from exc.__cause__
         stdout, stderr = collector.finish_bytes()
         return Executed(
-            exit_code=outcome.exit_code,
-            driver_stop=outcome.driver_stop,
-            output_cut=outcome.output_cut,
-            timed_out=outcome.timed_out,
-            duration=outcome.duration,
-            hosts_refused=outcome.hosts_refused,
-            hosts_refused_dropped=outcome.hosts_refused_dropped,
-            signal=outcome.signal,
+            **attrs.asdict(outcome, recurse=False),
             stdout=stdout.decode("utf-8", "replace"),
             stderr=stderr.decode("utf-8", "replace"),
             stdout_bytes=stdout,
@@ -723,18 +679,12 @@ class Lifecycle:
             stderr=executed.stderr,
             stdout_bytes=executed.stdout_bytes,
             stderr_bytes=executed.stderr_bytes,
-            exit_code=ended.exit_code,
-            stop=ended.stop,
+            **attrs.asdict(ended, recurse=False),  # its stop, exit status, signal, duration, cost, refused hosts
             files=refs,
             isolation=plan.caps.isolation,
-            duration=ended.duration,
-            cost=ended.cost,
             driver=self.driver_id,
             language=plan.language,
-            hosts_refused=ended.hosts_refused,
-            hosts_refused_dropped=ended.hosts_refused_dropped,
             memory_limit_scope=plan.caps.memory_limit_scope,
-            signal=ended.signal,
             files_dropped=dropped,
             results=drawn.results,
             results_dropped=drawn.dropped,

@@ -22,7 +22,7 @@ from mainsdk.egress import EgressRule
 from mainsdk.errors import SandboxError
 from mainsdk.hosts import host_covered, validate_host_pattern
 from mainsdk.packages import select_packages
-from mainsdk.secrets import SecretRef, SecretResolver
+from mainsdk.secrets import SecretRef, SecretResolver, resolve_secret
 from mainsdk.units import MAX_IDLE, describe, format_duration, format_size, parse_duration, parse_money, parse_size
 
 ENV_NAME = arguments.ENV_NAME
@@ -37,6 +37,22 @@ HostMatcher = Callable[[str], bool]
 
 def _invalid(message: str) -> SandboxError:
     return SandboxError(errors.INVALID_OPTION, message)
+
+
+@attrs.frozen
+class BoxOptions:
+    """What a call asks of its box, as the app passed it (secrets by name): ``plan_run`` checks it into a ``RunPlan``.
+
+    A session keeps it (``checkpoints.SessionOptions``), so a fork or a resumed session is planned again from it.
+    """
+
+    files: Mapping[str, str | bytes] | None = None
+    network: Sequence[str] = ()
+    env: Mapping[str, str | SecretRef] | None = None
+    limits: Mapping[str, Any] | None = None
+    max_cost: object = None
+    packages: object = None
+    egress: object = None
 
 
 @attrs.frozen
@@ -79,33 +95,31 @@ def check_language(language: str, caps: Capabilities, driver_id: str) -> None:
         raise _invalid(f"the {driver_id!r} driver does not run {language}; it runs {', '.join(sorted(caps.languages))}")
 
 
+# How each limit a call lowers is read and shown: a duration or a size.
+_LIMIT_UNITS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], str]]] = {
+    "timeout": (parse_duration, format_duration),
+    "memory": (parse_size, format_size),
+    "output": (parse_size, format_size),
+    "files": (parse_size, format_size),
+}
+
+
 def lower_limits(requested: Mapping[str, Any] | None, config: AppConfig) -> RunLimits:
     """The call's limits, each at most the config's. A call may lower a limit, never raise it."""
     allowed: Limits = config.sandbox.limits
     values = {"timeout": allowed.timeout, "memory": allowed.memory, "output": allowed.output, "files": allowed.files}
-    parsers: dict[str, Callable[[Any], Any]] = {
-        "timeout": parse_duration,
-        "memory": parse_size,
-        "output": parse_size,
-        "files": parse_size,
-    }
-    formats: dict[str, Callable[[Any], str]] = {
-        "timeout": format_duration,
-        "memory": format_size,
-        "output": format_size,
-        "files": format_size,
-    }
     for key, raw in arguments.limits(requested).items():
         if key in ("max-cost", "max_cost"):
             continue  # checked with the cost
+        parse, shown_as = _LIMIT_UNITS[key]
         try:
-            value = parsers[key](raw)
+            value = parse(raw)
         except (ValueError, ArithmeticError) as exc:
             raise _invalid(f"limits.{key}: {exc}") from None
         if value > values[key]:
-            shown = formats[key](value) if value < 2**63 else describe(raw)
+            shown = shown_as(value) if value < 2**63 else describe(raw)
             raise _invalid(
-                f"limits.{key} {shown} is above sandbox.limits.{key} {formats[key](values[key])}; "
+                f"limits.{key} {shown} is above sandbox.limits.{key} {shown_as(values[key])}; "
                 f"a call may lower a limit, never raise it: lower it, or raise sandbox.limits.{key} in main.yaml"
             )
         values[key] = value
@@ -211,26 +225,8 @@ def resolve_env(
     secret_values: list[bytes] = []
     for name, value in arguments.env(env).items():
         if isinstance(value, SecretRef):
-            if value.name not in config.sandbox.secrets:
-                raise SandboxError(
-                    errors.SECRET_NOT_ALLOWED,
-                    f"env.{name}: secret {value.name!r} is not under sandbox.secrets; list it there in main.yaml"
-                    + _no_file_read(config),
-                )
-            secret_value = resolver(value.name)
-            if secret_value is not None and not isinstance(secret_value, str):
-                raise _invalid(
-                    f"env.{name}: the secret resolver (deps.secret) returned {type(secret_value).__name__} for "
-                    f"{value.name!r}; it must return the value as a string, or None"
-                )
-            # Empty is no value, as for egress and a driver's credential: an unset CI secret expands to "", and a
-            # value that is nothing can be neither used nor redacted.
-            if not secret_value:
-                raise SandboxError(
-                    errors.SECRET_NOT_ALLOWED,
-                    f"env.{name}: secret {value.name!r} is listed but has no value"
-                    f"{' (it is empty)' if secret_value == '' else ''}; set it in the app's environment",
-                )
+            listed = config.sandbox.secrets
+            secret_value = resolve_secret(value, f"env.{name}", listed, resolver, _no_file_read(config))
             # Never shown: the value is a secret. Only whether it could be passed at all.
             if "\0" in secret_value or len(secret_value.encode("utf-8", "replace")) > arguments.MAX_ARG_BYTES:
                 raise _invalid(f"env.{name}: secret {value.name!r} holds a NUL byte or is too long to pass")

@@ -13,20 +13,6 @@ from mainsdk.files import FileRef
 from mainsdk.kernel import protocol
 
 INLINE_LIMIT = 64 * 1024  # a rich result up to this many bytes comes inline; a larger one as a FileRef
-# The forms IPython's display formatter makes (``text/plain`` always), in its order; a cell may also give any
-# other well-formed MIME type through ``_repr_mimebundle_`` or ``display(..., raw=True)`` (``is_mime``).
-MIME_TYPES = (
-    "text/plain",
-    "text/html",
-    "text/markdown",
-    "image/svg+xml",
-    "image/png",
-    "application/pdf",
-    "image/jpeg",
-    "text/latex",
-    "application/json",
-    "application/javascript",
-)
 # Forms whose data is bytes (``RichResult.data`` is ``bytes``, sent base64); every other form is text.
 BINARY_MIME_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"})
 # The kernel's data forms (docs/notebooks-and-agents.md): a chart's and a DataFrame's JSON, named in its protocol.

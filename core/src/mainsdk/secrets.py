@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import attrs
 
-from mainsdk.errors import INVALID_OPTION, SandboxError
+from mainsdk.errors import INVALID_OPTION, SECRET_NOT_ALLOWED, SandboxError
 
 SecretResolver = Callable[[str], "str | None"]
 # Matched whole (fullmatch): ``$`` also matches before a final newline, so "K\n" passed as a name.
@@ -49,6 +49,36 @@ def secret(name: str, *, prefix: str = "") -> SecretRef:
 def environment_secrets(name: str) -> str | None:
     """The default resolver: the app's own environment variable of that name."""
     return os.environ.get(name)
+
+
+def resolve_secret(
+    ref: SecretRef, where: str, listed: Collection[str], resolver: SecretResolver, hint: str = ""
+) -> str:
+    """The value of ``ref`` for ``where`` (``env.KEY``, an egress header): MAIN-SANDBOX-0009 unless it is listed
+    under ``sandbox.secrets`` (``hint`` says more) and has a value, MAIN-SANDBOX-0001 for a resolver's wrong type.
+
+    An empty value is no value: an unset CI secret expands to "", and a value that is nothing can be neither
+    used nor redacted. The value is never shown, in these messages or elsewhere.
+    """
+    if ref.name not in listed:
+        raise SandboxError(
+            SECRET_NOT_ALLOWED,
+            f"{where}: secret {ref.name!r} is not under sandbox.secrets; list it there in main.yaml{hint}",
+        )
+    value = resolver(ref.name)
+    if value is not None and not isinstance(value, str):
+        raise SandboxError(
+            INVALID_OPTION,
+            f"{where}: the secret resolver (deps.secret) returned {type(value).__name__} for {ref.name!r}; "
+            "it must return the value as a string, or None",
+        )
+    if not value:
+        raise SandboxError(
+            SECRET_NOT_ALLOWED,
+            f"{where}: secret {ref.name!r} is listed but has no value"
+            f"{' (it is empty)' if value == '' else ''}; set it in the app's environment",
+        )
+    return value
 
 
 SECRET_PREFIX = "secret:"

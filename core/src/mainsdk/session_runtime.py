@@ -53,13 +53,7 @@ class CommandResult:
             stderr=executed.stderr,
             stdout_bytes=executed.stdout_bytes,
             stderr_bytes=executed.stderr_bytes,
-            exit_code=ended.exit_code,
-            stop=ended.stop,
-            duration=ended.duration,
-            cost=ended.cost,
-            hosts_refused=ended.hosts_refused,
-            hosts_refused_dropped=ended.hosts_refused_dropped,
-            signal=ended.signal,
+            **attrs.asdict(ended, recurse=False),  # its stop, exit status, signal, duration, cost, refused hosts
         )
 
     @property

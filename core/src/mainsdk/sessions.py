@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from mainsdk import arguments, checkpoints, errors
+from mainsdk import arguments, checkpoints, errors, languages
 from mainsdk.audit import AuditEvent
 from mainsdk.background import AsyncProcess
 from mainsdk.cells import (
@@ -27,7 +27,6 @@ from mainsdk.cells import (
     ErrorCallback,
     OutputCallback,
     ResultCallback,
-    cell_language,
     refuse_cell,
 )
 from mainsdk.checkpoints import SessionOptions, Snapshot, SnapshotRecord, Snapshots
@@ -467,9 +466,7 @@ class AsyncSession:
 
     async def _stop_everything(self) -> None:
         # The interpreters and background processes first (the driver kills each tree), then the box.
-        await self._interpreters.kill_all()
-        for process in self._processes:
-            await process.kill()
+        await self._end_processes()
         await self._runtime.lifecycle.stop(self._runtime.opened.box)
 
     async def __aenter__(self) -> AsyncSession:
@@ -519,15 +516,13 @@ async def run_cell(
 ) -> CellResult:
     """``session.run_code``, and the synchronous twin's with ``blocking`` (its callbacks must be plain functions)."""
     refuse_cell(session._runtime, code, language)  # a language no interpreter here runs: audited and raised
-    interpreter = session._interpreters.default(cell_language(language))  # "node" and "js": javascript's
+    interpreter = session._interpreters.default(languages.cell_language(language))  # "node" and "js": javascript's
     return await run_in(interpreter, code, timeout, callbacks, blocking=blocking, env=env)
 
 
 def find_session(sessions: dict[str, AsyncSession], session_id: object, tenant: str) -> AsyncSession:
-    """The open session ``session_id`` of ``tenant``, or MAIN-SANDBOX-0008."""
-    session = sessions.get(session_id) if isinstance(session_id, str) else None
-    if session is None or session.closed or session.tenant != tenant:
-        raise no_session(str(session_id))
+    """The open session ``session_id`` of ``tenant``, or MAIN-SANDBOX-0008 (also when it is paused)."""
+    session = find_paused(sessions, session_id, tenant)
     if session.paused:
         raise paused_session(session.id)
     return session

@@ -1,4 +1,4 @@
-"""A progress display for the long waits the library says (``mainsdk.waits``), on a terminal only.
+"""A progress display for the long waits the library says (``mainsdk_driverkit.waits``), on a terminal only.
 
 While a package set builds or the kernel's packages download, the command shows a spinner with what is being
 built and why (``rich``'s status display), then one line with how long it took. Off a terminal (a pipe, a file,

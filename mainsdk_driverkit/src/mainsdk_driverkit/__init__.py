@@ -12,6 +12,8 @@ and a driver installs only what it uses:
   (``collect_folder``), a file written under a folder without leaving it (``write_under``).
 - :mod:`mainsdk_driverkit.host_tools`: how the host runs a tool for a box (an installer, an interpreter
   probe) so that nothing a box wrote into the app's folder steers it.
+- :mod:`mainsdk_driverkit.waits`: a long wait (a package set built or fetched) said on the ``mainsdk`` logger as
+  it starts and ends (``long_wait``), which the command line's progress display shows.
 - :mod:`mainsdk_driverkit.wheelhouse`: wheels for a remote box's Python, downloaded by the app's own pip
   and cached on the app's side by content (the E2B and Vercel drivers).
 

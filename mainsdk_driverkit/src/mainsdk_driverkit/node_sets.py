@@ -28,9 +28,10 @@ import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 
-from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, long_wait
+from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError
 
 from mainsdk_driverkit.host_tools import absolute_path, private_folder, tool_environment
+from mainsdk_driverkit.waits import long_wait
 
 # (name, version, the registry's dist.integrity) by kernel language. TypeScript has no dependencies: one package.
 NODE_KERNEL_SETS: Mapping[str, tuple[tuple[str, str, str], ...]] = {

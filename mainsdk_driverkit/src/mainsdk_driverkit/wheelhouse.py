@@ -41,9 +41,10 @@ from typing import Protocol
 
 import attrs
 from attrs import AttrsInstance
-from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, canonical_name, long_wait, parse_pin
+from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, canonical_name, parse_pin
 
 from mainsdk_driverkit.host_tools import private_folder, tool_environment
+from mainsdk_driverkit.waits import long_wait
 
 FORMAT = 1  # bumped when the layout of a wheelhouse folder changes
 MANIFEST = "mainsdk-wheels.json"

@@ -693,7 +693,7 @@ def local_sandbox_driver(
     permissions = _permissions_argument(permissions)
     return LocalDriver(
         permissions=permissions,
-        programs=arguments.string_mapping(programs, "programs", "{'python': 'python3.12'}") or None,
+        programs=_string_mapping(programs, "programs", "{'python': 'python3.12'}") or None,
         max_processes=arguments.count(max_processes, "max_processes", minimum=1, maximum=1 << 20),
         force_weak=arguments.boolean(force_weak, "force_weak"),
         resolve=_resolve_argument(resolve),
@@ -703,9 +703,17 @@ def local_sandbox_driver(
     )
 
 
+def _string_mapping(value: object, argument: str, example: str) -> dict[str, str]:
+    """A mapping of non-empty strings to non-empty strings (``programs``, ``resolve``), checked as core checks one."""
+    checked: dict[str, str] = {}
+    for key, item in arguments.mapping(value, argument, example).items():
+        checked[arguments.text(key, f"{argument} key")] = arguments.text(item, f"{argument}[{key!r}]")
+    return checked
+
+
 def _resolve_argument(resolve: object) -> dict[str, str] | None:
     """``resolve``: host name to IP address, each checked (a wildcard, an IP as a name, a non-IP are refused)."""
-    mapping = arguments.string_mapping(resolve, "resolve", "{'api.example.test': '127.0.0.1'}")
+    mapping = _string_mapping(resolve, "resolve", "{'api.example.test': '127.0.0.1'}")
     try:
         return check_resolve_mapping(mapping) or None
     except ValueError as exc:

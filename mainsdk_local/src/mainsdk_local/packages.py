@@ -42,8 +42,9 @@ import time
 from collections.abc import Sequence
 from typing import IO, Literal
 
-from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, canonical_name, long_wait, parse_pin
+from mainsdk.driver import DRIVER_UNAVAILABLE, INVALID_OPTION, SandboxError, canonical_name, parse_pin
 from mainsdk_driverkit.host_tools import absolute_path, private_folder, tool_environment
+from mainsdk_driverkit.waits import long_wait
 
 from mainsdk_local.programs import Program
 

@@ -4,6 +4,7 @@ A package set's first build (a minute), the cell kernel's packages, the TypeScri
 when it starts and when it ends, on the ``mainsdk`` logger, so an app that logs INFO (and the ``mainsdk`` command,
 which shows a progress display on a terminal) is never left with silence. The records carry ``mainsdk_wait``
 (``"start"`` or ``"end"``) and ``mainsdk_wait_id`` for a display to pair them; the text says it all without them.
+Core never waits so: only drivers (and the kit's own installers) say it, so it is the kit's.
 """
 
 from __future__ import annotations
