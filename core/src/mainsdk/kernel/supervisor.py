@@ -422,8 +422,13 @@ class _Supervisor:
         out = {"cell": number, "results": [], "results_dropped": 0, "stop": None, "not_run": True}
         out.update({"error": {"name": "KernelError", "value": error, "traceback": ""}, "code_sha256": digest})
         out.update({"undumpable": self.guarded, "watch": self.watch})
-        _write_all(1, self.mark_out + json.dumps(out).encode() + b"\n")
+        self._write_frame(out)
+
+    def _write_frame(self, out: dict[str, Any]) -> None:
+        """The end of a cell: the mark on stderr first, then the frame on stdout, the one the app waits for (it
+        then finds the stderr mark there already, and waits for nothing more)."""
         _write_all(2, self.end_err)
+        _write_all(1, self.mark_out + json.dumps(out).encode() + b"\n")
 
     def _drain(self) -> None:
         while True:
@@ -568,8 +573,7 @@ class _Supervisor:
             "undumpable": self.guarded,
             "watch": self.watch,
         }
-        _write_all(1, self.mark_out + json.dumps(out).encode() + b"\n")
-        _write_all(2, self.end_err)
+        self._write_frame(out)
 
 
 def main(token: bytes, rest: bytes, files: dict[str, str], raw: bytes, digest: str, guarded: bool) -> NoReturn:
