@@ -281,8 +281,8 @@ class Results {
 //
 // Node's SIGINT watchdog (what breakOnSigint runs on) starts a thread of its own for each vm call and joins it
 // after, and vm takes the process's SIGINT listeners off and puts them back around the call: most of a warm
-// cell's time in the executor. So the executor holds that watchdog started for its whole life (node's REPL
-// starts it the same way), and each cell's vm call only registers with it. While it is held, SIGINT is the
+// cell's time in the executor. So the executor holds that watchdog started for its whole life (with the calls
+// node's REPL starts and stops it by), and each cell's vm call only registers with it. While it is held, SIGINT is the
 // watchdog's: it interrupts a vm call, and otherwise is kept as pending, which a waiting cell polls for
 // (PENDING_POLL). A cell that listens for SIGINT itself (its listener takes the signal from the watchdog) puts
 // the executor back to node's own per-call watchdog and a listener of its own, as node without a held watchdog.
@@ -307,7 +307,16 @@ function heldWatchdog() {
   }
   const calls = ["startSigintWatchdog", "stopSigintWatchdog", "watchdogHasPendingSigint"];
   if (!calls.every((name) => typeof binding[name] === "function")) return null;
-  binding.startSigintWatchdog();
+  let started;
+  try {
+    started = binding.startSigintWatchdog() !== false; // false (or a throw): its thread could not start
+  } catch {
+    started = false;
+  }
+  if (!started) {
+    binding.stopSigintWatchdog(); // its count back to none: each vm call starts its own again
+    return null;
+  }
   return { binding, held: true };
 }
 
