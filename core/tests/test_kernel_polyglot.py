@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -151,6 +152,33 @@ def test_js_timeout_interrupts_and_keeps_the_state_except_a_busy_loop_after_an_a
     js.stdin.write(json.dumps({"code": "await 0; while (true) {}", "timeout": 0.5, "grace": 0.5}).encode() + b"\n")
     js.stdin.flush()
     assert js.proc.wait(10) == 124
+
+
+@needs_node
+def test_js_interrupts_hold_when_a_cell_listens_for_sigint_itself_and_a_stray_one_interrupts_nothing(
+    started: list[Cells],
+) -> None:
+    # The executor holds node's SIGINT watchdog (no thread per cell); a cell's own SIGINT listener takes the signal
+    # from it, and the executor goes back to node's per-call watchdog: every later timeout still keeps the state.
+    js = Cells("javascript")
+    started.append(js)
+    js.run("let heard = 0")
+    listens = "process.on('SIGINT', () => { heard += 1 }); await new Promise((r) => setTimeout(r, 30000))"
+    _, frame, _ = js.run(listens, timeout=0.5)
+    assert frame["stop"] == "timeout" and frame["error"]["name"] == "Interrupted"
+    for code in ("while (true) {}", "await new Promise((r) => setTimeout(r, 30000))"):
+        _, frame, took = js.run(code, timeout=0.5)
+        assert frame["stop"] == "timeout" and frame["error"]["name"] == "Interrupted" and took < 5, code
+    assert _value(js.run("heard")[1]) == "2"  # the waiting cells' signals reached it (a vm call's are V8's)
+    # A SIGINT between cells finds nothing running: the next waiting cell runs to its end.
+    quiet = Cells("javascript")
+    started.append(quiet)
+    quiet.run("1")
+    executor = int(Path(f"/proc/{quiet.proc.pid}/task/{quiet.proc.pid}/children").read_text().split()[0])
+    os.killpg(executor, signal.SIGINT)
+    time.sleep(0.1)
+    _, frame, _ = quiet.run("await new Promise((r) => setTimeout(() => r(7), 50))")
+    assert frame["stop"] is None and frame["error"] is None and _value(frame) == "7"
 
 
 # A timer one cell leaves writes a forged result line for cell 2 on the result pipe (W, the executor's second

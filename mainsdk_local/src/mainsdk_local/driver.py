@@ -166,9 +166,25 @@ class LocalDriver(CheckpointHooks):
         self._cache = ProgramCache()
         self.envs = EnvBuilder()
         self._ready: dict[tuple[str, ...], str] = {}  # pins -> their site-packages, once built or found
+        self._capabilities: tuple[Mapping[str, Any], Capabilities] | None = None  # by the hello they came from
 
     @hookimpl
     def mainsdk_driver_capabilities(self) -> Capabilities:
+        # Core asks on every cell and command (twice for a cell): they are made once per launcher server, whose
+        # hello they come from (a new server, after one died, is asked again).
+        try:
+            hello = self._launcher.hello
+        except LauncherError as exc:
+            raise SandboxError(
+                DRIVER_UNAVAILABLE, f"the local driver's launcher did not start: {exc}; {LOCAL_REMEDY}"
+            ) from exc
+        if self._capabilities is not None and self._capabilities[0] is hello:
+            return self._capabilities[1]
+        capabilities = self._capabilities_now()
+        self._capabilities = (hello, capabilities)
+        return capabilities
+
+    def _capabilities_now(self) -> Capabilities:
         try:
             isolation = self._launcher.isolation
             enforcement = self._launcher.memory_enforcement

@@ -309,6 +309,12 @@ class Launcher:
             sock.settimeout(None)
 
     @property
+    def hello(self) -> Mapping[str, Any]:
+        """What the running server said it can do (a new object for each server it starts). Starts the server."""
+        self.start()
+        return self._hello
+
+    @property
     def isolation(self) -> Literal["namespace", "weak"]:
         """``namespace`` when runs get their own namespaces, else ``weak``. Starts the server."""
         self.start()

@@ -45,8 +45,8 @@ at the timeout, and the frame says ``"stop": "output"``. Where the box
 refuses a parent those ``/proc`` files (Yama's ptrace_scope 2 or 3) the supervisor falls back to a probe: it
 writes one NUL byte on R, and the cell is over once that byte was taken, which the executor's code does only when it
 waits for its next request again (weaker: a thread the cell left reading R would take it too). The frame says which
-(``"watch": "syscall"`` or ``"probe"``). Then the supervisor writes the cell's frame, ``\\x1e<token>:<json>\\n`` on
-stdout and ``\\x1e<token>:end\\n`` on stderr, so the app knows where the cell's output ends on both streams; the
+(``"watch": "syscall"`` or ``"probe"``). Then the supervisor writes ``\\x1e<token>:end\\n`` on stderr and the cell's
+frame, ``\\x1e<token>:<json>\\n``, on stdout, so the app knows where the cell's output ends on both streams; the
 frame carries the SHA-256 of the code the supervisor received, which the app checks against what it sent. The token
 is only ever in the supervisor's memory.
 

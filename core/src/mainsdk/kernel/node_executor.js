@@ -116,8 +116,10 @@ function stripper() {
 }
 const strip = stripper();
 
+const PIPE_BUF = 4096; // Linux: a pipe write of at most this many bytes is atomic
+
 function writeAll(fd, text) {
-  const data = Buffer.from(text, "utf8");
+  const data = typeof text === "string" ? Buffer.from(text, "utf8") : text;
   let done = 0;
   while (done < data.length) done += fs.writeSync(fd, data, done);
 }
@@ -274,12 +276,71 @@ class Results {
   }
 }
 
-// Interrupts: the synchronous part of a cell is V8's (breakOnSigint disables this listener meanwhile); a
-// cell waiting on a promise is rejected here. A SIGINT that lands between cells finds nothing running.
+// Interrupts: the synchronous part of a cell is V8's (breakOnSigint); a cell waiting on a promise is rejected
+// here. A SIGINT that lands between cells finds nothing running.
+//
+// Node's SIGINT watchdog (what breakOnSigint runs on) starts a thread of its own for each vm call and joins it
+// after, and vm takes the process's SIGINT listeners off and puts them back around the call: most of a warm
+// cell's time in the executor. So the executor holds that watchdog started for its whole life (with the calls
+// node's REPL starts and stops it by), and each cell's vm call only registers with it. While it is held, SIGINT is the
+// watchdog's: it interrupts a vm call, and otherwise is kept as pending, which a waiting cell polls for
+// (PENDING_POLL). A cell that listens for SIGINT itself (its listener takes the signal from the watchdog) puts
+// the executor back to node's own per-call watchdog and a listener of its own, as node without a held watchdog.
+const PENDING_POLL = 5; // ms
 let interrupt = null;
-process.on("SIGINT", () => {
+function onSigint() {
   if (interrupt) interrupt();
-});
+}
+const watchdog = heldWatchdog();
+if (!watchdog) process.on("SIGINT", onSigint);
+
+function heldWatchdog() {
+  const warn = process.emitWarning;
+  process.emitWarning = () => {}; // the binding module warns that it is internal, into a cell's stderr: not the cell's
+  let binding;
+  try {
+    binding = require("internal/test/binding").internalBinding("contextify");
+  } catch {
+    return null; // a node without it: a watchdog for each vm call
+  } finally {
+    process.emitWarning = warn;
+  }
+  const calls = ["startSigintWatchdog", "stopSigintWatchdog", "watchdogHasPendingSigint"];
+  if (!calls.every((name) => typeof binding[name] === "function")) return null;
+  let started;
+  try {
+    started = binding.startSigintWatchdog() !== false; // false (or a throw): its thread could not start
+  } catch {
+    started = false;
+  }
+  if (!started) {
+    binding.stopSigintWatchdog(); // its count back to none: each vm call starts its own again
+    return null;
+  }
+  return { binding, held: true };
+}
+
+// Whether the held watchdog still has SIGINT: false once a cell listens for SIGINT itself, and from then on
+// (the watchdog released, the cell's listeners put back after it, as vm does around its own calls).
+function watchdogHeld() {
+  if (!watchdog || !watchdog.held) return false;
+  if (process.listenerCount("SIGINT") === 0) return true;
+  const listeners = process.rawListeners("SIGINT");
+  process.removeAllListeners("SIGINT");
+  watchdog.held = false;
+  watchdog.binding.stopSigintWatchdog();
+  for (const listener of listeners) process.addListener("SIGINT", listener);
+  process.on("SIGINT", onSigint);
+  return false;
+}
+
+// A SIGINT the held watchdog kept while no vm call ran: taken (and forgotten) by a waiting cell's poll.
+function pendingSigint() {
+  if (!watchdogHeld() || !watchdog.binding.watchdogHasPendingSigint()) return false;
+  watchdog.binding.startSigintWatchdog(); // a start and a stop of a held watchdog forget the pending signal
+  watchdog.binding.stopSigintWatchdog();
+  return true;
+}
 // A cell's stray rejection or a throw in its callback is printed, as node's REPL does; it ends nothing.
 process.on("unhandledRejection", (reason) => {
   process.stderr.write(`Uncaught (in promise) ${util.inspect(reason)}\n`);
@@ -334,7 +395,15 @@ async function runCell(request) {
           reject(cause);
         };
       });
-      const outcome = await Promise.race([value, stop]);
+      const poll = setInterval(() => {
+        if (pendingSigint()) onSigint();
+      }, PENDING_POLL);
+      let outcome;
+      try {
+        outcome = await Promise.race([value, stop]);
+      } finally {
+        clearInterval(poll);
+      }
       value = outcome === undefined ? undefined : outcome.value;
     }
     if (value !== undefined) {
@@ -372,6 +441,10 @@ function blockingOutput() {
 
 const { Worker } = require("worker_threads");
 const done = new Int32Array(new SharedArrayBuffer(4));
+function release() {
+  Atomics.store(done, 0, 1);
+  Atomics.notify(done, 0); // the waiter goes back to read(R): the supervisor is watching for it
+}
 const waiter = new Worker(WAITER, { eval: true, workerData: { req: REQ, done: done.buffer }, stdout: false });
 waiter.on("error", (error) => {
   process.stderr.write(`mainsdk cell kernel: the request waiter failed: ${error && error.stack}\n`);
@@ -382,6 +455,7 @@ waiter.on("message", (line) => {
   // A message is handled on a turn of the event loop: a SIGINT that landed after the last cell ended is seen
   // (and finds nothing running) before this cell starts.
   const request = JSON.parse(line);
+  watchdogHeld(); // a listener an earlier cell left for SIGINT: node's own per-call watchdog from now on
   blockingOutput(); // before each cell: a cell may have undone it
   runCell(request).then(async (frame) => {
     for (const stream of [process.stdout, process.stderr]) await drained(stream); // a cell made it non-blocking again
@@ -391,13 +465,19 @@ waiter.on("message", (line) => {
     } catch {
       text = JSON.stringify({ ...frame, results: [], results_dropped: frame.results.length });
     }
+    // A result of at most PIPE_BUF bytes is one atomic write, whole or not at all in the pipe: the waiter goes
+    // back to read(R) first, so the supervisor, which takes the cell as over once it sees a result and the waiter
+    // at its wait, most often finds it there at once instead of polling for it. A longer result may take several
+    // writes (the supervisor reading between them): it is written whole before the waiter goes back.
+    const data = Buffer.from(text + "\n", "utf8");
+    const atomic = data.length <= PIPE_BUF;
+    if (atomic) release();
     try {
-      writeAll(RES, text + "\n");
+      writeAll(RES, data);
     } catch {
       process.exit(70); // a cell closed the result pipe: no cell can end again, as when Python's executor dies
     }
-    Atomics.store(done, 0, 1);
-    Atomics.notify(done, 0); // the waiter goes back to read(R): the supervisor is watching for it
+    if (!atomic) release();
   });
 });
 blockingOutput();

@@ -26,6 +26,7 @@ from .watch import IDLE_WAIT, Watch
 PR_SET_PDEATHSIG = 1
 CHECK_FIRST = 0.00005  # after a result line, how soon the supervisor looks at the executor again ...
 CHECK_LAST = 0.01  # ... doubling up to this while the main thread is still busy
+READY_POLL = 0.005  # how often, at most, the supervisor looks whether the executor is ready for a request
 READY_WAIT = 30.0  # how long a new executor may take to reach its first wait
 HELD = (
     "the interpreter was not waiting for a cell: code an earlier cell left (a signal handler, a trap, a callback) "
@@ -405,6 +406,7 @@ class _Supervisor:
         if self.watch != "syscall":
             return True
         end = time.monotonic() + IDLE_WAIT
+        interval = CHECK_FIRST  # most often a moment: node's main thread finishing the last cell's turn
         while True:
             try:
                 if self.waiter.ready():
@@ -413,7 +415,8 @@ class _Supervisor:
                 return True  # it is dying: its death comes on the pidfd as the cell is sent
             if time.monotonic() >= end:
                 return False
-            self._pump(0.005)
+            self._pump(interval)
+            interval = min(interval * 2, READY_POLL)
 
     def _not_run(self, number: int, digest: str, why: str = HELD) -> None:
         """The frame of a cell whose code the executor's loop never got: something an earlier cell left holds
@@ -422,8 +425,13 @@ class _Supervisor:
         out = {"cell": number, "results": [], "results_dropped": 0, "stop": None, "not_run": True}
         out.update({"error": {"name": "KernelError", "value": error, "traceback": ""}, "code_sha256": digest})
         out.update({"undumpable": self.guarded, "watch": self.watch})
-        _write_all(1, self.mark_out + json.dumps(out).encode() + b"\n")
+        self._write_frame(out)
+
+    def _write_frame(self, out: dict[str, Any]) -> None:
+        """The end of a cell: the mark on stderr first, then the frame on stdout, the one the app waits for (it
+        then finds the stderr mark there already, and waits for nothing more)."""
         _write_all(2, self.end_err)
+        _write_all(1, self.mark_out + json.dumps(out).encode() + b"\n")
 
     def _drain(self) -> None:
         while True:
@@ -568,8 +576,7 @@ class _Supervisor:
             "undumpable": self.guarded,
             "watch": self.watch,
         }
-        _write_all(1, self.mark_out + json.dumps(out).encode() + b"\n")
-        _write_all(2, self.end_err)
+        self._write_frame(out)
 
 
 def main(token: bytes, rest: bytes, files: dict[str, str], raw: bytes, digest: str, guarded: bool) -> NoReturn:
