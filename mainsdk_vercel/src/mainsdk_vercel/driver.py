@@ -453,7 +453,8 @@ class VercelDriver:
             if exc.vercel_status == 404 and source is not None:
                 # Vercel has no such snapshot any more (expired, or deleted elsewhere): core's words for it.
                 said = f"no snapshot {box.spec.snapshot!r:.80} in the current tenant (deleted or expired?)"
-                raise SandboxError(NO_SESSION, f"{said}: {exc.message}", status=404, ran=False) from None
+                vercel_said = without_values(exc, box.spec.egress).message
+                raise SandboxError(NO_SESSION, f"{said}: {vercel_said}", status=404, ran=False) from None
             if exc.vercel_status == 404 and self._image is not None:
                 # No sandbox was made: the image is not one Vercel has, which no retry changes.
                 said = without_values(exc, box.spec.egress).message

@@ -565,6 +565,7 @@ class Simulator:
         self.stdin_timeout = 30.0  # seconds a stdin write waits for a command that is not reading (docs: 30 s)
         self.pending = pending  # reads of a new session answered ``pending`` (the create's answer included)
         self.sandboxes: dict[str, Sandbox] = {}  # by session id
+        self.deleted: list[Sandbox] = []  # sandboxes a ``DELETE /v2/sandboxes/{name}`` removed (their commands ran)
         # Snapshots by id: each a folder of the filesystem it keeps, and its view (``_SnapshotPayload``).
         self.snapshots: dict[str, tuple[str, dict[str, Any]]] = {}
         self.snapshot_folder = tempfile.mkdtemp(prefix="vercel-sim-snapshots-", dir=BASE)
@@ -594,7 +595,7 @@ class Simulator:
         """Each finished command's run time, by command id (ids are unique within one simulator)."""
         return {
             cmd_id: command.duration
-            for sandbox in self.sandboxes.values()
+            for sandbox in [*self.sandboxes.values(), *self.deleted]
             for cmd_id, command in sandbox.commands.items()
             if command.duration is not None
         }
@@ -648,7 +649,7 @@ class Simulator:
                 if found.status == "snapshotting":
                     return _json(h, 422, _error("sandbox_snapshotting", "Sandbox is snapshotting"))
                 found.stop()
-                del self.sandboxes[found.session_id]
+                self.deleted.append(self.sandboxes.pop(found.session_id))
                 return _json(h, 200, {"sandbox": found.sandbox_view()})
             found.read_status()
             return _json(h, 200, {"sandbox": found.sandbox_view(), "session": found.session_view(), "routes": []})
