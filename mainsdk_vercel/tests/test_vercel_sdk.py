@@ -3,7 +3,8 @@
 Vercel's own client is driven through its public API (``SandboxClient``:
 create a sandbox, write a file, run a process with its output, start a
 process, read its logs, signal it, wait for it, read a file, extend the
-timeout, stop) against the loopback stand-in (``conformance/simulator.py``),
+timeout, stop; snapshot, destroy the stopped sandbox, create from the
+snapshot, delete it) against the loopback stand-in (``conformance/simulator.py``),
 which logs every request. Nothing of ours goes into those requests: they
 are what Vercel's code builds. Our driver's requests are every request of
 every cassette (strict replay proves the driver makes exactly those).
@@ -40,7 +41,7 @@ from mainsdk_vercel.driver import ROOT, vercel_injection_policy, vercel_network_
 
 # Vercel's client is a test-only extra (pip install 'mainsdk-vercel[sdk-check]', which tox installs): without
 # it this module fails to import rather than skipping, so the check cannot silently not run.
-from vercel.sandbox import NetworkPolicy, SandboxClient, SandboxResources
+from vercel.sandbox import NetworkPolicy, SandboxClient, SandboxResources, SnapshotSource
 from vercel.sandbox._internal.models import NetworkPolicyRule, NetworkPolicyTransform, _serialize_network_policy
 from vercel.sandbox._internal.options import SandboxCredentials, SandboxServiceOptions
 
@@ -57,7 +58,10 @@ TOKEN = "sdk-check-token-not-a-secret"
 # Operations by method and path; ids become placeholders.
 OPERATIONS = (
     ("create", "POST", re.compile(r"^/v3/sandboxes$")),
-    ("get", "GET", re.compile(r"^/v2/sandboxes/(?!sessions$)[^/]+$")),
+    ("get", "GET", re.compile(r"^/v2/sandboxes/(?!sessions$|snapshots$)[^/]+$")),
+    ("destroy", "DELETE", re.compile(r"^/v2/sandboxes/(?!sessions$|snapshots$)[^/]+$")),
+    ("snapshot", "POST", re.compile(r"^/v2/sandboxes/sessions/[^/]+/snapshot$")),
+    ("delete-snapshot", "DELETE", re.compile(r"^/v2/sandboxes/snapshots/[^/]+$")),
     ("write", "POST", re.compile(r"^/v2/sandboxes/sessions/[^/]+/fs/write$")),
     ("read", "POST", re.compile(r"^/v2/sandboxes/sessions/[^/]+/fs/read$")),
     ("run", "POST", re.compile(r"^/v2/sandboxes/sessions/[^/]+/cmd$")),
@@ -71,6 +75,8 @@ OPERATIONS = (
 # Every operation the driver uses; the check must cover each (the issue: "kill included"). A session's
 # extend-timeout comes only after a whole lease (minutes), so no cassette holds one: checked on its own below.
 OURS = {"create", "get", "write", "read", "run", "wait", "logs", "kill", "stop", "stdin"}
+# The checkpoints' (issue 33, _checkpoints.py): a snapshot, the stopped source's delete, a snapshot's delete.
+OURS |= {"snapshot", "destroy", "delete-snapshot"}
 
 
 def operation(method: str, path: str) -> str | None:
@@ -150,6 +156,33 @@ def theirs() -> Iterator[dict[str, list[dict[str, Any]]]]:
             )
             await client.get_sandbox(name=named.name)
             await named.stop()
+            # A snapshot (which stops its sandbox), the stopped sandbox destroyed once it is stopped, the same name
+            # created again from the snapshot, and the snapshot deleted: as _checkpoints.py opens a source again.
+            kept = await client.create_sandbox(
+                name="mainsdk-ses-0123456789abcdef01234568",
+                tags={"mainsdk-session": "ses_0123456789abcdef01234568", "mainsdk-tenant": "t1"},
+                execution_time_limit=70,
+                resources=SandboxResources(vcpus=2),
+                persistent=False,
+                network_policy=NetworkPolicy.deny_all(),
+            )
+            await kept.fs.write_bytes(f"{ROOT}/work/a.txt", b"kept")
+            snapshot = await kept.snapshot()
+            while (await client.get_sandbox(name=kept.name)).status != "stopped":
+                await asyncio.sleep(0.1)
+            await kept.destroy()
+            again = await client.create_sandbox(
+                name=kept.name,
+                tags={"mainsdk-session": "ses_0123456789abcdef01234568", "mainsdk-tenant": "t1"},
+                source=SnapshotSource(snapshot_id=snapshot.id),
+                execution_time_limit=70,
+                resources=SandboxResources(vcpus=2),
+                persistent=False,
+                network_policy=NetworkPolicy.deny_all(),
+            )
+            assert await again.fs.read_bytes(f"{ROOT}/work/a.txt") == b"kept"
+            await again.stop()
+            await snapshot.delete()
         finally:
             await client.aclose()
 

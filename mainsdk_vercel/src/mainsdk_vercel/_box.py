@@ -40,3 +40,4 @@ class VercelBox:
     # cassette) in one order. Kills and the stop never wait for it.
     sending: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     kernel_site: str | None = None  # the folder of the cell kernel's packages, once installed (``KERNEL``)
+    paused: str | None = None  # Vercel's snapshot of a paused session's files (_checkpoints.py), until its resume

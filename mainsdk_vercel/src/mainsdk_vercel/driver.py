@@ -24,6 +24,7 @@ from mainsdk.driver import (
     INVALID_OPTION,
     KERNEL_PACKAGES,
     LANGUAGES,
+    NO_SESSION,
     BoxSpec,
     Capabilities,
     Collected,
@@ -42,6 +43,7 @@ from mainsdk_driverkit.wheelhouse import Wheelhouse
 from mainsdk_vercel._api import DEFAULT_BASE_URL, NotFound, VercelApi, VercelError, session_ended
 from mainsdk_vercel._archive import ARCHIVE_SLACK, MAX_OUT_ENTRIES, _targz, unpack_out
 from mainsdk_vercel._box import OUT, PRIVATE, ROOT, SESSIONS, WORK, VercelBox
+from mainsdk_vercel._checkpoints import Checkpoints, snapshot_body
 from mainsdk_vercel._egress import vercel_injection_policy, vercel_network_policy, without_values
 from mainsdk_vercel._images import create_request, image_problem, not_found
 from mainsdk_vercel._installs import Installs
@@ -128,6 +130,7 @@ class VercelDriver:
         self._price = price if price is not None else default_price(vcpus)
         self._session = SessionApi(self._api, self._stop_quietly)
         self._installs = Installs(self._session, self._lifetimes, wheelhouse or Wheelhouse())
+        self._checkpoints = Checkpoints(self._api, self._lifetimes, project, self._create)
 
     def __repr__(self) -> str:
         return f"VercelDriver(project={self._project!r})"  # never the token
@@ -172,6 +175,10 @@ class VercelDriver:
             # The create's networkPolicy carries the headers per host (vercel_injection_policy): Vercel's firewall
             # sets them on the box's HTTPS requests to that host, outside the VM.
             egress_headers=True,
+            # Snapshots and forks from them, pause and resume, on Vercel's own snapshot calls (_checkpoints.py):
+            # a Vercel snapshot keeps the filesystem only, and stops its source (which the driver opens again).
+            checkpoint_kinds=frozenset({"filesystem"}),
+            pause=True,
             outage_remedy="check Vercel's status and the token (sandbox.vercel.token, default secret:VERCEL_TOKEN)",
         )
 
@@ -195,7 +202,8 @@ class VercelDriver:
                 ran=False,
             )
         box = VercelBox(spec.id, spec, session=spec.idle is not None)
-        await self._create(box)
+        # A box from a snapshot starts from Vercel's snapshot of it (_checkpoints.py); 0008 if this driver has none.
+        await self._create(box, self._checkpoints.source(spec.snapshot) if spec.snapshot else None)
         return box
 
     @hookimpl
@@ -360,7 +368,33 @@ class VercelDriver:
         return unpack_out(data, max_bytes)
 
     @hookimpl
+    async def mainsdk_driver_snapshot(self, box: VercelBox, snapshot_id: str, kind: str) -> float | None:
+        """Keep the box's files (Vercel's ``snapshot``, which stops the sandbox), then open it again from them."""
+        async with box.sending:
+            return await self._checkpoints.snapshot(box, snapshot_id)
+
+    @hookimpl
+    async def mainsdk_driver_delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete Vercel's snapshot of ``snapshot_id``; boxes started from it keep their files."""
+        await self._checkpoints.delete(snapshot_id)
+
+    @hookimpl
+    async def mainsdk_driver_pause(self, box: VercelBox) -> None:
+        """Snapshot the sandbox and leave it stopped: it runs nothing, and its files wait in the snapshot."""
+        async with box.sending:
+            await self._checkpoints.pause(box)
+
+    @hookimpl
+    async def mainsdk_driver_resume(self, box: VercelBox) -> None:
+        """Open a paused sandbox again from its snapshot (a new VM: its files, nothing that ran)."""
+        async with box.sending:
+            await self._checkpoints.resume(box)
+
+    @hookimpl
     async def mainsdk_driver_stop(self, box: VercelBox) -> None:
+        if box.paused is not None:
+            paused, box.paused = box.paused, None
+            await self._checkpoints.forget(paused)  # a paused session closed: its snapshot goes with it
         if box.session_id is None or box.gone:
             return
         box.gone = True
@@ -378,14 +412,16 @@ class VercelDriver:
 
     # --- the box's sandbox ------------------------------------------------------------------------------------------
 
-    async def _create(self, box: VercelBox) -> None:
+    async def _create(self, box: VercelBox, source: str | None = None) -> None:
         """Create the box's sandbox (not persistent: its stop leaves no snapshot behind), write its files and
-        wheels (one request), and install its packages.
+        wheels (one request), and install its packages. From Vercel snapshot ``source`` when given: its files
+        first; the source of a snapshot, made again from it (``box.name`` known already), gets nothing more.
 
         A set of packages is downloaded before the sandbox is created when the image's Python is known; the
         first box that needs packages asks the image (one command) after its create.
         """
-        pins = tuple(box.spec.packages)
+        again = source is not None and box.name is not None  # the source of a snapshot, opened again
+        pins = () if again else tuple(box.spec.packages)
         wheels = await self._installs.prefetch(pins)
         lease = self._lifetimes.lease(box, installs=bool(pins))
         policy = box.spec.network_policy if box.spec.network_policy is not None else vercel_network_policy(())
@@ -401,7 +437,11 @@ class VercelDriver:
             "networkPolicy": policy,
         }
         path, image = create_request(self._image)
-        body.update(image)
+        if source is None:
+            body.update(image)
+        else:
+            # The snapshot's filesystem, image and all; only v3 takes a source (api-client.ts ``createSandbox``).
+            path, body["source"] = "/v3/sandboxes", snapshot_body(source)
         if box.session:
             # Named and tagged so another process (a web app's other worker) finds it by the session id, and only
             # for the same tenant (mainsdk_driver_reconnect).
@@ -410,6 +450,11 @@ class VercelDriver:
         try:
             answer = await self._api.json("POST", path, "create", json_body=body, idempotent=False)
         except VercelError as exc:
+            if exc.vercel_status == 404 and source is not None:
+                # Vercel has no such snapshot any more (expired, or deleted elsewhere): core's words for it.
+                said = f"no snapshot {box.spec.snapshot!r:.80} in the current tenant (deleted or expired?)"
+                vercel_said = without_values(exc, box.spec.egress).message
+                raise SandboxError(NO_SESSION, f"{said}: {vercel_said}", status=404, ran=False) from None
             if exc.vercel_status == 404 and self._image is not None:
                 # No sandbox was made: the image is not one Vercel has, which no retry changes.
                 said = without_values(exc, box.spec.egress).message
@@ -429,7 +474,7 @@ class VercelDriver:
             await self._lifetimes.until_running(box, answer["session"].get("status"))
             if pins and wheels is None:
                 wheels = await self._installs.fetch(box, pins)  # the image's python, asked once per driver
-            upload = {f"work/{name}": data for name, data in box.spec.files.items()}
+            upload = {} if again else {f"work/{name}": data for name, data in box.spec.files.items()}
             folder = f".mainsdk/wheels-{wheels.key[:16]}" if wheels is not None else ""
             if wheels is not None:
                 upload.update(await self._installs.upload(wheels, folder))

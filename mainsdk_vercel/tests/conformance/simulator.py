@@ -110,6 +110,8 @@ exec "$@"
 PYTHON = os.path.realpath(sys.executable)
 BASE = "/var/tmp"  # not under /tmp, which each command sees as its sandbox's own
 SESSIONS = "/v2/sandboxes/sessions/"
+SNAPSHOTS = "/v2/sandboxes/snapshots"  # vercel-sandbox 0.10.0 ``query_snapshots``, ``get_snapshot``, ``delete_...``
+DEFAULT_SNAPSHOT_EXPIRATION = 7 * 24 * 3600 * 1000  # ms: the stand-in's default snapshot lifetime (``_snapshot``)
 # The API takes JSON bodies up to 1 MB: vercel-sandbox 0.10.0 sends stdin in 512 KiB chunks "keeping the base64 JSON
 # body under the API's 1 MB limit" (``_internal/process_stdin.py``, STDIN_CHUNK_SIZE).
 STDIN_BODY_LIMIT = 1024 * 1024
@@ -352,6 +354,7 @@ class Sandbox:
         # create and the next ``pending - 1`` reads of the session with ``pending``, then ``running``.
         self.pending = pending
         self.status = "pending" if pending > 0 else "running"
+        self.settling = 0  # reads of a snapshot's source still answered ``snapshotting`` (``snapshot``)
         self.arm()
         self.created = int(time.time() * 1000)
 
@@ -386,11 +389,35 @@ class Sandbox:
         self.lease.start()
 
     def read_status(self) -> None:
-        """A read of the session (by session id or sandbox name): one step nearer ``running`` while pending."""
+        """A read of the session (by session id or sandbox name): one step nearer ``running`` while pending,
+        and nearer ``stopped`` while snapshotting."""
         if self.status == "pending":
             self.pending -= 1
             if self.pending <= 0:
                 self.status = "running"
+        elif self.status == "snapshotting":
+            self.settling -= 1
+            if self.settling <= 0:
+                self.status = "stopped"
+
+    def snapshot(self, folder: str) -> None:
+        """Keep the filesystem in ``folder`` (its /vercel and /tmp), then stop: a snapshot stops its source.
+
+        vercel-sandbox 0.10.0 ``_internal/api_client.py`` ``create_snapshot``: ``POST .../snapshot`` answers
+        ``{snapshot, session}``, and the session is ``snapshotting`` (``_internal/models.py`` ``SandboxStatus``),
+        then ``stopped``: what ran in it is gone (Vercel's snapshot is of the filesystem only). The stand-in
+        answers ``snapshotting`` to the snapshot and the next read, then ``stopped``.
+        """
+        shutil.copytree(self.top, os.path.join(folder, "top"), symlinks=True)
+        shutil.copytree(self.tmp, os.path.join(folder, "tmp"), symlinks=True)
+        self.stop()
+        self.status = "snapshotting"
+        self.settling = 2  # the snapshot's answer and the next read: ``snapshotting``
+
+    def restore(self, folder: str) -> None:
+        """Start with a snapshot's filesystem (a create whose ``source`` is ``{type: "snapshot", snapshotId}``)."""
+        shutil.copytree(os.path.join(folder, "top"), self.top, symlinks=True, dirs_exist_ok=True)
+        shutil.copytree(os.path.join(folder, "tmp"), self.tmp, symlinks=True, dirs_exist_ok=True)
 
     def session_view(self) -> dict[str, Any]:
         return {
@@ -425,7 +452,7 @@ class Sandbox:
     def stop(self) -> None:
         if self.lease is not None:
             self.lease.cancel()
-        if self.status == "stopped":
+        if self.status in ("stopped", "snapshotting"):
             return
         self.status = "stopped"
         for command in self.commands.values():
@@ -538,6 +565,10 @@ class Simulator:
         self.stdin_timeout = 30.0  # seconds a stdin write waits for a command that is not reading (docs: 30 s)
         self.pending = pending  # reads of a new session answered ``pending`` (the create's answer included)
         self.sandboxes: dict[str, Sandbox] = {}  # by session id
+        self.deleted: list[Sandbox] = []  # sandboxes a ``DELETE /v2/sandboxes/{name}`` removed (their commands ran)
+        # Snapshots by id: each a folder of the filesystem it keeps, and its view (``_SnapshotPayload``).
+        self.snapshots: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.snapshot_folder = tempfile.mkdtemp(prefix="vercel-sim-snapshots-", dir=BASE)
         self.pip = shared_pip()  # this machine's pip, for the images with python3-pip
         self.ids = itertools.count(1)
         self.requests: list[dict[str, Any]] = []  # every request, for comparing clients: method, path, query, body
@@ -558,12 +589,13 @@ class Simulator:
         self.server.server_close()
         if self.pip is not None:
             shutil.rmtree(self.pip, ignore_errors=True)
+        shutil.rmtree(self.snapshot_folder, ignore_errors=True)
 
     def durations(self) -> dict[str, float]:
         """Each finished command's run time, by command id (ids are unique within one simulator)."""
         return {
             cmd_id: command.duration
-            for sandbox in self.sandboxes.values()
+            for sandbox in [*self.sandboxes.values(), *self.deleted]
             for cmd_id, command in sandbox.commands.items()
             if command.duration is not None
         }
@@ -604,11 +636,21 @@ class Simulator:
         path = parts.path
         if path in ("/v3/sandboxes", "/v2/sandboxes") and h.command == "POST":
             return self._create(h, json.loads(body), legacy=path == "/v2/sandboxes")
+        if path == SNAPSHOTS or path.startswith(SNAPSHOTS + "/"):
+            return self._snapshots(h, path.removeprefix(SNAPSHOTS).strip("/"))
         if path.startswith("/v2/sandboxes/") and not path.startswith(SESSIONS):
             name = path.removeprefix("/v2/sandboxes/")
             found = next((s for s in self.sandboxes.values() if s.name == name), None)
             if found is None:
                 return _json(h, 404, _error("sandbox_not_found", "Sandbox not found"))
+            if h.command == "DELETE":
+                # vercel-sandbox ``destroy_sandbox``: the sandbox goes, its snapshots stay (no
+                # ``deleteOrphanSnapshots``). While it snapshots, it is refused (status unverified: 422, strict).
+                if found.status == "snapshotting":
+                    return _json(h, 422, _error("sandbox_snapshotting", "Sandbox is snapshotting"))
+                found.stop()
+                self.deleted.append(self.sandboxes.pop(found.session_id))
+                return _json(h, 200, {"sandbox": found.sandbox_view()})
             found.read_status()
             return _json(h, 200, {"sandbox": found.sandbox_view(), "session": found.session_view(), "routes": []})
         if not path.startswith(SESSIONS):
@@ -656,13 +698,75 @@ class Simulator:
                 return _json(h, 404, _error("image_not_found", f"Image {name!r} not found in the project's registry"))
         if request.get("timeout", 300000) > self.max_duration * 1000:
             return _json(h, 400, _error("bad_request", "timeout exceeds the plan's maximum sandbox duration"))
+        source = request.get("source")
+        kept: str | None = None
+        if source is not None:
+            # ``SnapshotSource`` (vercel-sandbox ``_internal/models.py``): ``{type: "snapshot", snapshotId}``. A
+            # deleted or expired snapshot is refused (status unverified: 404, as ``GET /snapshots/{id}``).
+            found = self._live_snapshot(source.get("snapshotId")) if isinstance(source, dict) else None
+            if found is None or source.get("type") != "snapshot":
+                return _json(h, 404, _error("snapshot_not_found", "Snapshot not found"))
+            kept = found[0]
         number = next(self.ids)
         name = request.get("name") or f"sbx-sim{number:04d}"
         if any(s.name == name for s in self.sandboxes.values()):
             return _json(h, 409, _error("sandbox_exists", "A sandbox with this name already exists"))
         created = Sandbox(name, f"sess_sim{number:04d}", request, self.pending, image=image, pip=self.pip)
+        if kept is not None:
+            created.restore(kept)
         self.sandboxes[created.session_id] = created
         return _json(h, 200, {"sandbox": created.sandbox_view(), "session": created.session_view(), "routes": []})
+
+    def _live_snapshot(self, snapshot_id: Any) -> tuple[str, dict[str, Any]] | None:
+        """A snapshot that is neither deleted nor expired, or None."""
+        found = self.snapshots.get(snapshot_id) if isinstance(snapshot_id, str) else None
+        if found is None or found[1]["status"] != "created":
+            return None
+        expires = found[1].get("expiresAt")
+        return None if expires and expires <= time.time() * 1000 else found
+
+    def _snapshot(self, h: http.server.BaseHTTPRequestHandler, sandbox: Sandbox, request: dict[str, Any]) -> None:
+        """``POST /v2/sandboxes/sessions/{id}/snapshot`` ``{expiration?}``: the snapshot, and the stopped source.
+
+        ``expiration`` in ms, 0 for never (vercel-sandbox ``SnapshotExpiration``: zero disables it). Without
+        one, Vercel's default applies; the stand-in takes 7 days, the figure Vercel's users quote (which one
+        the service applies is unverified).
+        """
+        number = next(self.ids)
+        snapshot_id = f"snap_sim{number:04d}"
+        folder = os.path.join(self.snapshot_folder, snapshot_id)
+        sandbox.snapshot(folder)
+        now = int(time.time() * 1000)
+        expiration = request.get("expiration", DEFAULT_SNAPSHOT_EXPIRATION)
+        view = {
+            "id": snapshot_id,
+            "sourceSessionId": sandbox.session_id,
+            "region": "iad1",
+            "status": "created",
+            "sizeBytes": sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file() and not f.is_symlink()),
+            "expiresAt": now + expiration if expiration else None,
+            "createdAt": now,
+            "updatedAt": now,
+        }
+        self.snapshots[snapshot_id] = (folder, view)
+        return _json(h, 200, {"snapshot": view, "session": sandbox.session_view()})
+
+    def _snapshots(self, h: http.server.BaseHTTPRequestHandler, snapshot_id: str) -> None:
+        """``GET /v2/sandboxes/snapshots`` (the live ones), ``GET``/``DELETE .../snapshots/{id}``
+        (vercel-sandbox ``query_snapshots``, ``get_snapshot``, ``delete_snapshot``): a deleted or expired one
+        is not found."""
+        if not snapshot_id and h.command == "GET":
+            live = [view for _, view in self.snapshots.values() if self._live_snapshot(view["id"]) is not None]
+            return _json(h, 200, {"snapshots": live, "pagination": {"count": len(live), "next": None}})
+        found = self._live_snapshot(snapshot_id)
+        if found is None or h.command not in ("GET", "DELETE"):
+            return _json(h, 404, _error("snapshot_not_found", "Snapshot not found"))
+        folder, view = found
+        if h.command == "DELETE":
+            view["status"] = "deleted"
+            view["updatedAt"] = int(time.time() * 1000)
+            shutil.rmtree(folder, ignore_errors=True)
+        return _json(h, 200, {"snapshot": view})
 
     def _session(
         self,
@@ -680,8 +784,10 @@ class Simulator:
             # Nothing runs in a VM still booting. Which answer the service gives a request sent too early is
             # unverified (README); the stand-in refuses it, the strict side, so a client that does not wait fails.
             return _json(h, 422, _error("sandbox_not_running", "Sandbox is pending, not running"))
-        if sandbox.status == "stopped" and rest != ["stop"]:
+        if sandbox.status in ("stopped", "snapshotting") and rest != ["stop"]:
             return _json(h, 410, _error("sandbox_stopped", "Sandbox is stopped"))
+        if rest == ["snapshot"] and h.command == "POST":
+            return self._snapshot(h, sandbox, json.loads(body or b"{}"))
         if rest == ["stop"]:
             sandbox.stop()
             return _json(h, 200, {"session": sandbox.session_view(), "sandbox": sandbox.sandbox_view()})
