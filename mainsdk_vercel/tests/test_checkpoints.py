@@ -135,3 +135,28 @@ def test_closing_a_paused_session_deletes_its_snapshot(sim: Any) -> None:
 
     asyncio.run(scenario())
     assert [view["status"] for _, view in sim.snapshots.values()] == ["deleted"]
+
+
+def test_a_resume_that_fails_keeps_the_paused_files_for_the_next_resume(sim: Any) -> None:
+    driver = _driver(sim)
+    quick = RunLimits(timeout=1.0, memory=0, output=0, files=1 << 20, disk=0)
+    spec = BoxSpec(id=f"ses_{7:024x}", limits=quick, tenant="default", idle=60.0)
+
+    async def scenario() -> tuple[SandboxError, list[str], bytes]:
+        box = await driver.mainsdk_driver_start(spec)
+        try:
+            await driver.mainsdk_driver_write_file(box=box, folder=Folder.WORK, path="a.txt", data=b"kept")
+            await driver.mainsdk_driver_pause(box)
+            sim.pending = 10**6  # the new VM never boots within the run's time limit: the create fails
+            with pytest.raises(SandboxError) as caught:
+                await driver.mainsdk_driver_resume(box)
+            left = [view["status"] for _, view in sim.snapshots.values()]
+            sim.pending = 0
+            await driver.mainsdk_driver_resume(box)
+            return caught.value, left, await driver.mainsdk_driver_read_file(box=box, folder=Folder.WORK, path="a.txt")
+        finally:
+            await driver.mainsdk_driver_stop(box)
+
+    failed, left, kept = asyncio.run(scenario())
+    assert failed.retryable and "pending" in failed.message
+    assert left == ["created"] and kept == b"kept"

@@ -40,8 +40,9 @@ from mainsdk_vercel._lifetimes import READY_POLL, Lifetimes
 
 log = logging.getLogger("mainsdk.vercel")
 # A snapshot's source is ``snapshotting`` until its filesystem is kept, then ``stopped`` (vercel-sandbox 0.10.0
-# ``_internal/models.py`` ``SandboxStatus``; ``service.py`` polls ``snapshotting`` as transitional).
-STOPPED = frozenset({"stopped", "failed", "aborted"})
+# ``_internal/models.py`` ``SandboxStatus``; ``service.py`` polls ``snapshotting`` and ``stopping`` as transitional):
+# the stopped sandbox is deleted only once it has settled.
+SETTLING = frozenset({"snapshotting", "stopping"})
 SETTLE_POLLS = 240  # READY_POLL apart: two minutes for a snapshot to be kept before the driver gives up
 
 Reopen = Callable[[VercelBox, str], Awaitable[None]]
@@ -87,8 +88,15 @@ class Checkpoints:
         vercel_id = box.paused
         if vercel_id is None:
             return
-        await self._open_again(box, vercel_id)
-        box.paused = None
+        # Not the box's while it is made again: a create that fails stops the box (``mainsdk_driver_stop``), which
+        # must not delete the files a retried resume still needs.
+        box.paused, running = None, False
+        try:
+            await self._open_again(box, vercel_id)
+            running = True
+        finally:
+            if not running:
+                box.paused = vercel_id  # failed or cancelled: still paused, its snapshot kept for the next resume
         await self.forget(vercel_id)
 
     async def forget(self, vercel_id: str) -> None:
@@ -126,7 +134,7 @@ class Checkpoints:
             except NotFound:
                 break
             session = answer.get("session") if isinstance(answer, dict) else None
-            if not isinstance(session, dict) or session.get("status") in STOPPED:
+            if not isinstance(session, dict) or session.get("status") not in SETTLING:
                 break
             await asyncio.sleep(READY_POLL)
         else:
@@ -140,9 +148,9 @@ class Checkpoints:
                 query={"projectId": str(self._project)},
                 idempotent=True,
             )
-        box.session_id = None
+        # A new sandbox from here: a create that fails stops it (``mainsdk_driver_stop``) and marks the box gone.
+        box.session_id, box.gone = None, False
         await self._reopen(box, vercel_id)
-        box.gone = False
 
     async def _delete(self, vercel_id: str) -> None:
         try:
