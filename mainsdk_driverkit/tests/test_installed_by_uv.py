@@ -13,7 +13,6 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-import pytest
 from mainsdk_driverkit.installed import make_wheel
 
 PIN = f"attrs=={metadata.version('attrs')}"
@@ -28,8 +27,7 @@ def installed_by(install: list[str], target: Path) -> tuple[str, tuple[str, byte
 
 def test_pip_and_uv_installs_make_the_same_wheel(tmp_path: Path) -> None:
     uv = shutil.which("uv", path=str(Path(sys.executable).parent))
-    if uv is None:
-        pytest.skip("uv is not installed in this environment (tox installs it in the driverkit env)")
+    assert uv is not None, "uv is a test dependency of this env (tox.ini's driverkit env installs it)"
     pip, by_pip = installed_by([sys.executable, "-m", "pip", "install", "--quiet"], tmp_path / "pip")
     uv_said, by_uv = installed_by([uv, "pip", "install", "--quiet", "--python", sys.executable], tmp_path / "uv")
     assert (pip, uv_said) == ("pip", "uv")  # each installer really installed it, and said so
