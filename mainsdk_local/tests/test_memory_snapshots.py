@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mainsdk.config import load_config_text
 from mainsdk_local.criu import MIN_VERSION, NAMESPACE_BOX, _working, memory_why
+from mainsdk_local.driver import driver_from_config
 
 # Stand-ins for the CRIU versions this probe must tell apart (Debian bookworm's 3.17 is what apt gives here).
 OLD = "#!/bin/sh\necho 'Version: 3.17.1'\n"
@@ -39,6 +41,13 @@ def test_the_probe_says_what_it_found_and_why_memory_is_not_kept(tmp_path: Path,
     assert said.format(path=criu) in memory_why(criu, "namespace")
 
 
+def test_a_root_without_cap_sys_resource_is_named_too(tmp_path: Path) -> None:
+    status = Path("/proc/self/status").read_text()
+    effective = int(status.split("CapEff:")[1].split()[0], 16)
+    said = "; nor can it read a box's rlimits without CAP_SYS_RESOURCE"
+    assert memory_why(_program(tmp_path, GOOD), "namespace").endswith(said) == (not effective >> 24 & 1)
+
+
 def test_without_criu_the_reason_names_the_program_and_the_version_needed() -> None:
     why = memory_why("mainsdk-no-such-criu", "namespace")
     assert why == "memory snapshots need CRIU 4.1 or later: no 'mainsdk-no-such-criu' found (sandbox.local.criu)"
@@ -47,6 +56,16 @@ def test_without_criu_the_reason_names_the_program_and_the_version_needed() -> N
 def test_weak_mode_names_landlock_without_looking_for_criu(tmp_path: Path) -> None:
     assert "Landlock" in memory_why(_program(tmp_path, GOOD), "weak", landlock_abi=6)
     assert memory_why("mainsdk-no-such-criu", "weak", landlock_abi=0) == "memory snapshots: not in weak mode"
+
+
+def test_sandbox_local_criu_names_the_program_looked_for() -> None:
+    config = load_config_text("sandbox:\n  driver: local\n  local: { criu: mainsdk-no-such-criu }\n")
+    driver = driver_from_config(config)
+    try:
+        why = driver.mainsdk_driver_capabilities().checkpoint_why
+        assert "no 'mainsdk-no-such-criu' found (sandbox.local.criu)" in why
+    finally:
+        driver.mainsdk_driver_shutdown()
 
 
 def _real_criu() -> str:

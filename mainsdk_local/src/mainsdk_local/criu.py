@@ -10,7 +10,9 @@ commands and their output):
   pid, net, ipc, uts, cgroup and mount namespaces belong to the host's user namespace. CRIU 4.1 dumps a tree
   only when every namespace in it belongs to its root task's user namespace and that namespace maps root:
   from the box's pid 1 it stops at "Can't dump nested user namespace", from the code's process at "Unable to
-  convert uid or gid". A fork's layers are idmapped mounts, which CRIU does not know at all.
+  convert uid or gid". A fork's layers are idmapped mounts, which CRIU does not know at all. And CRIU reads
+  each task's rlimits, which for a task of another uid (the box's code is never root) needs CAP_SYS_RESOURCE,
+  a capability some roots lack (this machine's: "Can't get rlimit 0: Operation not permitted").
 - Weak mode's code runs in a Landlock domain, which CRIU neither records nor can enter: its parasite's socket
   is refused there ("Unable to connect a transport socket: Operation not permitted").
 - An image holds the interpreter's memory, freed or not: a secret a cell was once given is in it, so a memory
@@ -24,6 +26,7 @@ import shutil
 import subprocess
 
 MIN_VERSION = (4, 1)
+CAP_SYS_RESOURCE = 24
 PROBE_TIMEOUT = 10.0  # ``criu check`` takes about 0.1 s here
 _VERSION = re.compile(rb"Version:\s*(\d+)\.(\d+)(?:\.\d+)*")
 
@@ -48,7 +51,8 @@ def memory_why(criu: str, isolation: str, landlock_abi: int = 0) -> str:
     version, problem = _working(found)
     if problem:
         return f"memory snapshots need a working CRIU {_dotted(MIN_VERSION)} or later: {problem}"
-    return f"memory snapshots: CRIU {version} at {found} works (criu check passes), but {NAMESPACE_BOX}"
+    why = f"memory snapshots: CRIU {version} at {found} works (criu check passes), but {NAMESPACE_BOX}"
+    return why if _has_sys_resource() else f"{why}; nor can it read a box's rlimits without CAP_SYS_RESOURCE"
 
 
 def _working(path: str) -> tuple[str, str]:
@@ -71,6 +75,16 @@ def _working(path: str) -> tuple[str, str]:
         lines = (checked.stderr or checked.stdout).decode(errors="replace").strip().splitlines()
         return version, f"`{path} check` fails: {lines[-1][:200] if lines else f'exit status {checked.returncode}'}"
     return version, ""
+
+
+def _has_sys_resource() -> bool:
+    """Whether this process holds CAP_SYS_RESOURCE, which CRIU needs to read the rlimits of another uid's task."""
+    try:
+        with open("/proc/self/status") as fh:
+            effective = next(line for line in fh if line.startswith("CapEff:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(effective.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
 
 
 def _dotted(version: tuple[int, int]) -> str:
