@@ -35,6 +35,7 @@ def _program(tmp_path: Path, text: str) -> str:
         (BROKEN, "check` fails: Error: no memfd"),
         (GOOD, f"CRIU 4.1.1 at {{path}} works (criu check passes), but {NAMESPACE_BOX}"),
     ],
+    ids=["bookworm-3.17", "check-fails", "working-4.1"],
 )
 def test_the_probe_says_what_it_found_and_why_memory_is_not_kept(tmp_path: Path, text: str, said: str) -> None:
     criu = _program(tmp_path, text)

@@ -21,13 +21,14 @@ commands and their output):
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
 
 MIN_VERSION = (4, 1)
 CAP_SYS_RESOURCE = 24
-PROBE_TIMEOUT = 10.0  # ``criu check`` takes about 0.1 s here
+PROBE_TIMEOUT = 5.0  # ``criu check`` takes about 0.1 s here
 _VERSION = re.compile(rb"Version:\s*(\d+)\.(\d+)(?:\.\d+)*")
 
 NAMESPACE_BOX = (
@@ -55,6 +56,7 @@ def memory_why(criu: str, isolation: str, landlock_abi: int = 0) -> str:
     return why if _has_sys_resource() else f"{why}; nor can it read a box's rlimits without CAP_SYS_RESOURCE"
 
 
+@functools.cache  # once per program and process: the capabilities are made on the event loop
 def _working(path: str) -> tuple[str, str]:
     """The version of the CRIU at ``path`` and what is wrong with it ("": recent enough, ``criu check`` passes)."""
     try:
