@@ -26,10 +26,12 @@ class LocalPrograms:
     """``sandbox.local``: the interpreter for each language on the ``local`` driver, and its warm pool.
 
     ``pool``: how many warm Python interpreters (started ahead, each in its own fresh box,
-    each used for one run) the driver may keep idle; 0 turns the pool off.
+    each used for one run) the driver may keep idle; 0 turns the pool off. ``criu``: the CRIU program the
+    driver looks for (memory snapshots; ``mainsdk_local.criu`` says why none are kept yet).
     """
 
     python: str = "python3"
     node: str = "node"
     bash: str = "bash"
     pool: int = attrs.field(default=DEFAULT_POOL, validator=_pool_size)
+    criu: str = "criu"
