@@ -221,9 +221,7 @@ class _KernelStream:
         self.on_display: Callable[[dict[str, Any]], None] | None = None  # the running cell's live display frames
         self.frame_ready = self.err_ready = self.frame_too_large = False
         self.live_bytes = 0  # the running cell's live display frames, in bytes: bounded as one frame is
-        # What ``until`` waits on: one future, not a task per event (a warm cell's wait is on its critical path).
-        self._news: asyncio.Future[None] | None = None
-        self._ready: Callable[[], bool] = lambda: True
+        self._news: asyncio.Future[None] | None = None  # what ``until`` waits on: one future, not a task per event
 
     def begin(self, collector: OutputCollector) -> None:
         """Start a cell: its output goes to ``collector`` (the stray output first)."""
@@ -253,7 +251,6 @@ class _KernelStream:
         finally:
             timer.cancel()
             task.remove_done_callback(self._poke)
-            self._news = None
 
     def _poke(self, always: object = False) -> None:
         if self._news is not None and not self._news.done() and (always is not False or self._ready()):
@@ -494,17 +491,15 @@ class Kernel:
         *,
         blocking: bool = False,
         env: Mapping[str, str | SecretRef] | None = None,
-        cells_checked: bool = False,
     ) -> CellResult:
         """Run one cell; see ``AsyncSession.run_code``. ``blocking``: for the synchronous API, whose callbacks are
         plain functions (an ``async def`` there is refused: nothing of the app's awaits on that loop). ``env``: the
-        cell's own variables over the session's, for this cell only (checked as a run's env). ``cells_checked``:
-        the caller checked the driver's cells in this language for this very cell (``refuse_cell``)."""
+        cell's own variables over the session's, for this cell only (checked as a run's env)."""
         self.refuse_own_callback("run_code")
         async with self._lock:
             marker = self._cell = object()
             try:
-                return await self._run(code, language, timeout, callbacks, blocking, env, marker, cells_checked)
+                return await self._run(code, language, timeout, callbacks, blocking, env, marker)
             finally:
                 self._cell = None
 
@@ -529,7 +524,6 @@ class Kernel:
         blocking: bool,
         env: Mapping[str, str | SecretRef] | None,
         marker: object,
-        cells_checked: bool,
     ) -> CellResult:
         session = self._session
         lifecycle = session.lifecycle
@@ -555,7 +549,7 @@ class Kernel:
                     f"{checked_language} with session.interpreter(language={checked_language!r})",
                 )
             checked_code = arguments.code(code)
-            if not cells_checked:
+            if not self.alive:  # before an interpreter starts (``run_code`` checks every cell's language too)
                 check_cells(session, checked_language)
             cell_env = lifecycle.cell_env(env)  # 0009 for a secret not under sandbox.secrets: nothing runs
             self._refuse_closed()
@@ -933,9 +927,8 @@ class _Listeners:
 
     async def drain(self) -> None:
         """Wait until every queued awaitable was awaited (or one raised)."""
-        if self._worker is None and not self._handed:
-            return  # nothing was queued, nor handed over from a driver's thread
-        await asyncio.sleep(0)  # what a driver's thread handed the loop is queued by now
+        if self._handed or self._worker is not None:  # else nothing was queued: no turn of the loop to wait
+            await asyncio.sleep(0)  # what a driver's thread handed the loop is queued by now
         while self._worker is not None and not self._worker.done():
             await self._worker
             await asyncio.sleep(0)

@@ -152,8 +152,7 @@ class StreamRedactor:
         return b"".join(out)
 
 
-# Built once per set of secret values (a session's cells share one): every cell makes its redactors anew.
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)  # once per set of secrets (a session's cells share one), not once per cell
 def _stream_pattern(values: tuple[bytes, ...], key_formats: bool) -> regex.Pattern[bytes] | None:
     alternatives = [regex.escape(v) for v in values] + (list(KEY_PATTERNS) if key_formats else [])
     return regex.compile(b"|".join(alternatives)) if alternatives else None
@@ -161,10 +160,8 @@ def _stream_pattern(values: tuple[bytes, ...], key_formats: bool) -> regex.Patte
 
 @functools.lru_cache(maxsize=64)
 def _name_pattern(values: tuple[str, ...]) -> re.Pattern[str]:
-    alternatives = [p.decode() for p in KEY_PATTERNS]
-    if values:
-        alternatives.insert(0, "(?i:" + "|".join(re.escape(v) for v in values) + ")")
-    return re.compile("|".join(alternatives))
+    anycase = ["(?i:" + "|".join(re.escape(v) for v in values) + ")"] if values else []
+    return re.compile("|".join(anycase + [p.decode() for p in KEY_PATTERNS]))
 
 
 CUT_MARK = "..."  # how drivers end a name they cut to a length

@@ -33,7 +33,7 @@ from mainsdk.checkpoints import SessionOptions, Snapshot, SnapshotRecord, Snapsh
 from mainsdk.driver import Folder, NetworkPolicy, box_path
 from mainsdk.errors import SandboxError
 from mainsdk.files import FileRef
-from mainsdk.interpreters import AsyncInterpreter, Interpreters
+from mainsdk.interpreters import AsyncInterpreter, Interpreters, run_in
 from mainsdk.lifecycle import Lifecycle, OpenBox
 from mainsdk.limits import Listener
 from mainsdk.plugins import DriverHookError
@@ -517,8 +517,7 @@ async def run_cell(
     """``session.run_code``, and the synchronous twin's with ``blocking`` (its callbacks must be plain functions)."""
     refuse_cell(session._runtime, code, language)  # a language no interpreter here runs: audited and raised
     interpreter = session._interpreters.default(languages.cell_language(language))  # "node" and "js": javascript's
-    kernel = interpreter._kernel
-    return await kernel.run(code, kernel.language, timeout, callbacks, blocking=blocking, env=env, cells_checked=True)
+    return await run_in(interpreter, code, timeout, callbacks, blocking=blocking, env=env)
 
 
 def find_session(sessions: dict[str, AsyncSession], session_id: object, tenant: str) -> AsyncSession:
