@@ -97,7 +97,7 @@ def test_live_display_frames_are_handed_over_as_they_come_and_never_end_the_cell
         out = b"".join(b"out\n" + MARK + json.dumps(d).encode() + b"\n" for d in displays)
         for chunk in _chunks(out, rng):
             stream.stdout(chunk)
-        assert seen == displays and not stream.frame_ready and stream.frames == []
+        assert (seen, stream.frame_ready, stream.frames) == (displays, False, [])  # a tuple: mypy narrows no flag
         # A display-shaped frame carrying the end frame's hash is the end frame, never a display.
         for chunk in _chunks(MARK + json.dumps({**end, "display": 9}).encode() + b"\n", rng):
             stream.stdout(chunk)
