@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mainsdk.figures import WRAPPER
+from mainsdk.figures import wrapper
 
 STUB = '''
 import pytest
@@ -235,7 +235,7 @@ def lines(*events: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-PRINT = ["-E", "-s", "-c", WRAPPER, "print('fault')"]  # a python run's command (mainsdk.figures)
+PRINT = ["-E", "-s", "-c", wrapper(), "print('fault')"]  # a python run's command (mainsdk.figures)
 CASSETTES: dict[str, list[dict[str, Any]]] = {
     "TestRun/test_the_exit_code_and_stderr_come_back": [
         CREATE,

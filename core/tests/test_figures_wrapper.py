@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from mainsdk.driver import Collected, OutFile
 from mainsdk.engine import ARGV_CODE_LIMIT, code_command
-from mainsdk.figures import FOLDER, MAX_FIGURES, PNG_SIGNATURE, WRAPPER, take_figures
+from mainsdk.figures import FOLDER, MAX_FIGURES, PNG_SIGNATURE, take_figures, wrapper
+
+WRAPPER = wrapper()  # the in-box wrapper's text (mainsdk/kernel/run.py)
 
 # Every CPython 3.10 or later this machine has (pyenv's, Debian's, the one running the tests). Before 3.10 the
 # old parser places an unexpected end of file read from stdin one line further than compile() does.

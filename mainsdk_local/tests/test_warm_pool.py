@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION, ConfigError, SandboxError
-from mainsdk.figures import WRAPPER
+from mainsdk.figures import wrapper
 from mainsdk_local.config import DEFAULT_POOL, LocalPrograms
 from mainsdk_local.launcher_client import ExecResult, ExecSpec, Launcher, LauncherBox
 from mainsdk_local.packages import EnvBuilder
@@ -109,7 +109,7 @@ async def test_a_raising_run_prints_the_same_traceback_bytes(launcher: Launcher,
 
 # Core's way to run Python (python3 -E -s -c WRAPPER CODE): warm interpreters compile the wrapper ahead (a -c text a
 # key's last two runs both had) and evaluate that code object at hand-off as PyRun_SimpleStringFlags would.
-WRAPPED = (*FLAGS, WRAPPER)
+WRAPPED = (*FLAGS, wrapper())
 WRAPPED_LOOKS = {
     **LOOKS,
     "wrapped syntax error": "print('unclosed'",

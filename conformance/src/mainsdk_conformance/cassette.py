@@ -222,13 +222,18 @@ NO_PAYLOADS = Payloads()
 
 
 def known_payloads() -> Payloads:
-    """What every cassette keeps by name: the cell kernel as core delivers it to a box now
-    (``mainsdk.kernel_start``): its loader (``kernel-loader``, on the command line) and its package (``kernel``,
-    on stdin after the token). Read at each call, so a replay made after an edit checks the edited one."""
-    from mainsdk import kernel_start
+    """What every cassette keeps by name: the in-box code core delivers to a box now (``mainsdk.kernel_start``):
+    the cell kernel's loader (``kernel-loader``, on the command line) and its package (``kernel``, on stdin after
+    the token), and the wrapper of every one-shot Python run (``python-run``, ``mainsdk.figures.wrapper()`` on the
+    command line). Read at each call, so a replay made after an edit checks the edited one."""
+    from mainsdk import figures, kernel_start
 
     return Payloads(
-        {"kernel": kernel_start.package_bytes(), "kernel-loader": kernel_start.kernel_files()["loader.py"].encode()}
+        {
+            "kernel": kernel_start.package_bytes(),
+            "kernel-loader": kernel_start.kernel_files()["loader.py"].encode(),
+            "python-run": figures.wrapper().encode(),
+        }
     )
 
 

@@ -620,8 +620,9 @@ EDITED_COMMENT = "  (a comment edited by the cassette check: no cassette may cha
 def kernel_with_an_edited_comment(folder: Path) -> Iterator[str]:
     """While it is open, core's cell kernel is a copy of its package in ``folder`` with one comment edited.
 
-    The first comment line of ``supervisor.py`` and of ``loader.py`` gets ``EDITED_COMMENT`` and a random word
-    appended, another at every run, so no run replays the kernel its cassettes were recorded with. The loader
+    The first comment line of ``supervisor.py``, ``loader.py`` and ``run.py`` (one-shot Python runs' wrapper) gets
+    ``EDITED_COMMENT`` and a random word appended, another at every run, so no run replays the kernel (or the
+    wrapper) its cassettes were recorded with. The loader
     checks the package's hash, so the kernel that runs (and is delivered, ``mainsdk.kernel_start``) is the edited
     one. A suite run inside it proves every cassette matches the kernel by content (``cassette.known_payloads``),
     never by its bytes. Yields the edited line of ``supervisor.py``.
@@ -633,7 +634,7 @@ def kernel_with_an_edited_comment(folder: Path) -> Iterator[str]:
     shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
     edit = f"{EDITED_COMMENT}{random.SystemRandom().getrandbits(64):016x})"
     edited = []
-    for name in ("supervisor.py", "loader.py"):
+    for name in ("supervisor.py", "loader.py", "run.py"):
         module = copy / name
         lines = module.read_text("utf-8").split("\n")
         index = next(i for i, line in enumerate(lines) if line.lstrip().startswith("# "))
