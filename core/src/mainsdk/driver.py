@@ -19,10 +19,13 @@ import asyncio
 import enum
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeVar
 
 import attrs
 import pluggy
+
+if TYPE_CHECKING:
+    from mainsdk.checkpoints import Snapshot  # it imports this module: for the find_snapshot hook's type only
 
 # Re-exported for drivers (``X as X``: an explicit re-export). None of these modules imports this one.
 from mainsdk.egress import HOP_BY_HOP as HOP_BY_HOP
@@ -456,7 +459,22 @@ class OptionalDriverHooks(Protocol):
         the same as for an unknown id. ``spec`` carries the id, the tenant and
         the limits of the ``main.yaml`` defaults, which the reconnected session
         uses (never more than the config allows). A driver without this hook
-        keeps its sessions to the process that made them.
+        keeps its sessions to the process that made them. A paused box may be
+        returned too: ``mainsdk_driver_paused`` then says so, and core answers
+        ``sandbox.get`` with the paused session's 0008 and ``sandbox.resume`` by resuming it.
+        """
+
+    @hookspec(firstresult=True)
+    def mainsdk_driver_paused(self, box: Box) -> bool:
+        """Whether ``box``, just returned by ``mainsdk_driver_reconnect``, is paused (another process paused it)."""
+
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_find_snapshot(self, snapshot_id: str, tenant: str) -> Snapshot | None:
+        """Snapshot ``snapshot_id`` of ``tenant`` that another process made, when the driver keeps it where this
+        process reaches it (a shared launcher); None otherwise: unknown, deleted, expired or another tenant's.
+
+        Called by ``sandbox.create(snapshot=id)`` and ``sandbox.delete_snapshot(id)`` for an id this process
+        does not know. Its ``name`` may be None (the name stays with the process that made it).
         """
 
     @hookspec(firstresult=True)

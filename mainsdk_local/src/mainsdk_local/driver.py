@@ -89,6 +89,7 @@ _EXECUTOR_LANGUAGE = {"javascript": "node", "typescript": "node", "bash": "bash"
 # CodeRange"). A node process gets the limit plus this reserve as its address space, and its heap is held to the
 # limit itself with --max-old-space-size: memory stays bounded, node starts (mainsdk_local/README.md, "Limits").
 NODE_ADDRESS_RESERVE = 1 << 30
+KEEP_IDLE = 300.0  # a shared launcher's kept session whose opener named no idle time (core always names one)
 
 
 @attrs.frozen
@@ -108,6 +109,7 @@ class LocalBox:
     kernel: list[str] = attrs.field(factory=list, eq=False)
     # The kernel's node packages (typescript) on the host, the same way, at NODE_KERNEL_SITE.
     node_kernel: list[str] = attrs.field(factory=list, eq=False)
+    tenant: str = ""  # whose session it is: a shared launcher records it with the box and its snapshots
 
 
 @functools.cache
@@ -154,6 +156,8 @@ class LocalDriver(CheckpointHooks):
         resolve: Mapping[str, str] | None = None,
         pool: int = DEFAULT_POOL,
         upstream_ca: str | None = None,
+        launcher: str = "private",
+        shared_folder: str | None = None,
     ) -> None:
         self._permissions = permissions or Permissions()
         self._resolve = check_resolve_mapping(resolve)
@@ -162,7 +166,10 @@ class LocalDriver(CheckpointHooks):
         self._programs = {"python": "python3", "node": "node", "bash": "bash", **(programs or {})}
         self._restrict = restrict_processes
         self._max_processes = max_processes
-        self._launcher = Launcher(force_weak=force_weak, pool=pool)
+        self._launcher = Launcher(
+            force_weak=force_weak, pool=pool, shared=launcher == "shared", shared_folder=shared_folder
+        )
+        self._snapshot_tenants: dict[str, str] = {}  # a shared launcher's snapshots this process made or found
         self._cache = ProgramCache()
         self.envs = EnvBuilder()
         self._ready: dict[tuple[str, ...], str] = {}  # pins -> their site-packages, once built or found
@@ -265,6 +272,8 @@ class LocalDriver(CheckpointHooks):
                 memory_bytes=spec.limits.memory,  # a session's box: one cgroup its commands and background share
                 max_sockets=max_sockets,
                 snapshot=spec.snapshot,
+                # A shared launcher keeps it for the user's other processes, by its id and tenant.
+                keep=(spec.id, spec.tenant, spec.idle or KEEP_IDLE) if self._launcher.shared else None,
             )
         except ValueError:
             if spec.snapshot is None:
@@ -276,7 +285,27 @@ class LocalDriver(CheckpointHooks):
         except BaseException:
             await box.close()
             raise
-        return LocalBox(spec.id, box, spec.limits.memory, egress, packages)
+        return LocalBox(spec.id, box, spec.limits.memory, egress, packages, tenant=spec.tenant)
+
+    @hookimpl
+    async def mainsdk_driver_reconnect(self, spec: BoxSpec) -> LocalBox | None:
+        """Session ``spec.id``'s box, kept by a shared launcher for ``spec.tenant``; None with a private one.
+
+        The box runs commands with ``spec``'s limits (the config's defaults), no hosts and no packages: what
+        its opener passed stays with the opener. What that process ran in it (interpreters, background
+        processes) died with its channel, or lives on in it while it does; cells here start their own.
+        """
+        try:
+            box = await self._launcher.attach_box(spec.id, spec.tenant)
+        except LauncherError as exc:
+            raise SandboxError(
+                DRIVER_UNAVAILABLE, f"the local driver's shared launcher did not answer: {exc}; {LOCAL_REMEDY}"
+            ) from exc
+        return None if box is None else LocalBox(spec.id, box, spec.limits.memory, tenant=spec.tenant)
+
+    @hookimpl
+    def mainsdk_driver_paused(self, box: LocalBox) -> bool:
+        return box.box.paused
 
     def _egress_headers(self, spec: BoxSpec, egress: EgressPolicy) -> tuple[EgressPolicy, bytes]:
         """The box's policy with its egress headers and a CA made for it, and the trust bundle the box gets."""
@@ -767,5 +796,9 @@ def driver_from_config(config: AppConfig) -> LocalDriver:
     if permissions.processes is None:
         permissions = attrs.evolve(permissions, processes=tuple(dict.fromkeys(programs.values())))
     return LocalDriver(
-        permissions=permissions, programs=programs, restrict_processes=config.source is not None, pool=local.pool
+        permissions=permissions,
+        programs=programs,
+        restrict_processes=config.source is not None,
+        pool=local.pool,
+        launcher=local.launcher,
     )
