@@ -22,10 +22,10 @@ import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.errors import NO_SESSION
-
-from mainsdk_local import shared_launcher
 from mainsdk_local.driver import driver_from_config
 from mainsdk_local.launcher_client import Launcher, LauncherError
+
+from mainsdk_local import shared_launcher
 
 SHARED = "sandbox: {driver: local, local: {launcher: shared, pool: 0}, limits: {timeout: 10s}}\n"
 PRIVATE = "sandbox: {driver: local, local: {pool: 0}, limits: {timeout: 10s}}\n"
@@ -198,7 +198,8 @@ def test_another_user_is_refused_by_the_server_whatever_the_modes(folder: str) -
         os.chmod(place, 0o755)
         os.chmod(os.path.join(place, sock), 0o777)
         nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-I", "-c"]
-        done = subprocess.run([*nobody, INTRUDER, os.path.join(place, sock)], capture_output=True, text=True, timeout=30)
+        intruder = [*nobody, INTRUDER, os.path.join(place, sock)]
+        done = subprocess.run(intruder, capture_output=True, text=True, timeout=30, check=False)
         assert (done.returncode, done.stdout.strip()) == (0, "b''")
         # Its owner still gets the hello (and refuses the loosened folder as a client).
         with pytest.raises(LauncherError, match="open to other users"):
@@ -224,4 +225,5 @@ def test_two_processes_starting_at_once_start_one_server(folder: str) -> None:
     ]  # fmt: skip
     pids = {proc.communicate(timeout=60)[0].strip() for proc in starters}
     assert len(pids) == 1 and pids != {""}
-    assert shared_launcher.server_name  # the name the folder holds it by: one per set of settings
+    name = shared_launcher.server_name([os.path.realpath(sys.executable), False, 0, None])
+    assert sorted(os.listdir(os.path.join(folder, "mainsdk"))) == [f"{name}.{end}" for end in ("lock", "log", "sock")]

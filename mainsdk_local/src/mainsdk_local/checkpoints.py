@@ -3,8 +3,9 @@
 The launcher does the work (``launcher/checkpoints.py``); these hooks are its side of core's contract. A
 snapshot lives in the launcher process: a private launcher's is gone when it stops (the app exits), and a session
 made from it after that is MAIN-SANDBOX-0008. A shared launcher's (``sandbox.local.launcher: shared``) serves the
-user's other processes, for the tenant that made it, and expires after an hour (``launcher/shared.py``). Memory snapshots need CRIU 4.1 or later, which this driver does not
-use yet: it declares only "filesystem", so a "memory" snapshot is refused by core, naming the driver.
+user's other processes, for the tenant that made it, and expires after an hour (``launcher/shared.py``). Memory
+snapshots need CRIU 4.1 or later, which this driver does not use yet: it declares only "filesystem", so a "memory"
+snapshot is refused by core, naming the driver.
 """
 
 from __future__ import annotations

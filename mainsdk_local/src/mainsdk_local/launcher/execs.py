@@ -33,7 +33,7 @@ class Send(Protocol):
     """``Server._send``: queue a frame to a box's client; ``fds`` (closed once sent) go with its first byte."""
 
     def __call__(
-        self, channel: Channel, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
+        self, ch: Channel, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
     ) -> None: ...
 
 

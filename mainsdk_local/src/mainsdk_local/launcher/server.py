@@ -118,7 +118,8 @@ class Server:
         self.isolation = "weak"
         self.sel = selectors.DefaultSelector()
         self.boxes: dict[int, ServerBox] = {}
-        self.collecting: dict[tuple[Channel, int], tuple[Channel, int, boxes.OutCollector]] = {}  # (channel, id): unfinished
+        # Unfinished /out collections by (channel, request id).
+        self.collecting: dict[tuple[Channel, int], tuple[Channel, int, boxes.OutCollector]] = {}
         # Closed boxes whose files are still to be removed: done between requests, never before one (loop).
         self.doomed: collections.deque[ServerBox] = collections.deque()
         self.base = common.MOUNT_BASE
