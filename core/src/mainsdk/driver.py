@@ -465,7 +465,7 @@ class OptionalDriverHooks(Protocol):
         """
 
     @hookspec(firstresult=True)
-    def mainsdk_driver_paused(self, box: Box) -> bool:
+    async def mainsdk_driver_paused(self, box: Box) -> bool:
         """Whether ``box``, just returned by ``mainsdk_driver_reconnect``, is paused (another process paused it)."""
 
     @hookspec(firstresult=True)

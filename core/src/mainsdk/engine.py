@@ -517,7 +517,7 @@ class AsyncSandbox:
         session = AsyncSession(
             self._lifecycle, opened, idle, ended=self._session_ended, detached=True, checkpoints=self._checkpoints
         )
-        session._runtime.paused = self.hooks.paused(box)
+        session._runtime.paused = await self.hooks.paused(box)
         self._sessions[session_id] = session
         return session
 

@@ -320,11 +320,11 @@ class Hooks:
             return None
         return cast("Box | None", await self._await("mainsdk_driver_reconnect", spec=spec))
 
-    def paused(self, box: Box) -> bool:
+    async def paused(self, box: Box) -> bool:
         """Whether a reconnected box is paused; False when the driver has no such hook."""
         if not self._hook.mainsdk_driver_paused.get_hookimpls():
             return False
-        return self._call("mainsdk_driver_paused", box=box) is True
+        return await self._await("mainsdk_driver_paused", box=box) is True
 
     async def find_snapshot(self, snapshot_id: str, tenant: str) -> Snapshot | None:
         """A snapshot of ``tenant`` another process made, where the driver reaches it; else None."""

@@ -304,7 +304,7 @@ class LocalDriver(CheckpointHooks):
         return None if box is None else LocalBox(spec.id, box, spec.limits.memory, tenant=spec.tenant)
 
     @hookimpl
-    def mainsdk_driver_paused(self, box: LocalBox) -> bool:
+    async def mainsdk_driver_paused(self, box: LocalBox) -> bool:
         return box.box.paused
 
     def _egress_headers(self, spec: BoxSpec, egress: EgressPolicy) -> tuple[EgressPolicy, bytes]:
