@@ -19,13 +19,10 @@ import asyncio
 import enum
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeVar
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
 import attrs
 import pluggy
-
-if TYPE_CHECKING:
-    from mainsdk.checkpoints import Snapshot  # it imports this module: for the find_snapshot hook's type only
 
 # Re-exported for drivers (``X as X``: an explicit re-export). None of these modules imports this one.
 from mainsdk.egress import HOP_BY_HOP as HOP_BY_HOP
@@ -240,6 +237,20 @@ class BoxSpec:
     # Start from this snapshot (``mainsdk_driver_snapshot``'s id) instead of an empty box: its files, then
     # ``files`` over them. Core sets it only on a driver whose ``checkpoint_kinds`` has the snapshot's kind.
     snapshot: str | None = None
+
+
+@attrs.frozen
+class FoundSnapshot:
+    """What a driver knows of a snapshot another process made (``mainsdk_driver_find_snapshot``).
+
+    ``kind``: one of ``CHECKPOINT_KINDS``; ``created``, ``expires``: seconds since the epoch (``expires`` None:
+    kept until deleted); ``session_id``: the session it was taken from.
+    """
+
+    kind: str
+    created: float
+    expires: float | None
+    session_id: str
 
 
 class InputStream:
@@ -469,12 +480,12 @@ class OptionalDriverHooks(Protocol):
         """Whether ``box``, just returned by ``mainsdk_driver_reconnect``, is paused (another process paused it)."""
 
     @hookspec(firstresult=True)
-    async def mainsdk_driver_find_snapshot(self, snapshot_id: str, tenant: str) -> Snapshot | None:
+    async def mainsdk_driver_find_snapshot(self, snapshot_id: str, tenant: str) -> FoundSnapshot | None:
         """Snapshot ``snapshot_id`` of ``tenant`` that another process made, when the driver keeps it where this
         process reaches it (a shared launcher); None otherwise: unknown, deleted, expired or another tenant's.
 
         Called by ``sandbox.create(snapshot=id)`` and ``sandbox.delete_snapshot(id)`` for an id this process
-        does not know. Its ``name`` may be None (the name stays with the process that made it).
+        does not know; core then keeps it as one of its own, without a name (that stays with its maker).
         """
 
     @hookspec(firstresult=True)

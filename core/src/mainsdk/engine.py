@@ -21,7 +21,7 @@ from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
 from mainsdk.checkpoints import SessionOptions, Snapshot, SnapshotRecord, Snapshots
 from mainsdk.config import AppConfig, SandboxConfig
-from mainsdk.driver import LANGUAGE_PROGRAMS, Capabilities, Command
+from mainsdk.driver import CHECKPOINT_KINDS, LANGUAGE_PROGRAMS, Capabilities, Command
 from mainsdk.errors import SandboxError
 from mainsdk.files import AsyncFiles, FileStore, LocalDirectoryFileStore, checked_tenant
 from mainsdk.hookspecs import hookimpl
@@ -402,8 +402,9 @@ class AsyncSandbox:
             self._snapshots.find(snapshot_id, tenant)
             return
         found = await self.hooks.find_snapshot(snapshot_id, tenant)
-        if found is not None and found.id == snapshot_id:
-            self._snapshots.add(SnapshotRecord(found, tenant, SessionOptions()))
+        if found is not None and found.kind in CHECKPOINT_KINDS:
+            snapshot = checkpoints.found(snapshot_id, found)
+            self._snapshots.add(SnapshotRecord(snapshot, tenant, SessionOptions()))
 
     def _snapshot_for(self, snapshot: object, tenant: str, *, hidden_ok: bool) -> str | None:
         """The id of the snapshot a session starts from (checked: the tenant's, live, a kind the driver has)."""
@@ -515,9 +516,14 @@ class AsyncSandbox:
             return None
         opened = OpenBox(box, plan, spec, None, caps.isolation)
         session = AsyncSession(
-            self._lifecycle, opened, idle, ended=self._session_ended, detached=True, checkpoints=self._checkpoints
+            self._lifecycle,
+            opened,
+            idle,
+            ended=self._session_ended,
+            detached=True,
+            checkpoints=self._checkpoints,
+            paused=await self.hooks.paused(box),
         )
-        session._runtime.paused = await self.hooks.paused(box)
         self._sessions[session_id] = session
         return session
 

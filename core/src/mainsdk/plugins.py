@@ -32,10 +32,10 @@ from mainsdk.secrets import SecretResolver, environment_secrets
 
 if TYPE_CHECKING:
     from mainsdk.audit import AuditEvent
-    from mainsdk.checkpoints import Snapshot
     from mainsdk.driver import (
         Box,
         BoxSpec,
+        FoundSnapshot,
         Capabilities,
         Collected,
         Command,
@@ -326,12 +326,12 @@ class Hooks:
             return False
         return await self._await("mainsdk_driver_paused", box=box) is True
 
-    async def find_snapshot(self, snapshot_id: str, tenant: str) -> Snapshot | None:
+    async def find_snapshot(self, snapshot_id: str, tenant: str) -> FoundSnapshot | None:
         """A snapshot of ``tenant`` another process made, where the driver reaches it; else None."""
         if not self._hook.mainsdk_driver_find_snapshot.get_hookimpls():
             return None
         found = await self._await("mainsdk_driver_find_snapshot", snapshot_id=snapshot_id, tenant=tenant)
-        return cast("Snapshot | None", found)
+        return cast("FoundSnapshot | None", found)
 
     async def kernel_site(self, box: Box, language: str) -> str | None:
         """The in-box folder of the cell kernel's packages for ``language``; None when the driver has no such hook."""

@@ -10,11 +10,9 @@ snapshot is refused by core, naming the driver.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from mainsdk.checkpoints import Snapshot
-from mainsdk.driver import DRIVER_UNAVAILABLE, NO_SESSION, SandboxError
+from mainsdk.driver import DRIVER_UNAVAILABLE, NO_SESSION, FoundSnapshot, SandboxError
 from mainsdk.hookspecs import hookimpl
 
 from mainsdk_local.launcher_client import LauncherError
@@ -45,7 +43,7 @@ class CheckpointHooks:
         self._launcher.forget_snapshot(snapshot_id, self._snapshot_tenants.pop(snapshot_id, ""))
 
     @hookimpl
-    async def mainsdk_driver_find_snapshot(self, snapshot_id: str, tenant: str) -> Snapshot | None:
+    async def mainsdk_driver_find_snapshot(self, snapshot_id: str, tenant: str) -> FoundSnapshot | None:
         """A shared launcher's snapshot of ``tenant`` another process made; None with a private launcher."""
         try:
             found = await self._launcher.find_snapshot(snapshot_id, tenant)
@@ -54,9 +52,7 @@ class CheckpointHooks:
         if found is None:
             return None
         self._snapshot_tenants[snapshot_id] = tenant
-        when = datetime.fromtimestamp(found["created"], UTC)
-        expires = datetime.fromtimestamp(found["expires"], UTC)
-        return Snapshot(snapshot_id, None, "filesystem", when, expires, found["session"])
+        return FoundSnapshot("filesystem", found["created"], found["expires"], found["session"])
 
     @hookimpl
     async def mainsdk_driver_pause(self, box: LocalBox) -> None:
