@@ -21,11 +21,12 @@ from typing import Any
 import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
-from mainsdk.errors import NO_SESSION
+from mainsdk.errors import INVALID_OPTION, NO_SESSION, ConfigError
 from mainsdk_local.driver import driver_from_config
 from mainsdk_local.launcher_client import Launcher, LauncherError
 
 from mainsdk_local import shared_launcher
+from mainsdk_local.config import LocalPrograms
 
 SHARED = "sandbox: {driver: local, local: {launcher: shared, pool: 0}, limits: {timeout: 10s}}\n"
 PRIVATE = "sandbox: {driver: local, local: {pool: 0}, limits: {timeout: 10s}}\n"
@@ -227,3 +228,13 @@ def test_two_processes_starting_at_once_start_one_server(folder: str) -> None:
     assert len(pids) == 1 and pids != {""}
     name = shared_launcher.server_name([os.path.realpath(sys.executable), False, 0, None])
     assert sorted(os.listdir(os.path.join(folder, "mainsdk"))) == [f"{name}.{end}" for end in ("lock", "log", "sock")]
+
+
+def test_sandbox_local_launcher_is_private_by_default_and_checked_with_its_line() -> None:
+    assert load_config_text("sandbox:\n  driver: local\n").sandbox.section("local", LocalPrograms).launcher == "private"
+    assert load_config_text(SHARED).sandbox.section("local", LocalPrograms).launcher == "shared"
+    with pytest.raises(ConfigError) as caught:
+        load_config_text("sandbox:\n  driver: local\n  local: { launcher: public }\n")
+    [problem] = caught.value.problems
+    assert (problem.code, problem.line) == (INVALID_OPTION, 3)
+    assert "sandbox.local.launcher: 'public' must be private" in f"{problem.key}: {problem.message}"
