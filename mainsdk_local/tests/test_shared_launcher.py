@@ -22,11 +22,11 @@ import pytest
 from mainsdk import Sandbox, SandboxDeps, SandboxError
 from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION, NO_SESSION, ConfigError
+from mainsdk_local.config import LocalPrograms
 from mainsdk_local.driver import driver_from_config
 from mainsdk_local.launcher_client import Launcher, LauncherError
 
 from mainsdk_local import shared_launcher
-from mainsdk_local.config import LocalPrograms
 
 SHARED = "sandbox: {driver: local, local: {launcher: shared, pool: 0}, limits: {timeout: 10s}}\n"
 PRIVATE = "sandbox: {driver: local, local: {pool: 0}, limits: {timeout: 10s}}\n"

@@ -35,12 +35,12 @@ if TYPE_CHECKING:
     from mainsdk.driver import (
         Box,
         BoxSpec,
-        FoundSnapshot,
         Capabilities,
         Collected,
         Command,
         ExecOutcome,
         Folder,
+        FoundSnapshot,
         NetworkPolicy,
         OutputSink,
     )
