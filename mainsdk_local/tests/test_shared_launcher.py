@@ -7,6 +7,7 @@ find the shared launcher in the same per-user folder (``XDG_RUNTIME_DIR``), here
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -64,7 +65,8 @@ def folder(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     yield runtime
     launcher = Launcher(shared=True, pool=0)
     try:
-        if os.path.exists(os.path.join(runtime, "mainsdk")):
+        place = os.path.join(runtime, "mainsdk")
+        if os.path.isdir(place) and any(name.endswith(".sock") for name in os.listdir(place)):
             launcher.stop_shared()
     finally:
         launcher.close()
@@ -238,3 +240,41 @@ def test_sandbox_local_launcher_is_private_by_default_and_checked_with_its_line(
     [problem] = caught.value.problems
     assert (problem.code, problem.line) == (INVALID_OPTION, 3)
     assert "sandbox.local.launcher: 'public' must be private" in f"{problem.key}: {problem.message}"
+
+
+# Process A at the launcher's level: keeps a box for half a second of idle time, writes to it, exits.
+KEEPER = """
+import asyncio
+from mainsdk_local.launcher_client import Launcher
+async def main():
+    box = await Launcher(shared=True, pool=0).open_box(disk_bytes=1 << 20, keep=("ses_" + "2" * 24, "acme", 0.5))
+    await box.write_file("a.txt", b"a")
+asyncio.run(main())
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+async def test_a_kept_box_ends_at_its_idle_time_and_the_server_once_it_holds_nothing(folder: str) -> None:
+    launcher = Launcher(shared=True, pool=0, shared_idle=0.5)
+    try:
+        pid = (await asyncio.to_thread(lambda: launcher.hello))["pid"]
+        keeper = await asyncio.create_subprocess_exec(sys.executable, "-c", KEEPER)
+        assert await keeper.wait() == 0
+        await asyncio.sleep(1.0)  # past its idle time, no process holding it: closed
+        assert await launcher.attach_box("ses_" + "2" * 24, "acme") is None
+        assert not _gone(pid)  # held by this process's connection
+    finally:
+        launcher.close()
+    for _ in range(200):  # nothing held: the server exits after its half second (bounded wait, not a timing)
+        if _gone(pid):
+            break
+        await asyncio.sleep(0.05)
+    assert _gone(pid)
+    assert not [name for name in os.listdir(os.path.join(folder, "mainsdk")) if name.endswith(".sock")]
