@@ -27,7 +27,7 @@ from mainsdk_local.config import LocalPrograms
 from mainsdk_local.driver import driver_from_config
 from mainsdk_local.launcher_client import Launcher, LauncherError
 
-from mainsdk_local import shared_launcher
+from mainsdk_local import local_sandbox_driver, shared_launcher
 
 SHARED = "sandbox: {driver: local, local: {launcher: shared, pool: 0}, limits: {timeout: 10s}}\n"
 PRIVATE = "sandbox: {driver: local, local: {pool: 0}, limits: {timeout: 10s}}\n"
@@ -240,6 +240,9 @@ def test_sandbox_local_launcher_is_private_by_default_and_checked_with_its_line(
     [problem] = caught.value.problems
     assert (problem.code, problem.line) == (INVALID_OPTION, 3)
     assert "sandbox.local.launcher: 'public' must be private" in f"{problem.key}: {problem.message}"
+    with pytest.raises(SandboxError, match="launcher: must be one of private, shared") as refused:
+        local_sandbox_driver(launcher="public")
+    assert refused.value.code == INVALID_OPTION
 
 
 # Process A at the launcher's level: keeps a box for half a second of idle time, writes to it, exits.

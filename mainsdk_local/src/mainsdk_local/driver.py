@@ -51,7 +51,7 @@ from mainsdk_driverkit.host_tools import absolute_path
 from mainsdk_driverkit.node_sets import NODE_KERNEL_SETS, ensure_node_set
 
 from mainsdk_local.checkpoints import CheckpointHooks, snapshot_gone
-from mainsdk_local.config import DEFAULT_POOL, MAX_POOL, LocalPrograms
+from mainsdk_local.config import DEFAULT_POOL, LAUNCHERS, MAX_POOL, LocalPrograms
 from mainsdk_local.egress_proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
 from mainsdk_local.egress_tls import (
     TRUST_BUNDLE,
@@ -718,6 +718,7 @@ def local_sandbox_driver(
     resolve: Mapping[str, str] | None = None,
     pool: int = DEFAULT_POOL,
     upstream_ca: str | None = None,
+    launcher: str = "private",
 ) -> LocalDriver:
     """The ``local`` driver: a limited subprocess for development and tests.
 
@@ -734,7 +735,10 @@ def local_sandbox_driver(
     may wait idle for runs (``sandbox.local.pool``; 0: none, every run starts cold).
     ``upstream_ca`` (tests): the PEM of the only CA the proxy trusts for a real server's certificate when it
     sets egress headers, in place of the system's trust, like ``resolve`` for a server a test started.
+    ``launcher``: ``private`` or ``shared`` (``sandbox.local.launcher``; mainsdk_local/README.md).
     """
+    if launcher not in LAUNCHERS:
+        raise arguments.invalid("launcher", f"must be one of {', '.join(LAUNCHERS)}, not {launcher!r:.40}")
     permissions = _permissions_argument(permissions)
     return LocalDriver(
         permissions=permissions,
@@ -745,6 +749,7 @@ def local_sandbox_driver(
         pool=arguments.count(pool, "pool", minimum=0, maximum=MAX_POOL),
         restrict_processes=permissions is not None and permissions.processes is not None,
         upstream_ca=None if upstream_ca is None else arguments.text(upstream_ca, "upstream_ca"),
+        launcher=launcher,
     )
 
 
