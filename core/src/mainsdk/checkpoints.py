@@ -32,7 +32,7 @@ class Snapshot:
 
     ``kind``: "filesystem" (the files; interpreters start empty) or "memory" (the running processes too).
     ``created``/``expires``: UTC times; ``expires`` None when the driver keeps it until deleted (the local
-    driver: while its launcher lives). ``session_id``: the session it was taken from.
+    driver's private launcher: while it lives). ``session_id``: the session it was taken from.
     """
 
     id: str
