@@ -1,8 +1,9 @@
 """Latency of a cell round trip (``session.run_code("x += 1")``) in a warm session on the local driver, and of a
 session's first cell (the kernel's start: IPython's import and shell, from the kernel's package set).
 
-Warm cells against two baselines measured in the same run, interleaved: a session command in the same session
-(``session.run("python3", ["-c", "pass"])``, a fresh interpreter per call, what a cell replaces) and a
+Warm cells against two baselines measured in the same run: a session command in the same session
+(``session.run("python3", ["-c", "pass"])``, a fresh interpreter per call, what a cell replaces; in rounds of its own
+after the cells', since the warm pool's refill after each would weigh on the next row) and, interleaved, a
 ``session.write`` (one launcher round trip, the floor under any cell, which needs one write). The goal
 is a cell under 5 ms at the median, with IPython in the loop.
 
@@ -66,10 +67,14 @@ def main() -> None:
         for _ in range(20):  # warm: the interpreter's first cells, the launcher's spares
             session.run_code("x += 1")
             session.run("python3", ["-c", "pass"])
+        time.sleep(0.5)  # the pool's refill after the last command, before any row is timed
         for _ in range(options.rounds):
             cells.append(timed(lambda: session.run_code("x += 1")))
-            commands.append(timed(lambda: session.run("python3", ["-c", "pass"])))
             writes.append(timed(lambda: session.write("w.txt", "x")))
+        # The commands in rounds of their own: each has the launcher's warm pool start a python in its place at
+        # once, tens of ms of CPU that would land on the next rows (the write, the next cell).
+        for _ in range(options.rounds):
+            commands.append(timed(lambda: session.run("python3", ["-c", "pass"])))
         final = session.run_code("x").text
     first: list[float] = []
     shells: list[float] = []

@@ -108,21 +108,26 @@ def test_weak_mode_declares_no_checkpoints_and_refuses_a_snapshot_naming_the_dri
     built = make_sandbox(driver=local_sandbox_driver(force_weak=True))
     caps = built.sandbox.capabilities()
     assert (caps.checkpoint_kinds, caps.pause) == (frozenset(), False)
+    assert caps.checkpoint_why.startswith("the launcher runs weak or not as root; memory snapshots: ")
     with built.sandbox.create() as session:
-        for call in (session.snapshot, session.fork, session.pause):
+        for call in (session.snapshot, session.fork, session.pause, lambda: session.snapshot(kind="memory")):
             with pytest.raises(SandboxError) as caught:
                 call()
             assert caught.value.code == INVALID_OPTION and "'local'" in caught.value.message
+        assert caught.value.message.endswith(f"(Capabilities.checkpoint_kinds): {caps.checkpoint_why}")
 
 
 def test_memory_snapshots_are_refused_naming_the_driver_and_what_it_offers(make_sandbox: Callable[..., Any]) -> None:
-    # CRIU 4.1+ is what a memory snapshot needs on this kernel (Debian's 3.17 fails at start); the driver uses none.
+    # CRIU 4.1+ is what a memory snapshot needs on this kernel (Debian's 3.17 fails at start); the driver looks for
+    # one and says what it found, and why even a working one keeps no box (test_memory_snapshots.py).
     sandbox = _checkpoints_here(make_sandbox).sandbox
     with sandbox.create() as session, pytest.raises(SandboxError) as caught:
         session.snapshot(kind="memory")
     assert caught.value.code == INVALID_OPTION
     assert "'local'" in caught.value.message and "'memory'" in caught.value.message
-    assert "offers: filesystem" in caught.value.message
+    why = sandbox.capabilities().checkpoint_why
+    assert why.startswith("memory snapshots") and "CRIU" in why
+    assert caught.value.message.endswith(f"it offers: filesystem (Capabilities.checkpoint_kinds): {why}")
 
 
 def test_an_idle_session_pauses_instead_of_closing_where_main_yaml_says_so(make_sandbox: Callable[..., Any]) -> None:

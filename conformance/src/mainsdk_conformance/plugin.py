@@ -166,7 +166,8 @@ def _missing(
             return None
         if not caps.checkpoint_kinds:
             return _no_checkpoints(driver)
-        return f"driver {driver} declares no {kind!r} checkpoints (Capabilities.checkpoint_kinds)"
+        why = f": {caps.checkpoint_why}" if caps.checkpoint_why else ""  # the driver's own word on what it found
+        return f"driver {driver} declares no {kind!r} checkpoints (Capabilities.checkpoint_kinds){why}"
     if need.startswith(CELLS_LANGUAGE):
         language = need.removeprefix(CELLS_LANGUAGE)
         if language in caps.cells_languages:

@@ -380,11 +380,16 @@ def _checked(function: Callable[..., Any], name: str, *, method: bool = True) ->
     own = list(signature.parameters.values())[1 if method else 0 :]  # a method's self is not the caller's
     parameters = [p.name for p in own if p.kind not in kinds]
 
+    shapes: set[tuple[int, frozenset[str]]] = set()  # (count, keywords) that bound: binding depends on no more
+
     def check(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        try:
-            signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise _call_mistake(name, parameters, kwargs, exc) from None
+        if (shape := (len(args), frozenset(kwargs))) not in shapes:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise _call_mistake(name, parameters, kwargs, exc) from None
+            if len(shapes) < 64:
+                shapes.add(shape)
 
     if inspect.iscoroutinefunction(function):
 

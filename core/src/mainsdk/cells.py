@@ -219,17 +219,15 @@ class _KernelStream:
         self.collector: OutputCollector | None = None
         self.frames: list[bytes] = []
         self.on_display: Callable[[dict[str, Any]], None] | None = None  # the running cell's live display frames
-        self.frame_ready = asyncio.Event()
-        self.err_ready = asyncio.Event()
-        self.frame_too_large = asyncio.Event()
+        self.frame_ready = self.err_ready = self.frame_too_large = False
         self.live_bytes = 0  # the running cell's live display frames, in bytes: bounded as one frame is
+        self._news: asyncio.Future[None] | None = None  # what ``until`` waits on: one future, not a task per event
 
     def begin(self, collector: OutputCollector) -> None:
         """Start a cell: its output goes to ``collector`` (the stray output first)."""
         self.collector = collector
         self.frames.clear()
-        self.frame_ready.clear()
-        self.err_ready.clear()
+        self.frame_ready = self.err_ready = False
         self.live_bytes = 0
         for stream, data in self._stray:
             self._emit(stream, data)
@@ -239,6 +237,24 @@ class _KernelStream:
     def end(self) -> None:
         """The cell is over: what comes now is stray output."""
         self.collector = None
+
+    async def until(self, ready: Callable[[], bool], task: asyncio.Future[Any], timeout: float) -> None:
+        """Wait until ``ready()`` holds (looked at after each chunk of output), ``task`` ends or ``timeout`` passes."""
+        if ready() or task.done():
+            return
+        loop = asyncio.get_running_loop()
+        self._news, self._ready = loop.create_future(), ready
+        timer = loop.call_later(timeout, self._poke, True)
+        task.add_done_callback(self._poke)
+        try:
+            await self._news
+        finally:
+            timer.cancel()
+            task.remove_done_callback(self._poke)
+
+    def _poke(self, always: object = False) -> None:
+        if self._news is not None and not self._news.done() and (always is not False or self._ready()):
+            self._news.set_result(None)
 
     def _emit(self, stream: str, data: bytes) -> None:
         if not data:
@@ -251,6 +267,10 @@ class _KernelStream:
 
     def stdout(self, data: bytes) -> None:
         """Take a chunk of the interpreter's stdout."""
+        self._stdout(data)
+        self._poke()
+
+    def _stdout(self, data: bytes) -> None:
         while data:
             if self._frame is not None:
                 newline = data.find(b"\n")
@@ -258,7 +278,7 @@ class _KernelStream:
                 self._frame += part
                 if len(self._frame) > self._frame_limit:
                     self._frame = None
-                    self.frame_too_large.set()
+                    self.frame_too_large = True
                     return
                 if newline < 0:
                     return
@@ -271,7 +291,7 @@ class _KernelStream:
                     # cell stops at ``output`` (the supervisor's own, lower bound stops it first, state kept).
                     self.live_bytes += len(raw)
                     if self.live_bytes > self._frame_limit:
-                        self.frame_too_large.set()
+                        self.frame_too_large = True
                         return
                     live = _parse_frame(raw)
                 if live is not None and "display" in live and "code_sha256" not in live:
@@ -280,7 +300,7 @@ class _KernelStream:
                         self.on_display(live)
                     continue
                 self.frames.append(raw)
-                self.frame_ready.set()
+                self.frame_ready = True
                 continue
             held = self._held["stdout"] + data
             at = held.find(self._mark_out)
@@ -302,11 +322,12 @@ class _KernelStream:
             if at < 0:
                 break
             self._emit("stderr", held[:at])
-            self.err_ready.set()
+            self.err_ready = True
             held = held[at + len(self._end_err) :]
         keep = _mark_start(held, self._end_err)
         self._emit("stderr", held[: len(held) - keep])
         self._held["stderr"] = held[len(held) - keep :]
+        self._poke()
 
     def flush(self) -> None:
         """Release what was held back while looking for a mark (the interpreter is gone)."""
@@ -528,7 +549,8 @@ class Kernel:
                     f"{checked_language} with session.interpreter(language={checked_language!r})",
                 )
             checked_code = arguments.code(code)
-            check_cells(session, checked_language)
+            if not self.alive:  # before an interpreter starts (``run_code`` checks every cell's language too)
+                check_cells(session, checked_language)
             cell_env = lifecycle.cell_env(env)  # 0009 for a secret not under sandbox.secrets: nothing runs
             self._refuse_closed()
             command_plan = lifecycle.plan_command(session.opened, "python3", (), timeout, session.cost)
@@ -606,7 +628,7 @@ class Kernel:
         stream = self._stream
         task = self._task
         collector = OutputCollector(plan.limits.output, secret_values, on_output, label=cell_id)
-        redact = NameRedactor(secret_values)
+        redact = collector.redact_name  # the same secrets: one redactor for the output, results and errors
         shown: dict[tuple[int, str], RichResult] = {}  # what came live, by (display, mime): each result once
         # Results are the box's words: at most limits.files bytes of them in all (the kernel's own bound on a
         # cell's results), each counted with some overhead, so a cell spamming displays cannot fill the app; the
@@ -639,30 +661,17 @@ class Kernel:
             assert self._input is not None
             # One line (JSON escapes every newline); the kernel takes requests from this stdin only.
             self._input.send(json.dumps(request).encode() + b"\n")
-            waits = {
-                asyncio.ensure_future(stream.frame_ready.wait()),
-                asyncio.ensure_future(collector.full.wait()),
-                asyncio.ensure_future(stream.frame_too_large.wait()),
-            }
             try:
-                await asyncio.wait(
-                    {*waits, task}, timeout=limit + GRACE + BACKSTOP, return_when=asyncio.FIRST_COMPLETED
-                )
-                if stream.frame_ready.is_set() and not stream.err_ready.is_set() and not task.done():
+                ended = lambda: stream.frame_ready or collector.cut or stream.frame_too_large  # noqa: E731
+                await stream.until(ended, task, limit + GRACE + BACKSTOP)
+                if stream.frame_ready and not stream.err_ready:
                     # The frame is out; its stderr mark follows right behind it.
-                    await asyncio.wait(
-                        {asyncio.ensure_future(stream.err_ready.wait()), task},
-                        timeout=BACKSTOP,
-                        return_when=asyncio.FIRST_COMPLETED,
-                    )
+                    await stream.until(lambda: stream.err_ready, task, BACKSTOP)
             except asyncio.CancelledError:
                 # The caller gave up on this cell while it runs: its end frame would answer the next cell, so the
                 # interpreter goes with it (the next cell starts a new one).
                 await self.kill()
                 raise
-            finally:
-                for waiter in waits:
-                    waiter.cancel()
             outcome = await self._settle(task, collector, stream)
         finally:
             stream.end()
@@ -732,10 +741,10 @@ class Kernel:
             # The session (or this interpreter) closed while the cell ran, and took the kernel with it.
             closed = f"sandbox session {self._session.id!r}" if self._session.closed else f"interpreter {self.id!r}"
             raise SandboxError(errors.NO_SESSION, f"{closed} was closed while the cell ran", status=404)
-        if collector.cut or stream.frame_too_large.is_set():
+        if collector.cut or stream.frame_too_large:
             await self.kill()
             return Ending(output_cut=True), None, None, False
-        if stream.frame_ready.is_set() and not task.done():
+        if stream.frame_ready and not task.done():
             frame = _parse_frame(stream.frames[-1])
             if frame is None:
                 await self.kill()
@@ -860,6 +869,7 @@ class _Listeners:
         self._closed = False  # the cell failed: nothing more is called or awaited
         self._pending: collections.deque[tuple[str, Awaitable[object]]] = collections.deque()
         self._worker: asyncio.Task[None] | None = None
+        self._handed = False  # an awaitable came on a driver's own thread (the loop queues it)
         self._loop = asyncio.get_running_loop()
 
     @property
@@ -889,6 +899,7 @@ class _Listeners:
             if running is self._loop:
                 self._queue(name, returned)
             else:  # fed on a driver's own thread: the awaiting is the loop's
+                self._handed = True
                 self._loop.call_soon_threadsafe(self._queue, name, returned)
 
     def _queue(self, name: str, awaitable: Awaitable[object]) -> None:
@@ -916,7 +927,8 @@ class _Listeners:
 
     async def drain(self) -> None:
         """Wait until every queued awaitable was awaited (or one raised)."""
-        await asyncio.sleep(0)  # what a driver's thread handed the loop is queued by now
+        if self._handed or self._worker is not None:  # else nothing was queued: no turn of the loop to wait
+            await asyncio.sleep(0)  # what a driver's thread handed the loop is queued by now
         while self._worker is not None and not self._worker.done():
             await self._worker
             await asyncio.sleep(0)

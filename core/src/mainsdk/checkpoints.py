@@ -91,7 +91,7 @@ def check_kind(caps: Capabilities, driver_id: str, kind: object, what: str = "ki
         raise SandboxError(
             errors.INVALID_OPTION,
             f"the {driver_id!r} driver cannot keep {kind!r} checkpoints; it offers: {offered} "
-            "(Capabilities.checkpoint_kinds)",
+            f"(Capabilities.checkpoint_kinds){': ' + caps.checkpoint_why if caps.checkpoint_why else ''}",
         )
     return kind
 

@@ -173,6 +173,8 @@ class Capabilities:
     # (``mainsdk_driver_snapshot``): "filesystem" the box's files (its interpreters restart), "memory" its running
     # processes too. Empty: no checkpoints; asking for a kind not here is MAIN-SANDBOX-0001 before anything happens.
     checkpoint_kinds: frozenset[str] = frozenset()
+    # Why a kind of CHECKPOINT_KINDS is missing from ``checkpoint_kinds`` here ("": not said); the refusal quotes it.
+    checkpoint_why: str = ""
     # ``session.pause`` and ``sandbox.resume`` (``mainsdk_driver_pause``/``_resume``): a paused box runs nothing
     # and keeps its files; ``pause_keeps_memory`` says whether its processes (the interpreters' state) survive too.
     pause: bool = False

@@ -11,6 +11,7 @@ which bounds what is held back.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
@@ -49,10 +50,7 @@ class StreamRedactor:
 
     def __init__(self, values: Iterable[bytes], *, key_formats: bool = True) -> None:
         self._values = sorted({v for v in values if v}, key=len, reverse=True)
-        alternatives = [regex.escape(v) for v in self._values]
-        if key_formats:
-            alternatives += list(KEY_PATTERNS)
-        self._pattern = regex.compile(b"|".join(alternatives)) if alternatives else None
+        self._pattern = _stream_pattern(tuple(self._values), key_formats)
         self._held = b""
         # One byte of already-emitted context, so a \b at the seam is judged as in the whole stream.
         self._context = b""
@@ -154,6 +152,18 @@ class StreamRedactor:
         return b"".join(out)
 
 
+@functools.lru_cache(maxsize=64)  # once per set of secrets (a session's cells share one), not once per cell
+def _stream_pattern(values: tuple[bytes, ...], key_formats: bool) -> regex.Pattern[bytes] | None:
+    alternatives = [regex.escape(v) for v in values] + (list(KEY_PATTERNS) if key_formats else [])
+    return regex.compile(b"|".join(alternatives)) if alternatives else None
+
+
+@functools.lru_cache(maxsize=64)
+def _name_pattern(values: tuple[str, ...]) -> re.Pattern[str]:
+    anycase = ["(?i:" + "|".join(re.escape(v) for v in values) + ")"] if values else []
+    return re.compile("|".join(anycase + [p.decode() for p in KEY_PATTERNS]))
+
+
 CUT_MARK = "..."  # how drivers end a name they cut to a length
 MIN_CUT_PREFIX = 4  # a cut name ending in at least this much of a value's start loses it
 
@@ -193,10 +203,7 @@ class NameRedactor:
     def __call__(self, text: str) -> str:
         """``text`` with every secret value (any case) and well-known key format replaced by the marker."""
         if self._pattern is None:
-            alternatives = [p.decode() for p in KEY_PATTERNS]
-            if self._values:
-                alternatives.insert(0, "(?i:" + "|".join(re.escape(v) for v in self._values) + ")")
-            self._pattern = re.compile("|".join(alternatives))
+            self._pattern = _name_pattern(tuple(self._values))
         redacted = self._pattern.sub(REDACTED.decode(), text)
         if redacted.endswith(CUT_MARK) and self._values:
             redacted = self._redact_cut_start(redacted[: -len(CUT_MARK)]) + CUT_MARK

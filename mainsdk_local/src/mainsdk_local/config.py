@@ -39,7 +39,8 @@ class LocalPrograms:
     """``sandbox.local``: the interpreter for each language on the ``local`` driver, and its warm pool.
 
     ``pool``: how many warm Python interpreters (started ahead, each in its own fresh box,
-    each used for one run) the driver may keep idle; 0 turns the pool off.
+    each used for one run) the driver may keep idle; 0 turns the pool off. ``criu``: the CRIU program the
+    driver looks for (memory snapshots; ``mainsdk_local.criu`` says why none are kept yet).
 
     ``launcher``: ``private`` (default), a launcher that is the app's child and dies with it, taking its sessions
     and snapshots; ``shared``, one launcher per user, detached, reached on a socket only that user may use, which
@@ -51,4 +52,5 @@ class LocalPrograms:
     node: str = "node"
     bash: str = "bash"
     pool: int = attrs.field(default=DEFAULT_POOL, validator=_pool_size)
+    criu: str = "criu"
     launcher: str = attrs.field(default="private", validator=_launcher)

@@ -52,6 +52,7 @@ from mainsdk_driverkit.node_sets import NODE_KERNEL_SETS, ensure_node_set
 
 from mainsdk_local.checkpoints import CheckpointHooks, snapshot_gone
 from mainsdk_local.config import DEFAULT_POOL, LAUNCHERS, MAX_POOL, LocalPrograms
+from mainsdk_local.criu import memory_why
 from mainsdk_local.egress_proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
 from mainsdk_local.egress_tls import (
     TRUST_BUNDLE,
@@ -156,9 +157,11 @@ class LocalDriver(CheckpointHooks):
         resolve: Mapping[str, str] | None = None,
         pool: int = DEFAULT_POOL,
         upstream_ca: str | None = None,
+        criu: str = "criu",
         launcher: str = "private",
         shared_folder: str | None = None,
     ) -> None:
+        self._criu = criu  # looked for by the capabilities, which say why memory snapshots are not kept
         self._permissions = permissions or Permissions()
         self._resolve = check_resolve_mapping(resolve)
         self._upstream_ca = upstream_ca
@@ -229,9 +232,16 @@ class LocalDriver(CheckpointHooks):
             # Overlayfs layers (constant time whatever the files) where the launcher runs as root in namespaces;
             # the cgroup freezer pauses a box keeping its memory, while the launcher lives.
             checkpoint_kinds=self._launcher.checkpoint_kinds,
+            checkpoint_why=self._checkpoint_why(isolation),
             pause=self._launcher.can_pause,
             pause_keeps_memory=self._launcher.can_pause,
         )
+
+    def _checkpoint_why(self, isolation: str) -> str:
+        # Why each kind is missing: filesystem as the launcher found it, memory after looking for a working CRIU.
+        hello = self._launcher.hello
+        why = [] if "filesystem" in self._launcher.checkpoint_kinds else [str(hello.get("checkpoints_why"))]
+        return "; ".join([*why, memory_why(self._criu, isolation, int(hello.get("landlock") or 0))])
 
     @hookimpl
     def mainsdk_network_policy(self, hosts: Sequence[str]) -> NetworkPolicy:
@@ -718,6 +728,7 @@ def local_sandbox_driver(
     resolve: Mapping[str, str] | None = None,
     pool: int = DEFAULT_POOL,
     upstream_ca: str | None = None,
+    criu: str = "criu",
     launcher: str = "private",
 ) -> LocalDriver:
     """The ``local`` driver: a limited subprocess for development and tests.
@@ -735,6 +746,8 @@ def local_sandbox_driver(
     may wait idle for runs (``sandbox.local.pool``; 0: none, every run starts cold).
     ``upstream_ca`` (tests): the PEM of the only CA the proxy trusts for a real server's certificate when it
     sets egress headers, in place of the system's trust, like ``resolve`` for a server a test started.
+    ``criu`` (``sandbox.local.criu``): the CRIU program looked for; the capabilities' ``checkpoint_why`` says what
+    was found and why memory snapshots are not kept even so (``mainsdk_local.criu``).
     ``launcher``: ``private`` or ``shared`` (``sandbox.local.launcher``; mainsdk_local/README.md).
     """
     if launcher not in LAUNCHERS:
@@ -749,6 +762,7 @@ def local_sandbox_driver(
         pool=arguments.count(pool, "pool", minimum=0, maximum=MAX_POOL),
         restrict_processes=permissions is not None and permissions.processes is not None,
         upstream_ca=None if upstream_ca is None else arguments.text(upstream_ca, "upstream_ca"),
+        criu=arguments.text(criu, "criu"),
         launcher=launcher,
     )
 
@@ -805,5 +819,6 @@ def driver_from_config(config: AppConfig) -> LocalDriver:
         programs=programs,
         restrict_processes=config.source is not None,
         pool=local.pool,
+        criu=local.criu,
         launcher=local.launcher,
     )

@@ -211,6 +211,12 @@ class VercelApi:
         except ValueError:
             raise self.error(what, answer.status_code, cause="the answer is not JSON") from None
 
+    async def read_sandbox(self, name: str, project: str) -> Any:
+        """``GET /v2/sandboxes/{name}`` as vercel-sandbox's ``get_sandbox`` reads it: never resuming a stopped one."""
+        return await self.json(
+            "GET", f"/v2/sandboxes/{name}", "get", query={"projectId": project, "resume": "false"}, idempotent=True
+        )
+
     @asynccontextmanager
     async def stream(
         self,

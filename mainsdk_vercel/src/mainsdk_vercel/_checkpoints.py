@@ -124,13 +124,7 @@ class Checkpoints:
         """The source, stopped by a snapshot, made again from it under its name: once it is stopped, deleted."""
         for _ in range(SETTLE_POLLS):
             try:
-                answer = await self._api.json(
-                    "GET",
-                    f"/v2/sandboxes/{box.name}",
-                    "get",
-                    query={"projectId": str(self._project), "resume": "false"},
-                    idempotent=True,
-                )
+                answer = await self._api.read_sandbox(str(box.name), str(self._project))
             except NotFound:
                 break
             session = answer.get("session") if isinstance(answer, dict) else None

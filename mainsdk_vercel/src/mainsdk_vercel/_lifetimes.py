@@ -150,13 +150,7 @@ class Lifetimes:
             if not first:
                 await asyncio.sleep(min(READY_POLL, max(deadline - time.monotonic(), 0.0)))
             first = False
-            answer = await self._api.json(
-                "GET",
-                f"/v2/sandboxes/{box.name}",
-                "get",
-                query={"projectId": str(self._project), "resume": "false"},
-                idempotent=True,
-            )
+            answer = await self._api.read_sandbox(str(box.name), str(self._project))
             session = answer.get("session") if isinstance(answer, dict) else None
             if not isinstance(session, dict):
                 raise self._api.error("get", None, cause="the answer names no session")

@@ -217,13 +217,7 @@ class VercelDriver:
         if not self._project or not spec.tenant:
             return None
         try:
-            answer = await self._api.json(
-                "GET",
-                f"/v2/sandboxes/{session_name(spec.id)}",
-                "get",
-                query={"projectId": self._project, "resume": "false"},
-                idempotent=True,
-            )
+            answer = await self._api.read_sandbox(session_name(spec.id), self._project)
         except NotFound:
             return None
         sandbox = answer.get("sandbox") if isinstance(answer, dict) else None

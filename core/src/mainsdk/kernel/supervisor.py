@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import select
-import selectors
 import shutil
 import signal
 import sys
@@ -169,8 +168,9 @@ class _Supervisor:
         self.interrupting = False  # the running cell was sent SIGINT (its timeout, its flood of display lines)
         self.flooded = False  # the running cell's display lines passed their bound
         self.live_bytes = 0
-        self.sel = selectors.SelectSelector()  # microsecond timeouts (epoll and poll round up to a millisecond)
-        self.sel.register(0, selectors.EVENT_READ, "stdin")
+        # What ``_pump`` waits on, by descriptor: select's microsecond timeouts (epoll and poll round up to a
+        # millisecond), called directly (a selector's bookkeeping costs a warm cell more than the call itself).
+        self.watched = {0: "stdin"}
         self._spawn()
 
     def _start_line(self) -> dict[str, Any]:
@@ -259,12 +259,12 @@ class _Supervisor:
     def _watch_executor(self) -> None:
         os.set_blocking(self.res_r, False)
         self.results = _Lines(1 << 20)
-        self.sel.register(self.res_r, selectors.EVENT_READ, "results")
+        self.watched[self.res_r] = "results"
         self.pidfd: int | None = None
         try:
             assert self.pid is not None
             self.pidfd = os.pidfd_open(self.pid)
-            self.sel.register(self.pidfd, selectors.EVENT_READ, "dead")
+            self.watched[self.pidfd] = "dead"
         except (AttributeError, OSError):
             self.pidfd = None  # an old kernel: waitpid is polled instead
         self._calibrate()
@@ -357,8 +357,9 @@ class _Supervisor:
 
     def _pump(self, timeout: float | None) -> None:
         """Wait up to ``timeout`` for anything: result bytes (kept), a request (kept), the executor's death."""
-        for key, _ in self.sel.select(timeout):
-            if key.data == "results":
+        for fd in select.select(list(self.watched), [], [], timeout)[0]:
+            what = self.watched.get(fd)
+            if what == "results":
                 try:
                     data = os.read(self.res_r, 1 << 16)
                 except BlockingIOError:
@@ -366,13 +367,13 @@ class _Supervisor:
                 if not data:
                     # Every W is closed: the executor is dying (its death comes on the pidfd), or a cell closed
                     # it and no cell can end by a result again (its timeout still ends it). Never spin on it.
-                    self.sel.unregister(self.res_r)
+                    del self.watched[self.res_r]
                     continue
                 self.results.feed(data)
                 self.seen = True
-            elif key.data == "dead":
+            elif what == "dead":
                 self._reap(0)
-            elif key.data == "stdin":
+            elif what == "stdin":
                 data = os.read(0, 1 << 16)
                 if not data:
                     self._kill_executor()
