@@ -702,10 +702,27 @@ async def main():
             code = "import os, json; print(json.dumps([os.getuid(), os.getpid(), sorted(os.listdir('/'))]))"
             spec = ExecSpec(argv=(sys.argv[2], "-I", "-c", code), env={}, timeout=10, memory_bytes=64 << 20)
             result = await box.exec(spec, on_stdout=out.append, on_stderr=out.append)
-            print(json.dumps([os.getuid(), launcher.isolation, launcher.memory_enforcement, result.exit_code,
-                              json.loads(b"".join(out))]))
+            found = [os.getuid(), launcher.isolation, launcher.memory_enforcement, result.exit_code,
+                     json.loads(b"".join(out))]
     finally:
         launcher.close()
+    # A shared launcher of this user (in its own user namespace too): one server, a kept box reached by tenant.
+    folder = os.path.join(sys.argv[1], "shared")
+    opener = Launcher(python=sys.argv[2], shared=True, shared_folder=folder)
+    other = Launcher(python=sys.argv[2], shared=True, shared_folder=folder)
+    try:
+        kept = ("ses_" + "1" * 24, "acme", 60.0)
+        box = await opener.open_box(disk_bytes=1 << 20, keep=kept)
+        await box.write_file("a.txt", b"kept")
+        reached = await other.attach_box(kept[0], "acme")
+        refused = await other.attach_box(kept[0], "globex")
+        found.append([opener.hello["pid"] == other.hello["pid"], (await reached.read_file("a.txt")).decode(), refused])
+        await reached.close()
+    finally:
+        opener.stop_shared()
+        opener.close()
+        other.close()
+    print(json.dumps(found))
 
 asyncio.run(main())
 """
@@ -733,21 +750,25 @@ def test_unprivileged_server() -> None:
         package.mkdir()
         (package / "__init__.py").write_text("")
         source = pathlib.Path(mainsdk_local.__path__[0])
-        shutil.copy(source / "launcher_client.py", package / "launcher_client.py")  # the client
+        for client in ("launcher_client.py", "shared_launcher.py"):  # the client
+            shutil.copy(source / client, package / client)
         shutil.copytree(source / "launcher", package / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
         for name, location in (("attr", attr.__path__[0]), ("attrs", attrs.__path__[0])):
             shutil.copytree(location, base / name)
         (base / "run.py").write_text(_UNPRIVILEGED_SCRIPT)
         for path in [base, *base.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
+        (base / "shared").mkdir(mode=0o700)  # the shared launcher's folder: the unprivileged user's own
+        os.chown(base / "shared", 65534, 65534)
         argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", system_python, "-I"]
         argv += [str(base / "run.py"), str(base), system_python]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/", check=False)
     finally:
         shutil.rmtree(base)
     assert done.returncode == 0, done.stderr
-    uid, isolation, memory, exit_code, (inner_uid, inner_pid, root) = json.loads(done.stdout)
+    uid, isolation, memory, exit_code, (inner_uid, inner_pid, root), shared = json.loads(done.stdout)
     assert uid == 65534 and exit_code == 0
+    assert shared == [True, "kept", None]
     assert isolation == "namespace"
     assert memory == "rlimit"  # no cgroup of its own to write to
     assert (inner_uid, inner_pid) == (1000, 2)

@@ -16,7 +16,7 @@ from typing import Literal
 import attrs
 
 from mainsdk import arguments, errors
-from mainsdk.driver import CHECKPOINT_KINDS, Capabilities
+from mainsdk.driver import CHECKPOINT_KINDS, Capabilities, FoundSnapshot
 from mainsdk.errors import SandboxError
 from mainsdk.preflight import BoxOptions
 
@@ -32,7 +32,7 @@ class Snapshot:
 
     ``kind``: "filesystem" (the files; interpreters start empty) or "memory" (the running processes too).
     ``created``/``expires``: UTC times; ``expires`` None when the driver keeps it until deleted (the local
-    driver: while its launcher lives). ``session_id``: the session it was taken from.
+    driver's private launcher: while it lives). ``session_id``: the session it was taken from.
     """
 
     id: str
@@ -117,6 +117,13 @@ def made(snapshot_id: str, name: str | None, kind: SnapshotKind, session_id: str
     """The snapshot a driver just made, as the app sees it."""
     when = datetime.fromtimestamp(expires, UTC) if expires is not None else None
     return Snapshot(snapshot_id, name, kind, datetime.now(UTC), when, session_id)
+
+
+def found(snapshot_id: str, info: FoundSnapshot) -> Snapshot:
+    """A snapshot another process made, as the driver found it (``mainsdk_driver_find_snapshot``): no name."""
+    kind: SnapshotKind = "memory" if info.kind == "memory" else "filesystem"
+    expires = datetime.fromtimestamp(info.expires, UTC) if info.expires is not None else None
+    return Snapshot(snapshot_id, None, kind, datetime.fromtimestamp(info.created, UTC), expires, info.session_id)
 
 
 class Snapshots:

@@ -241,6 +241,20 @@ class BoxSpec:
     snapshot: str | None = None
 
 
+@attrs.frozen
+class FoundSnapshot:
+    """What a driver knows of a snapshot another process made (``mainsdk_driver_find_snapshot``).
+
+    ``kind``: one of ``CHECKPOINT_KINDS``; ``created``, ``expires``: seconds since the epoch (``expires`` None:
+    kept until deleted); ``session_id``: the session it was taken from.
+    """
+
+    kind: str
+    created: float
+    expires: float | None
+    session_id: str
+
+
 class InputStream:
     """Bytes the app sends to a running command's stdin, in order, while it runs (a live stdin).
 
@@ -458,7 +472,22 @@ class OptionalDriverHooks(Protocol):
         the same as for an unknown id. ``spec`` carries the id, the tenant and
         the limits of the ``main.yaml`` defaults, which the reconnected session
         uses (never more than the config allows). A driver without this hook
-        keeps its sessions to the process that made them.
+        keeps its sessions to the process that made them. A paused box may be
+        returned too: ``mainsdk_driver_paused`` then says so, and core answers
+        ``sandbox.get`` with the paused session's 0008 and ``sandbox.resume`` by resuming it.
+        """
+
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_paused(self, box: Box) -> bool:
+        """Whether ``box``, just returned by ``mainsdk_driver_reconnect``, is paused (another process paused it)."""
+
+    @hookspec(firstresult=True)
+    async def mainsdk_driver_find_snapshot(self, snapshot_id: str, tenant: str) -> FoundSnapshot | None:
+        """Snapshot ``snapshot_id`` of ``tenant`` that another process made, when the driver keeps it where this
+        process reaches it (a shared launcher); None otherwise: unknown, deleted, expired or another tenant's.
+
+        Called by ``sandbox.create(snapshot=id)`` and ``sandbox.delete_snapshot(id)`` for an id this process
+        does not know; core then keeps it as one of its own, without a name (that stays with its maker).
         """
 
     @hookspec(firstresult=True)

@@ -7,6 +7,7 @@ within limits -> collect -> stop -> audit). This is the one implementation; ``Sa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import secrets as token
@@ -18,9 +19,9 @@ import attrs
 from mainsdk import arguments, checkpoints, figures, preflight
 from mainsdk.action import AccessRule, AgentBudget, CodeRunAction, Risk
 from mainsdk.audit import AuditEvent, code_sha256
-from mainsdk.checkpoints import SessionOptions, Snapshot, Snapshots
+from mainsdk.checkpoints import SessionOptions, Snapshot, SnapshotRecord, Snapshots
 from mainsdk.config import AppConfig, SandboxConfig
-from mainsdk.driver import LANGUAGE_PROGRAMS, Capabilities, Command
+from mainsdk.driver import CHECKPOINT_KINDS, LANGUAGE_PROGRAMS, Capabilities, Command
 from mainsdk.errors import SandboxError
 from mainsdk.files import AsyncFiles, FileStore, LocalDirectoryFileStore, checked_tenant
 from mainsdk.hookspecs import hookimpl
@@ -30,6 +31,7 @@ from mainsdk.limits import Listener
 from mainsdk.plugins import Hooks, load_driver, make_plugin_manager
 from mainsdk.preflight import BoxOptions
 from mainsdk.secrets import SecretRef, SecretResolver, environment_secrets
+from mainsdk.session_runtime import paused_session
 from mainsdk.sessions import DEFAULT_IDLE, AsyncSession, CheckpointContext, SessionOpener, find_paused, find_session
 
 # Code longer than this goes on the interpreter's stdin rather than its argv (Linux caps one argument at 128 KiB).
@@ -175,6 +177,7 @@ def code_command(language: str, code: str, timeout: float, env: Mapping[str, str
 
 # What a session id looks like (``ses_`` and 24 hex digits): anything else is never sent to a driver.
 SESSION_ID = re.compile(r"ses_[0-9a-f]{24}")
+SNAPSHOT_ID = re.compile(r"snap_[0-9a-f]{24}")  # as session.snapshot() makes them
 ENDED_KEPT = 10_000
 
 
@@ -364,6 +367,8 @@ class AsyncSandbox:
             plan = self._lifecycle.plan_session(session_id, tenant, options)
             return attrs.evolve(plan, spec=attrs.evolve(plan.spec, snapshot=snapshot_id)) if snapshot_id else plan
 
+        if source is None:
+            await self._find_snapshot(snapshot, tenant)
         plan = self._lifecycle.plan(event, plan_session)
         opened = await self._lifecycle.open(plan, event)
         session = AsyncSession(
@@ -387,6 +392,20 @@ class AsyncSandbox:
             )
         return session
 
+    async def _find_snapshot(self, snapshot: object, tenant: str) -> None:
+        """Learn of ``tenant``'s snapshot ``snapshot`` from the driver, when another process made it there
+        (``mainsdk_driver_find_snapshot``): it is then this sandbox's to start from and delete, as its own are."""
+        snapshot_id = snapshot.id if isinstance(snapshot, Snapshot) else snapshot
+        if not isinstance(snapshot_id, str) or not SNAPSHOT_ID.fullmatch(snapshot_id):
+            return
+        with contextlib.suppress(SandboxError):
+            self._snapshots.find(snapshot_id, tenant)
+            return
+        found = await self.hooks.find_snapshot(snapshot_id, tenant)
+        if found is not None and found.kind in CHECKPOINT_KINDS:
+            snapshot = checkpoints.found(snapshot_id, found)
+            self._snapshots.add(SnapshotRecord(snapshot, tenant, SessionOptions()))
+
     def _snapshot_for(self, snapshot: object, tenant: str, *, hidden_ok: bool) -> str | None:
         """The id of the snapshot a session starts from (checked: the tenant's, live, a kind the driver has)."""
         if snapshot is None:
@@ -408,7 +427,14 @@ class AsyncSandbox:
         One audit event, ``resume``.
         """
         tenant = self.tenant()
-        session = find_paused(self._sessions, session_id, tenant)
+        try:
+            session = find_paused(self._sessions, session_id, tenant)
+        except SandboxError:
+            # Paused by another process, where the driver reaches it (mainsdk_driver_reconnect).
+            reached = await self._reconnect(session_id, tenant)
+            if reached is None:
+                raise
+            session = reached
 
         def plan_again(options: SessionOptions) -> Any:
             return self._lifecycle.plan_session(session.id, tenant, options).box
@@ -435,6 +461,7 @@ class AsyncSandbox:
             tenant=tenant,
             snapshot_id=snapshot_id if isinstance(snapshot_id, str) else None,
         )
+        await self._find_snapshot(snapshot, tenant)
         record = self._lifecycle.plan(event, lambda: self._snapshots.find(snapshot, tenant))
         self._snapshots.pop(record.snapshot.id)
         try:
@@ -460,6 +487,8 @@ class AsyncSandbox:
             session = await self._reconnect(session_id, tenant)
             if session is None:
                 raise
+            if session.paused:  # paused by another process: kept here, for sandbox.resume
+                raise paused_session(session.id) from None
             return session
 
     def _session_ended(self, session_id: str) -> None:
@@ -487,7 +516,13 @@ class AsyncSandbox:
             return None
         opened = OpenBox(box, plan, spec, None, caps.isolation)
         session = AsyncSession(
-            self._lifecycle, opened, idle, ended=self._session_ended, detached=True, checkpoints=self._checkpoints
+            self._lifecycle,
+            opened,
+            idle,
+            ended=self._session_ended,
+            detached=True,
+            checkpoints=self._checkpoints,
+            paused=await self.hooks.paused(box),
         )
         self._sessions[session_id] = session
         return session

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         Command,
         ExecOutcome,
         Folder,
+        FoundSnapshot,
         NetworkPolicy,
         OutputSink,
     )
@@ -318,6 +319,19 @@ class Hooks:
         if not self._hook.mainsdk_driver_reconnect.get_hookimpls():
             return None
         return cast("Box | None", await self._await("mainsdk_driver_reconnect", spec=spec))
+
+    async def paused(self, box: Box) -> bool:
+        """Whether a reconnected box is paused; False when the driver has no such hook."""
+        if not self._hook.mainsdk_driver_paused.get_hookimpls():
+            return False
+        return await self._await("mainsdk_driver_paused", box=box) is True
+
+    async def find_snapshot(self, snapshot_id: str, tenant: str) -> FoundSnapshot | None:
+        """A snapshot of ``tenant`` another process made, where the driver reaches it; else None."""
+        if not self._hook.mainsdk_driver_find_snapshot.get_hookimpls():
+            return None
+        found = await self._await("mainsdk_driver_find_snapshot", snapshot_id=snapshot_id, tenant=tenant)
+        return cast("FoundSnapshot | None", found)
 
     async def kernel_site(self, box: Box, language: str) -> str | None:
         """The in-box folder of the cell kernel's packages for ``language``; None when the driver has no such hook."""

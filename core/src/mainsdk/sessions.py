@@ -88,11 +88,13 @@ class AsyncSession:
         checkpoints: CheckpointContext | None = None,
         options: SessionOptions | None = None,
         restarted: bool = False,
+        paused: bool = False,
     ) -> None:
         self.id = opened.session_id
         self.tenant = opened.tenant
         self.feature = opened.feature
         self._runtime = SessionRuntime(lifecycle, opened, close=self.close)
+        self._runtime.paused = paused  # a reconnected box another process paused
         self._idle = idle
         self._ended = ended  # tells the sandbox this session is over, so it is never looked up again
         # Reconnected from another process (``sandbox.get``): going idle here only lets go of it, since the

@@ -51,7 +51,7 @@ from mainsdk_driverkit.host_tools import absolute_path
 from mainsdk_driverkit.node_sets import NODE_KERNEL_SETS, ensure_node_set
 
 from mainsdk_local.checkpoints import CheckpointHooks, snapshot_gone
-from mainsdk_local.config import DEFAULT_POOL, MAX_POOL, LocalPrograms
+from mainsdk_local.config import DEFAULT_POOL, LAUNCHERS, MAX_POOL, LocalPrograms
 from mainsdk_local.criu import memory_why
 from mainsdk_local.egress_proxy import PROXY_USER, EgressPolicy, EgressProxy, check_resolve_mapping, proxy_environment
 from mainsdk_local.egress_tls import (
@@ -90,6 +90,7 @@ _EXECUTOR_LANGUAGE = {"javascript": "node", "typescript": "node", "bash": "bash"
 # CodeRange"). A node process gets the limit plus this reserve as its address space, and its heap is held to the
 # limit itself with --max-old-space-size: memory stays bounded, node starts (mainsdk_local/README.md, "Limits").
 NODE_ADDRESS_RESERVE = 1 << 30
+KEEP_IDLE = 300.0  # a shared launcher's kept session whose opener named no idle time (core always names one)
 
 
 @attrs.frozen
@@ -109,6 +110,7 @@ class LocalBox:
     kernel: list[str] = attrs.field(factory=list, eq=False)
     # The kernel's node packages (typescript) on the host, the same way, at NODE_KERNEL_SITE.
     node_kernel: list[str] = attrs.field(factory=list, eq=False)
+    tenant: str = ""  # whose session it is: a shared launcher records it with the box and its snapshots
 
 
 @functools.cache
@@ -156,6 +158,8 @@ class LocalDriver(CheckpointHooks):
         pool: int = DEFAULT_POOL,
         upstream_ca: str | None = None,
         criu: str = "criu",
+        launcher: str = "private",
+        shared_folder: str | None = None,
     ) -> None:
         self._criu = criu  # looked for by the capabilities, which say why memory snapshots are not kept
         self._permissions = permissions or Permissions()
@@ -165,7 +169,10 @@ class LocalDriver(CheckpointHooks):
         self._programs = {"python": "python3", "node": "node", "bash": "bash", **(programs or {})}
         self._restrict = restrict_processes
         self._max_processes = max_processes
-        self._launcher = Launcher(force_weak=force_weak, pool=pool)
+        self._launcher = Launcher(
+            force_weak=force_weak, pool=pool, shared=launcher == "shared", shared_folder=shared_folder
+        )
+        self._snapshot_tenants: dict[str, str] = {}  # a shared launcher's snapshots this process made or found
         self._cache = ProgramCache()
         self.envs = EnvBuilder()
         self._ready: dict[tuple[str, ...], str] = {}  # pins -> their site-packages, once built or found
@@ -275,6 +282,8 @@ class LocalDriver(CheckpointHooks):
                 memory_bytes=spec.limits.memory,  # a session's box: one cgroup its commands and background share
                 max_sockets=max_sockets,
                 snapshot=spec.snapshot,
+                # A shared launcher keeps it for the user's other processes, by its id and tenant.
+                keep=(spec.id, spec.tenant, spec.idle or KEEP_IDLE) if self._launcher.shared else None,
             )
         except ValueError:
             if spec.snapshot is None:
@@ -286,7 +295,27 @@ class LocalDriver(CheckpointHooks):
         except BaseException:
             await box.close()
             raise
-        return LocalBox(spec.id, box, spec.limits.memory, egress, packages)
+        return LocalBox(spec.id, box, spec.limits.memory, egress, packages, tenant=spec.tenant)
+
+    @hookimpl
+    async def mainsdk_driver_reconnect(self, spec: BoxSpec) -> LocalBox | None:
+        """Session ``spec.id``'s box, kept by a shared launcher for ``spec.tenant``; None with a private one.
+
+        The box runs commands with ``spec``'s limits (the config's defaults), no hosts and no packages: what
+        its opener passed stays with the opener. What that process ran in it (interpreters, background
+        processes) died with its channel, or lives on in it while it does; cells here start their own.
+        """
+        try:
+            box = await self._launcher.attach_box(spec.id, spec.tenant)
+        except LauncherError as exc:
+            raise SandboxError(
+                DRIVER_UNAVAILABLE, f"the local driver's shared launcher did not answer: {exc}; {LOCAL_REMEDY}"
+            ) from exc
+        return None if box is None else LocalBox(spec.id, box, spec.limits.memory, tenant=spec.tenant)
+
+    @hookimpl
+    async def mainsdk_driver_paused(self, box: LocalBox) -> bool:
+        return box.box.paused
 
     def _egress_headers(self, spec: BoxSpec, egress: EgressPolicy) -> tuple[EgressPolicy, bytes]:
         """The box's policy with its egress headers and a CA made for it, and the trust bundle the box gets."""
@@ -700,6 +729,7 @@ def local_sandbox_driver(
     pool: int = DEFAULT_POOL,
     upstream_ca: str | None = None,
     criu: str = "criu",
+    launcher: str = "private",
 ) -> LocalDriver:
     """The ``local`` driver: a limited subprocess for development and tests.
 
@@ -718,7 +748,10 @@ def local_sandbox_driver(
     sets egress headers, in place of the system's trust, like ``resolve`` for a server a test started.
     ``criu`` (``sandbox.local.criu``): the CRIU program looked for; the capabilities' ``checkpoint_why`` says what
     was found and why memory snapshots are not kept even so (``mainsdk_local.criu``).
+    ``launcher``: ``private`` or ``shared`` (``sandbox.local.launcher``; mainsdk_local/README.md).
     """
+    if launcher not in LAUNCHERS:
+        raise arguments.invalid("launcher", f"must be one of {', '.join(LAUNCHERS)}, not {launcher!r:.40}")
     permissions = _permissions_argument(permissions)
     return LocalDriver(
         permissions=permissions,
@@ -730,6 +763,7 @@ def local_sandbox_driver(
         restrict_processes=permissions is not None and permissions.processes is not None,
         upstream_ca=None if upstream_ca is None else arguments.text(upstream_ca, "upstream_ca"),
         criu=arguments.text(criu, "criu"),
+        launcher=launcher,
     )
 
 
@@ -786,4 +820,5 @@ def driver_from_config(config: AppConfig) -> LocalDriver:
         restrict_processes=config.source is not None,
         pool=local.pool,
         criu=local.criu,
+        launcher=local.launcher,
     )

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import attrs
 
+from mainsdk_local import shared_launcher
 from mainsdk_local.launcher import protocol
 from mainsdk_local.launcher.common import MAX_POOL
 
@@ -45,6 +46,7 @@ _CALL_GRACE = 3.0
 _TRANSFER_RATE = 256 << 20  # bytes a second a call's payload is allowed (well below what a socket and tmpfs do)
 _STALL_DRAIN = 1.0  # after killing a stalled server: its runs die at once, their pipes with them
 _STDERR_TAIL = 4096
+_SHARED_IDLE = 60.0  # how long a shared server stays up with no box, snapshot or client
 # What a runtime prints when an allocation fails under RLIMIT_AS: Python, V8 (node), C++ and libc's strerror.
 _OUT_OF_MEMORY = (
     b"MemoryError",
@@ -207,10 +209,22 @@ class Launcher:
     work, to test that mode. ``pool``: how many warm Python interpreters the server
     may keep idle (``launcher/pool.py``; 0: none), ``pool_idle`` how many seconds one nobody takes is kept
     (default 60). Thread-safe; boxes may live on different event loops.
+
+    ``shared``: connect to the user's shared server, starting it detached if none runs (``shared_launcher.py``),
+    instead of a private one that dies with this process; ``shared_folder`` where its socket is (default: the
+    per-user folder), ``shared_idle`` how long a shared server it starts stays with nothing held (default 60 s).
     """
 
     def __init__(
-        self, *, python: str | None = None, force_weak: bool = False, pool: int = 0, pool_idle: float | None = None
+        self,
+        *,
+        python: str | None = None,
+        force_weak: bool = False,
+        pool: int = 0,
+        pool_idle: float | None = None,
+        shared: bool = False,
+        shared_folder: str | None = None,
+        shared_idle: float = _SHARED_IDLE,
     ) -> None:
         self._python = python if python is not None else os.path.realpath(sys.executable)
         self._force_weak = force_weak
@@ -222,6 +236,9 @@ class Launcher:
         ):
             raise ValueError("pool_idle must be a positive number of seconds")
         self._pool_idle = pool_idle
+        self.shared = shared
+        self._shared_folder = shared_folder
+        self._shared_idle = float(shared_idle)
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._boot: socket.socket | None = None
@@ -230,12 +247,25 @@ class Launcher:
         self._closed = False
         self._finalizer: weakref.finalize[Any, Launcher] | None = None
 
+    def _running(self) -> bool:
+        """Whether the server this Launcher holds is up: its process (private), or its connection (shared)."""
+        if not self.shared:
+            return self._proc is not None and self._proc.poll() is None
+        if self._boot is None:
+            return False
+        try:
+            return self._boot.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+
     def start(self) -> None:
-        """Start the server if it is not running. Idempotent and thread-safe."""
+        """Start the server if it is not running (shared: reach the user's, or start it). Idempotent, thread-safe."""
         with self._lock:
             self._check_usable()
-            if self._proc is not None:
-                if self._proc.poll() is None:
+            if self._boot is not None:
+                if self._running():
                     return
                 # The server died (killed, crashed): its boxes are gone with it. Reap it and
                 # start a new one rather than failing every later call.
@@ -243,28 +273,18 @@ class Launcher:
                 self._proc = self._boot = None
                 if finalizer is not None:
                     finalizer()
+            if self.shared:
+                try:
+                    proc, ours, hello = self._start_shared()
+                except (OSError, shared_launcher.SharedLauncherError) as exc:
+                    raise LauncherError(f"the shared launcher: {exc}") from exc
+                self._proc, self._boot, self._hello = proc, ours, hello
+                # The server outlives us: closing our connection is all there is to stop.
+                self._finalizer = weakref.finalize(self, _stop_server, None, ours)
+                return
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                argv = [self._python, "-I", "-S", _SERVER_PATH, "--fd", str(theirs.fileno())]
-                argv += ["--parent", str(os.getpid())] + (["--weak"] if self._force_weak else [])
-                argv += ["--pool", str(self._pool)]
-                if self._pool_idle is not None:
-                    argv += ["--pool-idle", repr(float(self._pool_idle))]
-                try:
-                    # No preexec_fn: the app may have threads. start_new_session keeps a
-                    # terminal's Ctrl-C from reaching the server before the app decides.
-                    proc = subprocess.Popen(
-                        argv,
-                        env={},
-                        cwd="/",
-                        close_fds=True,
-                        pass_fds=(theirs.fileno(),),
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                except OSError as exc:
-                    raise LauncherError(f"launcher server {self._python!r} did not start: {exc}") from exc
+                proc = self._spawn(theirs, ["--parent", str(os.getpid())], ())
             finally:
                 theirs.close()
             try:
@@ -275,6 +295,61 @@ class Launcher:
             self._proc, self._boot, self._hello = proc, ours, hello
             # Also runs at interpreter exit (atexit), and if the Launcher is dropped.
             self._finalizer = weakref.finalize(self, _stop_server, proc, ours)
+
+    def _spawn(
+        self, theirs: socket.socket, extra: list[str], fds: tuple[int, ...], stderr: int | None = None
+    ) -> subprocess.Popen[bytes]:
+        argv = [self._python, "-I", "-S", _SERVER_PATH, "--fd", str(theirs.fileno()), *extra]
+        argv += ["--weak"] if self._force_weak else []
+        argv += ["--pool", str(self._pool)]
+        if self._pool_idle is not None:
+            argv += ["--pool-idle", repr(float(self._pool_idle))]
+        try:
+            # No preexec_fn: the app may have threads. start_new_session keeps a
+            # terminal's Ctrl-C from reaching the server before the app decides.
+            return subprocess.Popen(
+                argv,
+                env={},
+                cwd="/",
+                close_fds=True,
+                pass_fds=(theirs.fileno(), *fds),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise LauncherError(f"launcher server {self._python!r} did not start: {exc}") from exc
+
+    def _start_shared(self) -> tuple[subprocess.Popen[bytes] | None, socket.socket, dict[str, Any]]:
+        """Reach the user's shared server under its start lock, or start it: (the process we started, socket, hello)."""
+        folder = shared_launcher.folder(self._shared_folder)
+        name = shared_launcher.server_name([self._python, self._force_weak, self._pool, self._pool_idle])
+        with shared_launcher.start_lock(folder, name) as folder_fd:
+            sock = shared_launcher.connect(folder, name)
+            if sock is not None:
+                try:
+                    return None, sock, self._read_hello(sock)
+                except LauncherError:
+                    sock.close()  # a server on its way out, or a broken one: one is started in its place
+            listener = shared_launcher.bind(folder, name)
+            log = shared_launcher.log_file(folder, name)
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                extra = ["--listen", str(listener.fileno()), "--folder", str(folder_fd), "--name", name]
+                extra += ["--idle-exit", repr(self._shared_idle)]
+                proc = self._spawn(theirs, extra, (listener.fileno(), folder_fd), stderr=log)
+            finally:
+                theirs.close()
+                listener.close()
+                os.close(log)
+            try:
+                return proc, ours, self._read_hello(ours)
+            except BaseException:
+                ours.close()
+                proc.kill()
+                proc.wait()
+                raise
 
     def _check_usable(self) -> None:
         if os.getpid() != self._owner_pid:
@@ -353,12 +428,15 @@ class Launcher:
         self.start()
         return self._hello.get("pause") is True
 
-    def forget_snapshot(self, snapshot_id: str) -> None:
-        """Delete a snapshot in the server (boxes started from it keep their files); nothing when it is gone."""
-        frame = protocol.encode({"op": "forget", "snapshot": snapshot_id})
+    def forget_snapshot(self, snapshot_id: str, tenant: str = "") -> None:
+        """Delete a snapshot in the server (boxes started from it keep their files); nothing when it is gone.
+
+        A shared launcher deletes it only for the ``tenant`` that made it.
+        """
+        frame = protocol.encode({"op": "forget", "snapshot": snapshot_id, "tenant": tenant})
         with self._lock:
             boot = self._boot
-            if boot is None or self._proc is None or self._proc.poll() is not None:
+            if boot is None or not self._running():
                 return  # the server is gone, and its snapshots with it
             with contextlib.suppress(OSError):
                 boot.sendall(frame)
@@ -380,6 +458,7 @@ class Launcher:
         one_shot: bool = False,
         files: Mapping[str, bytes] | None = None,
         snapshot: str | None = None,
+        keep: tuple[str, str, float] | None = None,
     ) -> LauncherBox:
         """Open a box: a private tmpfs of ``disk_bytes`` holding /work and /out, and its own host uid.
 
@@ -401,6 +480,10 @@ class Launcher:
         into the box first) follow it unanswered, and the exec sends its command behind them and asks
         for /out and the close in the same request (``LauncherBox.exec``'s ``then_collect``). The exec then
         raises ``OpenFailed`` if the open or a file failed, and nothing ran. Paths are checked here.
+
+        ``keep`` (a shared launcher, a session's box): (session id, tenant, idle seconds): the server keeps the
+        box past this process, for another process of the user to reach by naming both (``attach_box``), until
+        it is closed or no process has held it for its idle time.
         """
         if isinstance(disk_bytes, bool) or not isinstance(disk_bytes, int) or disk_bytes < 4096:
             raise ValueError("disk_bytes must be an integer of at least 4096")
@@ -418,30 +501,101 @@ class Launcher:
         for name, value in (("memory_bytes", memory_bytes), ("max_sockets", max_sockets)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be None or a positive integer")
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
+        request: dict[str, Any] = {
+            "op": "box",
+            "disk_bytes": disk_bytes,
+            "session": session,
+            "max_files": max_files,
+            "memory_bytes": memory_bytes,
+            "max_sockets": max_sockets,
+        }
+        if snapshot is not None:
+            request["snapshot"] = snapshot  # its work/ and tmp/ start as the snapshot left them
+        if keep is not None:
+            # A shared launcher keeps a session's box by its id and tenant, past this process (launcher/shared.py).
+            request.update(session_id=keep[0], tenant=keep[1], idle=keep[2])
+        ours = await self._request_socket(request)
+        box = self._box(ours, disk_bytes)
+        if one_shot:
+            box._pipeline_open(files or {})
+            return box
+        try:
+            await box._await_open()
+        except BaseException:
+            box._teardown(LauncherError("box open failed"))
+            raise
+        return box
+
+    async def attach_box(self, session_id: str, tenant: str) -> LauncherBox | None:
+        """The box a shared launcher keeps for ``session_id`` of ``tenant``, on a channel of this process's own.
+
+        None when there is none (unknown, closed, another tenant's: the server gives one answer for all), or
+        this Launcher is private. ``LauncherBox.paused`` says whether it is paused.
+        """
+        if not self.shared:
+            return None
+        ours = await self._request_socket({"op": "attach", "session": session_id, "tenant": tenant})
+        box = self._box(ours, 0)
+        try:
+            reply = await box._within(box._pending[0], _CALL_GRACE, "attach box")
+        except BaseException:
+            box._teardown(LauncherError("box attach failed"))
+            raise
+        box._pending.pop(0, None)
+        if not reply.header.get("ok"):
+            box._teardown(LauncherError("no such box"))
+            return None
+        box.host_uid = int(reply.header.get("uid", -1))
+        box._disk_bytes = int(reply.header.get("disk_bytes", 0))
+        box.paused = reply.header.get("paused") is True
+        return box
+
+    async def find_snapshot(self, snapshot_id: str, tenant: str) -> dict[str, Any] | None:
+        """``tenant``'s snapshot ``snapshot_id`` in the shared launcher: ``expires`` and ``created`` (epoch seconds),
+        ``session`` (its session's id); None when the launcher has no such live snapshot of that tenant, or is
+        private."""
+        if not self.shared:
+            return None
+        ours = await self._request_socket({"op": "find", "snapshot": snapshot_id, "tenant": tenant})
+
+        def answer() -> dict[str, Any]:
+            ours.settimeout(_CALL_GRACE)
+            decoder = protocol.Decoder()
+            try:
+                while not (frames := decoder.frames()):
+                    data, fds = protocol.receive(ours)
+                    if not data and not fds:
+                        raise LauncherError("the shared launcher closed the snapshot query unanswered")
+                    decoder.feed(data, fds)
+                return frames[0].header
+            except (OSError, protocol.ProtocolError) as exc:
+                raise LauncherError(f"the shared launcher's snapshot query failed: {exc}") from exc
+            finally:
+                decoder.close()
+                ours.close()
+
+        header = await asyncio.to_thread(answer)
+        if not header.get("ok"):
+            return None
+        expires, created, session = header.get("expires"), header.get("created"), header.get("session")
+        if not isinstance(expires, (int, float)) or not isinstance(created, (int, float)):
+            return None
+        return {"expires": float(expires), "created": float(created), "session": str(session or "")}
+
+    async def _request_socket(self, request: dict[str, Any]) -> socket.socket:
+        """Send ``request`` to the server with a new socket's far end; return its near end (the reply comes there)."""
+        if self._boot is None or not self._running():
             # Starting takes a moment (the server probes namespaces): not on the event loop.
             await asyncio.to_thread(self.start)
         else:
             self._check_usable()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            request = {
-                "op": "box",
-                "disk_bytes": disk_bytes,
-                "session": session,
-                "max_files": max_files,
-                "memory_bytes": memory_bytes,
-                "max_sockets": max_sockets,
-                "fds": 1,
-            }
-            if snapshot is not None:
-                request["snapshot"] = snapshot  # its work/ and tmp/ start as the snapshot left them
-            frame = protocol.encode(request)
+            frame = protocol.encode(dict(request, fds=1))
             with self._lock:
                 self._check_usable()
-                boot, server = self._boot, self._proc
-                if boot is None or server is None:
+                boot = self._boot
+                if boot is None:
                     raise LauncherError("the Launcher is closed")
                 try:
                     # Tiny and the server reads it at once; a blocking send under the lock is fine.
@@ -455,15 +609,21 @@ class Launcher:
             raise
         finally:
             theirs.close()
+        return ours
+
+    def _box(self, ours: socket.socket, disk_bytes: int) -> LauncherBox:
+        """A client box on ``ours``: it knows the server it is on, and what to do when that one stalls."""
+        boot, server = self._boot, self._proc
         launcher = weakref.ref(self)  # a box must not keep its Launcher alive
 
         def on_stall() -> None:
-            _kill_server(server)
+            if not self.shared and server is not None:
+                _kill_server(server)  # a shared server is other processes' too: this one lets go of it only
             owner = launcher()
-            if owner is not None:
-                owner._drop_stalled(server)
+            if owner is not None and boot is not None:
+                owner._drop_stalled(boot)
 
-        box = LauncherBox(
+        return LauncherBox(
             ours,
             asyncio.get_running_loop(),
             rlimit_memory=self._hello.get("memory") == "rlimit",
@@ -471,22 +631,13 @@ class Launcher:
             node_preload=str(self._hello.get("node_preload") or "") or None,
             disk_bytes=disk_bytes,
             on_stall=on_stall,
-            server=self._proc,
+            server=None if self.shared else server,
         )
-        if one_shot:
-            box._pipeline_open(files or {})
-            return box
-        try:
-            await box._await_open()
-        except BaseException:
-            box._teardown(LauncherError("box open failed"))
-            raise
-        return box
 
-    def _drop_stalled(self, server: subprocess.Popen[bytes]) -> None:
-        """``server`` (already sent SIGKILL) stalled: forget it, so the next box starts a new one."""
+    def _drop_stalled(self, boot: socket.socket) -> None:
+        """The server on ``boot`` stalled (a private one was sent SIGKILL): forget it, so the next box starts anew."""
         with self._lock:
-            if self._proc is not server:
+            if self._boot is not boot:
                 return  # already replaced, or closed
             finalizer, self._finalizer = self._finalizer, None
             self._proc = self._boot = None
@@ -495,8 +646,28 @@ class Launcher:
             # the kernel (uninterruptible sleep) would otherwise block it even after SIGKILL.
             threading.Thread(target=finalizer, name="mainsdk-local-reap", daemon=True).start()
 
+    def stop_shared(self) -> None:
+        """End the user's shared server and everything it keeps (sessions, snapshots), as a private one ends."""
+        if not self.shared:
+            return
+        self.start()
+        with self._lock:
+            if self._boot is not None:
+                with contextlib.suppress(OSError):
+                    self._boot.sendall(protocol.encode({"op": "stop"}))
+            proc = self._proc
+        if proc is not None:
+            proc.wait(timeout=_STOP_TIMEOUT)  # we started it: reap it
+        else:
+            with contextlib.suppress(TimeoutError, OSError):
+                assert self._boot is not None
+                self._boot.settimeout(_STOP_TIMEOUT)
+                while self._boot.recv(4096):
+                    pass  # until the server closes our connection as it exits
+
     def close(self) -> None:
-        """Kill everything, stop the server and reap it. Safe to call twice; also runs at exit."""
+        """Kill everything, stop the server and reap it; a shared server is only let go of (its kept boxes and
+        snapshots stay for the user's other processes). Safe to call twice; also runs at exit."""
         with self._lock:
             if os.getpid() != self._owner_pid:
                 return  # a forked child must not stop its parent's server
@@ -558,6 +729,7 @@ class LauncherBox:
         self._error: LauncherError | None = None
         self._closed = False
         self.host_uid = -1
+        self.paused = False  # a shared launcher's kept box reached from another process: paused when it was
         # A one-shot box: the requests sent ahead of its exec (the open, id 0, and its files), not yet checked.
         self._opening: list[
             tuple[int, asyncio.Future[protocol.Frame], str, int]
@@ -816,23 +988,31 @@ class LauncherBox:
         found.update((k, v) for k, v in reply.header.items() if k.endswith(per_kind) and type(v) is int)
         return found
 
-    async def snapshot(self, snapshot_id: str) -> None:
-        """Freeze the box's work/ and tmp/ as ``snapshot_id`` (no exec may run); the box goes on."""
-        await self._checkpoint({"op": "snapshot", "snapshot": snapshot_id})
+    async def snapshot(self, snapshot_id: str) -> float | None:
+        """Freeze the box's work/ and tmp/ as ``snapshot_id`` (no exec may run); the box goes on.
+
+        Returns when a shared launcher drops the snapshot (epoch seconds); None: a private one keeps it while it lives.
+        """
+        header = await self._checkpoint({"op": "snapshot", "snapshot": snapshot_id})
+        expires = header.get("expires")
+        return float(expires) if isinstance(expires, (int, float)) and not isinstance(expires, bool) else None
 
     async def pause(self) -> None:
         """Freeze every process of the box (the cgroup freezer): nothing runs until ``resume``."""
         await self._checkpoint({"op": "pause"})
+        self.paused = True
 
     async def resume(self) -> None:
         """Thaw a paused box's processes."""
         await self._checkpoint({"op": "resume"})
+        self.paused = False
 
-    async def _checkpoint(self, header: dict[str, Any]) -> None:
+    async def _checkpoint(self, header: dict[str, Any]) -> dict[str, Any]:
         self._check_loop()
         reply = await self._request(header, work=protocol.COLLECT_SECONDS)
         if not reply.header.get("ok"):
             raise _error_from(reply.header, str(header["op"]))
+        return reply.header
 
     async def collect_out(self, *, max_bytes: int) -> LauncherCollected:
         """Regular files under /out, in name order, until ``max_bytes``; other entries are skipped with a reason."""

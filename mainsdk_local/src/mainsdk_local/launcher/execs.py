@@ -23,17 +23,17 @@ from typing import Any, NoReturn, Protocol
 
 from . import cgroups, common, landlock, node_proxy, protocol, rootfs, server_setup, stages, weak
 from .pool import WarmPool
-from .runs import ExecRequest, Run, ServerBox, Worker, describe_failure, set_limits
+from .runs import Channel, ExecRequest, Run, ServerBox, Worker, describe_failure, set_limits
 from .spares import FAILED_SPARE_PAUSE, Spares
 
 WEAK_SWEEP_SECONDS = 2.0
 
 
 class Send(Protocol):
-    """``Server._send``: queue a frame to the box's client; ``fds`` (closed once sent) go with its first byte."""
+    """``Server._send``: queue a frame to a box's client; ``fds`` (closed once sent) go with its first byte."""
 
     def __call__(
-        self, box: ServerBox, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
+        self, ch: Channel, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None
     ) -> None: ...
 
 
@@ -159,7 +159,9 @@ class Executor:
         self.sel.register(sock, selectors.EVENT_READ, lambda mask: self._on_worker_sock(worker))
         return worker
 
-    def start_run(self, box: ServerBox, rid: int, spec: ExecRequest, fds: list[int], stdin: bytes) -> None:
+    def start_run(
+        self, box: ServerBox, rid: int, spec: ExecRequest, fds: list[int], stdin: bytes, channel: Channel | None = None
+    ) -> None:
         ctx = stages.ChildContext()
         ctx.namespaces = self.isolation == "namespace"
         # HOME and TMPDIR in the box's own tmp/ (its /tmp; in weak mode a folder of the box's private directory)
@@ -172,7 +174,7 @@ class Executor:
         ctx.timeout = spec.timeout
         ctx.stdout, ctx.stderr = fds[0], fds[1]
         ctx.disk_bytes = box.disk_bytes
-        run = Run(rid, box, spec)
+        run = Run(rid, box, spec, channel)
         box.execs += 1
         stdin_r: int | None = None
         weak_cgroup: cgroups.RunCgroup | None = None
@@ -270,7 +272,7 @@ class Executor:
         worker = entry.worker
         if entry.output:
             # The run's output is on the entry's own pipes: their read ends go to the app, before the reply.
-            self._send(box, {"id": run.rid, "op": "output", "fds": 2}, fds=self.pool.take_output(entry))
+            self._send(run.channel, {"id": run.rid, "op": "output", "fds": 2}, fds=self.pool.take_output(entry))
         run.warm, run.warm_kind = True, entry.kind.name
         run.worker, worker.run = worker, run
         self._hand_listener(run)
@@ -303,7 +305,7 @@ class Executor:
             return  # not arrived yet: _read_worker calls again when it does
         fd, worker.listener = worker.listener, None
         if run.spec.proxy and not run.done:
-            self._send(run.box, {"id": run.rid, "op": "listener", "fds": 1}, fds=[fd])
+            self._send(run.channel, {"id": run.rid, "op": "listener", "fds": 1}, fds=[fd])
         else:
             common.close_fd(fd)
 
@@ -523,9 +525,9 @@ class Executor:
                 # The stage and errno too: the driver tells a program the box may not execute (EACCES at execve, a
                 # mistake no retry fixes) from a launcher that failed.
                 failed = {"id": run.rid, "ok": False, "kind": "launcher", "error": msg, "ran": ran}
-                self._send(run.box, {**failed, "stage": error.get("stage"), "errno": error.get("errno")})
+                self._send(run.channel, {**failed, "stage": error.get("stage"), "errno": error.get("errno")})
             else:
-                self._send(run.box, self._result(run, oom, ended))
+                self._send(run.channel, self._result(run, oom, ended))
                 self._collect_after(run)  # a one-shot box's /out, with no request to wait for
         self._maybe_finish_close(run.box)
 

@@ -119,18 +119,39 @@ class ExecRequest:
         return list(value)
 
 
+class Channel:
+    """One client's connection to a box: its socket, what it sent so far, the frames queued to it.
+
+    A box has one (its opener's); a shared launcher's session box may have more, one per app process that
+    reached it (``attach``), each answered on its own.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.decoder = protocol.Decoder()
+        self.outq: collections.deque[tuple[memoryview, list[int]]] = collections.deque()  # frames and their fds
+        self.writing = False
+        self.open = True
+        self.box: ServerBox | None = None  # the box it reaches: set when it joins one
+
+
 class ServerBox:
-    """One box: its tmpfs (or private directory in weak mode), host uid and channel."""
+    """One box: its tmpfs (or private directory in weak mode), host uid and channels."""
 
     def __init__(self, slot: int, uid: int, gid: int, sock: socket.socket, *, drop_fsids: bool) -> None:
         self.slot = slot
         self.uid = uid
         self.gid = gid
         self.drop_fsids = drop_fsids  # file operations switch to the box's uid (the server is root)
-        self.sock = sock
-        self.decoder = protocol.Decoder()
-        self.outq: collections.deque[tuple[memoryview, list[int]]] = collections.deque()  # frames and their fds
-        self.writing = False
+        self.channel = Channel(sock)  # the opener's
+        self.channel.box = self
+        self.channels = [self.channel]  # the open ones: the opener's, and those of processes that attached
+        # A shared launcher's session box (``launcher: shared``): the session it serves and its tenant, which an
+        # attach must name, and how long it is kept once no process holds it (its idle time, from its last use).
+        self.session_id: str | None = None
+        self.tenant = ""
+        self.idle = 0.0
+        self.last_used = 0.0
         self.path = ""
         self.work_fd = -1
         self.out_fd = -1
@@ -143,7 +164,7 @@ class ServerBox:
         self.close_after: int | None = None  # a one-shot box closes once the collection with this id is sent
         self.closing = False
         self.close_id: int | None = None
-        self.channel_open = True
+        self.close_channel: Channel | None = None  # the channel that asked for the close, answered once it is done
         # A session's box: its next exec is likely, so a hot spare is prepared for it. A one-shot run's box
         # runs one exec and closes: a spare made for it would be thrown away unused.
         self.session = False
@@ -197,9 +218,10 @@ class SpawnWorker(Protocol):
 class Run:
     """One exec: its worker, stdin pipe, cgroups, deadline and what the worker reported."""
 
-    def __init__(self, rid: int, box: ServerBox, spec: ExecRequest) -> None:
+    def __init__(self, rid: int, box: ServerBox, spec: ExecRequest, channel: Channel | None = None) -> None:
         self.rid = rid
         self.box = box
+        self.channel = box.channel if channel is None else channel  # where its output and report go
         self.spec = spec
         self.worker: Worker | None = None
         self.warm = False  # on a pool entry (pool.py)

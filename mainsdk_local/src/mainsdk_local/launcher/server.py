@@ -76,7 +76,8 @@ from . import (
 from .execs import Executor
 from .pool import WarmPool
 from .pool_kinds import KINDS
-from .runs import ExecRequest, Run, ServerBox
+from .runs import Channel, ExecRequest, Run, ServerBox
+from .shared import SharedState
 from .spares import FAILED_SPARE_PAUSE
 
 # A spare is prepared only once every run started this long ago (or earlier) or has reported; see _spare_wanted.
@@ -89,6 +90,7 @@ COLLECT_SLICE = 0.005
 # The socket bound of a box whose opener names none (the driver names one from the memory limit).
 DEFAULT_MAX_SOCKETS = 4096
 MAX_DISK = (1 << 63) - 1  # a box's disk size in bytes: what RLIMIT_FSIZE (a C long) can hold
+_HELLO_TIMEOUT = 5.0  # a shared server's answer on a client's new socket: a small frame, sent at once
 
 
 class Server:
@@ -99,17 +101,25 @@ class Server:
     """
 
     def __init__(
-        self, boot: socket.socket, parent: int, force_weak: bool, pool: int = 0, pool_idle: float | None = None
+        self,
+        boot: socket.socket | None,
+        parent: int,
+        force_weak: bool,
+        pool: int = 0,
+        pool_idle: float | None = None,
+        shared: SharedState | None = None,
     ) -> None:
-        self.boot = boot
+        # The clients' bootstrap sockets: a private server's one (its app's), a shared server's accepted ones.
+        self.boots: dict[socket.socket, protocol.Decoder] = {} if boot is None else {boot: protocol.Decoder()}
         self.parent = parent
+        self.shared = shared or SharedState()
         self.force_weak = force_weak
         self.root = os.geteuid() == 0
         self.isolation = "weak"
         self.sel = selectors.DefaultSelector()
-        self.boot_decoder = protocol.Decoder()
         self.boxes: dict[int, ServerBox] = {}
-        self.collecting: dict[tuple[int, int], tuple[ServerBox, int, boxes.OutCollector]] = {}  # (slot, id): unfinished
+        # Unfinished /out collections by (channel, request id).
+        self.collecting: dict[tuple[Channel, int], tuple[Channel, int, boxes.OutCollector]] = {}
         # Closed boxes whose files are still to be removed: done between requests, never before one (loop).
         self.doomed: collections.deque[ServerBox] = collections.deque()
         self.base = common.MOUNT_BASE
@@ -155,12 +165,13 @@ class Server:
 
     def setup(self) -> None:
         """Namespaces (or weak mode), cgroups, and the descriptors the loop watches."""
-        if os.getppid() != self.parent:
-            raise RuntimeError("the app exited before the launcher server started")
-        # The app's exit is seen through a pidfd (and bootstrap EOF), not PR_SET_PDEATHSIG:
-        # PDEATHSIG fires when the *thread* that started us exits, and apps start us from
-        # any thread.
-        self.parent_pidfd = os.pidfd_open(self.parent)
+        if not self.shared.enabled:
+            if os.getppid() != self.parent:
+                raise RuntimeError("the app exited before the launcher server started")
+            # The app's exit is seen through a pidfd (and bootstrap EOF), not PR_SET_PDEATHSIG:
+            # PDEATHSIG fires when the *thread* that started us exits, and apps start us from
+            # any thread. A shared server outlives its app: it ends when it holds nothing (shared.py).
+            self.parent_pidfd = os.pidfd_open(self.parent)
         if not self.force_weak:
             try:
                 if not self.root:
@@ -204,8 +215,13 @@ class Server:
             node_preload=self.node_preload,
             landlock_abi=self.landlock_abi,
         )
-        self.sel.register(self.boot, selectors.EVENT_READ, self._on_boot)
-        self.sel.register(self.parent_pidfd, selectors.EVENT_READ, self._on_parent_exit)
+        for boot in self.boots:
+            self.sel.register(boot, selectors.EVENT_READ, lambda mask, b=boot: self._on_boot(b, mask))
+        if self.shared.listener is not None:
+            self.shared.listener.setblocking(False)
+            self.sel.register(self.shared.listener, selectors.EVENT_READ, self._on_accept)
+        else:
+            self.sel.register(self.parent_pidfd, selectors.EVENT_READ, self._on_parent_exit)
 
     def _setup_socket_bound(self) -> None:
         """Load the per-box socket bound (root, cgroup2, BPF); where this machine cannot, keep why for hello."""
@@ -244,11 +260,12 @@ class Server:
 
     # -- loop ----------------------------------------------------------------
 
-    def hello(self) -> None:
-        """Tell the client what isolation it gets."""
-        self.boot.sendall(
+    def hello(self, boot: socket.socket) -> None:
+        """Tell a client what isolation it gets."""
+        boot.sendall(
             protocol.encode(
                 {
+                    "shared": self.shared.enabled,
                     "op": "hello",
                     "isolation": self.isolation,
                     "memory": self.cgroups.memory_mode,
@@ -346,13 +363,16 @@ class Server:
             wanted = self._spare_wanted()
             if wanted is not None and wanted[0] > 0:
                 timeout = wanted[0] if timeout is None else min(timeout, wanted[0])
+            upkeep = self.shared.next_wake(time.monotonic(), self._holds_nothing())
+            if upkeep is not None:  # a kept box or snapshot to expire, or a shared server's own exit
+                timeout = upkeep if timeout is None else min(timeout, upkeep)
             idle = self._idle_work_pending() or bool(self.collecting) or bool(self.doomed)
             events = self.sel.select(0 if idle else timeout)
             for key, mask in events:
                 callback: Callable[[int], None] = key.data
                 callback(mask)
-            for box, rid, collector in list(self.collecting.values()):
-                self._collect_slice(box, rid, collector)
+            for ch, rid, collector in list(self.collecting.values()):
+                self._collect_slice(ch, rid, collector)
             # After the events (requests first, replies already sent), one piece of idle work per turn.
             if self.doomed:
                 self._destroy_box(self.doomed.popleft())  # a closed box's umount and rmdir
@@ -361,42 +381,129 @@ class Server:
             self.executor.expire_deadlines(time.monotonic())
             if self.isolation == "weak":
                 self.executor.reap_orphans()
+            self._shared_turn()
 
     def _on_parent_exit(self, mask: int) -> None:
         self.stopping = True
 
-    def _on_boot(self, mask: int) -> None:
+    def _on_accept(self, mask: int) -> None:
+        """A shared server's new client (its own user's only: ``SharedState.accept``): say hello, then serve it."""
+        sock = self.shared.accept()
+        if sock is None:
+            return
         try:
-            data, fds = protocol.receive(self.boot)
+            sock.settimeout(_HELLO_TIMEOUT)  # a tiny frame into an empty socket buffer: at once, unless hostile
+            self.hello(sock)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            return
+        self.boots[sock] = protocol.Decoder()
+        self.sel.register(sock, selectors.EVENT_READ, lambda mask, b=sock: self._on_boot(b, mask))
+
+    def _drop_boot(self, boot: socket.socket) -> None:
+        """A client's bootstrap socket ended: a private server stops (its app is gone); a shared one goes on."""
+        decoder = self.boots.pop(boot, None)
+        if decoder is not None:
+            decoder.close()
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(boot)
+        boot.close()
+        if not self.shared.enabled:
+            self.stopping = True  # the app closed the Launcher or died
+
+    def _on_boot(self, boot: socket.socket, mask: int) -> None:
+        decoder = self.boots.get(boot)
+        if decoder is None:
+            return
+        try:
+            data, fds = protocol.receive(boot)
         except BlockingIOError:
             return
         except (OSError, protocol.ProtocolError):
-            self.stopping = True
-            return
+            data, fds = b"", []
         if not data and not fds:
-            self.stopping = True  # the app closed the Launcher or died
+            self._drop_boot(boot)
             return
-        self.boot_decoder.feed(data, fds)
+        decoder.feed(data, fds)
         try:
-            frames = self.boot_decoder.frames()
+            frames = decoder.frames()
         except protocol.ProtocolError:
-            self.stopping = True
+            self._drop_boot(boot)
             return
         for frame in frames:
-            if frame.header.get("op") == "forget":
-                self.checkpoints.forget(frame.header.get("snapshot"))
-            elif frame.header.get("op") == "box" and len(frame.fds) == 1:
+            op, header = frame.header.get("op"), frame.header
+            if op == "forget":
+                if self.shared.may_use(header.get("snapshot"), header.get("tenant")):
+                    self.checkpoints.forget(header.get("snapshot"))
+                    self.shared.forgotten(header.get("snapshot"))
+            elif op == "stop" and self.shared.enabled:
+                self.stopping = True  # a shared server's user ends it and everything it keeps (Launcher.stop_shared)
+            elif op in ("box", "attach", "find") and len(frame.fds) == 1:
                 sock = socket.socket(fileno=frame.fds.pop())
-                header = frame.header
-                self._open_box(sock, header)
+                if op == "box":
+                    self._open_box(sock, header)
+                elif op == "attach":
+                    self._attach(sock, header)
+                else:
+                    self._find_snapshot(sock, header)
             frame.close_fds()
+
+    def _attach(self, sock: socket.socket, header: dict[str, Any]) -> None:
+        """Another process of the user reaches a kept session's box: a channel of its own, if it names the tenant."""
+        box = self.shared.find(header.get("session"), header.get("tenant"))
+        if box is None:
+            # Unknown, closed, another tenant's: the same answer, so an id says nothing of another tenant's box.
+            with contextlib.suppress(OSError):
+                sock.send(protocol.encode({"id": 0, "ok": False, "kind": "missing", "error": "no such session"}))
+            sock.close()
+            return
+        sock.setblocking(False)
+        ch = Channel(sock)
+        ch.box = box
+        box.channels.append(ch)
+        box.last_used = time.monotonic()
+        self.sel.register(sock, selectors.EVENT_READ, lambda mask, c=ch: self._on_channel(c, mask))
+        reply = {"id": 0, "ok": True, "uid": box.uid, "isolation": self.isolation, "disk_bytes": box.disk_bytes}
+        self._send(ch, dict(reply, paused=self.checkpoints.is_paused(box)))
+
+    def _find_snapshot(self, sock: socket.socket, header: dict[str, Any]) -> None:
+        """Whether a tenant's snapshot is kept here, and until when: answered on ``sock``, which then closes."""
+        snapshot_id = header.get("snapshot")
+        found = self.shared.snapshot_of(snapshot_id, header.get("tenant"))
+        kept = found is not None and snapshot_id in self.checkpoints.snapshots
+        with contextlib.suppress(OSError):
+            sock.settimeout(_HELLO_TIMEOUT)
+            sock.sendall(protocol.encode(dict(found or {}, id=0, ok=kept)))
+        sock.close()
+
+    def _shared_turn(self) -> None:
+        """A shared server's upkeep: kept boxes and snapshots past their time go; with nothing held, it exits."""
+        if not self.shared.enabled:
+            return
+        now = time.monotonic()
+        for box in self.shared.expired(now):
+            self._begin_close(box)
+        for snapshot_id in self.shared.expired_snapshots():
+            self.checkpoints.forget(snapshot_id)
+            self.shared.forgotten(snapshot_id)
+        if self.shared.may_exit(now, self._holds_nothing()):
+            self.stopping = True
+
+    def _holds_nothing(self) -> bool:
+        return not self.boxes and not self.boots and not self.shared.snapshots and not self.doomed
 
     def shutdown(self) -> None:
         """Kill every run and worker, wait for them, remove boxes, roots and cgroups."""
         self.checkpoints.shutdown()  # thawed first: a frozen process cannot die
         self.executor.shutdown()
+        for boot in list(self.boots):
+            self.boots.pop(boot).close()
+            boot.close()
+        self.shared.close()
         for box in list(self.boxes.values()):
-            self._close_channel(box)
+            for ch in list(box.channels):
+                self._close_channel(ch)
             self._destroy_box(box)
         self.pool.shutdown()
         self.templates.shutdown()
@@ -430,7 +537,7 @@ class Server:
         gid = uid if self.root else (0 if self.isolation == "namespace" else os.getegid())
         box = ServerBox(slot, uid, gid, sock, drop_fsids=self.root and uid != 0)
         self.boxes[slot] = box
-        self.sel.register(sock, selectors.EVENT_READ, lambda mask, b=box: self._on_channel(b, mask))
+        self.sel.register(sock, selectors.EVENT_READ, lambda mask, c=box.channel: self._on_channel(c, mask))
         try:
             if not isinstance(disk_bytes, int) or isinstance(disk_bytes, bool) or not 4096 <= disk_bytes <= MAX_DISK:
                 # Above MAX_DISK no RLIMIT_FSIZE can hold it: refused here, before anything runs, not by C's setrlimit
@@ -449,17 +556,20 @@ class Server:
                 if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                     raise common.RequestError("value", f"{name} must be null or a positive integer")
             boxes.make_box_fs(box, self.base, tmpfs=self.isolation == "namespace")
+            self.shared.box_opened(box, header)
             if header.get("snapshot") is not None:
                 if self.checkpoints_why:
                     raise common.RequestError("value", f"no snapshots here: {self.checkpoints_why}")
+                if not self.shared.may_use(header.get("snapshot"), box.tenant):
+                    raise common.RequestError("value", f"no snapshot {header.get('snapshot')!r:.40} in this launcher")
                 self.checkpoints.start_from(box, header.get("snapshot"))
             self._box_limits(box, memory_bytes, max_sockets)
         except common.RequestError as exc:
-            self._reply_error(box, 0, exc)
+            self._reply_error(box.channel, 0, exc)
             box.closing = True
             self._destroy_box(box)
             return
-        self._send(box, {"id": 0, "ok": True, "uid": box.uid, "isolation": self.isolation})
+        self._send(box.channel, {"id": 0, "ok": True, "uid": box.uid, "isolation": self.isolation})
 
     def _box_limits(self, box: ServerBox, memory_bytes: int | None, max_sockets: int | None) -> None:
         """What the box holds at most, whatever runs in it: sockets; for a session's box, memory too."""
@@ -485,53 +595,54 @@ class Server:
         self.checkpoints.box_destroyed(box)
         boxes.remove_box_fs(box, tmpfs=self.isolation == "namespace")
         self.pool.box_destroyed(box)
-        box.decoder.close()
         box.destroyed = True
         self.last_box_closed = time.monotonic()
         if self.boxes.get(box.slot) is box:
             del self.boxes[box.slot]
-        if not box.outq:
-            self._close_channel(box)
+        self.shared.box_destroyed(box)
+        for ch in list(box.channels):
+            if not ch.outq:
+                self._close_channel(ch)
 
-    def _on_channel(self, box: ServerBox, mask: int) -> None:
+    def _on_channel(self, ch: Channel, mask: int) -> None:
         if mask & selectors.EVENT_WRITE:
-            self._flush(box)
-        if not (mask & selectors.EVENT_READ) or not box.channel_open:
+            self._flush(ch)
+        box = ch.box
+        if not (mask & selectors.EVENT_READ) or not ch.open or box is None:
             return
         try:
-            data, fds = protocol.receive(box.sock)
+            data, fds = protocol.receive(ch.sock)
         except BlockingIOError:
             return
         except (OSError, protocol.ProtocolError):
             data, fds = b"", []
         if not data and not fds:
-            self._close_channel(box)
-            self._begin_close(box)
+            self._channel_lost(ch)
             return
-        box.decoder.feed(data, fds)
+        ch.decoder.feed(data, fds)
         try:
-            frames = box.decoder.frames()
+            frames = ch.decoder.frames()
         except protocol.ProtocolError as exc:
             print(f"mainsdk-local launcher: protocol error on box {box.slot}: {exc}", file=sys.stderr)
-            self._close_channel(box)
-            self._begin_close(box)
+            self._channel_lost(ch)
             return
+        box.last_used = time.monotonic()
         for frame in frames:
             try:
-                self._handle(box, frame)
+                self._handle(box, ch, frame)
             except common.RequestError as exc:
                 box.failed = True
-                self._reply_error(box, frame.header.get("id"), exc)
+                self._reply_error(ch, frame.header.get("id"), exc)
             except Exception as exc:  # noqa: BLE001 - a bug in one request must not take the server down
                 box.failed = True
                 traceback.print_exc()
                 self._reply_error(
-                    box, frame.header.get("id"), common.RequestError("launcher", f"internal error: {exc!r}")
+                    ch, frame.header.get("id"), common.RequestError("launcher", f"internal error: {exc!r}")
                 )
             finally:
                 frame.close_fds()
 
-    def _handle(self, box: ServerBox, frame: protocol.Frame) -> None:
+    def _handle(self, box: ServerBox, ch: Channel, frame: protocol.Frame) -> None:
         h = frame.header
         op = h.get("op")
         rid = h.get("id")
@@ -543,14 +654,14 @@ class Server:
             raise common.RequestError("launcher", "the box is paused")
         if op == "write":
             boxes.write_file(box, h.get("path"), frame.payload)
-            self._send(box, {"id": rid, "ok": True})
+            self._send(ch, {"id": rid, "ok": True})
         elif op == "read":
             data = boxes.read_file(box, h.get("path"))
-            self._send(box, {"id": rid, "ok": True}, data)
+            self._send(ch, {"id": rid, "ok": True}, data)
         elif op == "collect":
-            if (box.slot, rid) in self.collecting:
+            if (ch, rid) in self.collecting:
                 raise common.RequestError("launcher", f"collect id {rid} already running")
-            self._collect_slice(box, rid, boxes.OutCollector(box, h.get("max_bytes")))
+            self._collect_slice(ch, rid, boxes.OutCollector(box, h.get("max_bytes")))
         elif op == "exec":
             if rid in box.runs:
                 raise common.RequestError("launcher", f"exec id {rid} already running")
@@ -560,39 +671,41 @@ class Server:
             spec = ExecRequest(h.get("spec"), bool(h.get("stdin")))
             then = self._then_collect(box, rid, h.get("then"))
             fds, frame.fds = frame.fds, []
-            self.executor.start_run(box, rid, spec, fds, frame.payload)  # owns (and closes) fds
+            self.executor.start_run(box, rid, spec, fds, frame.payload, ch)  # owns (and closes) fds
             box.runs[rid].then = then
         elif op == "kill":
             run = box.runs.get(rid)
-            if run is not None and not run.done:
+            if run is not None and not run.done and run.channel is ch:
                 run.killed = True
                 self.executor.kill(run)
         elif op == "pool":
-            self._send(box, dict(self.pool.stats(), id=rid, ok=True))
+            self._send(ch, dict(self.pool.stats(), id=rid, ok=True))
         elif op in ("snapshot", "pause", "resume"):
-            self._checkpoint(box, rid, op, h.get("snapshot"))
+            self._checkpoint(box, ch, rid, op, h)
         elif op == "close":
             if box.doomed:  # closed already (a one-shot box after its /out): its processes are long gone
-                self._send(box, {"id": rid, "ok": True})
+                self._send(ch, {"id": rid, "ok": True})
                 return
-            box.close_id = rid
+            box.close_id, box.close_channel = rid, ch
             self._begin_close(box)
         else:
             raise common.RequestError("launcher", f"unknown op {op!r}")
 
-    def _checkpoint(self, box: ServerBox, rid: int, op: str, snapshot_id: object) -> None:
+    def _checkpoint(self, box: ServerBox, ch: Channel, rid: int, op: str, h: dict[str, Any]) -> None:
         """A snapshot of the box's files, or its pause or resume (``checkpoints.py``)."""
+        reply: dict[str, Any] = {"id": rid, "ok": True}
         if op == "snapshot":
             if self.checkpoints_why:
                 raise common.RequestError("value", f"no snapshots here: {self.checkpoints_why}")
             self._stop_collecting(box)
             self.executor.spares.box_closing(box)  # a hot spare holds the box's folders in its mounts
-            self.checkpoints.snapshot(box, snapshot_id)
+            self.checkpoints.snapshot(box, h.get("snapshot"))
+            reply["expires"] = self.shared.snapshot_made(box, str(h.get("snapshot")))
         elif op == "pause":
             self.checkpoints.pause(box)
         else:
             self.checkpoints.resume(box)
-        self._send(box, {"id": rid, "ok": True})
+        self._send(ch, reply)
 
     @staticmethod
     def _then_collect(box: ServerBox, rid: int, then: object) -> tuple[int, int] | None:
@@ -622,38 +735,39 @@ class Server:
             return
         collect_id, max_bytes = run.then
         run.box.close_after = collect_id
-        self._collect_slice(run.box, collect_id, boxes.OutCollector(run.box, max_bytes))
+        self._collect_slice(run.channel, collect_id, boxes.OutCollector(run.box, max_bytes))
 
-    def _collect_slice(self, box: ServerBox, rid: int, collector: boxes.OutCollector) -> None:
+    def _collect_slice(self, ch: Channel, rid: int, collector: boxes.OutCollector) -> None:
         """Collect for one slice (the first one at once: a small /out is done in it); reply when done.
 
         Never more than COLLECT_SLICE at a time, so a huge or deep /out delays no other
         box's requests; deadlines do not wait for it either (B keeps them, see stages.py).
         """
+        box = collector.box
         try:
             with boxes.AsBox(box):
                 done = collector.step(time.monotonic() + COLLECT_SLICE)
         except Exception as exc:  # noqa: BLE001 - a bug in one collection must not take the server down
             traceback.print_exc()
             collector.close()
-            self.collecting.pop((box.slot, rid), None)
-            self._reply_error(box, rid, common.RequestError("launcher", f"internal error: {exc!r}"))
+            self.collecting.pop((ch, rid), None)
+            self._reply_error(ch, rid, common.RequestError("launcher", f"internal error: {exc!r}"))
             if box.close_after == rid:
                 self._begin_close(box)
             return
         if not done:
-            self.collecting[(box.slot, rid)] = (box, rid, collector)
+            self.collecting[(ch, rid)] = (ch, rid, collector)
             return
-        self.collecting.pop((box.slot, rid), None)
+        self.collecting.pop((ch, rid), None)
         header, payload = collector.reply()
-        self._send(box, dict(header, id=rid, ok=True), payload)
+        self._send(ch, dict(header, id=rid, ok=True), payload)
         if box.close_after == rid:
             self._begin_close(box)  # a one-shot box: its exec asked for /out, and that was all
 
     def _stop_collecting(self, box: ServerBox) -> None:
         """Drop the box's unfinished collections (it is closing): their descriptors must not pin its tmpfs."""
-        for key, (owner, _, collector) in list(self.collecting.items()):
-            if owner is box:
+        for key, (_, _, collector) in list(self.collecting.items()):
+            if collector.box is box:
                 collector.close()
                 del self.collecting[key]
 
@@ -670,9 +784,9 @@ class Server:
     def _maybe_finish_close(self, box: ServerBox) -> None:
         if not box.closing or box.runs or box.destroyed or box.doomed:
             return
-        if box.close_id is not None and box.channel_open:
+        if box.close_id is not None and box.close_channel is not None:
             # The client closes its end on this reply; we close ours once it is sent.
-            self._send(box, {"id": box.close_id, "ok": True})
+            self._send(box.close_channel, {"id": box.close_id, "ok": True})
         # Its files go (umount, rmdir) on a later turn of the loop: after the reply, and after any request
         # already waiting (the next run's start, another box's), never ahead of them.
         self._stop_collecting(box)
@@ -681,65 +795,96 @@ class Server:
 
     # -- channel output ------------------------------------------------------
 
-    def _send(self, box: ServerBox, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
-        """Queue a frame to the client; ``fds`` (ours: closed once sent) go with its first byte."""
-        if not box.channel_open:
+    def _send(self, ch: Channel, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
+        """Queue a frame to a box's client; ``fds`` (ours: closed once sent) go with its first byte."""
+        if not ch.open:
             for fd in fds or []:
                 common.close_fd(fd)
             return
-        box.outq.append((memoryview(protocol.encode(header, payload)), list(fds or [])))
-        self._flush(box)
+        ch.outq.append((memoryview(protocol.encode(header, payload)), list(fds or [])))
+        self._flush(ch)
 
-    def _reply_error(self, box: ServerBox, rid: object, exc: common.RequestError) -> None:
+    def _reply_error(self, ch: Channel, rid: object, exc: common.RequestError) -> None:
         # A request refused with a RequestError did nothing: for an exec, no code ran.
-        self._send(box, {"id": rid, "ok": False, "kind": exc.kind, "error": str(exc), "errno": exc.errno, "ran": False})
+        self._send(ch, {"id": rid, "ok": False, "kind": exc.kind, "error": str(exc), "errno": exc.errno, "ran": False})
 
-    def _flush(self, box: ServerBox) -> None:
-        while box.outq and box.channel_open:
-            chunk, fds = box.outq[0]
+    def _flush(self, ch: Channel) -> None:
+        while ch.outq and ch.open:
+            chunk, fds = ch.outq[0]
             try:
-                n = socket.send_fds(box.sock, [chunk], fds) if fds else box.sock.send(chunk)
+                n = socket.send_fds(ch.sock, [chunk], fds) if fds else ch.sock.send(chunk)
             except BlockingIOError:
                 break
             except OSError:
-                self._close_channel(box)
-                self._begin_close(box)
+                self._channel_lost(ch)
                 return
             for fd in fds:  # the client holds its own reference now
                 common.close_fd(fd)
             if n == len(chunk):
-                box.outq.popleft()
+                ch.outq.popleft()
             else:
-                box.outq[0] = (chunk[n:], [])
-        if not box.channel_open:
+                ch.outq[0] = (chunk[n:], [])
+        if not ch.open:
             return
-        if not box.outq and box.destroyed:
-            self._close_channel(box)
+        if not ch.outq and (ch.box is None or ch.box.destroyed):
+            self._close_channel(ch)
             return
-        if bool(box.outq) != box.writing:
-            box.writing = bool(box.outq)
-            want = selectors.EVENT_READ | (selectors.EVENT_WRITE if box.outq else 0)
-            self.sel.modify(box.sock, want, lambda mask, b=box: self._on_channel(b, mask))
+        if bool(ch.outq) != ch.writing:
+            ch.writing = bool(ch.outq)
+            want = selectors.EVENT_READ | (selectors.EVENT_WRITE if ch.outq else 0)
+            self.sel.modify(ch.sock, want, lambda mask, c=ch: self._on_channel(c, mask))
 
-    def _close_channel(self, box: ServerBox) -> None:
-        if not box.channel_open:
+    def _channel_lost(self, ch: Channel) -> None:
+        """A client's channel ended (EOF, an error): its box closes, unless a shared launcher keeps it.
+
+        A shared launcher's session box outlives the process that held it: what that process ran in it is
+        killed (its output had nowhere to go), and its files stay for another process to attach, until its
+        idle time passes with no process holding it (``shared.SharedState.expired``).
+        """
+        box = ch.box
+        self._close_channel(ch)
+        if box is None:
             return
-        box.channel_open = False
-        for _, fds in box.outq:
+        if box.session_id is None or box.closing or box.destroyed:
+            self._begin_close(box)
+            return
+        for run in list(box.runs.values()):
+            if run.channel is ch:
+                run.killed = True
+                self.executor.kill(run)
+        for key, (_, _, collector) in list(self.collecting.items()):
+            if key[0] is ch:
+                collector.close()
+                del self.collecting[key]
+
+    def _close_channel(self, ch: Channel) -> None:
+        if not ch.open:
+            return
+        ch.open = False
+        for _, fds in ch.outq:
             for fd in fds:
                 common.close_fd(fd)
-        box.outq.clear()
+        ch.outq.clear()
         with contextlib.suppress(KeyError, ValueError):
-            self.sel.unregister(box.sock)
-        box.sock.close()
+            self.sel.unregister(ch.sock)
+        ch.sock.close()
+        ch.decoder.close()
+        if ch.box is not None and ch in ch.box.channels:
+            ch.box.channels.remove(ch)
 
 
 def main(argv: list[str]) -> int:
-    """Entry point (see ``__main__.py``): ``--fd N --parent PID [--weak] [--pool N] [--pool-idle SECONDS]``."""
-    fd = parent = -1
+    """Entry point (see ``__main__.py``): ``--fd N --parent PID [--weak] [--pool N] [--pool-idle SECONDS]``.
+
+    A shared server (``shared.py``) gets ``--listen FD --folder FD --name NAME --idle-exit SECONDS`` instead of
+    ``--parent``: the listening socket its starter bound, the per-user folder holding it, their name there, and
+    how long it stays with nothing held. ``--fd`` is then its starter's bootstrap socket, one client among others.
+    """
+    fd = parent = listen = folder = -1
     force_weak = False
     pool = 0
     pool_idle: float | None = None
+    name, idle_exit = "", 60.0
     args = iter(argv)
     for arg in args:
         if arg == "--fd":
@@ -752,9 +897,22 @@ def main(argv: list[str]) -> int:
             pool = int(next(args))
         elif arg == "--pool-idle":
             pool_idle = float(next(args))
+        elif arg == "--listen":
+            listen = int(next(args))
+        elif arg == "--folder":
+            folder = int(next(args))
+        elif arg == "--name":
+            name = next(args)
+        elif arg == "--idle-exit":
+            idle_exit = float(next(args))
     os.set_inheritable(fd, False)
     boot = socket.socket(fileno=fd)
-    server = Server(boot, parent, force_weak, pool, pool_idle)
+    shared: SharedState | None = None
+    if listen >= 0:
+        for held in (listen, folder):
+            os.set_inheritable(held, False)
+        shared = SharedState(socket.socket(fileno=listen), folder, name, idle_exit)
+    server = Server(boot, parent, force_weak, pool, pool_idle, shared)
     try:
         server.setup()
     except Exception as exc:  # noqa: BLE001 - tell the client why, whatever it is
@@ -762,7 +920,7 @@ def main(argv: list[str]) -> int:
             boot.sendall(protocol.encode({"op": "fatal", "error": f"{type(exc).__name__}: {exc}"}))
         server.shutdown()
         return 1
-    server.hello()
+    server.hello(boot)
     boot.setblocking(False)
     try:
         server.loop()
