@@ -190,6 +190,33 @@ def read_file(box: ServerBox, path: object) -> bytes:
 # Bounds on collecting out/ (the README's "Out files" says them). A cut sets ``truncated``: the
 # run then stops with "output" and keeps what fit. They also bound the reply's header, which
 # must stay under the protocol's MAX_HEADER whatever names the code chose.
+MAX_DISK = (1 << 63) - 1  # a box's disk size in bytes: what RLIMIT_FSIZE (a C long) can hold
+
+
+def take_settings(box: ServerBox, header: dict[str, Any]) -> tuple[int | None, int | None]:
+    """A box request's settings, checked, onto ``box`` (disk_bytes, session, max_files); raises ``RequestError``.
+
+    Returns its memory_bytes and max_sockets (each null or a positive integer), which the box's limits take.
+    """
+    disk_bytes, session, max_files = header.get("disk_bytes"), header.get("session", True), header.get("max_files")
+    memory_bytes, max_sockets = header.get("memory_bytes"), header.get("max_sockets")
+    if not isinstance(disk_bytes, int) or isinstance(disk_bytes, bool) or not 4096 <= disk_bytes <= MAX_DISK:
+        # Above MAX_DISK no RLIMIT_FSIZE can hold it: refused here, before anything runs, not by C's setrlimit
+        # (the cold path's setup error) or a warm interpreter's (which looked like the code's exit 1).
+        raise common.RequestError("value", f"disk_bytes must be an integer from 4096 to {MAX_DISK}")
+    box.disk_bytes = disk_bytes
+    if not isinstance(session, bool):
+        raise common.RequestError("value", "session must be true or false")
+    box.session = session
+    if max_files is not None and (not isinstance(max_files, int) or isinstance(max_files, bool) or max_files < 64):
+        raise common.RequestError("value", "max_files must be null or an integer of at least 64")
+    box.max_files = max_files
+    for name, value in (("memory_bytes", memory_bytes), ("max_sockets", max_sockets)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise common.RequestError("value", f"{name} must be null or a positive integer")
+    return memory_bytes, max_sockets
+
+
 MAX_OUT_FILES = 1000  # files returned
 MAX_OUT_ENTRIES = 10_000  # directory entries looked at, of any kind
 MAX_OUT_DEPTH = 32  # folders below out/ that are entered

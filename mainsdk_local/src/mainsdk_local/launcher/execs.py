@@ -14,19 +14,16 @@ import contextlib
 import heapq
 import os
 import selectors
-import signal
 import socket
 import sys
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
-from . import cgroups, common, landlock, node_proxy, protocol, rootfs, server_setup, stages, weak
+from . import cgroups, common, landlock, node_proxy, protocol, rootfs, runs, server_setup, stages, stdin_feed, weak
 from .pool import WarmPool
 from .runs import Channel, ExecRequest, Run, ServerBox, Worker, describe_failure, set_limits
 from .spares import FAILED_SPARE_PAUSE, Spares
-
-WEAK_SWEEP_SECONDS = 2.0
 
 
 class Send(Protocol):
@@ -240,7 +237,7 @@ class Executor:
         except BaseException as exc:
             if weak_cgroup is not None:
                 self.cgroups.remove(weak_cgroup)
-            self._close_stdin(run)
+            stdin_feed.close(self.sel, run)
             if isinstance(exc, OSError):
                 raise common.launch_error("start", exc) from None
             raise
@@ -254,7 +251,7 @@ class Executor:
         box.runs[rid] = run
         heapq.heappush(self.deadlines, (run.deadline, id(run), run))
         if run.stdin_w is not None:
-            self._feed_stdin(run)
+            stdin_feed.feed(self.sel, run)
 
     def _start_warm(
         self,
@@ -345,39 +342,13 @@ class Executor:
             theirs.close()
         return self._adopt(pid, ours)
 
-    def _feed_stdin(self, run: Run) -> None:
-        fd = run.stdin_w
-        if fd is None:
-            return
-        try:
-            while run.stdin_data:
-                run.stdin_data = run.stdin_data[os.write(fd, run.stdin_data[: 1 << 16]) :]
-        except BlockingIOError:
-            try:
-                self.sel.get_key(fd)
-            except KeyError:
-                self.sel.register(fd, selectors.EVENT_WRITE, lambda mask: self._feed_stdin(run))
-            return
-        except OSError:
-            pass  # the code closed its stdin: fine
-        self._close_stdin(run)
-
-    def _close_stdin(self, run: Run) -> None:
-        if run.stdin_w is None:
-            return
-        with contextlib.suppress(KeyError, ValueError):
-            self.sel.unregister(run.stdin_w)
-        common.close_fd(run.stdin_w)
-        run.stdin_w = None
-        run.stdin_data = memoryview(b"")
-
     def kill(self, run: Run) -> None:
         """Kill the run's worker (a timeout, a kill or its box closing); its report or exit ends the run."""
         if run.done or run.worker is None:
             return
         run.worker.kill()
         if self.isolation == "weak":
-            self._sweep_weak(run, wait=False)
+            weak.sweep(run, self.workers, root=self.root, wait=False)
 
     def _on_worker_sock(self, worker: Worker) -> None:
         self._read_worker(worker)
@@ -471,50 +442,17 @@ class Executor:
             self.cgroups.remove(worker.cgroup, defer=self.isolation == "namespace" and not self._stopping())
             worker.cgroup = None
 
-    def reap_orphans(self) -> None:
-        """Weak mode: we are the subreaper of what runs leave behind; keep our workers' statuses."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            worker = self.workers.get(pid)
-            if worker is not None and not worker.reaped:
-                worker.reaped = True
-                worker.status = status  # its pidfd callback finishes the run
-
-    def _sweep_weak(self, run: Run, *, wait: bool) -> None:
-        """Weak mode: kill what the code left behind (same cgroup, else same uid or session)."""
-        end = time.monotonic() + (WEAK_SWEEP_SECONDS if wait else 0)
-        session = run.worker.pid if run.worker is not None else 0
-        while True:
-            if run.cgroup is not None and run.cgroup.pids_dir is not None:
-                pids = cgroups.Cgroups.members(run.cgroup.pids_dir)
-            elif self.root:
-                pids = weak.pids_of_uid(run.box.uid)
-            else:
-                pids = weak.pids_of_session(session)
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            self.reap_orphans()
-            if not pids or time.monotonic() > end:
-                return
-            time.sleep(0.002)
-
     def _finish_run(self, run: Run, *, reply: bool = True) -> None:
         if run.done:
             return
         run.done = True
         ended = time.monotonic()
         if self.isolation == "weak":
-            self._sweep_weak(run, wait=True)
+            weak.sweep(run, self.workers, root=self.root, wait=True)
         run.box.runs.pop(run.rid, None)
         if run.pool_key is not None:
             self.pool.finished(run.pool_key)
-        self._close_stdin(run)
+        stdin_feed.close(self.sel, run)
         oom = run.cgroup is not None and cgroups.Cgroups.oom_killed(run.cgroup)
         if reply and not (run.killed and run.box.closing):
             error = run.error
@@ -527,35 +465,6 @@ class Executor:
                 failed = {"id": run.rid, "ok": False, "kind": "launcher", "error": msg, "ran": ran}
                 self._send(run.channel, {**failed, "stage": error.get("stage"), "errno": error.get("errno")})
             else:
-                self._send(run.channel, self._result(run, oom, ended))
+                self._send(run.channel, runs.result(run, oom, ended))
                 self._collect_after(run)  # a one-shot box's /out, with no request to wait for
         self._maybe_finish_close(run.box)
-
-    def _result(self, run: Run, oom: bool, ended: float) -> dict[str, Any]:
-        status = run.code_status
-        exit_code: int | None = None
-        sig: int | None = None
-        if status is None:
-            sig = signal.SIGKILL  # the worker was killed before C finished: timeout, kill or close
-        elif os.WIFEXITED(status):
-            exit_code = os.WEXITSTATUS(status)
-        elif os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-        stop: str | None = None
-        if run.timed_out:
-            stop = "timeout"
-        elif oom:
-            stop = "memory"
-        # Under RLIMIT_AS (no memory cgroup) nothing records why a process died: a signal is reported as the
-        # crash it is, and the client calls it a memory stop only on the code's own out-of-memory error.
-        return {
-            "id": run.rid,
-            "ok": True,
-            "exit_code": exit_code,
-            "signal": sig,
-            "stop": stop,
-            "duration": ended - run.started,
-            "killed": run.killed,
-            "warm": run.warm,
-            "warm_kind": run.warm_kind,
-        }

@@ -257,3 +257,35 @@ def set_limits(ctx: stages.ChildContext, run: Run, cgroup: cgroups.RunCgroup | N
 
 def describe_failure(error: dict[str, Any]) -> str:
     return f"{error.get('stage')}: {error.get('message')}"
+
+
+def result(run: Run, oom: bool, ended: float) -> dict[str, Any]:
+    """The result frame of a run that reported: its exit code or signal, why it stopped (``oom``: its memory
+    cgroup killed it), how long it took (``ended``, monotonic) and how it started."""
+    status = run.code_status
+    exit_code: int | None = None
+    sig: int | None = None
+    if status is None:
+        sig = signal.SIGKILL  # the worker was killed before C finished: timeout, kill or close
+    elif os.WIFEXITED(status):
+        exit_code = os.WEXITSTATUS(status)
+    elif os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+    stop: str | None = None
+    if run.timed_out:
+        stop = "timeout"
+    elif oom:
+        stop = "memory"
+    # Under RLIMIT_AS (no memory cgroup) nothing records why a process died: a signal is reported as the
+    # crash it is, and the client calls it a memory stop only on the code's own out-of-memory error.
+    return {
+        "id": run.rid,
+        "ok": True,
+        "exit_code": exit_code,
+        "signal": sig,
+        "stop": stop,
+        "duration": ended - run.started,
+        "killed": run.killed,
+        "warm": run.warm,
+        "warm_kind": run.warm_kind,
+    }

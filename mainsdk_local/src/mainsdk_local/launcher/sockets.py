@@ -29,6 +29,7 @@ import ctypes
 import errno
 import os
 import struct
+from collections.abc import Callable
 
 # bpf(2)'s number where this launcher runs; elsewhere ENOSYS (the bound is then reported unavailable).
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine, -1)
@@ -340,3 +341,31 @@ class SocketBound:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._fds = []
+
+
+def for_server(root: bool, uid_base: int, slots: int, socket_dir: Callable[[], str]) -> tuple[SocketBound | None, str]:
+    """The per-box socket bound of a server (root, cgroup2, BPF), attached to ``socket_dir()``; or None and why not.
+
+    Raises ``OSError`` when the machine has what the bound needs but setting it up failed.
+    """
+    if not root:
+        return None, "the launcher is not root (loading BPF programs needs it)"
+    try:
+        with open("/proc/self/uid_map") as fh:
+            initial = fh.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        initial = False
+    if not initial:
+        # BPF sees uids as the initial user namespace does: not the boxes' uids as we name them.
+        return None, "the launcher runs in a user namespace"
+    bound: SocketBound | None = None
+    try:
+        bound = SocketBound(uid_base, slots)
+        bound.attach(socket_dir())
+    except OSError as exc:
+        if bound is not None:
+            bound.close()
+        if exc.errno not in UNAVAILABLE:
+            raise OSError(exc.errno, f"socket bound setup failed: {exc.strerror}") from None
+        return None, f"no cgroup2 or BPF here: {exc.strerror}"
+    return bound, ""
