@@ -750,7 +750,8 @@ def test_unprivileged_server() -> None:
         package.mkdir()
         (package / "__init__.py").write_text("")
         source = pathlib.Path(mainsdk_local.__path__[0])
-        for client in ("launcher_client.py", "shared_launcher.py"):  # the client
+        # The client
+        for client in ("launcher_client.py", "launcher_errors.py", "launcher_exec.py", "shared_launcher.py"):
             shutil.copy(source / client, package / client)
         shutil.copytree(source / "launcher", package / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
         for name, location in (("attr", attr.__path__[0]), ("attrs", attrs.__path__[0])):
