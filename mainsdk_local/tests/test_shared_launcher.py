@@ -25,6 +25,7 @@ from mainsdk.config import load_config_text
 from mainsdk.errors import INVALID_OPTION, NO_SESSION, ConfigError
 from mainsdk_local.config import LocalPrograms
 from mainsdk_local.driver import driver_from_config
+from mainsdk_local.launcher import shared as server_side
 from mainsdk_local.launcher_client import Launcher, LauncherError
 
 from mainsdk_local import local_sandbox_driver, shared_launcher
@@ -230,6 +231,15 @@ def test_two_processes_starting_at_once_start_one_server(folder: str) -> None:
     assert len(pids) == 1 and pids != {""}
     name = shared_launcher.server_name([os.path.realpath(sys.executable), False, 0, None])
     assert sorted(os.listdir(os.path.join(folder, "mainsdk"))) == [f"{name}.{end}" for end in ("lock", "log", "sock")]
+
+
+def test_a_server_of_other_launcher_code_is_never_reached(tmp_path: Path) -> None:
+    package = os.path.dirname(os.path.abspath(server_side.__file__))
+    copy = shutil.copytree(package, tmp_path / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
+    assert shared_launcher.code_digest(str(copy)) == shared_launcher.code_digest(package)
+    (copy / "protocol.py").write_text((copy / "protocol.py").read_text() + "\n# another release\n")
+    assert shared_launcher.code_digest(str(copy)) != shared_launcher.code_digest(package)
+    assert shared_launcher.launcher_code_digest() == shared_launcher.code_digest(package)  # what names the server
 
 
 def test_sandbox_local_launcher_is_private_by_default_and_checked_with_its_line() -> None:

@@ -2,11 +2,12 @@
 
 The server listens on ``<folder>/<name>.sock``, where the folder is ``$XDG_RUNTIME_DIR/mainsdk`` (when that is
 a folder of this user's) or ``/tmp/mainsdk-<uid>``, and ``name`` says which server (its interpreter, weak mode,
-pool): a client never reaches a server started with weaker settings than its own. The folder must be this
-user's, a real folder (not a link) that no one else may enter or write: anything else, in /tmp above all, may be
-another user's trap, and is refused. The client connects under ``<name>.lock`` (``flock``), and starts the
-server itself when none answers, so two processes starting at once start one; the server exits under the same
-lock (``launcher/shared.py``).
+pool) and which code it runs: a client never reaches a server started with weaker settings than its own, nor
+one of another version of the launcher (an upgrade starts a new server; the old one ends once it holds nothing).
+The folder must be this user's, a real folder (not a link) that no one else may enter or write: anything else, in
+/tmp above all, may be another user's trap, and is refused. The client connects under ``<name>.lock`` (``flock``),
+and starts the server itself when none answers, so two processes starting at once start one; the server exits under
+the same lock (``launcher/shared.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -22,6 +24,7 @@ import stat
 import time
 from collections.abc import Iterator
 
+from mainsdk_local.launcher import shared
 from mainsdk_local.launcher.shared import peer_uid
 
 _LOCK_TIMEOUT = 30.0  # another process starting the server holds the lock at most that long (its start)
@@ -72,9 +75,25 @@ def check_folder(path: str) -> None:
 
 
 def server_name(settings: object) -> str:
-    """The server's name in the folder: one per set of settings (interpreter, weak mode, pool)."""
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    return f"launcher-{digest}"
+    """The server's name in the folder: one per set of settings (interpreter, weak mode, pool) and launcher code."""
+    named = json.dumps([settings, launcher_code_digest()], sort_keys=True).encode()
+    return f"launcher-{hashlib.sha256(named).hexdigest()[:16]}"
+
+
+@functools.cache  # the code of this process's launcher does not change under it
+def launcher_code_digest() -> str:
+    """The digest of this process's launcher package (``code_digest``): the server and protocol it speaks."""
+    return code_digest(os.path.dirname(os.path.abspath(shared.__file__)))
+
+
+def code_digest(package: str) -> str:
+    """sha256 over the names and bytes of the modules of the launcher package at ``package``."""
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(package)):
+        if name.endswith(".py"):
+            with open(os.path.join(package, name), "rb") as fh:
+                digest.update(name.encode() + b"\0" + hashlib.sha256(fh.read()).digest())
+    return digest.hexdigest()
 
 
 @contextlib.contextmanager
